@@ -1,0 +1,83 @@
+"""Model layout (OpenAI names), sizes, causal text masking, EOT pooling and positional-embedding interpolation."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlp_jax import models
+from vlp_jax.models.transformer import ACTIVATIONS
+
+
+def _flat_names(params):
+  return {'.'.join(str(getattr(k, 'key', k)) for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(params)}
+
+
+@pytest.fixture(scope='module')
+def micro_model():
+  cfg = models.preset('tiny')
+  cfg.embed_dim = 16
+  cfg.vision.update(image_size=16, patch_size=4, width=16, layers=2, heads=2)
+  cfg.text.update(context_length=12, width=16, layers=2, heads=2)
+  model = models.build_model(cfg)
+  return model, models.init_params(model, jax.random.key(0))
+
+
+def test_parameter_names_follow_openai_layout(micro_model):
+  _, params = micro_model
+  names = _flat_names(params)
+  expected = {
+      'visual.conv1.kernel', 'visual.class_embedding', 'visual.positional_embedding', 'visual.ln_pre.scale',
+      'visual.transformer.resblocks_0.ln_1.scale', 'visual.transformer.resblocks_0.attn.in_proj.kernel',
+      'visual.transformer.resblocks_0.attn.out_proj.bias', 'visual.transformer.resblocks_1.mlp.c_fc.kernel',
+      'visual.transformer.resblocks_1.mlp.c_proj.kernel', 'visual.ln_post.bias', 'visual.proj',
+      'token_embedding.embedding', 'positional_embedding', 'transformer.resblocks_1.ln_2.bias', 'ln_final.scale',
+      'text_projection', 'logit_scale'}
+  assert expected <= names
+  assert not any('conv1.bias' in n for n in names)  # patch embedding without bias, as OpenAI
+  assert params['transformer']['resblocks_0']['attn']['in_proj']['kernel'].shape == (16, 48)  # packed qkv
+
+
+@pytest.mark.parametrize('name,millions', [('ViT-B-32', 151.277313), ('ViT-B-16', 149.620737)])
+def test_preset_parameter_counts_match_openai(name, millions):
+  model = models.build_model(models.preset(name))
+  shapes = jax.eval_shape(lambda: models.init_params(model, jax.random.key(0)))
+  assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) == round(millions * 1e6)
+
+
+def test_text_feature_is_causal_and_read_at_eot(micro_model):
+  model, params = micro_model
+  tokens = np.zeros((2, 12), np.int32)
+  tokens[:, 0], tokens[:, 1:4], tokens[:, 4] = 49406, [[320, 1125, 539], [320, 1125, 539]], 49407
+  tokens[1, 5:] = 1234  # changing tokens after the EOT must not change the feature
+  out = model.apply({'params': params}, tokens, method=model.encode_text)
+  np.testing.assert_allclose(out['embed'][0], out['embed'][1], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out['eot'], out['tokens'][:, 4], rtol=1e-6)
+  tokens[1, 2] = 999  # a token before the EOT does change it
+  out = model.apply({'params': params}, tokens, method=model.encode_text)
+  assert np.abs(out['embed'][0] - out['embed'][1]).max() > 1e-4
+
+
+def test_too_long_text_is_rejected(micro_model):
+  model, params = micro_model
+  with pytest.raises(ValueError, match='context_length'):
+    model.apply({'params': params}, np.ones((1, 13), np.int32), method=model.encode_text)
+
+
+def test_image_tower_shapes_and_other_resolutions(micro_model):
+  model, params = micro_model
+  out = model.apply({'params': params}, np.zeros((3, 16, 16, 3), np.float32), method=model.encode_image)
+  assert out['embed'].shape == (3, 16) and out['tokens'].shape == (3, 16, 16) and out['cls'].shape == (3, 16)
+  local = model.apply({'params': params}, np.zeros((2, 8, 8, 3), np.float32), method=model.encode_image)
+  assert local['tokens'].shape == (2, 4, 16)  # interpolated positional embeddings for smaller crops
+
+
+def test_activations():
+  x = jnp.linspace(-3, 3, 7)
+  np.testing.assert_allclose(ACTIVATIONS['quick_gelu'](x), x * jax.nn.sigmoid(1.702 * x), rtol=1e-6)
+  np.testing.assert_allclose(ACTIVATIONS['gelu'](x), jax.nn.gelu(x, approximate=False), rtol=1e-6)
+  assert not np.allclose(ACTIVATIONS['quick_gelu'](x), ACTIVATIONS['gelu'](x))
+
+
+def test_unknown_preset():
+  with pytest.raises(ValueError, match='valid choices'):
+    models.preset('ViT-Z-99')

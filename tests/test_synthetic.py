@@ -1,0 +1,73 @@
+"""The embedded dataset: deterministic, split-separated, and consistent between images, masks and captions."""
+import os
+
+import numpy as np
+import pytest
+
+from vlp_jax.data import pipeline, records, synthetic
+
+
+def test_examples_are_deterministic_per_seed_split_source_index():
+  a = synthetic.make_example(3, 'train', 'web', 17, 24)
+  b = synthetic.make_example(3, 'train', 'web', 17, 24)
+  assert a == b
+  assert synthetic.make_example(4, 'train', 'web', 17, 24)['image'] != a['image']
+  assert synthetic.make_example(3, 'test', 'web', 17, 24)['image'] != a['image']
+  assert synthetic.make_example(3, 'train', 'web', 18, 24)['image'] != a['image']
+
+
+def test_generated_shards_are_identical_across_runs(tmp_path):
+  spec = synthetic.SyntheticSpec(seed=1, resolution=16, num_train=20, num_val=4, num_test=6, shards=2)
+  first = synthetic.ensure_dataset(spec, str(tmp_path / 'a'), verbose=False)
+  second = synthetic.ensure_dataset(spec, str(tmp_path / 'b'), verbose=False)
+  for split in synthetic.SPLITS:
+    paths_a = synthetic.shard_paths(first, split, spec.sources)
+    paths_b = synthetic.shard_paths(second, split, spec.sources)
+    assert len(paths_a) == 2 * len(spec.sources)
+    assert [records.serialize(e) for e in pipeline.read_all(paths_a)] == \
+           [records.serialize(e) for e in pipeline.read_all(paths_b)]
+  # A second call reuses the cache and leaves no temporary directories behind.
+  assert synthetic.ensure_dataset(spec, str(tmp_path / 'a'), verbose=False) == first
+  assert [d for d in os.listdir(tmp_path / 'a') if d.startswith('.')] == []
+  other = synthetic.ensure_dataset(synthetic.SyntheticSpec(seed=2, resolution=16, num_train=20, num_val=4,
+                                                           num_test=6), str(tmp_path / 'a'), verbose=False)
+  assert other != first
+
+
+def test_splits_hold_different_images(tmp_path):
+  spec = synthetic.SyntheticSpec(resolution=16, num_train=50, num_val=20, num_test=20, sources=('studio',))
+  root = synthetic.ensure_dataset(spec, str(tmp_path), verbose=False)
+  images = {split: {e['image'] for e in pipeline.read_all(synthetic.shard_paths(root, split, spec.sources))}
+            for split in synthetic.SPLITS}
+  assert not images['train'] & images['test'] and not images['train'] & images['val']
+
+
+@pytest.mark.parametrize('source', synthetic.SOURCES)
+def test_labels_masks_and_captions_agree(source):
+  for index in range(30):
+    example = synthetic.make_example(0, 'val', source, index, 32)
+    name = synthetic.CLASS_NAMES[example['label']]
+    mask = records.decode_mask(example['mask'])
+    image = records.decode_image(example['image'])
+    assert image.shape == (32, 32, 3) and mask.shape == (32, 32)
+    assert example['label'] + 1 in np.unique(mask)  # the labelled (largest) object is drawn
+    assert name in example['long_caption']
+    assert example['long_caption'].count('.') >= 2  # an object sentence and a background sentence at least
+    assert example['canonical_caption'].split(' ', 1)[1].startswith(name)
+    assert example['hard_negatives'] and example['canonical_caption'] not in example['hard_negatives']
+    if source != 'web':  # web alt-text is sometimes wrong or unrelated by design
+      assert name in example['caption']
+
+
+def test_sources_differ_in_style():
+  mean_color = {s: np.mean([records.decode_image(synthetic.make_example(0, 'train', s, i, 32)['image']).std()
+                            for i in range(20)]) for s in synthetic.SOURCES}
+  assert len({round(v) for v in mean_color.values()}) == 3
+  web = [synthetic.make_example(0, 'train', 'web', i, 16)['caption'] for i in range(200)]
+  noisy = [c for c in web if not any(color in c for color in synthetic.COLOR_NAMES)]
+  assert 0.02 < len(noisy) / len(web) < 0.3  # some alt-text is unrelated to the image
+
+
+def test_unknown_source_is_rejected(tmp_path):
+  with pytest.raises(ValueError, match='valid choices'):
+    synthetic.ensure_dataset(synthetic.SyntheticSpec(sources=('cartoon',)), str(tmp_path))

@@ -1,0 +1,132 @@
+"""The base config every config file starts from, and the validation run before anything is compiled.
+
+Config files in `configs/` call `base_config()` and change what they need. Validation rejects unknown keys (typos),
+wrong types and invalid choices with an error that names the key and the valid choices.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+from vlp_jax import models, objectives
+from vlp_jax.data import datasets, synthetic
+from vlp_jax.evaluation import EVALUATORS
+from vlp_jax.models.clip import DTYPES
+from vlp_jax.models.transformer import ACTIVATIONS
+
+
+class ConfigError(ValueError):
+  """A config value is invalid; the message names the key."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.total_steps = 1000
+  c.batch_size = 256  # global, over all devices and processes
+  c.model = models.preset('tiny')
+  c.objective = ml_collections.ConfigDict({'name': 'clip'})
+  c.data = ml_collections.ConfigDict({
+      'name': 'synthetic',  # or 'array_record'
+      'path': '',  # directory or glob of ArrayRecord shards (array_record)
+      'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
+      'caption_field': 'caption',
+      'num_workers': 0,  # grain worker processes (0 = decode in the training process)
+      'num_threads': 2,  # grain reader threads
+      'synthetic': {
+          'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
+          'sources': synthetic.SOURCES, 'shards': 2,
+      },
+  })
+  c.optim = ml_collections.ConfigDict({
+      'lr': 5e-4, 'warmup_init_lr': 0.0, 'warmup_steps': 100, 'schedule': 'cosine', 'end_factor': 0.0,
+      'b1': 0.9, 'b2': 0.98, 'eps': 1e-6, 'weight_decay': 0.2, 'grad_clip_norm': 0.0,
+  })
+  c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
+  c.eval = ml_collections.ConfigDict({
+      'every_steps': 500, 'datasets': ('synthetic',), 'split': 'test', 'tasks': ('zeroshot', 'retrieval'),
+      'batch_size': 256,
+  })
+  c.log_every_steps = 20
+  c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3})
+  return c
+
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    'model.act': tuple(ACTIVATIONS),
+    'model.dtype': tuple(DTYPES),
+    'data.name': datasets.TRAIN_DATASETS,
+    'optim.schedule': ('cosine', 'constant'),
+    'eval.split': ('val', 'test'),
+}
+_POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
+                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
+                  'data.synthetic.resolution', 'data.synthetic.num_train', 'data.synthetic.num_test',
+                  'data.synthetic.shards')
+
+
+def _get(config: ml_collections.ConfigDict, dotted: str) -> Any:
+  value = config
+  for part in dotted.split('.'):
+    value = value[part]
+  return value
+
+
+def _check_keys(config: Any, reference: Any, prefix: str) -> None:
+  """Every key of `config` must exist in `reference`, recursively; types must be compatible."""
+  for key in config.keys():
+    path = f'{prefix}{key}'
+    if key not in reference:
+      raise ConfigError(f"unknown config key 'config.{path}'; valid keys here: {sorted(reference.keys())}")
+    value, expected = config[key], reference[key]
+    if isinstance(expected, (dict, ml_collections.ConfigDict)):
+      if not isinstance(value, (dict, ml_collections.ConfigDict)):
+        raise ConfigError(f"config.{path} must be a mapping with keys {sorted(expected.keys())}, got {value!r}")
+      _check_keys(value, expected, f'{path}.')
+    elif isinstance(expected, bool) != isinstance(value, bool) or (
+        isinstance(expected, (int, float)) and not isinstance(value, (int, float))) or (
+        isinstance(expected, str) and not isinstance(value, str)) or (
+        isinstance(expected, (tuple, list)) and not isinstance(value, (tuple, list))):
+      raise ConfigError(f'config.{path} has type {type(value).__name__}, expected {type(expected).__name__} '
+                        f'(got {value!r})')
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled."""
+  reference = base_config()
+  objective_cls = objectives.get(config.get('objective', {}).get('name', 'clip'))
+  reference.objective = ml_collections.ConfigDict(objective_cls.default_config())
+  _check_keys(config, reference, '')
+  for key in _POSITIVE_INTS:
+    value = _get(config, key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ConfigError(f'config.{key} must be a positive integer, got {value!r}')
+  for key, choices in _CHOICES.items():
+    if _get(config, key) not in choices:
+      raise ConfigError(f"config.{key}={_get(config, key)!r} is not valid; valid choices: {list(choices)}")
+  for task in config.eval.tasks:
+    if task not in EVALUATORS:
+      raise ConfigError(f"config.eval.tasks has '{task}'; valid choices: {sorted(EVALUATORS)}")
+  for name in config.eval.datasets:
+    if name not in datasets.EVAL_DATASETS:
+      raise ConfigError(f"config.eval.datasets has '{name}'; valid choices: {list(datasets.EVAL_DATASETS)}")
+  for source in config.data.synthetic.sources:
+    if source not in synthetic.SOURCES:
+      raise ConfigError(f"config.data.synthetic.sources has '{source}'; valid choices: {list(synthetic.SOURCES)}")
+  v, t = config.model.vision, config.model.text
+  if v.image_size % v.patch_size:
+    raise ConfigError(f'config.model.vision.image_size={v.image_size} is not a multiple of '
+                      f'config.model.vision.patch_size={v.patch_size}')
+  for tower, spec in (('vision', v), ('text', t)):
+    if spec.width % spec.heads:
+      raise ConfigError(f'config.model.{tower}.width={spec.width} is not divisible by '
+                        f'config.model.{tower}.heads={spec.heads}')
+  if not 0 <= config.optim.warmup_steps <= config.total_steps:
+    raise ConfigError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be in [0, total_steps]')
+  if config.optim.lr <= 0:
+    raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
+  if num_devices is not None and config.batch_size % num_devices:
+    raise ConfigError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
+  if num_devices is not None and num_devices % config.mesh.fsdp:
+    raise ConfigError(f'config.mesh.fsdp={config.mesh.fsdp} must divide the device count {num_devices}')

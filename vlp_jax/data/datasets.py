@@ -1,0 +1,80 @@
+"""Datasets by name: where the training shards are, and how to load an evaluation set.
+
+  synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
+  array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+import ml_collections
+import numpy as np
+
+from vlp_jax.data import pipeline, records, synthetic
+
+SYNTHETIC_TEMPLATES = ('a photo of the {}.', 'a drawing of the {}.', 'the {}.', 'a picture of the {}.',
+                       'the {} on a background.', 'an image showing the {}.')
+
+
+class DataNotFoundError(FileNotFoundError):
+  """No shards where the config says the data is; the message says how to prepare them."""
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """A held-out split, fully in memory.
+
+  images: [N, S, S, 3] float32, normalised; labels: [N] int (-1 where unlabelled);
+  captions: [T] strings with caption_image: [T] index of the image each caption describes.
+  """
+  name: str
+  images: np.ndarray
+  labels: np.ndarray
+  class_names: tuple[str, ...]
+  templates: tuple[str, ...]
+  captions: list[str]
+  caption_image: np.ndarray
+
+
+def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
+  s = data.synthetic
+  return synthetic.SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
+                                 num_test=s.num_test, sources=tuple(s.sources), shards=s.shards)
+
+
+def train_paths(data: ml_collections.ConfigDict) -> list[str]:
+  """The ArrayRecord files to train on."""
+  if data.name == 'synthetic':
+    root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
+    return synthetic.shard_paths(root, 'train', tuple(data.synthetic.sources))
+  if data.name == 'array_record':
+    pattern = data.path if any(c in data.path for c in '*?[') else os.path.join(data.path, '*.array_record')
+    paths = sorted(glob.glob(pattern))
+    if not data.path or not paths:
+      raise DataNotFoundError(
+          f"config.data.path='{data.path}' holds no ArrayRecord shards (looked for {pattern}).\n"
+          'Prepare the data first: convert your image-text pairs (e.g. CC3M as TSV or webdataset) into ArrayRecord '
+          'files in the vlp_jax record format described in vlp_jax/data/records.py (one msgpack map per example, '
+          'written with group_size:1), then pass --config.data.path=/path/to/shards. docs/data.md describes the '
+          'schema and the converter.')
+    return paths
+  raise ValueError(f"config.data.name='{data.name}' is not a known dataset; valid choices: {sorted(TRAIN_DATASETS)}")
+
+
+TRAIN_DATASETS = ('synthetic', 'array_record')
+EVAL_DATASETS = ('synthetic',)
+
+
+def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int) -> EvalSet:
+  """An evaluation split by dataset name, images preprocessed for the model's `image_size`."""
+  if name != 'synthetic':
+    raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
+  root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
+  examples = pipeline.read_all(synthetic.shard_paths(root, split, tuple(data.synthetic.sources)))
+  images = np.stack([pipeline.normalize_image(pipeline.resize_image(records.decode_image(e['image']), image_size))
+                     for e in examples])
+  return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
+                 class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
+                 captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)))

@@ -1,0 +1,322 @@
+"""The embedded dataset: procedurally rendered shape scenes with captions, written to ArrayRecord on first use.
+
+Every example is a pure function of (seed, split, source, index). A scene holds 1 to 3 objects, each with a shape,
+a colour, a size and a position. Object 0 is always the largest; its "colour shape" is the class label
+(6 colours x 6 shapes = 36 classes). Each example carries:
+  - a short alt-text caption in the style of its source (sometimes noisy),
+  - a long caption: one sentence per object, one per spatial relation, one for the background,
+  - a per-pixel class mask, and a canonical caption with hard negatives (attributes or relations swapped).
+
+Sources differ in style and caption habits, so single-source batches have a real bias to remove:
+  studio: flat backgrounds, filled shapes, clean descriptive captions;
+  web:    noisy gradients, outlined shapes, alt-text with hashtags, unrelated or wrong captions now and then;
+  sketch: paper with a grid, outline drawings, "a drawing of ..." captions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from vlp_jax.data import records
+
+COLORS: dict[str, tuple[int, int, int]] = {
+    'red': (214, 39, 40), 'green': (44, 160, 44), 'blue': (31, 90, 220),
+    'yellow': (240, 200, 20), 'purple': (140, 60, 180), 'orange': (250, 127, 14),
+}
+SHAPES = ('circle', 'square', 'triangle', 'star', 'diamond', 'cross')
+COLOR_NAMES = tuple(COLORS)
+CLASS_NAMES = tuple(f'{c} {s}' for c in COLOR_NAMES for s in SHAPES)  # label = color * len(SHAPES) + shape
+SOURCES = ('studio', 'web', 'sketch')
+SPLITS = ('train', 'val', 'test')
+FORMAT_VERSION = 1
+
+# Fraction of the image side used as the radius of an object of each size.
+SIZE_RADIUS = {'large': (0.22, 0.26), 'medium': (0.14, 0.17), 'small': (0.09, 0.11)}
+# 3x3 grid of positions: name and centre as fractions of the image side.
+POSITIONS = {
+    'top left': (1 / 6, 1 / 6), 'top': (0.5, 1 / 6), 'top right': (5 / 6, 1 / 6),
+    'left': (1 / 6, 0.5), 'center': (0.5, 0.5), 'right': (5 / 6, 0.5),
+    'bottom left': (1 / 6, 5 / 6), 'bottom': (0.5, 5 / 6), 'bottom right': (5 / 6, 5 / 6),
+}
+STUDIO_BACKGROUNDS = {'white': (245, 245, 245), 'gray': (128, 128, 128), 'black': (25, 25, 25),
+                      'beige': (225, 210, 180)}
+INVERSE_RELATION = {'to the left of': 'to the right of', 'to the right of': 'to the left of',
+                    'above': 'below', 'below': 'above'}
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneObject:
+  color: str
+  shape: str
+  size: str
+  position: str
+  center: tuple[float, float]  # fractions of the image side
+  radius: float  # fraction of the image side
+
+  @property
+  def name(self) -> str:
+    return f'{self.color} {self.shape}'
+
+
+def class_label(color: str, shape: str) -> int:
+  return COLOR_NAMES.index(color) * len(SHAPES) + SHAPES.index(shape)
+
+
+def _rng(seed: int, split: str, source: str, index: int) -> np.random.Generator:
+  return np.random.default_rng([seed, SPLITS.index(split), SOURCES.index(source), index])
+
+
+def sample_scene(rng: np.random.Generator) -> list[SceneObject]:
+  """1 to 3 objects in distinct grid cells; object 0 is large, the others medium or small."""
+  count = int(rng.integers(1, 4))
+  cells = rng.choice(len(POSITIONS), size=count, replace=False)
+  objects = []
+  for k, cell in enumerate(cells):
+    size = 'large' if k == 0 else ('medium', 'small')[int(rng.integers(2))]
+    radius = float(rng.uniform(*SIZE_RADIUS[size]))
+    position = list(POSITIONS)[cell]
+    cx, cy = POSITIONS[position]
+    jitter = rng.uniform(-0.05, 0.05, size=2)
+    center = (float(np.clip(cx + jitter[0], radius, 1 - radius)), float(np.clip(cy + jitter[1], radius, 1 - radius)))
+    objects.append(SceneObject(COLOR_NAMES[int(rng.integers(len(COLORS)))], SHAPES[int(rng.integers(len(SHAPES)))],
+                               size, position, center, radius))
+  return objects
+
+
+def relation(a: SceneObject, b: SceneObject) -> str:
+  """Where a is relative to b, along the axis of larger separation."""
+  dx, dy = a.center[0] - b.center[0], a.center[1] - b.center[1]
+  if abs(dx) >= abs(dy):
+    return 'to the left of' if dx < 0 else 'to the right of'
+  return 'above' if dy < 0 else 'below'
+
+
+def _shape_polygon(shape: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]] | None:
+  """Vertices in pixels, or None for a circle."""
+  if shape == 'circle':
+    return None
+  if shape == 'square':
+    angles, radii = np.arange(4) * np.pi / 2 + np.pi / 4, np.full(4, r * 1.15)
+  elif shape == 'diamond':
+    angles, radii = np.arange(4) * np.pi / 2, np.array([r * 1.2, r * 0.8, r * 1.2, r * 0.8])
+  elif shape == 'triangle':
+    angles, radii = np.arange(3) * 2 * np.pi / 3 - np.pi / 2, np.full(3, r * 1.2)
+  elif shape == 'star':
+    angles, radii = np.arange(10) * np.pi / 5 - np.pi / 2, np.where(np.arange(10) % 2 == 0, r * 1.25, r * 0.5)
+  elif shape == 'cross':
+    w = 0.38 * r
+    pts = [(-w, -r), (w, -r), (w, -w), (r, -w), (r, w), (w, w), (w, r), (-w, r), (-w, w), (-r, w), (-r, -w), (-w, -w)]
+    rot = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    return [tuple(rot @ np.array(p) + (cx, cy)) for p in pts]
+  else:
+    raise ValueError(f'unknown shape {shape}')
+  angles = angles + angle
+  return list(zip(cx + radii * np.cos(angles), cy + radii * np.sin(angles)))
+
+
+def _draw(draw: ImageDraw.ImageDraw, obj: SceneObject, side: int, angle: float, fill, outline, width: int) -> None:
+  cx, cy, r = obj.center[0] * side, obj.center[1] * side, obj.radius * side
+  polygon = _shape_polygon(obj.shape, cx, cy, r, angle)
+  if polygon is None:
+    draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill, outline=outline, width=width)
+  else:
+    draw.polygon(polygon, fill=fill, outline=outline, width=width)
+
+
+def render(objects: list[SceneObject], source: str, resolution: int, rng: np.random.Generator
+           ) -> tuple[np.ndarray, np.ndarray, str]:
+  """Draw a scene. Returns (image [R, R, 3] uint8, mask [R, R] uint8 with label + 1 per object, background name)."""
+  big = 2 * resolution  # 2x supersampling, then a box filter, for anti-aliased edges
+  if source == 'studio':
+    background = list(STUDIO_BACKGROUNDS)[int(rng.integers(len(STUDIO_BACKGROUNDS)))]
+    canvas = np.broadcast_to(np.array(STUDIO_BACKGROUNDS[background], np.uint8), (big, big, 3)).copy()
+  elif source == 'web':
+    background = 'a noisy gradient'
+    a, b = rng.integers(0, 256, size=(2, 3))
+    ramp = np.linspace(0, 1, big)[:, None, None]
+    canvas = a * (1 - ramp) + b * ramp + rng.normal(0, 18, (big, big, 3))
+    canvas = np.clip(np.broadcast_to(canvas, (big, big, 3)), 0, 255).astype(np.uint8)
+  else:
+    background = 'paper with a grid'
+    canvas = np.full((big, big, 3), 250, np.uint8)
+    canvas[:: max(big // 8, 2)] = (200, 215, 235)
+    canvas[:, :: max(big // 8, 2)] = (200, 215, 235)
+  image = Image.fromarray(canvas)
+  draw = ImageDraw.Draw(image)
+  mask = Image.new('L', (resolution, resolution), 0)
+  mask_draw = ImageDraw.Draw(mask)
+  for obj in objects:
+    angle = float(rng.uniform(-0.3, 0.3)) if source != 'studio' else 0.0
+    color = COLORS[obj.color]
+    if source == 'studio':
+      _draw(draw, obj, big, angle, color, None, 1)
+    elif source == 'web':
+      _draw(draw, obj, big, angle, color, (255, 255, 255), max(big // 32, 1))
+    else:
+      _draw(draw, obj, big, angle, None, color, max(big // 20, 2))
+    _draw(mask_draw, obj, resolution, angle, class_label(obj.color, obj.shape) + 1, None, 1)
+  image = image.resize((resolution, resolution), Image.Resampling.BOX)
+  return np.asarray(image), np.asarray(mask), background
+
+
+def with_article(phrase: str) -> str:
+  """'orange star' -> 'an orange star'."""
+  return f"{'an' if phrase[0] in 'aeiou' else 'a'} {phrase}"
+
+
+def _phrase(obj: SceneObject, with_size: bool) -> str:
+  return with_article(f'{obj.size} {obj.name}' if with_size else obj.name)
+
+
+def short_caption(objects: list[SceneObject], source: str, background: str, rng: np.random.Generator) -> str:
+  """Alt-text in the habits of each source. The web source is sometimes wrong or unrelated, like real alt-text."""
+  main = objects[0]
+  rest = objects[1:]
+  pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+  if source == 'studio':
+    phrases = ' and '.join(_phrase(o, True) for o in objects)
+    return pick([f'{phrases} on a {background} background', f'a photo of {phrases}',
+                 f'{phrases} in front of a {background} backdrop'])
+  if source == 'web':
+    u = rng.random()
+    if u < 0.1:
+      return pick([f'IMG_{int(rng.integers(1000, 10000))}.jpg', 'untitled', 'image', 'click to enlarge'])
+    color = main.color
+    if u < 0.2:  # a wrong colour for the main object
+      color = COLOR_NAMES[(COLOR_NAMES.index(color) + 1 + int(rng.integers(len(COLORS) - 1))) % len(COLORS)]
+    extra = f' and {rest[0].color} {rest[0].shape}' if rest and rng.random() < 0.5 else ''
+    return pick([f'{color} {main.shape}{extra} stock image', f'{color} {main.shape}{extra} #{main.shape} #art',
+                 f'buy {color} {main.shape} sticker online', f'{color} {main.shape}{extra} wallpaper hd'])
+  extra = f' next to {with_article(rest[0].name)}' if rest and rng.random() < 0.5 else ''
+  return pick([f'a drawing of {with_article(main.name)}{extra}', f'sketch of {with_article(main.name)}{extra}', f'{main.name} doodle{extra}'])
+
+
+def long_caption(objects: list[SceneObject], background: str) -> str:
+  """One sentence per object, one per relation to the main object, one for the background."""
+  sentences = []
+  for obj in objects:
+    where = 'in the center' if obj.position == 'center' else f'at the {obj.position}'
+    sentences.append(f'There is {_phrase(obj, True)} {where}.')
+  for obj in objects[1:]:
+    sentences.append(f'The {obj.name} is {relation(obj, objects[0])} the {objects[0].name}.')
+  sentences.append(f'The background is {background}.')
+  return ' '.join(sentences)
+
+
+def canonical_and_negatives(objects: list[SceneObject], rng: np.random.Generator) -> tuple[str, list[str]]:
+  """A noise-free caption and hard negatives that reuse its words: swapped attributes, swapped relation,
+  or a replaced colour / shape."""
+  main = objects[0]
+  other_color = [c for c in COLOR_NAMES if c not in {o.color for o in objects}]
+  other_shape = [s for s in SHAPES if s not in {o.shape for o in objects}]
+  new_color = other_color[int(rng.integers(len(other_color)))]
+  new_shape = other_shape[int(rng.integers(len(other_shape)))]
+  a = with_article
+  if len(objects) == 1:
+    return a(main.name), [a(f'{new_color} {main.shape}'), a(f'{main.color} {new_shape}')]
+  second = objects[1]
+  rel = relation(main, second)
+  canonical = f'{a(main.name)} {rel} {a(second.name)}'
+  negatives = [f'{a(main.name)} {INVERSE_RELATION[rel]} {a(second.name)}',
+               f'{a(f"{new_color} {main.shape}")} {rel} {a(second.name)}']
+  if main.color != second.color:
+    negatives.append(f'{a(f"{second.color} {main.shape}")} {rel} {a(f"{main.color} {second.shape}")}')
+  return canonical, negatives
+
+
+def make_example(seed: int, split: str, source: str, index: int, resolution: int) -> dict[str, Any]:
+  """The example (seed, split, source, index) as a record dict (see records.py)."""
+  rng = _rng(seed, split, source, index)
+  objects = sample_scene(rng)
+  image, mask, background = render(objects, source, resolution, rng)
+  canonical, negatives = canonical_and_negatives(objects, rng)
+  return {
+      'image': records.encode_png(image),
+      'caption': short_caption(objects, source, background, rng),
+      'long_caption': long_caption(objects, background),
+      'label': class_label(objects[0].color, objects[0].shape),
+      'source': source,
+      'key': f'{source}/{split}/{index}',
+      'mask': records.encode_png(mask),
+      'canonical_caption': canonical,
+      'hard_negatives': negatives,
+  }
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticSpec:
+  """What identifies a generated copy of the dataset; its hash names the cache subdirectory."""
+  seed: int = 0
+  resolution: int = 32
+  num_train: int = 10000  # per source
+  num_val: int = 500
+  num_test: int = 500
+  sources: tuple[str, ...] = SOURCES
+  shards: int = 2
+
+  def num_examples(self, split: str) -> int:
+    return {'train': self.num_train, 'val': self.num_val, 'test': self.num_test}[split]
+
+  def digest(self) -> str:
+    payload = json.dumps({**dataclasses.asdict(self), 'version': FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _examples(spec: SyntheticSpec, split: str, source: str) -> Iterator[dict[str, Any]]:
+  for index in range(spec.num_examples(split)):
+    yield make_example(spec.seed, split, source, index, spec.resolution)
+
+
+def default_cache_dir() -> str:
+  return os.environ.get('VLP_JAX_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'vlp_jax'))
+
+
+def ensure_dataset(spec: SyntheticSpec, cache_dir: str | None = None, verbose: bool = True) -> str:
+  """Generate the shards once into `cache_dir/synthetic-<digest>` and return that directory.
+
+  Written to a temporary directory and renamed into place, so a crash never leaves a partial dataset and concurrent
+  processes (several hosts on one filesystem) do not collide.
+  """
+  for source in spec.sources:
+    if source not in SOURCES:
+      raise ValueError(f"unknown synthetic source '{source}'; valid choices: {SOURCES}")
+  root = os.path.join(cache_dir or default_cache_dir(), f'synthetic-{spec.digest()}')
+  if os.path.exists(os.path.join(root, 'spec.json')):
+    return root
+  os.makedirs(os.path.dirname(root), exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix='.synthetic-tmp-', dir=os.path.dirname(root))
+  try:
+    total = sum(spec.num_examples(s) for s in SPLITS) * len(spec.sources)
+    if verbose:
+      print(f'Generating the embedded dataset ({total} examples, {spec.resolution}px) into {root} ...', flush=True)
+    for source in spec.sources:
+      for split in SPLITS:
+        records.write_shards(_examples(spec, split, source), os.path.join(tmp, source), split,
+                             spec.num_examples(split), spec.shards)
+    with open(os.path.join(tmp, 'spec.json'), 'w') as f:
+      json.dump({**dataclasses.asdict(spec), 'version': FORMAT_VERSION, 'class_names': CLASS_NAMES}, f, indent=1)
+    try:
+      os.rename(tmp, root)
+    except OSError:
+      if not os.path.exists(os.path.join(root, 'spec.json')):
+        raise
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return root
+
+
+def shard_paths(root: str, split: str, sources: tuple[str, ...]) -> list[str]:
+  """The ArrayRecord files of `split` for the given sources, in a fixed order."""
+  paths = []
+  for source in sources:
+    directory = os.path.join(root, source)
+    paths += sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(f'{split}-'))
+  return paths

@@ -1,0 +1,34 @@
+"""Evaluators by name. Each takes an `Encoder` and an `EvalSet` and returns {metric: value}; the runner names them
+`eval/<dataset>/<metric>`."""
+from __future__ import annotations
+
+from typing import Callable
+
+from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.evaluation.retrieval import retrieval_chance, retrieval_metrics
+from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
+
+
+def zeroshot(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
+  classes = class_embeddings(encoder.texts, eval_set.class_names, eval_set.templates)
+  return zeroshot_metrics(image_emb, classes, eval_set.labels)
+
+
+def retrieval(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
+  metrics = retrieval_metrics(image_emb, encoder.texts(eval_set.captions), eval_set.caption_image)
+  metrics['i2t_r1_chance'], metrics['t2i_r1_chance'] = retrieval_chance(len(image_emb), len(eval_set.captions), 1)
+  return metrics
+
+
+EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval}
+
+
+def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...]) -> dict[str, float]:
+  """Every task on every eval set; image embeddings are computed once per set."""
+  results = {}
+  for eval_set in eval_sets:
+    image_emb = encoder.images(eval_set.images)
+    for task in tasks:
+      for metric, value in EVALUATORS[task](encoder, eval_set, image_emb).items():
+        results[f'eval/{eval_set.name}/{metric}'] = value
+  return results

@@ -1,0 +1,51 @@
+"""The `encode` functions every evaluator uses: images or captions -> L2-normalised embeddings on the host."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from vlp_jax import parallel
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.losses.contrastive import l2_normalize
+
+
+class Encoder:
+  """Embeds in fixed-size chunks over the mesh (rows sharded over every device), returning numpy float32.
+
+  `params` may be sharded or replicated; every process must pass the same inputs.
+  """
+
+  def __init__(self, model, params: dict, mesh: Mesh, batch_size: int = 256, context_length: int | None = None):
+    shards = parallel.num_batch_shards(mesh)
+    self.batch_size = max(shards, batch_size // shards * shards)
+    self.mesh = mesh
+    self.params = params
+    self.context_length = context_length or model.text.context_length
+    out = parallel.replicated(mesh)
+    self._images = jax.jit(
+        lambda p, x: l2_normalize(model.apply({'params': p}, x, method=model.encode_image)['embed']),
+        out_shardings=out)
+    self._texts = jax.jit(
+        lambda p, t: l2_normalize(model.apply({'params': p}, t, method=model.encode_text)['embed']),
+        out_shardings=out)
+
+  def _chunked(self, fn: Callable, x: np.ndarray) -> np.ndarray:
+    outputs = []
+    for start in range(0, len(x), self.batch_size):
+      chunk = x[start:start + self.batch_size]
+      padded = parallel.pad_rows(chunk, self.batch_size)
+      with jax.set_mesh(self.mesh):
+        out = fn(self.params, parallel.sharded_from_host(padded, self.mesh))
+      outputs.append(parallel.to_host(out)[:len(chunk)])
+    return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
+
+  def images(self, images: np.ndarray) -> np.ndarray:
+    """[N, H, W, 3] normalised float32 -> [N, d] unit-norm float32."""
+    return self._chunked(self._images, np.asarray(images, np.float32))
+
+  def texts(self, captions: Sequence[str]) -> np.ndarray:
+    """N captions -> [N, d] unit-norm float32, tokenised by the project's tokenizer."""
+    return self._chunked(self._texts, default_tokenizer()(list(captions), context_length=self.context_length))

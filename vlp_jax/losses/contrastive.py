@@ -1,0 +1,36 @@
+"""Contrastive losses over the global batch, as pure functions of normalised embeddings."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from vlp_jax.parallel import constrain_rows
+
+
+def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """[..., d] -> [..., d] with unit L2 norm along the last axis (computed in float32)."""
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), eps))
+
+
+def clip_infonce(zi: jax.Array, zt: jax.Array, log_scale: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Symmetric InfoNCE: (CE(s zi zt^T, arange) + CE(s zt zi^T, arange)) / 2, means over the global batch.
+
+  zi, zt: [B, d] L2-normalised; log_scale: [] with s = exp(log_scale).
+  The [B, B] logits are row-sharded; the text->image direction reduces over columns of the same matrix instead of
+  transposing it, so no device ever holds B x B.
+  Returns (loss [], metrics with the two directions and the in-batch top-1 accuracy).
+  """
+  scale = jnp.exp(log_scale.astype(jnp.float32))
+  logits = constrain_rows(scale * zi.astype(jnp.float32) @ zt.astype(jnp.float32).T)  # [B, B]
+  positives = scale * jnp.sum(zi.astype(jnp.float32) * zt.astype(jnp.float32), axis=-1)  # [B]
+  loss_i2t = jnp.mean(jax.nn.logsumexp(logits, axis=1) - positives)
+  loss_t2i = jnp.mean(jax.nn.logsumexp(logits, axis=0) - positives)
+  labels = jnp.arange(logits.shape[0])
+  metrics = {
+      'loss_i2t': loss_i2t,
+      'loss_t2i': loss_t2i,
+      'i2t_batch_acc': jnp.mean(jnp.argmax(logits, axis=1) == labels),
+      'logit_scale': scale,
+  }
+  return (loss_i2t + loss_t2i) / 2, metrics

@@ -1,0 +1,35 @@
+"""Train entry point: `python -m vlp_jax.main --config=configs/NAME.py --workdir=DIR [--config.key=value ...]`.
+
+A second run with the same workdir resumes from the latest checkpoint; a finished run says so and exits.
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to a config file with get_config().',
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  del argv
+  from vlp_jax import config as config_lib, parallel
+  from vlp_jax.data.datasets import DataNotFoundError
+  from vlp_jax.training.loop import train_and_evaluate
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  parallel.initialize_distributed()
+  config = _CONFIG.value
+  try:
+    config_lib.validate(config)
+    train_and_evaluate(config, _WORKDIR.value)
+  except (config_lib.ConfigError, DataNotFoundError) as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,124 @@
+"""CLIP: a ViT image tower and a causal text tower, with parameters named as in OpenAI CLIP checkpoints.
+
+Parameter tree (OpenAI name in brackets where it differs only by '.' -> '_'):
+  visual/{conv1, class_embedding, positional_embedding, ln_pre, transformer/resblocks_i, ln_post, proj}
+  token_embedding, positional_embedding, transformer/resblocks_i, ln_final, text_projection, logit_scale
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vlp_jax.models.transformer import Transformer, layer_norm
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
+
+
+class VisionTransformer(nn.Module):
+  image_size: int
+  patch_size: int
+  width: int
+  layers: int
+  heads: int
+  output_dim: int
+  act: str
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> dict[str, jax.Array]:
+    """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]}.
+
+    `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
+    multi-crop local views) get bicubically interpolated positional embeddings.
+    """
+    scale = self.width**-0.5
+    x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
+                use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
+    batch, grid_h, grid_w, _ = x.shape
+    x = x.reshape(batch, grid_h * grid_w, self.width)
+    class_embedding = self.param('class_embedding', nn.initializers.normal(scale), (self.width,))
+    grid = self.image_size // self.patch_size
+    pos = self.param('positional_embedding', nn.initializers.normal(scale), (grid * grid + 1, self.width))
+    pos = _resize_positional_embedding(pos, grid, (grid_h, grid_w))
+    cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
+    x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
+    x = layer_norm('ln_pre', self.dtype)(x)
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, name='transformer')(x)
+    x = layer_norm('ln_post', self.dtype)(x)
+    proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
+    return {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0], 'tokens': x[:, 1:]}
+
+
+def _resize_positional_embedding(pos: jax.Array, grid: int, new_grid: tuple[int, int]) -> jax.Array:
+  """[1 + g*g, w] -> [1 + h*w', w], bicubic on the patch part; the class slot is kept."""
+  if new_grid == (grid, grid):
+    return pos
+  patch = pos[1:].reshape(grid, grid, -1)
+  patch = jax.image.resize(patch, (*new_grid, patch.shape[-1]), method='bicubic')
+  return jnp.concatenate([pos[:1], patch.reshape(-1, pos.shape[-1])], axis=0)
+
+
+class CLIP(nn.Module):
+  """Two towers and a learnable log logit scale. The text tower sits at the top level, as in OpenAI's layout."""
+  embed_dim: int
+  vision: ml_collections.FrozenConfigDict
+  text: ml_collections.FrozenConfigDict
+  act: str = 'gelu'
+  dtype: Any = jnp.float32
+  init_logit_scale: float = math.log(1 / 0.07)
+
+  def setup(self):
+    v, t = self.vision, self.text
+    self.visual = VisionTransformer(v.image_size, v.patch_size, v.width, v.layers, v.heads, self.embed_dim, self.act,
+                                    self.dtype)
+    self.token_embedding = nn.Embed(t.vocab_size, t.width, embedding_init=nn.initializers.normal(0.02),
+                                    dtype=self.dtype)
+    self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
+                                           (t.context_length, t.width))
+    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype)
+    self.ln_final = layer_norm('ln_final', self.dtype)
+    self.text_projection = self.param('text_projection', nn.initializers.normal(t.width**-0.5),
+                                      (t.width, self.embed_dim))
+    self.logit_scale = self.param('logit_scale', nn.initializers.constant(self.init_logit_scale), ())
+
+  def encode_image(self, images: jax.Array) -> dict[str, jax.Array]:
+    """images: [B, H, W, 3] -> {'embed': [B, d] (not normalised), 'cls': [B, w], 'tokens': [B, N, w]}."""
+    return self.visual(images)
+
+  def encode_text(self, tokens: jax.Array) -> dict[str, jax.Array]:
+    """tokens: [B, L] int, L <= context_length -> {'embed': [B, d], 'eot': [B, w], 'tokens': [B, L, w]}.
+
+    The feature is read at the EOT token, the position of the largest id in each row.
+    """
+    length = tokens.shape[1]
+    if length > self.text.context_length:
+      raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')
+    x = self.token_embedding(tokens) + self.positional_embedding[:length].astype(self.dtype)
+    x = self.transformer(x, causal=True)
+    x = self.ln_final(x)
+    eot = jnp.take_along_axis(x, jnp.argmax(tokens, axis=-1)[:, None, None], axis=1)[:, 0]
+    return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot, 'tokens': x}
+
+  def __call__(self, images: jax.Array, tokens: jax.Array) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    """Both towers; used for initialisation."""
+    return self.encode_image(images), self.encode_text(tokens)
+
+
+def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
+  return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
+              text=ml_collections.FrozenConfigDict(model_config.text),
+              act=model_config.act, dtype=DTYPES[model_config.dtype],
+              init_logit_scale=model_config.init_logit_scale)
+
+
+def init_params(model: CLIP, rng: jax.Array) -> dict:
+  """Float32 parameters as a plain nested dict."""
+  v, t = model.vision, model.text
+  images = jnp.zeros((1, v.image_size, v.image_size, 3), jnp.float32)
+  tokens = jnp.zeros((1, t.context_length), jnp.int32)
+  return model.init(rng, images, tokens)['params']

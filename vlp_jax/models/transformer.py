@@ -1,0 +1,99 @@
+"""Pre-LN transformer blocks laid out as OpenAI CLIP (`ln_1`, `attn.in_proj`, `attn.out_proj`, `ln_2`, `mlp.c_fc`,
+`mlp.c_proj`), so that OpenAI / open_clip weights map onto these parameters by name."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LN_EPS = 1e-5  # OpenAI CLIP's LayerNorm eps (Flax's default is 1e-6)
+
+
+def quick_gelu(x: jax.Array) -> jax.Array:
+  """OpenAI CLIP's activation: x * sigmoid(1.702 x)."""
+  return x * jax.nn.sigmoid(1.702 * x)
+
+
+def exact_gelu(x: jax.Array) -> jax.Array:
+  return jax.nn.gelu(x, approximate=False)
+
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {'quick_gelu': quick_gelu, 'gelu': exact_gelu}
+
+
+def layer_norm(name: str, dtype: Any) -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=LN_EPS, dtype=dtype, name=name)
+
+
+class MultiHeadAttention(nn.Module):
+  """Self-attention with a packed qkv projection `in_proj` ([w, 3w] + bias) and `out_proj`."""
+  width: int
+  heads: int
+  layers: int  # of the whole tower, for the output-projection init
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]."""
+    if self.width % self.heads:
+      raise ValueError(f'width {self.width} is not divisible by heads {self.heads}')
+    batch, length, _ = x.shape
+    head_dim = self.width // self.heads
+    qkv = nn.Dense(3 * self.width, dtype=self.dtype, name='in_proj',
+                   kernel_init=nn.initializers.normal(self.width**-0.5))(x)
+    q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    out = out.reshape(batch, length, self.width)
+    proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
+    return nn.Dense(self.width, dtype=self.dtype, name='out_proj',
+                    kernel_init=nn.initializers.normal(proj_std))(out)
+
+
+class Mlp(nn.Module):
+  width: int
+  layers: int
+  act: str
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w] through a 4w hidden layer."""
+    h = nn.Dense(4 * self.width, dtype=self.dtype, name='c_fc',
+                 kernel_init=nn.initializers.normal((2 * self.width)**-0.5))(x)
+    h = ACTIVATIONS[self.act](h)
+    proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
+    return nn.Dense(self.width, dtype=self.dtype, name='c_proj', kernel_init=nn.initializers.normal(proj_std))(h)
+
+
+class ResidualAttentionBlock(nn.Module):
+  width: int
+  heads: int
+  layers: int
+  act: str
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]."""
+    x = x + MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, name='attn')(
+        layer_norm('ln_1', self.dtype)(x), causal)
+    return x + Mlp(self.width, self.layers, self.act, self.dtype, name='mlp')(layer_norm('ln_2', self.dtype)(x))
+
+
+class Transformer(nn.Module):
+  """A stack of blocks named `resblocks_{i}` (OpenAI: `resblocks.{i}`)."""
+  width: int
+  layers: int
+  heads: int
+  act: str
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, causal: bool = False) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]."""
+    for i in range(self.layers):
+      x = ResidualAttentionBlock(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(
+          x, causal)
+    return x

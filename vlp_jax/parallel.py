@@ -1,0 +1,106 @@
+"""Device mesh, sharding rules and host-local <-> global arrays.
+
+One mesh with axes ('data', 'fsdp'). The batch is sharded over both axes; parameters are replicated unless they are
+large enough to be sharded over 'fsdp' along their largest divisible dimension.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ('data', 'fsdp')
+BATCH_AXES = ('data', 'fsdp')  # the batch dimension is split over every device
+
+
+def make_mesh(fsdp: int = 1, devices: list | None = None) -> Mesh:
+  """Mesh of shape [n_devices // fsdp, fsdp] with Auto axes (GSPMD propagation)."""
+  devices = list(jax.devices() if devices is None else devices)
+  if fsdp < 1 or len(devices) % fsdp:
+    raise ValueError(f'mesh.fsdp={fsdp} must be >= 1 and divide the device count {len(devices)}')
+  grid = np.array(devices).reshape(len(devices) // fsdp, fsdp)
+  return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Leading (batch) dim split over every device, the rest replicated."""
+  return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def param_spec(shape: tuple[int, ...], fsdp_size: int, min_size: int) -> P:
+  """Shard the largest dim divisible by `fsdp_size` over 'fsdp' for arrays with >= min_size elements."""
+  if fsdp_size <= 1 or math.prod(shape) < min_size:
+    return P()
+  for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+    if shape[dim] % fsdp_size == 0:
+      spec = [None] * len(shape)
+      spec[dim] = 'fsdp'
+      return P(*spec)
+  return P()
+
+
+def tree_shardings(tree: Any, mesh: Mesh, min_size: int = 2**18) -> Any:
+  """NamedSharding for every array leaf of `tree` (params, optimizer state) by the fsdp rule."""
+  fsdp_size = mesh.shape['fsdp']
+  return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(tuple(np.shape(x)), fsdp_size, min_size)), tree)
+
+
+def constrain_rows(x: jax.Array) -> jax.Array:
+  """Shard a [B, ...] matrix by rows over every device, when traced under `jax.set_mesh`.
+
+  Logit and affinity matrices use this so that a device holds B_local x B_global, never B x B.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return x
+  return jax.lax.with_sharding_constraint(x, P(BATCH_AXES, *([None] * (x.ndim - 1))))
+
+
+def global_batch(local: Any, mesh: Mesh) -> Any:
+  """Assemble process-local numpy batches ([B_local, ...]) into global arrays sharded by batch."""
+  sharding = batch_sharding(mesh)
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local)
+
+
+def replicated_from_host(tree: Any, mesh: Mesh) -> Any:
+  """Put a host pytree (identical on every process) on the mesh, replicated."""
+  sharding = replicated(mesh)
+  return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda idx: np.asarray(x)[idx]), tree)
+
+
+def sharded_from_host(x: np.ndarray, mesh: Mesh) -> jax.Array:
+  """Put a host array that every process holds in full on the mesh, split by rows ([N, ...], N % devices == 0)."""
+  return jax.make_array_from_callback(x.shape, batch_sharding(mesh), lambda idx: x[idx])
+
+
+def to_host(x: Any) -> Any:
+  """Fully addressable (replicated) jax arrays -> numpy."""
+  return jax.tree.map(lambda a: np.asarray(jax.device_get(a)), x)
+
+
+def num_batch_shards(mesh: Mesh) -> int:
+  return mesh.shape['data'] * mesh.shape['fsdp']
+
+
+def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
+  """[N, ...] -> [ceil(N / multiple) * multiple, ...], padding with zeros."""
+  pad = (-len(x)) % multiple
+  if not pad:
+    return x
+  return np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
+
+
+def initialize_distributed() -> None:
+  """Join a multi-process job when one is configured (TPU pods, SLURM, or explicit coordinator env vars)."""
+  import os
+  if os.environ.get('JAX_COORDINATOR_ADDRESS') or os.environ.get('SLURM_NTASKS') or os.environ.get('TPU_WORKER_HOSTNAMES'):
+    jax.distributed.initialize()
+

@@ -1,0 +1,176 @@
+"""The training loop: data -> sharded step -> metrics, evaluation and checkpoints; resumes from `workdir`."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from vlp_jax import config as config_lib
+from vlp_jax import models, objectives, parallel
+from vlp_jax.data import datasets, pipeline
+from vlp_jax.evaluation import Encoder, run_evaluations
+from vlp_jax.training.checkpoint import Checkpointer
+from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
+from vlp_jax.training.state import create_train_state
+from vlp_jax.training.step import compile_train_step
+from vlp_jax.training.writer import MetricWriter, read_metrics
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  hours, rest = divmod(seconds, 3600)
+  return f'{hours}h{rest // 60:02d}m{rest % 60:02d}s' if hours else f'{rest // 60}m{rest % 60:02d}s'
+
+
+class Progress:
+  """Step rate and ETA over the training steps only (evaluation and checkpoint time excluded)."""
+
+  def __init__(self, total_steps: int, batch_size: int, start_step: int):
+    self.total_steps, self.batch_size = total_steps, batch_size
+    self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
+
+  def pause(self) -> None:
+    self.paused_at = time.perf_counter()
+
+  def resume(self) -> None:
+    self.last_time += time.perf_counter() - self.paused_at
+
+  def tick(self, step: int) -> dict[str, float]:
+    """Throughput since the last tick; {} when no step has been timed yet."""
+    now = time.perf_counter()
+    seconds, steps = now - self.last_time, step - self.last_step
+    if steps == 0:
+      return {}
+    self.last_step, self.last_time = step, now
+    self.train_seconds += seconds
+    self.train_steps += steps
+    rate = steps / max(seconds, 1e-9)
+    mean_rate = self.train_steps / max(self.train_seconds, 1e-9)
+    return {'perf/samples_per_sec': rate * self.batch_size, 'perf/steps_per_sec': rate,
+            'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9)}
+
+
+def print_summary(results: dict[str, float], header: str) -> None:
+  """A readable table of eval metrics, with the chance levels beside the scores."""
+  print(header)
+  for name in sorted(results):
+    if name.endswith('_chance'):
+      continue
+    chance = results.get(name.replace('zeroshot_top1', 'zeroshot_chance').replace('_r1', '_r1_chance'))
+    chance_text = f'   (chance {chance:.4f})' if chance is not None and name.endswith(('_top1', '_r1')) else ''
+    print(f'  {name:40s} {results[name]:.4f}{chance_text}')
+  print(flush=True)
+
+
+def latest_eval(workdir: str) -> dict[str, float]:
+  """The most recent eval/* values in metrics.jsonl."""
+  results = {}
+  for record in read_metrics(workdir):
+    results.update({k: v for k, v in record.items() if k.startswith('eval/')})
+  return results
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_step: int | None = None
+                       ) -> dict[str, Any]:
+  """Train to `config.total_steps` (or until `stop_at_step`, saving a checkpoint there), evaluating and
+  checkpointing on the way. Resumes from the latest checkpoint in `workdir`.
+
+  Returns {'state': the final TrainState (None if training had already finished), 'eval': the last eval metrics,
+  'step': the last step}.
+  """
+  config_lib.validate(config, num_devices=jax.device_count())
+  os.makedirs(workdir, exist_ok=True)
+  checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep)
+  latest = checkpointer.latest_step()
+  if latest is not None and latest >= config.total_steps:
+    results = latest_eval(workdir)
+    print(f'Training already finished: {workdir} has a checkpoint at step {latest} of {config.total_steps}. '
+          'Nothing to do.')
+    if results:
+      print_summary(results, 'Last evaluation:')
+    checkpointer.close()
+    return {'state': None, 'eval': results, 'step': latest}
+
+  mesh = parallel.make_mesh(config.mesh.fsdp)
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  tx = make_optimizer(config.optim, config.total_steps)
+  schedule = learning_rate_schedule(config.optim, config.total_steps)
+  rng = jax.random.key(config.seed)
+  init_rng, step_rng = jax.random.split(rng)
+
+  paths = datasets.train_paths(config.data)
+  transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length,
+                                     config.data.caption_field)
+  data_iterator = pipeline.train_iterator(
+      paths, transform, seed=config.seed, global_batch_size=config.batch_size,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      num_workers=config.data.num_workers, num_threads=config.data.num_threads)
+
+  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
+  state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
+  if latest is not None:
+    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state,
+                            state_shardings)
+    state = checkpointer.restore(latest, abstract, data_iterator)
+    print(f'Resumed from step {latest} in {checkpointer.directory}', flush=True)
+  else:
+    state = jax.jit(lambda r: create_train_state(objective, tx, r), out_shardings=state_shardings)(init_rng)
+  start_step = int(state.step)
+  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  print(f'Model {config.model.name}: {num_params / 1e6:.2f}M parameters; objective {config.objective.name}; '
+        f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
+
+  step_fn = compile_train_step(objective, tx, mesh, state_shardings)
+  eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
+               for name in config.eval.datasets]
+  encoder = Encoder(model, state.params, mesh, config.eval.batch_size, config.model.text.context_length)
+  writer = MetricWriter(workdir, resume_step=start_step)
+  progress = Progress(config.total_steps, config.batch_size, start_step)
+  last_step = min(config.total_steps, stop_at_step or config.total_steps)
+  results = latest_eval(workdir) if start_step else {}
+
+  def evaluate(step: int) -> dict[str, float]:
+    progress.pause()
+    began = time.perf_counter()
+    encoder.params = state.params
+    metrics = run_evaluations(encoder, eval_sets, tuple(config.eval.tasks))
+    metrics['perf/eval_seconds'] = time.perf_counter() - began
+    writer.write(step, metrics)
+    if step < config.total_steps:  # the final results are printed once, at the end
+      print_summary(metrics, f'Evaluation at step {step} ({metrics["perf/eval_seconds"]:.1f}s):')
+    progress.resume()
+    return metrics
+
+  step = start_step
+  for step in range(start_step + 1, last_step + 1):
+    batch = parallel.global_batch(next(data_iterator), mesh)
+    state, metrics = step_fn(state, batch, step_rng)
+    if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
+      jax.block_until_ready(state)
+      progress = Progress(config.total_steps, config.batch_size, step)
+      print(f'Compiled and ran step {step}.', flush=True)
+    if step % config.log_every_steps == 0 or step == config.total_steps:
+      metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
+      metrics['train/learning_rate'] = float(schedule(step - 1))
+      metrics.update(progress.tick(step))
+      writer.write(step, metrics)
+      rate = metrics.get('perf/samples_per_sec')
+      print(f'step {step}/{config.total_steps} | loss {metrics["train/loss"]:.4f} | '
+            + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate else 'compiling'),
+            flush=True)
+    if step % config.eval.every_steps == 0 or step == config.total_steps:
+      results = evaluate(step)
+    if step % config.checkpoint.every_steps == 0 or step == last_step:
+      progress.pause()
+      checkpointer.save(step, state, data_iterator, config)
+      progress.resume()
+  writer.close()
+  checkpointer.close()
+  if step >= config.total_steps and results:
+    print_summary(results, f'Finished training at step {step}. Results on the {config.eval.split} split:')
+  return {'state': state, 'eval': results, 'step': step}
