@@ -95,7 +95,10 @@ def _check_keys(config: Any, reference: Any, prefix: str) -> None:
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled."""
   reference = base_config()
-  objective_cls = objectives.get(config.get('objective', {}).get('name', 'clip'))
+  try:
+    objective_cls = objectives.get(config.get('objective', {}).get('name', 'clip'))
+  except ValueError as error:
+    raise ConfigError(str(error)) from None
   reference.objective = ml_collections.ConfigDict(objective_cls.default_config())
   _check_keys(config, reference, '')
   for key in _POSITIVE_INTS:

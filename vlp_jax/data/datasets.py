@@ -53,8 +53,10 @@ def train_paths(data: ml_collections.ConfigDict) -> list[str]:
     pattern = data.path if any(c in data.path for c in '*?[') else os.path.join(data.path, '*.array_record')
     paths = sorted(glob.glob(pattern))
     if not data.path or not paths:
+      where = (f"config.data.path='{data.path}' holds no ArrayRecord shards (looked for {pattern})."
+               if data.path else 'config.data.path is empty: this config trains on data you prepare yourself.')
       raise DataNotFoundError(
-          f"config.data.path='{data.path}' holds no ArrayRecord shards (looked for {pattern}).\n"
+          f'{where}\n'
           'Prepare the data first: convert your image-text pairs (e.g. CC3M as TSV or webdataset) into ArrayRecord '
           'files in the vlp_jax record format described in vlp_jax/data/records.py (one msgpack map per example, '
           'written with group_size:1), then pass --config.data.path=/path/to/shards. docs/data.md describes the '

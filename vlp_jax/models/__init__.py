@@ -15,7 +15,7 @@ _TEXT_BASE = dict(vocab_size=49408, context_length=77, width=512, layers=12, hea
 
 PRESETS: dict[str, dict] = {
     # CPU-sized: trains on the embedded dataset in minutes.
-    'tiny': dict(embed_dim=128, vision=dict(image_size=32, patch_size=4, width=128, layers=4, heads=4),
+    'tiny': dict(embed_dim=128, vision=dict(image_size=32, patch_size=8, width=128, layers=4, heads=4),
                  text=dict(vocab_size=49408, context_length=32, width=128, layers=4, heads=4)),
     'ViT-B-32': dict(embed_dim=512, vision=dict(image_size=224, patch_size=32, width=768, layers=12, heads=12),
                      text=_TEXT_BASE),

@@ -83,6 +83,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   'step': the last step}.
   """
   config_lib.validate(config, num_devices=jax.device_count())
+  paths = datasets.train_paths(config.data)  # fails early, with instructions, when the data is missing
   os.makedirs(workdir, exist_ok=True)
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep)
   latest = checkpointer.latest_step()
@@ -103,7 +104,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   rng = jax.random.key(config.seed)
   init_rng, step_rng = jax.random.split(rng)
 
-  paths = datasets.train_paths(config.data)
   transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length,
                                      config.data.caption_field)
   data_iterator = pipeline.train_iterator(

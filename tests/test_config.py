@@ -1,0 +1,68 @@
+"""Config validation: bad keys, types and choices give errors that name the key and the valid choices."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from vlp_jax.config import ConfigError, base_config, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_base_and_shipped_configs_are_valid():
+  validate(base_config(), num_devices=8)
+  for name in sorted(os.listdir(os.path.join(ROOT, 'configs'))):
+    if name.endswith('.py') and not name.startswith('_'):
+      spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, 'configs', name))
+      module = importlib.util.module_from_spec(spec)
+      spec.loader.exec_module(module)
+      validate(module.get_config())
+
+
+@pytest.mark.parametrize('mutate,message', [
+    (lambda c: c.optim.__setitem__('learnig_rate', 1e-3), r"unknown config key 'config.optim.learnig_rate'.*'lr'"),
+    (lambda c: c.__setitem__('totl_steps', 3), r"unknown config key 'config.totl_steps'"),
+    (lambda c: c.model.vision.__setitem__('patch', 8), r"config.model.vision.patch'.*patch_size"),
+    (lambda c: c.__setitem__('batch_size', 0), r'config.batch_size must be a positive integer'),
+    (lambda c: c.objective.__setitem__('name', 'clipp'), r"'clipp' is not a registered objective.*clip"),
+    (lambda c: c.model.__setitem__('act', 'relu'), r"config.model.act='relu'.*quick_gelu"),
+    (lambda c: c.data.__setitem__('name', 'laion'), r"config.data.name='laion'.*array_record"),
+    (lambda c: c.eval.__setitem__('tasks', ('zeroshot', 'vqa')), r"config.eval.tasks has 'vqa'.*retrieval"),
+    (lambda c: c.model.vision.__setitem__('patch_size', 5), r'image_size=32 is not a multiple.*patch_size=5'),
+    (lambda c: c.model.text.__setitem__('heads', 3), r'config.model.text.width=128 is not divisible'),
+    (lambda c: c.optim.__setitem__('warmup_steps', 10**6), r'config.optim.warmup_steps'),
+    (lambda c: c.data.synthetic.__setitem__('sources', ('studio', 'cartoon')), r"'cartoon'.*sketch"),
+])
+def test_invalid_configs_name_the_key(mutate, message):
+  config = base_config()
+  mutate(config)
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+
+
+def test_type_mismatch_names_the_key():
+  config = base_config()
+  config.optim = ml_collections.ConfigDict({**config.optim.to_dict(), 'lr': 'fast'})  # as a config file might
+  with pytest.raises(ConfigError, match=r'config.optim.lr has type str, expected float'):
+    validate(config)
+
+
+def test_batch_must_split_over_devices():
+  config = base_config()
+  config.batch_size = 12
+  with pytest.raises(ConfigError, match='divisible by the device count 8'):
+    validate(config, num_devices=8)
+
+
+def test_command_line_typo_is_reported_before_compiling(tmp_path):
+  env = {**os.environ, 'PYTHONPATH': ROOT}
+  result = subprocess.run(
+      [sys.executable, '-m', 'vlp_jax.main', '--config=configs/clip_synthetic_tiny.py',
+       f'--workdir={tmp_path}', '--config.optim.learnig_rate=0.1'],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert result.returncode != 0
+  assert 'learnig_rate' in result.stderr
+  assert not (tmp_path / 'checkpoints').exists()
