@@ -9,6 +9,7 @@ from typing import Any
 import grain
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -54,4 +55,4 @@ def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
 def load_params(checkpoint_dir: str) -> dict:
   """The model parameters of a checkpoint step directory, as host numpy arrays (for notebooks and tools)."""
   restored = ocp.StandardCheckpointer().restore(os.path.join(os.path.abspath(checkpoint_dir), 'state'))
-  return jax.tree.map(lambda x: x, restored['params'])
+  return jax.tree.map(np.asarray, restored['params'])

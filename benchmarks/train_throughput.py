@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Train-step and input-pipeline throughput of a config, measured in one run; prints one JSON object.
+
+The ratio `pipeline_headroom` = pipeline samples/s / train-step samples/s says whether data loading can keep up
+(> 1 means the step, not the data, is the bottleneck).
+
+python benchmarks/train_throughput.py [--config=configs/clip_synthetic_tiny.py] [--steps=20]
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from vlp_jax import models, objectives, parallel  # noqa: E402
+from vlp_jax.data import datasets, pipeline  # noqa: E402
+from vlp_jax.training import optim  # noqa: E402
+from vlp_jax.training.state import create_train_state  # noqa: E402
+from vlp_jax.training.step import compile_train_step  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/clip_synthetic_tiny.py', 'Config file.')
+_STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (after one warm-up step).')
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value
+  mesh = parallel.make_mesh(config.mesh.fsdp)
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  tx = optim.make_optimizer(config.optim, config.total_steps)
+  state = create_train_state(objective, tx, jax.random.key(0))
+  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
+  state = jax.device_put(state, shardings)
+  step_fn = compile_train_step(objective, tx, mesh, shardings)
+  transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length)
+  iterator = pipeline.train_iterator(datasets.train_paths(config.data), transform, seed=0,
+                                     global_batch_size=config.batch_size, process_index=0, process_count=1)
+  began = time.perf_counter()
+  host_batches = [next(iterator) for _ in range(_STEPS.value + 1)]
+  pipeline_rate = len(host_batches) * config.batch_size / (time.perf_counter() - began)
+  batches = [parallel.global_batch(b, mesh) for b in host_batches]
+  rng = jax.random.key(1)
+  began = time.perf_counter()
+  state, _ = step_fn(state, batches[0], rng)
+  jax.block_until_ready(state)
+  compile_seconds = time.perf_counter() - began
+  began = time.perf_counter()
+  for batch in batches[1:]:
+    state, metrics = step_fn(state, batch, rng)
+  jax.block_until_ready(state)
+  step_seconds = (time.perf_counter() - began) / _STEPS.value
+  print(json.dumps({
+      'benchmark': 'train_throughput', 'model': config.model.name, 'batch_size': config.batch_size,
+      'devices': jax.device_count(), 'platform': jax.devices()[0].platform, 'machine': platform.processor(),
+      'cpus': os.cpu_count(), 'compile_seconds': round(compile_seconds, 2),
+      'step_seconds': round(step_seconds, 4), 'train_samples_per_sec': round(config.batch_size / step_seconds, 1),
+      'pipeline_samples_per_sec': round(pipeline_rate, 1),
+      'pipeline_headroom': round(pipeline_rate * step_seconds / config.batch_size, 2)}))
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,84 @@
+"""The train CLI end to end: metrics.jsonl and TensorBoard names follow the contract, checkpoints hold state, data
+iterator and config, a rerun resumes or reports that training finished, and missing data gives instructions."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MICRO_FLAGS = [
+    '--config.total_steps=4', '--config.batch_size=16', '--config.log_every_steps=2', '--config.eval.every_steps=2',
+    '--config.checkpoint.every_steps=2', '--config.model.embed_dim=32', '--config.model.vision.width=32',
+    '--config.model.vision.layers=1', '--config.model.vision.heads=2', '--config.model.text.width=32',
+    '--config.model.text.layers=1', '--config.model.text.heads=2', '--config.model.text.context_length=16',
+    '--config.data.synthetic.num_train=64', '--config.data.synthetic.num_val=16',
+    '--config.data.synthetic.num_test=32', '--config.optim.warmup_steps=1']
+CONTRACT_EVAL = ('zeroshot_top1', 'zeroshot_top5', 'zeroshot_chance', 'i2t_r1', 'i2t_r5', 'i2t_r10', 't2i_r1',
+                 't2i_r5', 't2i_r10')
+
+
+def _run(args, tmp_path):
+  env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache')}
+  env.pop('XLA_FLAGS', None)  # the CLI as a user runs it: one CPU device
+  return subprocess.run([sys.executable, '-m', 'vlp_jax.main', *args], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=600)
+
+
+def _tensorboard_tags(workdir):
+  """Scalar tags in the TensorBoard event files, read with the TFRecord framing and the Event proto."""
+  from tensorboardX.proto import event_pb2
+  tags = set()
+  for name in os.listdir(workdir):
+    if not name.startswith('events.out.tfevents'):
+      continue
+    with open(os.path.join(workdir, name), 'rb') as f:
+      data = f.read()
+    offset = 0
+    while offset < len(data):
+      (length,) = struct.unpack('<Q', data[offset:offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      offset += 12 + length + 4
+      tags.update(v.tag for v in event.summary.value)
+  return tags
+
+
+def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
+  workdir = tmp_path / 'run'
+  first = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS,
+                '--config.total_steps=2'], tmp_path)
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert 'step 2/2' in first.stdout and 'samples/s' in first.stdout
+  # Extending the run resumes from the step-2 checkpoint.
+  second = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert 'Resumed from step 2' in second.stdout and 'Finished training at step 4' in second.stdout
+  records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert all('step' in r for r in records)
+  names = set().union(*records)
+  assert {'train/loss', 'perf/samples_per_sec', 'train/learning_rate'} <= names
+  assert {f'eval/synthetic/{m}' for m in CONTRACT_EVAL} <= names
+  assert sorted(r['step'] for r in records if 'eval/synthetic/zeroshot_top1' in r) == [2, 4]
+  assert {f'eval/synthetic/{m}' for m in CONTRACT_EVAL} | {'train/loss', 'perf/samples_per_sec'} <= \
+      _tensorboard_tags(workdir)
+  step_dir = workdir / 'checkpoints' / '4'
+  assert {'state', 'data', 'config'} <= set(os.listdir(step_dir))
+  assert not [d for d in os.listdir(workdir / 'checkpoints') if 'tmp' in d]
+  # The checkpoint alone rebuilds the model.
+  from vlp_jax.training.checkpoint import load_config, load_params
+  config = load_config(str(step_dir))
+  assert config.model.vision.width == 32 and config.total_steps == 4
+  params = load_params(str(step_dir))
+  assert params['visual']['conv1']['kernel'].shape == (8, 8, 3, 32)
+  # Done: a third run says so and exits cleanly.
+  third = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
+  assert third.returncode == 0 and 'Training already finished' in third.stdout
+
+
+def test_cli_without_data_explains_how_to_prepare_it(tmp_path):
+  result = _run(['--config=configs/clip_cc3m.py', f'--workdir={tmp_path / "run"}'], tmp_path)
+  assert result.returncode == 2
+  assert 'config.data.path' in result.stderr and 'records.py' in result.stderr
+  assert not (tmp_path / 'run').exists()  # nothing is created before the data is found
