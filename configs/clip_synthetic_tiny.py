@@ -12,7 +12,7 @@ def get_config():
   config.total_steps = 400
   config.batch_size = 128
   config.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.1)
-  config.eval.every_steps = 200
+  config.eval.every_steps = 100
   config.checkpoint.every_steps = 200
   config.log_every_steps = 20
   return config

@@ -66,6 +66,7 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   step_dir = workdir / 'checkpoints' / '4'
   assert {'state', 'data', 'config'} <= set(os.listdir(step_dir))
   assert not [d for d in os.listdir(workdir / 'checkpoints') if 'tmp' in d]
+  assert (workdir / 'curves.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   # The checkpoint alone rebuilds the model.
   from vlp_jax.training.checkpoint import load_config, load_params
   config = load_config(str(step_dir))

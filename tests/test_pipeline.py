@@ -4,11 +4,11 @@ import numpy as np
 from vlp_jax.data import datasets, pipeline
 
 
-def _iterator(config, process_index=0, process_count=1):
+def _iterator(config, process_index=0, process_count=1, num_workers=0):
   paths = datasets.train_paths(config.data)
   transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length)
   return pipeline.train_iterator(paths, transform, seed=7, global_batch_size=8, process_index=process_index,
-                                 process_count=process_count)
+                                 process_count=process_count, num_workers=num_workers)
 
 
 def test_batches_have_model_ready_arrays(micro):
@@ -49,3 +49,14 @@ def test_processes_read_disjoint_slices_of_one_global_order(micro):
   np.testing.assert_array_equal(np.stack([p['text'] for p in parts], 1).reshape(8, -1),
                                 next(_iterator(micro))['text'])
   assert sorted(np.concatenate([p['label'] for p in parts])) == sorted(whole)
+
+
+def test_worker_processes_give_the_same_batches_and_resume(micro):
+  inline, workers = _iterator(micro), _iterator(micro, num_workers=2)
+  for _ in range(3):
+    np.testing.assert_array_equal(next(inline)['text'], next(workers)['text'])
+  state = workers.get_state()
+  expected = next(workers)
+  resumed = _iterator(micro, num_workers=2)
+  resumed.set_state(state)
+  np.testing.assert_array_equal(next(resumed)['image'], expected['image'])

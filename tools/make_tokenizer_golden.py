@@ -28,21 +28,16 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "tests" / "data" / "tokenizer_golden.json"
 
 LONG_1 = " ".join(["The quick brown fox jumps over the lazy dog."] * 12)
-LONG_2 = (
-    "A crowded farmers market on a sunny Saturday morning, with wooden stalls piled high "
-    "with heirloom tomatoes, purple carrots, bundles of fresh basil and rosemary, wheels of "
-    "aged cheese, jars of wildflower honey and loaves of sourdough bread; shoppers carrying "
-    "woven baskets chat with vendors under striped canvas awnings while a street musician "
-    "plays an accordion near the fountain, children chase pigeons across the cobblestones, "
-    "and in the background the old clock tower shows a quarter past nine as the light "
-    "filters through the plane trees lining the square. Later that afternoon, the same "
-    "square is almost empty: a single cyclist in a yellow raincoat pedals past closed "
-    "shutters, puddles reflect the grey sky, and a black cat sleeps on a cafe chair."
-)
-LONG_3 = (
-    "Käsespätzle & Brötchen — 東京の夜景 🌃🌃 “quoted” text, it's 3.14159 × 2 = 6.28318!!! "
-    * 8
-)
+LONG_2 = ("A crowded farmers market on a sunny Saturday morning, with wooden stalls piled high "
+          "with heirloom tomatoes, purple carrots, bundles of fresh basil and rosemary, wheels of "
+          "aged cheese, jars of wildflower honey and loaves of sourdough bread; shoppers carrying "
+          "woven baskets chat with vendors under striped canvas awnings while a street musician "
+          "plays an accordion near the fountain, children chase pigeons across the cobblestones, "
+          "and in the background the old clock tower shows a quarter past nine as the light "
+          "filters through the plane trees lining the square. Later that afternoon, the same "
+          "square is almost empty: a single cyclist in a yellow raincoat pedals past closed "
+          "shutters, puddles reflect the grey sky, and a black cat sleeps on a cafe chair.")
+LONG_3 = ("Käsespätzle & Brötchen — 東京の夜景 🌃🌃 “quoted” text, it's 3.14159 × 2 = 6.28318!!! " * 8)
 
 CASES: list[str] = [
     # plain captions / case
@@ -110,44 +105,42 @@ CASES: list[str] = [
 
 
 def load_open_clip_tokenizer_module():
-    spec = importlib.util.find_spec("open_clip")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("open_clip_torch is not installed (pip install --no-deps open_clip_torch)")
-    path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "tokenizer.py"
-    mod_spec = importlib.util.spec_from_file_location("_open_clip_tokenizer", path)
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
-    return module
+  spec = importlib.util.find_spec("open_clip")
+  if spec is None or not spec.submodule_search_locations:
+    sys.exit("open_clip_torch is not installed (pip install --no-deps open_clip_torch)")
+  path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "tokenizer.py"
+  mod_spec = importlib.util.spec_from_file_location("_open_clip_tokenizer", path)
+  module = importlib.util.module_from_spec(mod_spec)
+  mod_spec.loader.exec_module(module)
+  return module
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+  args = parser.parse_args()
 
-    tok = load_open_clip_tokenizer_module()
-    version = importlib.metadata.version("open_clip_torch")
-    ids = tok.tokenize(CASES, context_length=77).tolist()
+  tok = load_open_clip_tokenizer_module()
+  version = importlib.metadata.version("open_clip_torch")
+  ids = tok.tokenize(CASES, context_length=77).tolist()
 
-    lines = [
-        "{",
-        f'  "source": {json.dumps(f"open_clip_torch {version} SimpleTokenizer")},',
-        f'  "ftfy_version": {json.dumps(importlib.metadata.version("ftfy"))},',
-        f'  "regex_version": {json.dumps(importlib.metadata.version("regex"))},',
-        '  "context_length": 77,',
-        '  "cases": [',
-    ]
-    for i, (text, row) in enumerate(zip(CASES, ids)):
-        sep = "," if i + 1 < len(CASES) else ""
-        lines.append(
-            f'    {{"text": {json.dumps(text, ensure_ascii=False)}, '
-            f'"ids": {json.dumps(row, separators=(",", ":"))}}}{sep}'
-        )
-    lines += ["  ]", "}", ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
-    print(f"wrote {len(CASES)} cases to {args.out} ({version})")
+  lines = [
+      "{",
+      f'  "source": {json.dumps(f"open_clip_torch {version} SimpleTokenizer")},',
+      f'  "ftfy_version": {json.dumps(importlib.metadata.version("ftfy"))},',
+      f'  "regex_version": {json.dumps(importlib.metadata.version("regex"))},',
+      '  "context_length": 77,',
+      '  "cases": [',
+  ]
+  for i, (text, row) in enumerate(zip(CASES, ids)):
+    sep = "," if i + 1 < len(CASES) else ""
+    lines.append(f'    {{"text": {json.dumps(text, ensure_ascii=False)}, '
+                 f'"ids": {json.dumps(row, separators=(",", ":"))}}}{sep}')
+  lines += ["  ]", "}", ""]
+  args.out.parent.mkdir(parents=True, exist_ok=True)
+  args.out.write_text("\n".join(lines), encoding="utf-8")
+  print(f"wrote {len(CASES)} cases to {args.out} ({version})")
 
 
 if __name__ == "__main__":
-    main()
+  main()

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import grain
+from absl import flags
 import numpy as np
 from PIL import Image
 
@@ -67,6 +68,8 @@ def train_iterator(paths: list[str], transform: grain.transforms.Map, *, seed: i
   dataset = dataset.batch(global_batch_size // process_count, drop_remainder=True)
   iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
   if num_workers > 0:
+    if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside an absl app use their defaults
+      flags.FLAGS.mark_as_parsed()
     iter_dataset = iter_dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
   return iter(iter_dataset)
 

@@ -14,6 +14,7 @@ from vlp_jax import models, objectives, parallel
 from vlp_jax.data import datasets, pipeline
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.training.checkpoint import Checkpointer
+from vlp_jax.training.plots import plot_curves
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.state import create_train_state
 from vlp_jax.training.step import compile_train_step
@@ -173,4 +174,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   checkpointer.close()
   if step >= config.total_steps and results:
     print_summary(results, f'Finished training at step {step}. Results on the {config.eval.split} split:')
+  if jax.process_index() == 0 and (curves := plot_curves(workdir)):
+    print(f'Training curves: {curves}', flush=True)
   return {'state': state, 'eval': results, 'step': step}
