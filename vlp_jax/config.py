@@ -62,7 +62,8 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
                   'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
-                  'data.synthetic.resolution', 'data.synthetic.num_train', 'data.synthetic.num_test',
+                  'data.synthetic.resolution', 'data.synthetic.num_train', 'data.synthetic.num_val',
+                  'data.synthetic.num_test',
                   'data.synthetic.shards')
 
 
