@@ -19,7 +19,7 @@ def micro_model():
   cfg.vision.update(image_size=16, patch_size=4, width=16, layers=2, heads=2)
   cfg.text.update(context_length=12, width=16, layers=2, heads=2)
   model = models.build_model(cfg)
-  return model, models.init_params(model, jax.random.key(0))
+  return model, models.init_variables(model, jax.random.key(0))[0]
 
 
 def test_parameter_names_follow_openai_layout(micro_model):
@@ -40,7 +40,7 @@ def test_parameter_names_follow_openai_layout(micro_model):
 @pytest.mark.parametrize('name,millions', [('ViT-B-32', 151.277313), ('ViT-B-16', 149.620737)])
 def test_preset_parameter_counts_match_openai(name, millions):
   model = models.build_model(models.preset(name))
-  shapes = jax.eval_shape(lambda: models.init_params(model, jax.random.key(0)))
+  shapes = jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0))[0])
   assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) == round(millions * 1e6)
 
 

@@ -55,6 +55,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     'model.act': tuple(ACTIVATIONS),
+    'model.vision.type': ('vit', 'resnet'),
     'model.dtype': tuple(DTYPES),
     'data.name': datasets.TRAIN_DATASETS,
     'optim.schedule': ('cosine', 'constant'),
@@ -119,10 +120,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     if source not in synthetic.SOURCES:
       raise ConfigError(f"config.data.synthetic.sources has '{source}'; valid choices: {list(synthetic.SOURCES)}")
   v, t = config.model.vision, config.model.text
-  if v.image_size % v.patch_size:
+  if v.type == 'resnet' and (len(v.stages) != 4 or v.image_size % 32):
+    raise ConfigError(f'config.model.vision.stages={tuple(v.stages)} must list 4 stage depths and '
+                      f'config.model.vision.image_size={v.image_size} must be a multiple of 32 for a ResNet tower')
+  if v.type == 'vit' and v.image_size % v.patch_size:
     raise ConfigError(f'config.model.vision.image_size={v.image_size} is not a multiple of '
                       f'config.model.vision.patch_size={v.patch_size}')
-  for tower, spec in (('vision', v), ('text', t)):
+  for tower, spec in (('vision', v), ('text', t)) if v.type == 'vit' else (('text', t),):
     if spec.width % spec.heads:
       raise ConfigError(f'config.model.{tower}.width={spec.width} is not divisible by '
                         f'config.model.{tower}.heads={spec.heads}')

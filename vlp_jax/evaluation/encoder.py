@@ -15,21 +15,22 @@ from vlp_jax.losses.contrastive import l2_normalize
 class Encoder:
   """Embeds in fixed-size chunks over the mesh (rows sharded over every device), returning numpy float32.
 
-  `params` may be sharded or replicated; every process must pass the same inputs.
+  `variables` is {'params': ..., **model_state}, sharded or replicated; every process must pass the same inputs.
   """
 
-  def __init__(self, model, params: dict, mesh: Mesh, batch_size: int = 256, context_length: int | None = None):
+  def __init__(self, model, variables: dict, mesh: Mesh, batch_size: int = 256,
+               context_length: int | None = None):
     shards = parallel.num_batch_shards(mesh)
     self.batch_size = max(shards, batch_size // shards * shards)
     self.mesh = mesh
-    self.params = params
+    self.variables = variables
     self.context_length = context_length or model.text.context_length
     out = parallel.replicated(mesh)
     self._images = jax.jit(
-        lambda p, x: l2_normalize(model.apply({'params': p}, x, method=model.encode_image)['embed']),
+        lambda v, x: l2_normalize(model.apply(v, x, method=model.encode_image)['embed']),
         out_shardings=out)
     self._texts = jax.jit(
-        lambda p, t: l2_normalize(model.apply({'params': p}, t, method=model.encode_text)['embed']),
+        lambda v, t: l2_normalize(model.apply(v, t, method=model.encode_text)['embed']),
         out_shardings=out)
 
   def _chunked(self, fn: Callable, x: np.ndarray) -> np.ndarray:
@@ -38,7 +39,7 @@ class Encoder:
       chunk = x[start:start + self.batch_size]
       padded = parallel.pad_rows(chunk, self.batch_size)
       with jax.set_mesh(self.mesh):
-        out = fn(self.params, parallel.sharded_from_host(padded, self.mesh))
+        out = fn(self.variables, parallel.sharded_from_host(padded, self.mesh))
       outputs.append(parallel.to_host(out)[:len(chunk)])
     return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
 

@@ -9,23 +9,44 @@ import math
 
 import ml_collections
 
-from vlp_jax.models.clip import CLIP, build_model, init_params  # noqa: F401
+from vlp_jax.models.clip import CLIP, build_model, init_variables  # noqa: F401
 
 _TEXT_BASE = dict(vocab_size=49408, context_length=77, width=512, layers=12, heads=8)
 
+
+def _vit(image_size: int, patch_size: int, width: int, layers: int, heads: int) -> dict:
+  return dict(type='vit', image_size=image_size, patch_size=patch_size, width=width, layers=layers, heads=heads,
+              stages=())
+
+
+def _resnet(image_size: int, stages: tuple[int, ...], width: int) -> dict:
+  # OpenAI's rule for the attention-pool heads; patch_size and layers do not apply.
+  return dict(type='resnet', image_size=image_size, patch_size=32, width=width, layers=0, heads=width * 32 // 64,
+              stages=stages)
+
+
 PRESETS: dict[str, dict] = {
     # CPU-sized: trains on the embedded dataset in minutes.
-    'tiny': dict(embed_dim=128, vision=dict(image_size=32, patch_size=8, width=128, layers=4, heads=4),
+    'tiny': dict(embed_dim=128, vision=_vit(32, 8, width=128, layers=4, heads=4),
                  text=dict(vocab_size=49408, context_length=32, width=128, layers=4, heads=4)),
-    'ViT-B-32': dict(embed_dim=512, vision=dict(image_size=224, patch_size=32, width=768, layers=12, heads=12),
-                     text=_TEXT_BASE),
-    'ViT-B-16': dict(embed_dim=512, vision=dict(image_size=224, patch_size=16, width=768, layers=12, heads=12),
-                     text=_TEXT_BASE),
+    'ViT-B-32': dict(embed_dim=512, vision=_vit(224, 32, width=768, layers=12, heads=12), text=_TEXT_BASE),
+    'ViT-B-16': dict(embed_dim=512, vision=_vit(224, 16, width=768, layers=12, heads=12), text=_TEXT_BASE),
+    'ViT-L-14': dict(embed_dim=768, vision=_vit(224, 14, width=1024, layers=24, heads=16),
+                     text=dict(_TEXT_BASE, width=768, heads=12)),
+    'RN50': dict(embed_dim=1024, vision=_resnet(224, (3, 4, 6, 3), width=64), text=_TEXT_BASE),
 }
 
 
+# '<name>-quickgelu' variants, as in open_clip: the activation of OpenAI-trained towers.
+PRESETS.update({f'{name}-quickgelu': dict(spec, act='quick_gelu') for name, spec in list(PRESETS.items())
+                if name != 'tiny'})
+
+
 def preset(name: str, **overrides) -> ml_collections.ConfigDict:
-  """The model config of a named preset: name, embed_dim, vision, text, act, dtype, init_logit_scale."""
+  """The model config of a named preset: name, embed_dim, vision, text, act, dtype, init_logit_scale.
+
+  vision.type is 'vit' (patch_size, width, layers, heads) or 'resnet' (stages, width, heads).
+  """
   if name not in PRESETS:
     raise ValueError(f"unknown model preset '{name}'; valid choices: {sorted(PRESETS)}")
   spec = PRESETS[name]
@@ -34,7 +55,7 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'embed_dim': spec['embed_dim'],
       'vision': dict(spec['vision']),
       'text': dict(spec['text']),
-      'act': 'gelu',  # 'quick_gelu' for OpenAI weights
+      'act': spec.get('act', 'gelu'),  # 'quick_gelu' for OpenAI weights
       'dtype': 'float32',  # compute dtype; parameters stay float32
       'init_logit_scale': math.log(1 / 0.07),
   })

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vlp_jax.models.positional import resize_positional_embedding
+from vlp_jax.models.resnet import ModifiedResNet
 from vlp_jax.models.transformer import Transformer, layer_norm
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
@@ -30,7 +32,7 @@ class VisionTransformer(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, images: jax.Array) -> dict[str, jax.Array]:
+  def __call__(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]}.
 
     `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
@@ -44,7 +46,7 @@ class VisionTransformer(nn.Module):
     class_embedding = self.param('class_embedding', nn.initializers.normal(scale), (self.width,))
     grid = self.image_size // self.patch_size
     pos = self.param('positional_embedding', nn.initializers.normal(scale), (grid * grid + 1, self.width))
-    pos = _resize_positional_embedding(pos, grid, (grid_h, grid_w))
+    pos = resize_positional_embedding(pos, grid, (grid_h, grid_w))
     cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
     x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
     x = layer_norm('ln_pre', self.dtype)(x)
@@ -52,15 +54,6 @@ class VisionTransformer(nn.Module):
     x = layer_norm('ln_post', self.dtype)(x)
     proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
     return {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0], 'tokens': x[:, 1:]}
-
-
-def _resize_positional_embedding(pos: jax.Array, grid: int, new_grid: tuple[int, int]) -> jax.Array:
-  """[1 + g*g, w] -> [1 + h*w', w], bicubic on the patch part; the class slot is kept."""
-  if new_grid == (grid, grid):
-    return pos
-  patch = pos[1:].reshape(grid, grid, -1)
-  patch = jax.image.resize(patch, (*new_grid, patch.shape[-1]), method='bicubic')
-  return jnp.concatenate([pos[:1], patch.reshape(-1, pos.shape[-1])], axis=0)
 
 
 class CLIP(nn.Module):
@@ -74,8 +67,13 @@ class CLIP(nn.Module):
 
   def setup(self):
     v, t = self.vision, self.text
-    self.visual = VisionTransformer(v.image_size, v.patch_size, v.width, v.layers, v.heads, self.embed_dim, self.act,
-                                    self.dtype)
+    if v.type == 'vit':
+      self.visual = VisionTransformer(v.image_size, v.patch_size, v.width, v.layers, v.heads, self.embed_dim,
+                                      self.act, self.dtype)
+    elif v.type == 'resnet':
+      self.visual = ModifiedResNet(tuple(v.stages), v.width, v.heads, self.embed_dim, v.image_size, self.dtype)
+    else:
+      raise ValueError(f"model.vision.type='{v.type}' is not valid; valid choices: ['vit', 'resnet']")
     self.token_embedding = nn.Embed(t.vocab_size, t.width, embedding_init=nn.initializers.normal(0.02),
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
@@ -86,9 +84,13 @@ class CLIP(nn.Module):
                                       (t.width, self.embed_dim))
     self.logit_scale = self.param('logit_scale', nn.initializers.constant(self.init_logit_scale), ())
 
-  def encode_image(self, images: jax.Array) -> dict[str, jax.Array]:
-    """images: [B, H, W, 3] -> {'embed': [B, d] (not normalised), 'cls': [B, w], 'tokens': [B, N, w]}."""
-    return self.visual(images)
+  def encode_image(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
+    """images: [B, H, W, 3] -> {'embed': [B, d] (not normalised), 'cls': [B, w], 'tokens': [B, N, w]}.
+
+    `train` switches BatchNorm (ResNet towers) to batch statistics; under jit over the global batch these are
+    statistics of the global batch.
+    """
+    return self.visual(images, train=train)
 
   def encode_text(self, tokens: jax.Array) -> dict[str, jax.Array]:
     """tokens: [B, L] int, L <= context_length -> {'embed': [B, d], 'eot': [B, w], 'tokens': [B, L, w]}.
@@ -104,9 +106,10 @@ class CLIP(nn.Module):
     eot = jnp.take_along_axis(x, jnp.argmax(tokens, axis=-1)[:, None, None], axis=1)[:, 0]
     return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot, 'tokens': x}
 
-  def __call__(self, images: jax.Array, tokens: jax.Array) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  def __call__(self, images: jax.Array, tokens: jax.Array, train: bool = False
+               ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
     """Both towers; used for initialisation."""
-    return self.encode_image(images), self.encode_text(tokens)
+    return self.encode_image(images, train), self.encode_text(tokens)
 
 
 def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
@@ -116,9 +119,11 @@ def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
               init_logit_scale=model_config.init_logit_scale)
 
 
-def init_params(model: CLIP, rng: jax.Array) -> dict:
-  """Float32 parameters as a plain nested dict."""
+def init_variables(model: CLIP, rng: jax.Array) -> tuple[dict, dict]:
+  """(params, model_state): float32 parameters and the non-trained collections (BatchNorm `batch_stats`; empty
+  for ViT models), each a plain nested dict."""
   v, t = model.vision, model.text
   images = jnp.zeros((1, v.image_size, v.image_size, 3), jnp.float32)
   tokens = jnp.zeros((1, t.context_length), jnp.int32)
-  return model.init(rng, images, tokens)['params']
+  variables = dict(model.init(rng, images, tokens))
+  return variables.pop('params'), variables

@@ -10,13 +10,14 @@ from vlp_jax.objectives.base import Objective, register
 @register('clip')
 class ClipObjective(Objective):
 
-  def features(self, params: dict, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict:
-    """batch {'image': [B, H, W, 3], 'text': [B, L]} -> {'zi': [B, d], 'zt': [B, d]}, L2-normalised float32."""
-    del rng, train  # no dropout or stochastic depth in the towers
-    variables = {'params': params}
-    image = self.model.apply(variables, batch['image'], method=self.model.encode_image)
-    text = self.model.apply(variables, batch['text'], method=self.model.encode_text)
-    return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed'])}
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+               train: bool = True) -> tuple[dict, dict]:
+    """batch {'image': [B, H, W, 3], 'text': [B, L]} -> {'zi': [B, d], 'zt': [B, d]} L2-normalised float32,
+    and the model state."""
+    del rng  # no dropout or stochastic depth in the towers
+    image, model_state = self.encode_image(params, model_state, batch['image'], train)
+    text = self.encode_text(params, batch['text'])
+    return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed'])}, model_state
 
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
     del step

@@ -46,13 +46,34 @@ class Checkpointer:
     self.manager.close()
 
 
+def resolve_checkpoint(path: str) -> str:
+  """A checkpoint step directory from a step directory, an imported checkpoint, a `checkpoints/` directory or a
+  workdir (the latest step of the last two)."""
+  path = os.path.abspath(path)
+  if os.path.isdir(os.path.join(path, 'state')):
+    return path
+  for candidate in (os.path.join(path, 'checkpoints'), path):
+    steps = [int(d) for d in os.listdir(candidate) if d.isdigit()] if os.path.isdir(candidate) else []
+    if steps:
+      return os.path.join(candidate, str(max(steps)))
+  raise FileNotFoundError(f'no checkpoint at {path}: expected a directory with state/ and config/, or a workdir '
+                          'with checkpoints/<step>/')
+
+
 def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
-  """The config saved beside a checkpoint step directory (`.../checkpoints/<step>`): enough to rebuild the model."""
-  with open(os.path.join(checkpoint_dir, 'config', 'metadata')) as f:
+  """The config saved beside a checkpoint (see `resolve_checkpoint`): enough to rebuild the model."""
+  with open(os.path.join(resolve_checkpoint(checkpoint_dir), 'config', 'metadata')) as f:
     return ml_collections.ConfigDict(json.load(f))
 
 
+def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
+  """(params, model_state) of a checkpoint as host numpy arrays, for notebooks and tools; no training setup."""
+  path = os.path.join(resolve_checkpoint(checkpoint_dir), 'state')
+  restored = ocp.StandardCheckpointer().restore(path)
+  as_numpy = lambda tree: jax.tree.map(np.asarray, tree or {})  # noqa: E731
+  return as_numpy(restored['params']), as_numpy(restored.get('model_state'))
+
+
 def load_params(checkpoint_dir: str) -> dict:
-  """The model parameters of a checkpoint step directory, as host numpy arrays (for notebooks and tools)."""
-  restored = ocp.StandardCheckpointer().restore(os.path.join(os.path.abspath(checkpoint_dir), 'state'))
-  return jax.tree.map(np.asarray, restored['params'])
+  """The model parameters of a checkpoint as host numpy arrays."""
+  return load_variables(checkpoint_dir)[0]

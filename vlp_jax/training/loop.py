@@ -129,7 +129,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   step_fn = compile_train_step(objective, tx, mesh, state_shardings)
   eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
                for name in config.eval.datasets]
-  encoder = Encoder(model, state.params, mesh, config.eval.batch_size, config.model.text.context_length)
+  encoder = Encoder(model, {'params': state.params, **state.model_state}, mesh, config.eval.batch_size, config.model.text.context_length)
   writer = MetricWriter(workdir, resume_step=start_step)
   progress = Progress(config.total_steps, config.batch_size, start_step)
   last_step = min(config.total_steps, stop_at_step or config.total_steps)
@@ -138,7 +138,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   def evaluate(step: int) -> dict[str, float]:
     progress.pause()
     began = time.perf_counter()
-    encoder.params = state.params
+    encoder.variables = {'params': state.params, **state.model_state}
     metrics = run_evaluations(encoder, eval_sets, tuple(config.eval.tasks))
     metrics['perf/eval_seconds'] = time.perf_counter() - began
     writer.write(step, metrics)

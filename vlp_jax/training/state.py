@@ -1,4 +1,4 @@
-"""The train state: a plain pytree (step, params, optimizer state), so orbax saves and restores it as is."""
+"""The train state: a plain pytree (step, params, model state, optimizer state), so orbax saves and restores it."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,9 +11,11 @@ import jax
 class TrainState:
   step: jax.Array  # [] int32
   params: Any
+  model_state: Any  # non-trained collections, e.g. {'batch_stats': ...}; {} for ViT models
   opt_state: Any
 
 
 def create_train_state(objective, tx, rng: jax.Array) -> TrainState:
-  params = objective.init_params(rng)
-  return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params, opt_state=tx.init(params))
+  params, model_state = objective.init_variables(rng)
+  return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params, model_state=model_state,
+                    opt_state=tx.init(params))

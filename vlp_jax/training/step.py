@@ -18,14 +18,15 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
   step_rng = jax.random.fold_in(rng, state.step)
 
   def loss_fn(params):
-    features = objective.features(params, batch, step_rng, train=True)
-    return objective.loss(features, params, state.step)
+    features, model_state = objective.features(params, state.model_state, batch, step_rng, train=True)
+    loss, metrics = objective.loss(features, params, state.step)
+    return loss, (metrics, model_state)
 
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  (loss, (metrics, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = clamp_logit_scales(optax.apply_updates(state.params, updates))
   metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads), **metrics}
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return TrainState(step=state.step + 1, params=params, model_state=model_state, opt_state=opt_state), metrics
 
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any

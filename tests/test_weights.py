@@ -1,0 +1,217 @@
+"""Weight interchange: parity with open_clip and transformers on the same random weights, export -> import
+identity, and clear errors for wrong names, keys and shapes. Parity tests skip when torch is not installed."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from vlp_jax import models, weights
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.training.checkpoint import load_config, load_variables
+
+from torch_reference import import_open_clip_module
+
+CAPTIONS = ['a photo of a cat', 'Ünïcödé & <b>HTML</b> caption!!', '', 'a diagram ' * 40]
+PARITY_ATOL = 1e-4
+
+
+def _randomize(torch_model, seed=0):
+  """Non-trivial weights everywhere: LayerNorm/BatchNorm gains near 1, everything else small noise, BN stats."""
+  import torch
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in torch_model.named_parameters():
+      noise = torch.randn(p.shape, generator=generator)
+      if name.endswith('logit_scale'):
+        p.fill_(np.log(1 / 0.07))
+      elif p.ndim == 1 and ('ln' in name or 'bn' in name or 'norm' in name) and name.endswith('weight'):
+        p.copy_(1 + 0.1 * noise)
+      else:
+        p.copy_(0.02 * noise)
+    for name, b in torch_model.named_buffers():
+      if name.endswith('running_mean'):
+        b.copy_(0.1 * torch.randn(b.shape, generator=generator))
+      elif name.endswith('running_var'):
+        b.copy_(0.5 + torch.rand(b.shape, generator=generator))
+  return torch_model.eval()
+
+
+def _inputs(image_size, seed=0):
+  rng = np.random.default_rng(seed)
+  return rng.normal(size=(2, image_size, image_size, 3)).astype(np.float32), default_tokenizer()(CAPTIONS)
+
+
+def _our_embeddings(config, params, model_state, images, tokens):
+  model = models.build_model(config)
+  variables = {'params': params, **model_state}
+  zi = model.apply(variables, images, method=model.encode_image)['embed']
+  zt = model.apply(variables, tokens, method=model.encode_text)['embed']
+  normalize = lambda x: np.asarray(x) / np.linalg.norm(np.asarray(x), axis=-1, keepdims=True)  # noqa: E731
+  return normalize(zi), normalize(zt)
+
+
+def _open_clip_model(name):
+  import torch
+  oc_model = import_open_clip_module('model')
+  config = models.preset(name)
+  v, t = config.vision, config.text
+  if v.type == 'vit':
+    vision = oc_model.CLIPVisionCfg(image_size=v.image_size, patch_size=v.patch_size, width=v.width, layers=v.layers)
+  else:
+    vision = oc_model.CLIPVisionCfg(image_size=v.image_size, layers=tuple(v.stages), width=v.width)
+  text = oc_model.CLIPTextCfg(context_length=t.context_length, vocab_size=t.vocab_size, width=t.width,
+                              heads=t.heads, layers=t.layers)
+  torch.manual_seed(0)
+  return config, _randomize(oc_model.CLIP(config.embed_dim, vision, text, quick_gelu=config.act == 'quick_gelu'))
+
+
+def _torch_state_dict(module):
+  return {k: v.detach().float().numpy() for k, v in module.state_dict().items()}
+
+
+@pytest.mark.parametrize('name', ['ViT-B-32', 'ViT-B-16-quickgelu', 'RN50'])
+def test_open_clip_parity(name, tmp_path):
+  import torch
+  config, reference = _open_clip_model(name)
+  images, tokens = _inputs(config.vision.image_size)
+  oc_tokens = import_open_clip_module('tokenizer').tokenize(CAPTIONS).numpy()
+  np.testing.assert_array_equal(tokens, oc_tokens)  # our tokenizer gives open_clip's ids
+  with torch.no_grad():
+    want_i = reference.encode_image(torch.from_numpy(images.transpose(0, 3, 1, 2)), normalize=True).numpy()
+    want_t = reference.encode_text(torch.from_numpy(tokens).long(), normalize=True).numpy()
+  # Through a file and the CLI, as a user would.
+  from safetensors.torch import save_file
+  source = str(tmp_path / 'open_clip.safetensors')
+  save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, source)
+  ckpt = str(tmp_path / 'ckpt')
+  assert weights.main(['import', '--format=open_clip', f'--model={name}', f'--input={source}',
+                       f'--output={ckpt}']) == 0
+  params, model_state = load_variables(ckpt)
+  got_i, got_t = _our_embeddings(load_config(ckpt).model, params, model_state, images, tokens)
+  err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
+  print(f'{name}: max abs error image {err_i:.2e}, text {err_t:.2e}')
+  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
+  # Export is accepted by open_clip strictly, and gives back the same tensors.
+  out = str(tmp_path / 'export.safetensors')
+  assert weights.main(['export', '--format=open_clip', f'--checkpoint={ckpt}', f'--output={out}']) == 0
+  from safetensors.torch import load_file
+  _, fresh = _open_clip_model(name)
+  fresh.load_state_dict(load_file(out), strict=True)
+  for key, value in reference.state_dict().items():
+    np.testing.assert_array_equal(fresh.state_dict()[key].numpy(), value.numpy(), err_msg=key)
+
+
+def test_hf_parity_and_export(tmp_path):
+  import torch
+  transformers = pytest.importorskip('transformers', reason='transformers is needed for the HF parity test')
+  config = models.preset('ViT-B-32-quickgelu')
+  hf_config = transformers.CLIPConfig.from_dict(weights.hf_config(config))
+  torch.manual_seed(0)
+  reference = _randomize(transformers.CLIPModel(hf_config))
+  images, tokens = _inputs(224, seed=1)
+  attention = torch.ones(tokens.shape, dtype=torch.long)
+  with torch.no_grad():
+    out = reference(input_ids=torch.from_numpy(tokens).long(), attention_mask=attention,
+                    pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)))
+  source = str(tmp_path / 'hf.safetensors')
+  from safetensors.torch import save_file
+  save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, source)
+  ckpt = weights.import_weights('hf', 'ViT-B-32-quickgelu', source, str(tmp_path / 'ckpt'))
+  params, model_state = load_variables(ckpt)
+  got_i, got_t = _our_embeddings(config, params, model_state, images, tokens)
+  err_i = np.abs(got_i - out.image_embeds.numpy()).max()
+  err_t = np.abs(got_t - out.text_embeds.numpy()).max()
+  print(f'HF ViT-B-32: max abs error image {err_i:.2e}, text {err_t:.2e}')
+  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
+  folder = weights.export_weights('hf', ckpt, str(tmp_path / 'hf_export'))
+  loaded = transformers.CLIPModel.from_pretrained(folder).eval()
+  with torch.no_grad():
+    again = loaded(input_ids=torch.from_numpy(tokens).long(), attention_mask=attention,
+                   pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)))
+  np.testing.assert_allclose(again.image_embeds.numpy(), out.image_embeds.numpy(), atol=1e-6)
+  np.testing.assert_allclose(again.text_embeds.numpy(), out.text_embeds.numpy(), atol=1e-6)
+
+
+def _micro_config():
+  config = models.preset('tiny')
+  config.update(embed_dim=16)
+  config.vision.update(image_size=16, patch_size=8, width=16, layers=1, heads=2)
+  config.text.update(context_length=12, width=16, layers=1, heads=2)
+  return config
+
+
+@pytest.mark.parametrize('fmt', ['open_clip', 'hf'])
+def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
+  config = _micro_config()
+  params, state = models.init_variables(models.build_model(config), jax.random.key(3))
+  params, state = jax.tree.map(np.asarray, params), jax.tree.map(np.asarray, state)
+  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, config)
+  exported = weights.export_weights(fmt, ckpt, str(tmp_path / ('b.safetensors' if fmt == 'open_clip' else 'b')))
+  source = exported if fmt == 'open_clip' else os.path.join(exported, 'model.safetensors')
+  state_dict = weights.read_state_dict(source)
+  if fmt == 'hf':
+    assert json.load(open(os.path.join(exported, 'config.json')))['vision_config']['patch_size'] == 8
+    state_dict = weights.hf_to_openai(state_dict)
+  again, again_state = weights.openai_to_variables(state_dict, config)
+  jax.tree.map(np.testing.assert_array_equal, again, params)
+  images, tokens = _inputs(16)
+  tokens = tokens[:, :12]
+  for a, b in zip(_our_embeddings(config, params, state, images, tokens),
+                  _our_embeddings(config, again, again_state, images, tokens)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_mismatched_weights_list_every_problem():
+  config = _micro_config()
+  params, state = models.init_variables(models.build_model(config), jax.random.key(0))
+  state_dict = weights.variables_to_openai(jax.tree.map(np.asarray, params), state)
+  del state_dict['ln_final.weight']
+  state_dict['visual.extra_head.weight'] = np.zeros((3, 3), np.float32)
+  state_dict['text_projection'] = np.zeros((16, 99), np.float32)
+  with pytest.raises(weights.WeightsError) as error:
+    weights.openai_to_variables(state_dict, config)
+  message = str(error.value)
+  assert 'visual.extra_head.weight' in message and 'ln_final/scale' in message and 'text_projection' in message
+  assert '1 unexpected keys' in message and '1 missing parameters' in message and '1 shape mismatches' in message
+
+
+def test_wrong_model_name_and_existing_output(tmp_path, capsys):
+  source = tmp_path / 'w.safetensors'
+  from safetensors.numpy import save_file
+  save_file({'logit_scale': np.zeros((), np.float32)}, str(source))
+  assert weights.main(['import', '--format=open_clip', '--model=ViT-Q-7', f'--input={source}',
+                       f'--output={tmp_path / "x"}']) == 2
+  assert 'ViT-Q-7' in capsys.readouterr().err and 'ViT-B-32' in str(models.PRESETS)
+  (tmp_path / 'exists').mkdir()
+  config = _micro_config()
+  params, state = models.init_variables(models.build_model(config), jax.random.key(0))
+  with pytest.raises(FileExistsError):
+    weights.save_checkpoint(str(tmp_path / 'exists'), params, state, config)
+
+
+class _Payload:  # an arbitrary object: loading it would need unpickling code
+  pass
+
+
+def test_torch_files_are_read_with_weights_only(tmp_path):
+  torch = pytest.importorskip('torch', reason='torch is needed to write .pt files')
+  path = str(tmp_path / 'w.pt')
+  torch.save({'state_dict': {'module.logit_scale': torch.tensor(2.0)}}, path)
+  assert weights.read_state_dict(path) == {'logit_scale': np.float32(2.0)}
+  torch.save({'x': _Payload()}, str(tmp_path / 'evil.pt'))
+  with pytest.raises(Exception, match='(?i)weights_only|unsupported|global'):
+    weights.read_state_dict(str(tmp_path / 'evil.pt'))
+
+
+def test_key_mapping_rules():
+  assert weights.torch_key_to_path('visual.transformer.resblocks.3.attn.in_proj_weight', 2) == (
+      'params', ('visual', 'transformer', 'resblocks_3', 'attn', 'in_proj', 'kernel'), 'linear')
+  assert weights.torch_key_to_path('visual.layer2.0.downsample.1.running_var', 1) == (
+      'batch_stats', ('visual', 'layer2_0', 'downsample_1', 'var'), 'same')
+  assert weights.torch_key_to_path('visual.conv1.weight', 4)[2] == 'conv'
+  assert weights.path_to_torch_key('params', ('transformer', 'resblocks_0', 'ln_1', 'scale'), 1) == (
+      'transformer.resblocks.0.ln_1.weight', 'same')
+  assert weights.path_to_torch_key('params', ('token_embedding', 'embedding'), 2) == ('token_embedding.weight',
+                                                                                      'same')
