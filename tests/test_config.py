@@ -19,7 +19,12 @@ def test_base_and_shipped_configs_are_valid():
       spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, 'configs', name))
       module = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(module)
-      validate(module.get_config())
+      config = module.get_config()
+      if config.init.require_checkpoint:  # e.g. continue pre-training: says what is missing, then validates
+        with pytest.raises(ConfigError, match='config.init.checkpoint is required'):
+          validate(config)
+        config.init.checkpoint = '/some/imported/checkpoint'
+      validate(config)
 
 
 @pytest.mark.parametrize('mutate,message', [

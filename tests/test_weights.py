@@ -134,6 +134,13 @@ def test_hf_parity_and_export(tmp_path):
   np.testing.assert_allclose(again.text_embeds.numpy(), out.text_embeds.numpy(), atol=1e-6)
 
 
+def _full_config(model_config):
+  from vlp_jax.config import base_config
+  config = base_config()
+  config.model = model_config
+  return config
+
+
 def _micro_config():
   config = models.preset('tiny')
   config.update(embed_dim=16)
@@ -147,7 +154,7 @@ def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(3))
   params, state = jax.tree.map(np.asarray, params), jax.tree.map(np.asarray, state)
-  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, config)
+  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
   exported = weights.export_weights(fmt, ckpt, str(tmp_path / ('b.safetensors' if fmt == 'open_clip' else 'b')))
   source = exported if fmt == 'open_clip' else os.path.join(exported, 'model.safetensors')
   state_dict = weights.read_state_dict(source)
@@ -188,7 +195,7 @@ def test_wrong_model_name_and_existing_output(tmp_path, capsys):
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))
   with pytest.raises(FileExistsError):
-    weights.save_checkpoint(str(tmp_path / 'exists'), params, state, config)
+    weights.save_checkpoint(str(tmp_path / 'exists'), params, state, _full_config(config))
 
 
 class _Payload:  # an arbitrary object: loading it would need unpickling code

@@ -44,6 +44,8 @@ def base_config() -> ml_collections.ConfigDict:
       'b1': 0.9, 'b2': 0.98, 'eps': 1e-6, 'weight_decay': 0.2, 'grad_clip_norm': 0.0,
   })
   c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
+  # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
+  c.init = ml_collections.ConfigDict({'checkpoint': '', 'require_checkpoint': False})
   c.eval = ml_collections.ConfigDict({
       'every_steps': 500, 'datasets': ('synthetic',), 'split': 'test', 'tasks': ('zeroshot', 'retrieval'),
       'batch_size': 256,
@@ -132,6 +134,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                         f'config.model.{tower}.heads={spec.heads}')
   if not 0 <= config.optim.warmup_steps <= config.total_steps:
     raise ConfigError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be in [0, total_steps]')
+  if config.init.require_checkpoint and not config.init.checkpoint:
+    raise ConfigError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
+                      '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
+                      'and pass --config.init.checkpoint=DIR')
   if config.optim.lr <= 0:
     raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
   if num_devices is not None and config.batch_size % num_devices:

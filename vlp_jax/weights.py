@@ -340,18 +340,14 @@ def model_config_for(name: str, fmt: str) -> ml_collections.ConfigDict:
   return config
 
 
-def save_checkpoint(path: str, params: dict, model_state: dict, model_config: ml_collections.ConfigDict) -> str:
-  """An orbax checkpoint directory with `state` ({step, params, model_state}) and `config`, written atomically;
-  `training.checkpoint.load_params` / `load_config` and every vlp_jax command read it like a training step dir."""
+def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_collections.ConfigDict) -> str:
+  """An orbax checkpoint directory with `state` ({step, params, model_state}) and the full `config`, written
+  atomically; `training.checkpoint.load_variables` / `load_config` and every vlp_jax command read it like a training
+  step directory."""
   import orbax.checkpoint as ocp
-
-  from vlp_jax.config import base_config
   path = os.path.abspath(path)
   if os.path.exists(path):
     raise FileExistsError(f'{path} exists; choose a new --output (nothing was overwritten)')
-  config = base_config()
-  config.model = model_config
-  config.total_steps = 0
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler('state', 'config'))
   checkpointer.save(path, args=ocp.args.Composite(
       state=ocp.args.StandardSave({'step': np.zeros((), np.int32), 'params': params, 'model_state': model_state}),
@@ -368,7 +364,10 @@ def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict)
   params, model_state = openai_to_variables(state_dict, model_config)
-  return save_checkpoint(output, params, model_state, model_config)
+  from vlp_jax.config import base_config
+  config = base_config()
+  config.model = model_config
+  return save_checkpoint(output, params, model_state, config)
 
 
 def export_weights(fmt: str, checkpoint: str, output: str) -> str:

@@ -46,10 +46,19 @@ def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
 
 def train_paths(data: ml_collections.ConfigDict) -> list[str]:
   """The ArrayRecord files to train on."""
+  return split_paths(data, 'train')
+
+
+def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
+  """The ArrayRecord files of a split of the configured dataset (array_record data has only 'train')."""
   if data.name == 'synthetic':
+    if split not in synthetic.SPLITS:
+      raise ValueError(f"split '{split}' is not valid; valid choices: {list(synthetic.SPLITS)}")
     root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
-    return synthetic.shard_paths(root, 'train', tuple(data.synthetic.sources))
+    return synthetic.shard_paths(root, split, tuple(data.synthetic.sources))
   if data.name == 'array_record':
+    if split != 'train':
+      raise ValueError(f"array_record data at config.data.path has only the 'train' split, not '{split}'")
     pattern = data.path if any(c in data.path for c in '*?[') else os.path.join(data.path, '*.array_record')
     paths = sorted(glob.glob(pattern))
     if not data.path or not paths:

@@ -77,3 +77,44 @@ def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
 def load_params(checkpoint_dir: str) -> dict:
   """The model parameters of a checkpoint as host numpy arrays."""
   return load_variables(checkpoint_dir)[0]
+
+
+def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_config: ml_collections.ConfigDict
+                    ) -> tuple[dict, dict, list[str]]:
+  """Replace the towers' variables in (params, model_state) by a checkpoint's (continue pre-training).
+
+  Variables the checkpoint lacks (heads an objective adds) keep their fresh values and are returned by name.
+  Raises ValueError naming every shape mismatch and unexpected variable, or an activation mismatch (loading OpenAI
+  weights into a GELU model gives silently wrong results otherwise).
+  """
+  saved_config = load_config(checkpoint_dir)
+  if saved_config.model.act != model_config.act:
+    raise ValueError(f'config.init.checkpoint was trained with act={saved_config.model.act!r} but '
+                     f'config.model.act={model_config.act!r}; set --config.model.act={saved_config.model.act}')
+  saved_params, saved_state = load_variables(checkpoint_dir)
+  problems, fresh = [], []
+
+  def merge(current: dict, saved: dict, prefix: str) -> dict:
+    for key in saved:
+      if key not in current:
+        problems.append(f'unexpected {prefix}{key}')
+    out = {}
+    for key, value in current.items():
+      if key not in saved:
+        fresh.append(f'{prefix}{key}')
+        out[key] = value
+      elif isinstance(value, dict):
+        out[key] = merge(value, saved[key], f'{prefix}{key}/')
+      elif tuple(np.shape(saved[key])) != tuple(value.shape):
+        problems.append(f'{prefix}{key}: checkpoint {tuple(np.shape(saved[key]))}, model {tuple(value.shape)}')
+        out[key] = value
+      else:
+        out[key] = np.asarray(saved[key], value.dtype)
+    return out
+
+  params = merge(params, saved_params, '')
+  model_state = merge(model_state, saved_state, '')
+  if problems:
+    raise ValueError(f'config.init.checkpoint={checkpoint_dir} does not fit config.model ({model_config.name}): '
+                     + '; '.join(problems[:40]))
+  return params, model_state, fresh

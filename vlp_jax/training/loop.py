@@ -13,10 +13,10 @@ from vlp_jax import config as config_lib
 from vlp_jax import models, objectives, parallel
 from vlp_jax.data import datasets, pipeline
 from vlp_jax.evaluation import Encoder, run_evaluations
-from vlp_jax.training.checkpoint import Checkpointer
+from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
 from vlp_jax.training.plots import plot_curves
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
-from vlp_jax.training.state import create_train_state
+from vlp_jax.training.state import TrainState, create_train_state
 from vlp_jax.training.step import compile_train_step
 from vlp_jax.training.writer import MetricWriter, read_metrics
 
@@ -75,6 +75,16 @@ def latest_eval(workdir: str) -> dict[str, float]:
   return results
 
 
+def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx, rng: jax.Array,
+                               state_shardings: Any) -> TrainState:
+  """A fresh train state whose towers come from `config.init.checkpoint` (a new optimizer state, step 0)."""
+  params, model_state = jax.tree.map(np.asarray, objective.init_variables(rng))
+  params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
+  print(f'Initialised from {config.init.checkpoint}' + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
+  state = TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state, opt_state=tx.init(params))
+  return jax.device_put(state, state_shardings)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_step: int | None = None
                        ) -> dict[str, Any]:
   """Train to `config.total_steps` (or until `stop_at_step`, saving a checkpoint there), evaluating and
@@ -119,6 +129,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
                             state_shardings)
     state = checkpointer.restore(latest, abstract, data_iterator)
     print(f'Resumed from step {latest} in {checkpointer.directory}', flush=True)
+  elif config.init.checkpoint:
+    state = initialize_from_checkpoint(config, objective, tx, init_rng, state_shardings)
   else:
     state = jax.jit(lambda r: create_train_state(objective, tx, r), out_shardings=state_shardings)(init_rng)
   start_step = int(state.step)

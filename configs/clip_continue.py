@@ -1,0 +1,32 @@
+"""Continue pre-training a converged CLIP (e.g. OpenAI's ViT-B/32) with the CLIP loss, with the settings of SaCo's
+Algorithm 2: AdamW, one epoch, constant learning rate 1e-6, no warmup. (The SaCo term is added by configs/saco_*.)
+
+  python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=ViT-B-32.safetensors --output=/ckpt/b32
+  python -m vlp_jax.main --config=configs/clip_continue.py --workdir=/runs/continue \
+      --config.init.checkpoint=/ckpt/b32 --config.data.path=/data/llava595k/shards
+"""
+import math
+
+from vlp_jax import models
+from vlp_jax.config import base_config
+
+TRAIN_EXAMPLES = 595_000  # LLaVA-595K, the dataset SaCo continues pre-training on; set it to your shard count
+EPOCHS = 1
+
+
+def get_config():
+  config = base_config()
+  config.seed = 0
+  config.batch_size = 2048
+  config.total_steps = EPOCHS * math.ceil(TRAIN_EXAMPLES / config.batch_size)
+  config.model = models.preset('ViT-B-32-quickgelu')  # OpenAI's towers use QuickGELU
+  config.init.require_checkpoint = True
+  config.data.name = 'array_record'
+  config.data.num_workers = 8
+  config.optim.update(lr=1e-6, warmup_init_lr=1e-6, warmup_steps=0, schedule='constant', weight_decay=0.2,
+                      b1=0.9, b2=0.98, eps=1e-6)
+  config.eval.every_steps = config.total_steps
+  config.eval.batch_size = 1024
+  config.checkpoint.every_steps = 100
+  config.log_every_steps = 10
+  return config

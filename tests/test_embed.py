@@ -1,0 +1,114 @@
+"""The embed CLI (contract), dataset-split embedding, and continue pre-training from an imported checkpoint."""
+import jax
+import numpy as np
+import pytest
+
+from vlp_jax import embed, models, weights
+from vlp_jax.data import datasets, pipeline
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.training.loop import train_and_evaluate
+
+
+@pytest.fixture
+def checkpoint(micro, tmp_path):
+  """An 'imported' checkpoint of the micro model with random weights."""
+  params, state = models.init_variables(models.build_model(micro.model), jax.random.key(5))
+  return weights.save_checkpoint(str(tmp_path / 'ckpt'), jax.tree.map(np.asarray, params), state, micro), params
+
+
+def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
+  path, params = checkpoint
+  pixels = np.random.default_rng(0).normal(size=(5, 16, 16, 3)).astype(np.float32)
+  np.save(tmp_path / 'x.npy', pixels)
+  captions = ['a red circle', 'a drawing of a blue star', '']
+  (tmp_path / 't.txt').write_text('\n'.join(captions) + '\n')
+  out = str(tmp_path / 'out.npz')
+  embed.run(path, out, pixels=str(tmp_path / 'x.npy'), texts=str(tmp_path / 't.txt'), batch_size=16)
+  result = np.load(out)
+  assert result['image_embeddings'].dtype == np.float32 and result['image_embeddings'].shape == (5, 32)
+  assert result['text_embeddings'].shape == (3, 32)
+  np.testing.assert_allclose(np.linalg.norm(result['image_embeddings'], axis=1), 1.0, rtol=1e-5)
+  model = models.build_model(micro.model)
+  want = np.asarray(model.apply({'params': params}, pixels, method=model.encode_image)['embed'])
+  np.testing.assert_allclose(result['image_embeddings'], want / np.linalg.norm(want, axis=1, keepdims=True),
+                             atol=1e-5)
+  tokens = default_tokenizer()(captions, context_length=16)
+  want = np.asarray(model.apply({'params': params}, tokens, method=model.encode_text)['embed'])
+  np.testing.assert_allclose(result['text_embeddings'], want / np.linalg.norm(want, axis=1, keepdims=True),
+                             atol=1e-5)
+
+
+def test_embed_dataset_split_is_keyed_and_ordered(micro, checkpoint, tmp_path):
+  out = str(tmp_path / 'split.npz')
+  result = embed.run(checkpoint[0], out, dataset='synthetic', split='test', batch_size=16)
+  examples = pipeline.read_all(datasets.split_paths(micro.data, 'test'))
+  assert list(np.load(out)['keys']) == [e['key'] for e in examples]
+  assert result['image_embeddings'].shape == (len(examples), 32) == result['text_embeddings'].shape
+
+
+@pytest.mark.parametrize('pixels,message', [
+    (np.zeros((2, 16, 16, 3), np.uint8), 'dtype uint8'),
+    (np.zeros((2, 3, 16, 16), np.float32), r'\[N, H, W, 3\]'),
+    (np.zeros((2, 14, 14, 3), np.float32), 'multiples of 4'),
+])
+def test_embed_rejects_bad_pixels(checkpoint, tmp_path, pixels, message):
+  np.save(tmp_path / 'x.npy', pixels)
+  with pytest.raises(embed.EmbedError, match=message):
+    embed.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'x.npy'))
+
+
+def test_embed_never_overwrites_silently(checkpoint, tmp_path):
+  (tmp_path / 't.txt').write_text('a cat\n')
+  out = tmp_path / 'o.npz'
+  out.write_bytes(b'precious')
+  with pytest.raises(embed.EmbedError, match='exists'):
+    embed.run(checkpoint[0], str(out), texts=str(tmp_path / 't.txt'))
+  assert out.read_bytes() == b'precious'
+  with pytest.raises(embed.EmbedError, match='nothing to embed'):
+    embed.run(checkpoint[0], str(tmp_path / 'p.npz'))
+
+
+def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_path):
+  path, imported = checkpoint
+  micro.init.checkpoint = path
+  micro.total_steps = 1
+  micro.optim.update(lr=1e-9, warmup_init_lr=1e-9, warmup_steps=0, schedule='constant')
+  result = train_and_evaluate(micro, str(tmp_path / 'run'))
+  trained = jax.tree.map(np.asarray, result['state'].params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), trained, jax.tree.map(np.asarray, imported))
+  # A different seed's fresh init is far from it: the towers really came from the checkpoint.
+  fresh, _ = models.init_variables(models.build_model(micro.model), jax.random.key(0))
+  assert np.abs(np.asarray(fresh['visual']['proj']) - trained['visual']['proj']).max() > 1e-2
+
+
+def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_path):
+  micro.init.checkpoint = checkpoint[0]
+  micro.model.act = 'quick_gelu'
+  with pytest.raises(ValueError, match="act='gelu'"):
+    train_and_evaluate(micro, str(tmp_path / 'a'))
+  micro.model.act = 'gelu'
+  micro.model.text.width = 64
+  with pytest.raises(ValueError, match='does not fit config.model'):
+    train_and_evaluate(micro, str(tmp_path / 'b'))
+
+
+def test_embed_cli_contract(checkpoint, tmp_path):
+  import os
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  (tmp_path / 't.txt').write_text('a red circle\na blue star\n')
+  np.save(tmp_path / 'x.npy', np.zeros((3, 16, 16, 3), np.float32))
+  out = tmp_path / 'cli.npz'
+  env = {**os.environ, 'PYTHONPATH': root}
+  env.pop('XLA_FLAGS', None)
+  result = subprocess.run([sys.executable, '-m', 'vlp_jax.embed', f'--checkpoint={checkpoint[0]}',
+                           f'--pixels={tmp_path / "x.npy"}', f'--texts={tmp_path / "t.txt"}', f'--output={out}'],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  arrays = np.load(out)
+  assert arrays['image_embeddings'].shape == (3, 32) and arrays['text_embeddings'].shape == (2, 32)
+  again = subprocess.run([sys.executable, '-m', 'vlp_jax.embed', f'--checkpoint={checkpoint[0]}',
+                          f'--texts={tmp_path / "t.txt"}', f'--output={out}'], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300)
+  assert again.returncode == 2 and 'exists' in again.stderr
