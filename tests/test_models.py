@@ -37,7 +37,8 @@ def test_parameter_names_follow_openai_layout(micro_model):
   assert params['transformer']['resblocks_0']['attn']['in_proj']['kernel'].shape == (16, 48)  # packed qkv
 
 
-@pytest.mark.parametrize('name,millions', [('ViT-B-32', 151.277313), ('ViT-B-16', 149.620737)])
+@pytest.mark.parametrize('name,millions', [('ViT-B-32', 151.277313), ('ViT-B-16', 149.620737),
+                                           ('ViT-L-14', 427.616513), ('RN50', 102.007137)])
 def test_preset_parameter_counts_match_openai(name, millions):
   model = models.build_model(models.preset(name))
   shapes = jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0))[0])

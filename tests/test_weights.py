@@ -52,10 +52,10 @@ def _our_embeddings(config, params, model_state, images, tokens):
   return normalize(zi), normalize(zt)
 
 
-def _open_clip_model(name):
+def _open_clip_model(name, fmt='open_clip'):
   import torch
   oc_model = import_open_clip_module('model')
-  config = models.preset(name)
+  config = weights.model_config_for(name, fmt)
   v, t = config.vision, config.text
   if v.type == 'vit':
     vision = oc_model.CLIPVisionCfg(image_size=v.image_size, patch_size=v.patch_size, width=v.width, layers=v.layers)
@@ -71,33 +71,42 @@ def _torch_state_dict(module):
   return {k: v.detach().float().numpy() for k, v in module.state_dict().items()}
 
 
-@pytest.mark.parametrize('name', ['ViT-B-32', 'ViT-B-16-quickgelu', 'RN50'])
-def test_open_clip_parity(name, tmp_path):
+@pytest.mark.parametrize('name,fmt', [('ViT-B-32', 'open_clip'), ('ViT-B-32', 'openai'),
+                                      ('ViT-B-16-quickgelu', 'open_clip'), ('RN50', 'openai')])
+def test_open_clip_parity(name, fmt, tmp_path):
   import torch
-  config, reference = _open_clip_model(name)
+  config, reference = _open_clip_model(name, fmt)
   images, tokens = _inputs(config.vision.image_size)
   oc_tokens = import_open_clip_module('tokenizer').tokenize(CAPTIONS).numpy()
   np.testing.assert_array_equal(tokens, oc_tokens)  # our tokenizer gives open_clip's ids
   with torch.no_grad():
     want_i = reference.encode_image(torch.from_numpy(images.transpose(0, 3, 1, 2)), normalize=True).numpy()
     want_t = reference.encode_text(torch.from_numpy(tokens).long(), normalize=True).numpy()
-  # Through a file and the CLI, as a user would.
-  from safetensors.torch import save_file
-  source = str(tmp_path / 'open_clip.safetensors')
-  save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, source)
+  # Through a file and the CLI, as a user would: OpenAI state dicts as a torch file with OpenAI's extra scalars
+  # (read with weights_only), open_clip ones as safetensors.
+  state_dict = {k: v.contiguous() for k, v in reference.state_dict().items()}
+  if fmt == 'openai':
+    source = str(tmp_path / 'openai.pt')
+    torch.save({**state_dict, 'input_resolution': torch.tensor(224), 'context_length': torch.tensor(77),
+                'vocab_size': torch.tensor(49408)}, source)
+  else:
+    from safetensors.torch import save_file
+    source = str(tmp_path / 'open_clip.safetensors')
+    save_file(state_dict, source)
   ckpt = str(tmp_path / 'ckpt')
-  assert weights.main(['import', '--format=open_clip', f'--model={name}', f'--input={source}',
+  assert weights.main(['import', f'--format={fmt}', f'--model={name}', f'--input={source}',
                        f'--output={ckpt}']) == 0
+  assert load_config(ckpt).model.act == config.act
   params, model_state = load_variables(ckpt)
   got_i, got_t = _our_embeddings(load_config(ckpt).model, params, model_state, images, tokens)
   err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
-  print(f'{name}: max abs error image {err_i:.2e}, text {err_t:.2e}')
+  print(f'{name} ({fmt}): max abs error image {err_i:.2e}, text {err_t:.2e}')
   assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
   # Export is accepted by open_clip strictly, and gives back the same tensors.
   out = str(tmp_path / 'export.safetensors')
   assert weights.main(['export', '--format=open_clip', f'--checkpoint={ckpt}', f'--output={out}']) == 0
   from safetensors.torch import load_file
-  _, fresh = _open_clip_model(name)
+  _, fresh = _open_clip_model(name, fmt)
   fresh.load_state_dict(load_file(out), strict=True)
   for key, value in reference.state_dict().items():
     np.testing.assert_array_equal(fresh.state_dict()[key].numpy(), value.numpy(), err_msg=key)

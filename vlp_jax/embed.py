@@ -15,7 +15,7 @@ import sys
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from vlp_jax import models, parallel
 from vlp_jax.data import datasets, pipeline, records
@@ -123,6 +123,7 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   try:
     arrays = run(_CHECKPOINT.value, _OUTPUT.value, _PIXELS.value, _TEXTS.value, _DATASET.value, _SPLIT.value,
                  _DATA_PATH.value, _BATCH.value, _OVERWRITE.value)

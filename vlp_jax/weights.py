@@ -408,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
   exp.add_argument('--checkpoint', required=True)
   exp.add_argument('--output', required=True)
   args = parser.parse_args(argv)
+  from absl import logging
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   try:
     if args.command == 'import':
       print(f'Wrote {import_weights(args.format, args.model, args.input, args.output)}')
