@@ -74,7 +74,7 @@ def _torch_state_dict(module):
 @pytest.mark.parametrize('name,fmt', [('ViT-B-32', 'open_clip'), ('ViT-B-32', 'openai'),
                                       ('ViT-B-16-quickgelu', 'open_clip'), ('RN50', 'openai')])
 def test_open_clip_parity(name, fmt, tmp_path):
-  import torch
+  torch = pytest.importorskip('torch', reason='torch is needed for the open_clip parity tests')
   config, reference = _open_clip_model(name, fmt)
   images, tokens = _inputs(config.vision.image_size)
   oc_tokens = import_open_clip_module('tokenizer').tokenize(CAPTIONS).numpy()
@@ -113,7 +113,7 @@ def test_open_clip_parity(name, fmt, tmp_path):
 
 
 def test_hf_parity_and_export(tmp_path):
-  import torch
+  torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the HF parity test')
   config = models.preset('ViT-B-32-quickgelu')
   hf_config = transformers.CLIPConfig.from_dict(weights.hf_config(config))
