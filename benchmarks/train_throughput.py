@@ -4,7 +4,7 @@
 The ratio `pipeline_headroom` = pipeline samples/s / train-step samples/s says whether data loading can keep up
 (> 1 means the step, not the data, is the bottleneck).
 
-python benchmarks/train_throughput.py [--config=configs/clip_synthetic_tiny.py] [--steps=20]
+python benchmarks/train_throughput.py [--config=configs/clip_shapes.py] [--steps=20]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import compile_train_step  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/clip_synthetic_tiny.py', 'Config file.')
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/clip_shapes.py', 'Config file.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (after one warm-up step).')
 
 

@@ -65,7 +65,7 @@ def test_batch_must_split_over_devices():
 def test_command_line_typo_is_reported_before_compiling(tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT}
   result = subprocess.run(
-      [sys.executable, '-m', 'vlp_jax.main', '--config=configs/clip_synthetic_tiny.py',
+      [sys.executable, '-m', 'vlp_jax.main', '--config=configs/clip_shapes.py',
        f'--workdir={tmp_path}', '--config.optim.learnig_rate=0.1'],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert result.returncode != 0

@@ -62,3 +62,16 @@ def test_zeroshot_with_template_averaging():
   metrics = zeroshot_metrics(class_dirs[labels], classes, labels)
   assert metrics['zeroshot_top1'] == 1.0 and metrics['zeroshot_chance'] == 0.25
   assert zeroshot_metrics(class_dirs[labels], classes, (labels + 1) % 4)['zeroshot_top1'] == 0.0
+
+
+def test_affinity_consistency_against_pearson():
+  from vlp_jax.evaluation.affinity import affinity_consistency
+  rng = np.random.default_rng(3)
+  images = _unit(rng.normal(size=(30, 6)))
+  texts = _unit(images + 0.5 * rng.normal(size=(30, 6)))
+  si, st = images @ images.T, texts @ texts.T
+  want = np.mean([np.corrcoef(si[i], st[i])[0, 1] for i in range(30)])
+  assert affinity_consistency(images, texts, chunk=7) == pytest.approx(want, rel=1e-6)
+  assert affinity_consistency(images, images) == pytest.approx(1.0)
+  with pytest.raises(ValueError, match='paired'):
+    affinity_consistency(images, texts[:5])

@@ -17,7 +17,7 @@ MICRO_FLAGS = [
     '--config.data.synthetic.num_train=64', '--config.data.synthetic.num_val=16',
     '--config.data.synthetic.num_test=32', '--config.optim.warmup_steps=1']
 CONTRACT_EVAL = ('zeroshot_top1', 'zeroshot_top5', 'zeroshot_chance', 'i2t_r1', 'i2t_r5', 'i2t_r10', 't2i_r1',
-                 't2i_r5', 't2i_r10')
+                 't2i_r5', 't2i_r10', 'affinity_consistency')
 
 
 def _run(args, tmp_path):
@@ -47,12 +47,12 @@ def _tensorboard_tags(workdir):
 
 def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   workdir = tmp_path / 'run'
-  first = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS,
+  first = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS,
                 '--config.total_steps=2'], tmp_path)
   assert first.returncode == 0, first.stderr[-3000:]
   assert 'step 2/2' in first.stdout and 'samples/s' in first.stdout
   # Extending the run resumes from the step-2 checkpoint.
-  second = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
+  second = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
   assert second.returncode == 0, second.stderr[-3000:]
   assert 'Resumed from step 2' in second.stdout and 'Finished training at step 4' in second.stdout
   records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
@@ -74,7 +74,7 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   params = load_params(str(step_dir))
   assert params['visual']['conv1']['kernel'].shape == (8, 8, 3, 32)
   # Done: a third run says so and exits cleanly.
-  third = _run(['--config=configs/clip_synthetic_tiny.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
+  third = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
   assert third.returncode == 0 and 'Training already finished' in third.stdout
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from vlp_jax.data import records
+from vlp_jax.data.teacher import load_table
 from vlp_jax.data.tokenizer import default_tokenizer
 
 OPENAI_MEAN = np.array((0.48145466, 0.4578275, 0.40821073), np.float32)
@@ -40,16 +41,21 @@ def normalize_image(image: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass
 class DecodeExample(grain.transforms.Map):
-  """A serialized record -> {'image': [S, S, 3] float32, 'text': [L] int32, 'label': [] int32}."""
+  """A serialized record -> {'image': [S, S, 3] float32, 'text': [L] int32, 'label': [] int32}, plus
+  'teacher': [d] float32 looked up by the example's key when `teacher_path` is set."""
   image_size: int
   context_length: int
   caption_field: str = 'caption'
+  teacher_path: str = ''
 
   def map(self, record: bytes) -> dict[str, np.ndarray]:
     example = records.deserialize(record)
     image = normalize_image(resize_image(records.decode_image(example['image']), self.image_size))
     text = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
-    return {'image': image, 'text': text, 'label': np.int32(example['label'])}
+    out = {'image': image, 'text': text, 'label': np.int32(example['label'])}
+    if self.teacher_path:
+      out['teacher'] = load_table(self.teacher_path)[example['key']]
+    return out
 
 
 def train_iterator(paths: list[str], transform: grain.transforms.Map, *, seed: int, global_batch_size: int,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
+from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.evaluation.retrieval import retrieval_chance, retrieval_metrics
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
@@ -20,7 +23,14 @@ def retrieval(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
   return metrics
 
 
-EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval}
+def affinity(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
+  """SaCo's affinity consistency between each image and its first caption."""
+  first_caption = np.unique(eval_set.caption_image, return_index=True)[1]
+  text_emb = encoder.texts([eval_set.captions[i] for i in first_caption])
+  return {'affinity_consistency': affinity_consistency(image_emb, text_emb)}
+
+
+EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity}
 
 
 def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...]) -> dict[str, float]:

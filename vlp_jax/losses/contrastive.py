@@ -34,3 +34,21 @@ def clip_infonce(zi: jax.Array, zt: jax.Array, log_scale: jax.Array) -> tuple[ja
       'logit_scale': scale,
   }
   return (loss_i2t + loss_t2i) / 2, metrics
+
+
+def siglip_loss(zi: jax.Array, zt: jax.Array, log_scale: jax.Array, bias: jax.Array
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Sigmoid loss: -sum_ij log_sigmoid(y_ij (s zi_i . zt_j + b)) / B, y = +1 on the diagonal and -1 elsewhere.
+
+  zi, zt: [B, d] unit-norm; log_scale, bias: []. The [B, B] logits are row-sharded; the diagonal is computed from
+  the pairs directly, so no B x B label matrix is built.
+  """
+  scale = jnp.exp(log_scale.astype(jnp.float32))
+  zi, zt = zi.astype(jnp.float32), zt.astype(jnp.float32)
+  logits = constrain_rows(scale * zi @ zt.T + bias)  # [B, B]
+  positives = scale * jnp.sum(zi * zt, axis=-1) + bias  # [B]
+  # Every entry as a negative, then swap the diagonal's negative term for its positive one.
+  total = jnp.sum(jax.nn.log_sigmoid(-logits)) + jnp.sum(jax.nn.log_sigmoid(positives) -
+                                                         jax.nn.log_sigmoid(-positives))
+  loss = -total / zi.shape[0]
+  return loss, {'logit_scale': scale, 'logit_bias': bias}

@@ -1,7 +1,7 @@
 """Objectives by name. An objective is two pure functions, `features()` and `loss()` (see `base.Objective`).
 
-Adding a method means adding a module here that defines a subclass decorated with `@register('name')`, and listing
-the module in `_MODULES`.
+Adding a method means adding a module here that defines a subclass decorated with `@register('name')` (or a Term
+decorated with `@register_term('name')`, which composes with every objective), and listing the module in `_MODULES`.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import importlib
 
 import ml_collections
 
-from vlp_jax.objectives.base import Objective, register, registry
+from vlp_jax.objectives.base import Composite, Objective, Term, register, register_term, registry, term_registry
 
-_MODULES = ('clip',)
+_MODULES = ('clip', 'siglip', 'saco')
 
 
 def _load_all() -> None:
@@ -31,9 +31,27 @@ def get(name: str) -> type[Objective]:
   return registry()[name]
 
 
+def get_term(name: str) -> type[Term]:
+  _load_all()
+  if name not in term_registry():
+    raise ValueError(f"config.objective.terms has '{name}', which is not a registered term; valid choices: "
+                     f'{sorted(term_registry())}')
+  return term_registry()[name]
+
+
 def build(config: ml_collections.ConfigDict, model) -> Objective:
-  """The objective named by `config.objective.name`, bound to `model`."""
-  return get(config.objective.name)(model, config.objective)
+  """The objective named by `config.objective.name`, bound to `model`, plus the terms in `config.objective.terms`."""
+  objective_cls = get(config.objective.name)
+  objective = objective_cls(model, _with_defaults(objective_cls.default_config(), config.objective))
+  terms = [get_term(name)(_with_defaults(get_term(name).default_config(), config.objective.get(name, {})))
+           for name in config.objective.terms]
+  return Composite(objective, terms) if terms else objective
 
 
-__all__ = ['Objective', 'build', 'get', 'names', 'register']
+def _with_defaults(defaults: dict, given) -> ml_collections.ConfigDict:
+  """Options not set in the config take the objective's (or term's) defaults."""
+  given = given.to_dict() if isinstance(given, ml_collections.ConfigDict) else dict(given)
+  return ml_collections.ConfigDict({**defaults, **{k: v for k, v in given.items() if k in defaults}})
+
+
+__all__ = ['Objective', 'Term', 'build', 'get', 'get_term', 'names', 'register', 'register_term']

@@ -15,6 +15,7 @@ import ml_collections
 from vlp_jax.models import init_variables
 
 _REGISTRY: dict[str, type['Objective']] = {}
+_TERMS: dict[str, type['Term']] = {}
 
 
 def register(name: str):
@@ -32,6 +33,21 @@ def registry() -> dict[str, type['Objective']]:
   return _REGISTRY
 
 
+def register_term(name: str):
+  """Class decorator: make a Term available in `config.objective.terms` (options under `config.objective.<name>`)."""
+  def wrap(cls):
+    if name in _TERMS:
+      raise ValueError(f"term '{name}' is registered twice")
+    cls.name = name
+    _TERMS[name] = cls
+    return cls
+  return wrap
+
+
+def term_registry() -> dict[str, type['Term']]:
+  return _TERMS
+
+
 class Objective:
   """Base class. Subclasses set `name` (via `register`) and may extend `default_config`."""
   name: str = ''
@@ -42,8 +58,11 @@ class Objective:
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
-    """Options this objective accepts under `config.objective`, with their defaults (used to validate configs)."""
-    return {'name': cls.name}
+    """Options this objective accepts under `config.objective`, with their defaults (used to validate configs).
+
+    `terms` lists extra loss terms (e.g. ('saco',)) added to this objective's loss; see `Term`.
+    """
+    return {'name': cls.name, 'terms': ()}
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the
@@ -69,3 +88,57 @@ class Objective:
 
   def loss(self, features: Any, params: dict, step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     raise NotImplementedError
+
+
+class Term:
+  """A loss term that composes with any objective (SaCo adds to CLIP, SLIP or COSMOS).
+
+  It reads the objective's features, which always include 'zi' and 'zt' ([B, d] L2-normalised image and text
+  embeddings of the main view), may add per-sample features of its own, and adds `loss()` to the objective's.
+  """
+  name: str = ''
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+
+  @classmethod
+  def default_config(cls) -> dict[str, Any]:
+    return {}
+
+  @classmethod
+  def validate(cls, term_config: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
+    """Raise ValueError naming the key when an option is invalid (called before anything is built)."""
+
+  def features(self, batch: dict[str, jax.Array], features: dict) -> dict:
+    """Extra per-sample features, merged into the objective's."""
+    del batch, features
+    return {}
+
+  def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    raise NotImplementedError
+
+
+class Composite(Objective):
+  """An objective plus terms: features merged, losses summed, metrics of every part kept."""
+
+  def __init__(self, base: Objective, terms: list[Term]):
+    super().__init__(base.model, base.config)
+    self.base, self.terms = base, terms
+    self.name = base.name
+
+  def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
+    return self.base.init_variables(rng)
+
+  def features(self, params, model_state, batch, rng, train=True):
+    features, model_state = self.base.features(params, model_state, batch, rng, train)
+    for term in self.terms:
+      features = {**features, **term.features(batch, features)}
+    return features, model_state
+
+  def loss(self, features, params, step):
+    loss, metrics = self.base.loss(features, params, step)
+    for term in self.terms:
+      term_loss, term_metrics = term.loss(features, params, step)
+      loss = loss + term_loss
+      metrics = {**metrics, **term_metrics}
+    return loss, metrics

@@ -116,7 +116,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   init_rng, step_rng = jax.random.split(rng)
 
   transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length,
-                                     config.data.caption_field)
+                                     config.data.caption_field, config.data.teacher_embeddings)
   data_iterator = pipeline.train_iterator(
       paths, transform, seed=config.seed, global_batch_size=config.batch_size,
       process_index=jax.process_index(), process_count=jax.process_count(),
@@ -135,7 +135,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
     state = jax.jit(lambda r: create_train_state(objective, tx, r), out_shardings=state_shardings)(init_rng)
   start_step = int(state.step)
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-  print(f'Model {config.model.name}: {num_params / 1e6:.2f}M parameters; objective {config.objective.name}; '
+  objective_name = ' + '.join((config.objective.name, *config.objective.terms))
+  print(f'Model {config.model.name}: {num_params / 1e6:.2f}M parameters; objective {objective_name}; '
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings)

@@ -27,12 +27,12 @@ def plot_curves(workdir: str) -> str | None:
   axes[0].legend()
   for ax, dataset in zip(axes[1:], datasets):
     for metric, chance in (('zeroshot_top1', 'zeroshot_chance'), ('i2t_r1', 'i2t_r1_chance'),
-                           ('t2i_r1', 't2i_r1_chance')):
+                           ('t2i_r1', 't2i_r1_chance'), ('affinity_consistency', '')):
       steps, values = _series(records, f'eval/{dataset}/{metric}')
       if not steps:
         continue
       line, = ax.plot(steps, values, marker='o', label=metric)
-      _, chances = _series(records, f'eval/{dataset}/{chance}')
+      _, chances = _series(records, f'eval/{dataset}/{chance}') if chance else ([], [])
       if chances:
         ax.axhline(chances[-1], color=line.get_color(), linestyle=':', linewidth=1)
     ax.set(xlabel='step', ylabel='score', title=f'{dataset} (dotted: chance)', ylim=(0, None))

@@ -1,0 +1,157 @@
+"""SigLIP and SaCo losses against naive numpy references from the papers' pseudocode (values and gradients),
+their special cases, and sharded == single-device."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from vlp_jax import parallel
+from vlp_jax.losses import saco
+from vlp_jax.losses.contrastive import siglip_loss
+
+
+def _unit(rng, shape):
+  x = rng.normal(size=shape)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def naive_siglip(zi, zt, t, b):
+  """SigLIP pseudocode: -sum(log_sigmoid(labels * (zimg @ ztxt.T * t + b))) / n, labels = 2 * eye(n) - 1."""
+  n = len(zi)
+  logits = zi @ zt.T * np.exp(t) + b
+  labels = 2 * np.eye(n) - 1
+  return -np.sum(-np.logaddexp(0, -labels * logits)) / n
+
+
+def naive_saco(zi, zt, weights=None):
+  """SaCo Algorithm 1: np.sum(np.abs(SI - ST)), with optional per-query weights."""
+  diff = np.abs(zi @ zi.T - zt @ zt.T)
+  if weights is not None:
+    diff = diff * weights[:, None]
+  return np.sum(diff)
+
+
+def naive_affinity_consistency(zi, zt):
+  si, st = zi @ zi.T, zt @ zt.T
+  return np.mean([np.corrcoef(si[i], st[i])[0, 1] for i in range(len(zi))])
+
+
+def _grad(fn, *args):
+  return jax.grad(fn, argnums=tuple(range(len(args))))(*[jnp.asarray(a, jnp.float32) for a in args])
+
+
+def _numeric_grad(fn, args, index, eps=1e-6):
+  """Central differences of a numpy function with respect to args[index], in float64."""
+  args = [np.array(a, np.float64) for a in args]
+  grad = np.zeros_like(args[index])
+  for idx in np.ndindex(grad.shape):
+    plus = [a.copy() for a in args]
+    minus = [a.copy() for a in args]
+    plus[index][idx] += eps
+    minus[index][idx] -= eps
+    grad[idx] = (fn(*plus) - fn(*minus)) / (2 * eps)
+  return grad
+
+
+def test_siglip_matches_naive_reference_values_and_gradients():
+  rng = np.random.default_rng(0)
+  zi, zt, t, b = _unit(rng, (7, 5)), _unit(rng, (7, 5)), np.log(10.0), -10.0
+  loss, _ = siglip_loss(jnp.asarray(zi, jnp.float32), jnp.asarray(zt, jnp.float32), jnp.float32(t), jnp.float32(b))
+  np.testing.assert_allclose(loss, naive_siglip(zi, zt, t, b), rtol=1e-5)
+  grads = _grad(lambda a, c, s, d: siglip_loss(a, c, s, d)[0], zi, zt, t, b)
+  for index, got in enumerate(grads):  # zi, zt, the learnable log scale and the learnable bias
+    np.testing.assert_allclose(got, _numeric_grad(naive_siglip, [zi, zt, t, b], index), rtol=1e-4, atol=1e-6)
+
+
+def test_saco_matches_algorithm_1_values_and_gradients():
+  rng = np.random.default_rng(1)
+  zi, zt = _unit(rng, (6, 4)), _unit(rng, (6, 4))
+  np.testing.assert_allclose(saco.saco_loss(jnp.asarray(zi), jnp.asarray(zt)), naive_saco(zi, zt), rtol=1e-5)
+  grads = _grad(lambda a, c: saco.saco_loss(a, c), zi, zt)
+  for index, got in enumerate(grads):
+    np.testing.assert_allclose(got, _numeric_grad(naive_saco, [zi, zt], index), rtol=1e-4, atol=1e-5)
+
+
+def test_saco_normalizations_and_scale():
+  rng = np.random.default_rng(2)
+  zi, zt = _unit(rng, (8, 4)).astype(np.float32), _unit(rng, (8, 4)).astype(np.float32)
+  total = naive_saco(zi, zt)
+  np.testing.assert_allclose(saco.saco_loss(zi, zt, normalization='row_mean'), total / 8, rtol=1e-5)
+  np.testing.assert_allclose(saco.saco_loss(zi, zt, normalization='mean'), total / 64, rtol=1e-5)
+  with pytest.raises(ValueError, match='valid choices'):
+    saco.saco_loss(zi, zt, normalization='median')
+
+
+def test_saco_is_zero_for_equal_modalities_and_positive_otherwise():
+  rng = np.random.default_rng(3)
+  z = _unit(rng, (9, 6)).astype(np.float32)
+  assert float(saco.saco_loss(z, z)) == 0.0
+  assert float(saco.saco_loss(z, _unit(rng, (9, 6)).astype(np.float32))) > 0.1
+  # Invariant to a common rotation of one modality: affinities only see angles inside a modality.
+  rotation = np.linalg.qr(rng.normal(size=(6, 6)))[0].astype(np.float32)
+  np.testing.assert_allclose(saco.saco_loss(z @ rotation, z), 0.0, atol=1e-5)
+
+
+def test_mimic_matches_reference_and_stops_teacher_gradient():
+  rng = np.random.default_rng(4)
+  zi, teacher = _unit(rng, (6, 4)), rng.normal(size=(6, 3)) * 3  # teacher of another width, not normalised
+  e = teacher / np.linalg.norm(teacher, axis=-1, keepdims=True)
+  want = np.sum(np.abs(zi @ zi.T - e @ e.T))
+  np.testing.assert_allclose(saco.mimic_loss(jnp.asarray(zi), jnp.asarray(teacher)), want, rtol=1e-5)
+  teacher_grad = jax.grad(lambda t: saco.mimic_loss(jnp.asarray(zi, jnp.float32), t))(jnp.asarray(teacher,
+                                                                                                  jnp.float32))
+  assert float(jnp.abs(teacher_grad).max()) == 0.0
+
+
+def test_masking_weights():
+  zi = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], np.float32)
+  zt = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0]], np.float32)
+  np.testing.assert_array_equal(saco.pair_weights(zi, zt, 'hard', 0.7), [1.0, 0.0, 0.0])
+  np.testing.assert_allclose(saco.pair_weights(zi, zt, 'soft', 0.7), [1.0, 0.6, 0.0])
+  assert saco.pair_weights(zi, zt, 'none', 0.7) is None
+  weights = np.asarray(saco.pair_weights(zi, zt, 'hard', 0.7))
+  np.testing.assert_allclose(saco.saco_loss(zi, zt, weights), naive_saco(zi, zt, weights), rtol=1e-6)
+
+
+@pytest.mark.parametrize('ramp,half', [('constant', 5.0), ('linear', 2.5), ('polynomial', 1.25),
+                                       ('exponential', 5.0 * np.expm1(2.5) / np.expm1(5.0))])
+def test_alpha_ramps(ramp, half):
+  steps = jnp.array([0, 50, 100, 200])
+  got = np.asarray([saco.ramp_weight(s, 5.0, ramp, 100) for s in steps])
+  np.testing.assert_allclose(got[1], half, rtol=1e-5)
+  np.testing.assert_allclose(got[2:], 5.0, rtol=1e-6)  # full weight at and after ramp_steps
+  if ramp != 'constant':
+    assert got[0] == 0.0
+
+
+def test_affinity_consistency_matches_pearson():
+  rng = np.random.default_rng(5)
+  zi, zt = _unit(rng, (10, 4)), _unit(rng, (10, 4))
+  np.testing.assert_allclose(saco.affinity_consistency(jnp.asarray(zi), jnp.asarray(zt)),
+                             naive_affinity_consistency(zi, zt), rtol=1e-5)
+  np.testing.assert_allclose(saco.affinity_consistency(jnp.asarray(zi), jnp.asarray(zi)), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize('name', ['siglip', 'saco', 'mimic', 'masked_saco'])
+def test_sharded_equals_single_device(name):
+  rng = np.random.default_rng(6)
+  zi, zt, teacher = (_unit(rng, (32, 8)).astype(np.float32) for _ in range(3))
+  fns = {
+      'siglip': lambda a, b, s: siglip_loss(a, b, s, -2.0 * s)[0],
+      'saco': lambda a, b, s: s * saco.saco_loss(a, b),
+      'mimic': lambda a, b, s: s * saco.mimic_loss(a, b),
+      'masked_saco': lambda a, b, s: s * saco.saco_loss(a, b, saco.pair_weights(a, b, 'soft', 0.0)),
+  }
+  fn = jax.value_and_grad(fns[name], argnums=(0, 1, 2))
+  args = (zi, teacher if name == 'mimic' else zt, jnp.float32(1.3))
+  want = jax.jit(fn)(*args)
+  mesh = parallel.make_mesh(fsdp=2)
+  rows = NamedSharding(mesh, P(parallel.BATCH_AXES))
+  with jax.set_mesh(mesh):
+    sharded = (jax.device_put(args[0], rows), jax.device_put(args[1], rows), args[2])
+    got = jax.jit(fn)(*sharded)
+    hlo = jax.jit(fn).lower(*sharded).compile().as_text()
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+  assert 'f32[32,32]' not in hlo  # each device holds 4 x 32 rows of every B x B matrix

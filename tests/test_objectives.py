@@ -1,0 +1,100 @@
+"""Objectives by name and their composition: SigLIP, CLIP + SaCo (+ mimic from pre-extracted teacher embeddings
+attached by the pipeline), trained by the same sharded step."""
+import chex
+import jax
+import numpy as np
+import pytest
+
+from vlp_jax import embed, models, objectives, parallel, weights
+from vlp_jax.config import ConfigError, validate, with_term
+from vlp_jax.losses import saco
+from vlp_jax.losses.contrastive import clip_infonce, siglip_loss
+from vlp_jax.training.loop import train_and_evaluate
+
+from test_train import _run
+
+
+def _features_and_loss(config, batch_size=8):
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  params, state = objective.init_variables(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  size, length = config.model.vision.image_size, config.model.text.context_length
+  text = rng.integers(1, 49000, (batch_size, length)).astype(np.int32)
+  text[:, 0], text[:, 4] = 49406, 49407
+  batch = {'image': rng.normal(size=(batch_size, size, size, 3)).astype(np.float32), 'text': text,
+           'teacher': rng.normal(size=(batch_size, 6)).astype(np.float32)}
+  features, _ = objective.features(params, state, batch, jax.random.key(1))
+  return params, features, objective.loss(features, params, np.int32(10))
+
+
+def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
+  with_term(micro, 'saco', alpha=2.0, ramp='linear', ramp_steps=20, masking='soft', mask_threshold=0.0)
+  params, f, (loss, metrics) = _features_and_loss(micro)
+  clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
+  weights_ = saco.pair_weights(f['zi'], f['zt'], 'soft', 0.0)
+  want = clip + 2.0 * 0.5 * saco.saco_loss(f['zi'], f['zt'], weights_)  # linear ramp at step 10 of 20
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+  assert {'clip_loss', 'saco_loss', 'saco_alpha', 'affinity_consistency', 'saco_kept_fraction'} <= set(metrics)
+
+
+def test_saco_with_mimic_adds_beta_times_mimic(micro):
+  micro.data.teacher_embeddings = '/unused/by/this/test.npz'
+  with_term(micro, 'saco', alpha=1.0, beta=3.0)
+  params, f, (loss, metrics) = _features_and_loss(micro)
+  clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
+  want = clip + saco.saco_loss(f['zi'], f['zt']) + 3.0 * saco.mimic_loss(f['zi'], f['teacher'])
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+  assert 'mimic_loss' in metrics
+
+
+def test_siglip_objective_owns_a_learnable_bias(micro):
+  micro.objective.name = 'siglip'
+  params, f, (loss, metrics) = _features_and_loss(micro)
+  assert float(params['logit_bias']) == -10.0
+  np.testing.assert_allclose(loss, siglip_loss(f['zi'], f['zt'], params['logit_scale'], params['logit_bias'])[0])
+  assert 'siglip_loss' in metrics
+
+
+@pytest.mark.parametrize('setup', ['siglip', 'saco'])
+def test_methods_train_identically_on_eight_devices_and_one(micro, setup):
+  if setup == 'siglip':
+    micro.objective.name = 'siglip'
+  else:
+    with_term(micro, 'saco', normalization='mean', masking='hard', mask_threshold=-1.0)
+  want_params, want_losses, _ = _run(micro, parallel.make_mesh(1, jax.devices()[:1]))
+  got_params, got_losses, _ = _run(micro, parallel.make_mesh(2))
+  np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+  chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
+  if setup == 'siglip':  # the bias is trained
+    assert float(got_params['logit_bias']) != -10.0
+
+
+def test_term_validation(micro):
+  micro.objective.terms = ('sacco',)
+  with pytest.raises(ConfigError, match="'sacco'.*saco"):
+    validate(micro)
+  micro.objective.terms = ()
+  with_term(micro, 'saco', beta=5.0)
+  with pytest.raises(ConfigError, match='teacher_embeddings'):
+    validate(micro)
+  micro.objective.saco.beta = 0.0
+  micro.objective.saco.masking = 'soft-ish'
+  with pytest.raises(ConfigError, match=r"config.objective.saco.masking='soft-ish'.*hard"):
+    validate(micro)
+
+
+def test_mimic_end_to_end_with_pre_extracted_teacher(micro, tmp_path):
+  """Embed the training split with a 'teacher' checkpoint, then train CLIP + SaCo + mimic on it."""
+  params, state = models.init_variables(models.build_model(micro.model), jax.random.key(9))
+  teacher = weights.save_checkpoint(str(tmp_path / 'teacher'), jax.tree.map(np.asarray, params), state, micro)
+  table = str(tmp_path / 'teacher.npz')
+  embed.run(teacher, table, dataset='synthetic', split='train', batch_size=32)
+  micro.data.teacher_embeddings = table
+  with_term(micro, 'saco', alpha=1.0, beta=1.0, normalization='mean')
+  micro.total_steps = 2
+  result = train_and_evaluate(micro, str(tmp_path / 'run'))
+  from vlp_jax.training.writer import read_metrics
+  logged = set().union(*read_metrics(str(tmp_path / 'run')))
+  assert {'train/mimic_loss', 'train/saco_loss', 'train/clip_loss'} <= logged
+  assert int(result['state'].step) == 2

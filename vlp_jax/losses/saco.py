@@ -1,0 +1,100 @@
+"""SaCo: sample-wise affinity consistency (SaCo paper, Eq. 5 and Algorithm 1/2), as pure functions.
+
+Affinities inside the batch, SI = zi zi^T and ST = zt zt^T ([B, B], row-sharded over the mesh), and
+  L_saco  = sum_ij w_i |SI_ij - ST_ij|                  (w_i = 1 unless sample-wise masking is on)
+  L_mimic = sum_ij |SI_ij - S~I_ij|,  S~I = e e^T       (e: L2-normalised embeddings of a frozen teacher)
+The paper's pseudocode sums over all B*B entries ('sum', the default). 'row_mean' divides by B and 'mean' by B*B,
+so alpha_sum * L_sum == (alpha_sum * B) * L_row_mean == (alpha_sum * B^2) * L_mean: alpha multiplies the
+normalised value, and keeping its effect when switching normalisation means scaling alpha by B or B^2.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from vlp_jax.parallel import constrain_rows
+
+NORMALIZATIONS = ('sum', 'row_mean', 'mean')
+RAMPS = ('constant', 'linear', 'exponential', 'polynomial')
+MASKINGS = ('none', 'hard', 'soft')
+
+
+def affinity(z: jax.Array) -> jax.Array:
+  """[B, d] unit-norm embeddings -> [B, B] cosine affinities, row-sharded."""
+  z = z.astype(jnp.float32)
+  return constrain_rows(z @ z.T)
+
+
+def _off_diagonal_abs(a: jax.Array, b: jax.Array) -> jax.Array:
+  """|a - b| for [B, B] affinities with the diagonal zeroed. For unit vectors the diagonal is |1 - 1| = 0; dropping
+  it keeps float rounding there (a sign(+-1e-7)) from adding a spurious radial gradient. The mask comes from iota,
+  so it is built shard by shard."""
+  rows = jax.lax.broadcasted_iota(jnp.int32, a.shape, 0)
+  cols = jax.lax.broadcasted_iota(jnp.int32, a.shape, 1)
+  return jnp.where(rows == cols, 0.0, jnp.abs(a - b))
+
+
+def _normalize(total: jax.Array, batch: int, normalization: str) -> jax.Array:
+  if normalization == 'sum':
+    return total
+  if normalization == 'row_mean':
+    return total / batch
+  if normalization == 'mean':
+    return total / (batch * batch)
+  raise ValueError(f"normalization '{normalization}' is not valid; valid choices: {list(NORMALIZATIONS)}")
+
+
+def saco_loss(zi: jax.Array, zt: jax.Array, weights: jax.Array | None = None, normalization: str = 'sum'
+              ) -> jax.Array:
+  """zi, zt: [B, d] unit-norm; weights: optional [B] per-query weights -> [] L1 distance of the affinity rows."""
+  per_row = jnp.sum(_off_diagonal_abs(affinity(zi), affinity(zt)), axis=1)  # [B]
+  if weights is not None:
+    per_row = per_row * weights
+  return _normalize(jnp.sum(per_row), zi.shape[0], normalization)
+
+
+def mimic_loss(zi: jax.Array, teacher: jax.Array, normalization: str = 'sum') -> jax.Array:
+  """zi: [B, d] student image embeddings; teacher: [B, d_t] teacher embeddings (normalised here, no gradient)."""
+  e = jax.lax.stop_gradient(teacher.astype(jnp.float32))
+  e = e / jnp.linalg.norm(e, axis=-1, keepdims=True)
+  return _normalize(jnp.sum(_off_diagonal_abs(affinity(zi), affinity(e))), zi.shape[0], normalization)
+
+
+def pair_weights(zi: jax.Array, zt: jax.Array, masking: str, threshold: float) -> jax.Array | None:
+  """Sample-wise masking (supplementary, strategy 2): [B] weights from each pair's image-text cosine, without
+  gradient. 'hard': 1 where the cosine exceeds `threshold`, else 0. 'soft': the cosine itself, clipped to [0, 1]."""
+  if masking == 'none':
+    return None
+  cosine = jax.lax.stop_gradient(jnp.sum(zi.astype(jnp.float32) * zt.astype(jnp.float32), axis=-1))
+  if masking == 'hard':
+    return (cosine > threshold).astype(jnp.float32)
+  if masking == 'soft':
+    return jnp.clip(cosine, 0.0, 1.0)
+  raise ValueError(f"masking '{masking}' is not valid; valid choices: {list(MASKINGS)}")
+
+
+def ramp_weight(step: jax.Array, alpha: float, ramp: str, ramp_steps: int, power: float = 2.0,
+                rate: float = 5.0) -> jax.Array:
+  """alpha at `step` (supplementary, strategy 1), with progress t = min(step / ramp_steps, 1):
+  constant alpha; linear alpha t; polynomial alpha t^power; exponential alpha (e^(rate t) - 1) / (e^rate - 1)."""
+  t = jnp.clip(step.astype(jnp.float32) / max(ramp_steps, 1), 0.0, 1.0)
+  if ramp == 'constant':
+    return jnp.float32(alpha)
+  if ramp == 'linear':
+    return alpha * t
+  if ramp == 'polynomial':
+    return alpha * t**power
+  if ramp == 'exponential':
+    return alpha * jnp.expm1(rate * t) / math.expm1(rate)
+  raise ValueError(f"ramp '{ramp}' is not valid; valid choices: {list(RAMPS)}")
+
+
+def affinity_consistency(zi: jax.Array, zt: jax.Array) -> jax.Array:
+  """Mean over queries i of Pearson(SI_i, ST_i) (SaCo Eq. 3 and 4) over the given set: [] in [-1, 1]."""
+  si, st = affinity(zi), affinity(zt)
+  si = si - si.mean(axis=1, keepdims=True)
+  st = st - st.mean(axis=1, keepdims=True)
+  rho = jnp.sum(si * st, axis=1) * jax.lax.rsqrt(jnp.sum(si * si, axis=1) * jnp.sum(st * st, axis=1) + 1e-12)
+  return jnp.mean(rho)

@@ -1,0 +1,60 @@
+"""SaCo as a term that adds to any objective: alpha L_saco (with an optional ramp and sample-wise masking) plus
+beta L_mimic against pre-extracted teacher embeddings (`config.data.teacher_embeddings`, attached by the pipeline as
+batch['teacher'])."""
+from __future__ import annotations
+
+import jax
+
+from vlp_jax.losses import saco
+from vlp_jax.objectives.base import Term, register_term
+
+
+@register_term('saco')
+class SacoTerm(Term):
+
+  @classmethod
+  def default_config(cls):
+    return {
+        'alpha': 5.0,  # SaCo paper, Figure 6
+        'beta': 0.0,  # pseudo-affinity mimic weight (5.0 in the paper from scratch; needs teacher embeddings)
+        'normalization': 'sum',  # 'sum' (paper) | 'row_mean' (/B) | 'mean' (/B^2); see losses/saco.py
+        'ramp': 'constant',  # 'linear' | 'exponential' | 'polynomial': alpha grows over ramp_steps
+        'ramp_steps': 0,
+        'ramp_power': 2.0,
+        'ramp_rate': 5.0,
+        'masking': 'none',  # 'hard' | 'soft': sample-wise masking by the pair's image-text cosine
+        'mask_threshold': 0.5,
+    }
+
+  @classmethod
+  def validate(cls, term_config, config):
+    for key, choices in (('normalization', saco.NORMALIZATIONS), ('ramp', saco.RAMPS), ('masking', saco.MASKINGS)):
+      if term_config[key] not in choices:
+        raise ValueError(f"config.objective.saco.{key}='{term_config[key]}' is not valid; valid choices: "
+                         f'{list(choices)}')
+    if term_config.ramp != 'constant' and term_config.ramp_steps < 1:
+      raise ValueError(f"config.objective.saco.ramp='{term_config.ramp}' needs config.objective.saco.ramp_steps > 0")
+    if term_config.beta > 0 and not config.data.teacher_embeddings:
+      raise ValueError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write them '
+                       'with `python -m vlp_jax.embed --checkpoint=TEACHER --dataset=... --split=train '
+                       '--output=teacher.npz` and set config.data.teacher_embeddings=teacher.npz')
+
+  def features(self, batch, features):
+    return {'teacher': batch['teacher']} if self.config.beta > 0 else {}
+
+  def loss(self, features, params, step):
+    c = self.config
+    zi, zt = features['zi'], features['zt']
+    alpha = saco.ramp_weight(step, c.alpha, c.ramp, c.ramp_steps, c.ramp_power, c.ramp_rate)
+    weights = saco.pair_weights(zi, zt, c.masking, c.mask_threshold)
+    saco_loss = saco.saco_loss(zi, zt, weights, c.normalization)
+    metrics = {'saco_loss': saco_loss, 'saco_alpha': alpha,
+               'affinity_consistency': jax.lax.stop_gradient(saco.affinity_consistency(zi, zt))}
+    total = alpha * saco_loss
+    if weights is not None:
+      metrics['saco_kept_fraction'] = weights.mean()
+    if c.beta > 0:
+      mimic = saco.mimic_loss(zi, features['teacher'], c.normalization)
+      metrics['mimic_loss'] = mimic
+      total = total + c.beta * mimic
+    return total, metrics

@@ -1,0 +1,27 @@
+"""SigLIP: the pairwise sigmoid loss with a learnable logit scale (init log 10) and bias (init -10)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from vlp_jax.losses.contrastive import siglip_loss
+from vlp_jax.objectives.base import register
+from vlp_jax.objectives.clip import ClipObjective
+
+
+@register('siglip')
+class SiglipObjective(ClipObjective):
+  """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does."""
+
+  @classmethod
+  def default_config(cls):
+    return {**super().default_config(), 'name': cls.name, 'init_logit_bias': -10.0}
+
+  def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
+    params, model_state = super().init_variables(rng)
+    return {**params, 'logit_bias': jnp.float32(self.config.init_logit_bias)}, model_state
+
+  def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
+    del step
+    loss, metrics = siglip_loss(features['zi'], features['zt'], params['logit_scale'], params['logit_bias'])
+    return loss, {'siglip_loss': loss, **metrics}
