@@ -41,8 +41,8 @@ def main(argv):
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
-  transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length)
-  iterator = pipeline.train_iterator(datasets.train_paths(config.data), transform, seed=0,
+  iterator = pipeline.train_iterator(datasets.train_paths(config.data), objectives.get(config.objective.name).views(
+      config), seed=0,
                                      global_batch_size=config.batch_size, process_index=0, process_count=1)
   began = time.perf_counter()
   host_batches = [next(iterator) for _ in range(_STEPS.value + 1)]

@@ -6,8 +6,8 @@ from vlp_jax.data import datasets, pipeline
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0):
   paths = datasets.train_paths(config.data)
-  transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length)
-  return pipeline.train_iterator(paths, transform, seed=7, global_batch_size=8, process_index=process_index,
+  views = pipeline.ClipViews(config.model.vision.image_size, config.model.text.context_length)
+  return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
                                  process_count=process_count, num_workers=num_workers)
 
 

@@ -20,6 +20,7 @@ from absl import app, flags, logging
 from vlp_jax import models, parallel
 from vlp_jax.data import datasets, pipeline, records
 from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.checkpoint import load_config, load_variables, resolve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir.')
@@ -98,7 +99,7 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
   params, model_state = load_variables(checkpoint)
   model = models.build_model(config.model)
   mesh = parallel.make_mesh()
-  encoder = Encoder(model, parallel.replicated_from_host({'params': params, **model_state}, mesh), mesh, batch_size,
+  encoder = Encoder(model, parallel.replicated_from_host(tower_variables(params, model_state), mesh), mesh, batch_size,
                     config.model.text.context_length)
   if dataset:
     data = config.data

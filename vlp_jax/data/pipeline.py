@@ -40,37 +40,59 @@ def normalize_image(image: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class DecodeExample(grain.transforms.Map):
-  """A serialized record -> {'image': [S, S, 3] float32, 'text': [L] int32, 'label': [] int32}, plus
-  'teacher': [d] float32 looked up by the example's key when `teacher_path` is set."""
+class DecodeRecord(grain.transforms.Map):
+  """A serialized record -> the example with its image decoded ([H, W, 3] uint8), and 'teacher' ([d] float32,
+  looked up by the example's key) when `teacher_path` is set. Captions stay strings for the views to use."""
+  teacher_path: str = ''
+
+  def map(self, record: bytes) -> dict[str, Any]:
+    example = records.deserialize(record)
+    example['image'] = records.decode_image(example['image'])
+    if self.teacher_path:
+      example['teacher'] = load_table(self.teacher_path)[example['key']]
+    return example
+
+
+def passthrough(example: dict[str, Any]) -> dict[str, np.ndarray]:
+  """The numeric fields every view maker keeps: the label, and the teacher vector when present."""
+  out = {'label': np.int32(example['label'])}
+  if 'teacher' in example:
+    out['teacher'] = example['teacher']
+  return out
+
+
+@dataclasses.dataclass
+class ClipViews(grain.transforms.RandomMap):
+  """A decoded example -> {'image': [S, S, 3] float32 (resized, normalised), 'text': [L] int32, 'label': []}.
+
+  The views of CLIP and SigLIP; other objectives supply their own (multi-crop, SSL views, text augmentation).
+  """
   image_size: int
   context_length: int
   caption_field: str = 'caption'
-  teacher_path: str = ''
 
-  def map(self, record: bytes) -> dict[str, np.ndarray]:
-    example = records.deserialize(record)
-    image = normalize_image(resize_image(records.decode_image(example['image']), self.image_size))
-    text = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
-    out = {'image': image, 'text': text, 'label': np.int32(example['label'])}
-    if self.teacher_path:
-      out['teacher'] = load_table(self.teacher_path)[example['key']]
-    return out
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    del rng  # deterministic views
+    return {'image': normalize_image(resize_image(example['image'], self.image_size)),
+            'text': default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0],
+            **passthrough(example)}
 
 
-def train_iterator(paths: list[str], transform: grain.transforms.Map, *, seed: int, global_batch_size: int,
-                   process_index: int, process_count: int, num_workers: int = 0,
+def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
+                   process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
                    num_threads: int = 2) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}).
 
-  Supports `get_state()` / `set_state()` for exact resumption.
+  The random views of example i depend only on (seed, i), and each process slices the global order after they are
+  made, so the global batch is the same whatever the process count. Supports `get_state()` / `set_state()`.
   """
   if not paths:
     raise ValueError('the training data has no shard files')
   if global_batch_size % process_count:
     raise ValueError(f'batch_size {global_batch_size} is not divisible by the process count {process_count}')
   dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(paths)).shuffle(seed=seed).repeat()
-  dataset = dataset[process_index::process_count].map(transform)
+  dataset = dataset.map(DecodeRecord(teacher_path)).random_map(views, seed=seed)
+  dataset = dataset[process_index::process_count]
   dataset = dataset.batch(global_batch_size // process_count, drop_remainder=True)
   iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
   if num_workers > 0:

@@ -15,7 +15,8 @@ from vlp_jax.losses.contrastive import l2_normalize
 class Encoder:
   """Embeds in fixed-size chunks over the mesh (rows sharded over every device), returning numpy float32.
 
-  `variables` is {'params': ..., **model_state}, sharded or replicated; every process must pass the same inputs.
+  `variables` is what `objectives.base.tower_variables` gives, sharded or replicated; every process must pass the
+  same inputs.
   """
 
   def __init__(self, model, variables: dict, mesh: Mesh, batch_size: int = 256,

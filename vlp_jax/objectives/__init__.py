@@ -1,22 +1,21 @@
 """Objectives by name. An objective is two pure functions, `features()` and `loss()` (see `base.Objective`).
 
 Adding a method means adding a module here that defines a subclass decorated with `@register('name')` (or a Term
-decorated with `@register_term('name')`, which composes with every objective), and listing the module in `_MODULES`.
+decorated with `@register_term('name')`, which composes with every objective); modules are discovered by name.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 import ml_collections
 
 from vlp_jax.objectives.base import Composite, Objective, Term, register, register_term, registry, term_registry
 
-_MODULES = ('clip', 'siglip', 'saco')
-
-
 def _load_all() -> None:
-  for module in _MODULES:
-    importlib.import_module(f'vlp_jax.objectives.{module}')
+  for module in pkgutil.iter_modules(__path__):
+    if module.name != 'base':
+      importlib.import_module(f'{__name__}.{module.name}')
 
 
 def names() -> list[str]:

@@ -15,6 +15,12 @@ import ml_collections
 from vlp_jax.models import init_variables
 
 _REGISTRY: dict[str, type['Objective']] = {}
+
+
+def tower_variables(params: dict, model_state: dict) -> dict:
+  """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
+  return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
+
 _TERMS: dict[str, type['Term']] = {}
 
 
@@ -64,6 +70,13 @@ class Objective:
     """
     return {'name': cls.name, 'terms': ()}
 
+  @classmethod
+  def views(cls, config: ml_collections.ConfigDict):
+    """The host-side transform that turns a decoded example into this objective's inputs (a grain RandomMap, run
+    in the data workers). CLIP's: one resized image and the tokenised caption."""
+    from vlp_jax.data.pipeline import ClipViews
+    return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field)
+
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the
     non-trained model state (BatchNorm statistics)."""
@@ -71,12 +84,13 @@ class Objective:
 
   def encode_image(self, params: dict, model_state: dict, images: jax.Array, train: bool
                    ) -> tuple[dict[str, jax.Array], dict]:
-    """The image tower; returns its outputs and the model state, updated when training with BatchNorm."""
-    variables = {'params': params, **model_state}
-    if train and model_state:
+    """The image tower; returns its outputs and the model state, with the tower's BatchNorm statistics updated when
+    training. Other entries of the model state (an EMA teacher, say) pass through untouched."""
+    variables = tower_variables(params, model_state)
+    if train and 'batch_stats' in model_state:
       out, updates = self.model.apply(variables, images, True, method=self.model.encode_image,
-                                      mutable=list(model_state))
-      return out, {**model_state, **updates}
+                                      mutable=['batch_stats'])
+      return out, {**model_state, 'batch_stats': updates['batch_stats']}
     return self.model.apply(variables, images, train, method=self.model.encode_image), model_state
 
   def encode_text(self, params: dict, tokens: jax.Array) -> dict[str, jax.Array]:
@@ -85,6 +99,11 @@ class Objective:
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
                train: bool = True) -> tuple[Any, dict]:
     raise NotImplementedError
+
+  def after_step(self, params: dict, model_state: dict, step: jax.Array) -> dict:
+    """Model state after the optimizer step, inside the jitted step (e.g. an EMA teacher update). Default: as is."""
+    del params, step
+    return model_state
 
   def loss(self, features: Any, params: dict, step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     raise NotImplementedError
@@ -128,6 +147,9 @@ class Composite(Objective):
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     return self.base.init_variables(rng)
+
+  def after_step(self, params, model_state, step):
+    return self.base.after_step(params, model_state, step)
 
   def features(self, params, model_state, batch, rng, train=True):
     features, model_state = self.base.features(params, model_state, batch, rng, train)

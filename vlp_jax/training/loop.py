@@ -13,6 +13,7 @@ from vlp_jax import config as config_lib
 from vlp_jax import models, objectives, parallel
 from vlp_jax.data import datasets, pipeline
 from vlp_jax.evaluation import Encoder, run_evaluations
+from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
 from vlp_jax.training.plots import plot_curves
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
@@ -115,12 +116,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   rng = jax.random.key(config.seed)
   init_rng, step_rng = jax.random.split(rng)
 
-  transform = pipeline.DecodeExample(config.model.vision.image_size, config.model.text.context_length,
-                                     config.data.caption_field, config.data.teacher_embeddings)
   data_iterator = pipeline.train_iterator(
-      paths, transform, seed=config.seed, global_batch_size=config.batch_size,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      num_workers=config.data.num_workers, num_threads=config.data.num_threads)
+      paths, objectives.get(config.objective.name).views(config), seed=config.seed,
+      global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
+      teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
+      num_threads=config.data.num_threads)
 
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
   state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
@@ -142,7 +142,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   step_fn = compile_train_step(objective, tx, mesh, state_shardings)
   eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
                for name in config.eval.datasets]
-  encoder = Encoder(model, {'params': state.params, **state.model_state}, mesh, config.eval.batch_size, config.model.text.context_length)
+  encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size, config.model.text.context_length)
   writer = MetricWriter(workdir, resume_step=start_step)
   progress = Progress(config.total_steps, config.batch_size, start_step)
   last_step = min(config.total_steps, stop_at_step or config.total_steps)
@@ -151,7 +151,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   def evaluate(step: int) -> dict[str, float]:
     progress.pause()
     began = time.perf_counter()
-    encoder.variables = {'params': state.params, **state.model_state}
+    encoder.variables = tower_variables(state.params, state.model_state)
     metrics = run_evaluations(encoder, eval_sets, tuple(config.eval.tasks))
     metrics['perf/eval_seconds'] = time.perf_counter() - began
     writer.write(step, metrics)

@@ -25,6 +25,7 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
   (loss, (metrics, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = clamp_logit_scales(optax.apply_updates(state.params, updates))
+  model_state = objective.after_step(params, model_state, state.step)
   metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads), **metrics}
   return TrainState(step=state.step + 1, params=params, model_state=model_state, opt_state=opt_state), metrics
 
