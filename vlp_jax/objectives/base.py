@@ -105,6 +105,11 @@ class Objective:
     del params, step
     return model_state
 
+  def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
+    """The tower variables to evaluate, by metric-name prefix: '' is what the eval metrics report (the trained
+    model); objectives with a teacher add it, e.g. {'teacher_': ...}."""
+    return {'': tower_variables(params, model_state)}
+
   def loss(self, features: Any, params: dict, step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     raise NotImplementedError
 
@@ -150,6 +155,9 @@ class Composite(Objective):
 
   def after_step(self, params, model_state, step):
     return self.base.after_step(params, model_state, step)
+
+  def eval_variants(self, params, model_state):
+    return self.base.eval_variants(params, model_state)
 
   def features(self, params, model_state, batch, rng, train=True):
     features, model_state = self.base.features(params, model_state, batch, rng, train)

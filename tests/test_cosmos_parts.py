@@ -1,0 +1,50 @@
+"""COSMOS building blocks: text crops from long captions and the cross-attention module."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlp_jax.data.text_crops import split_sentences, text_crops
+from vlp_jax.models.cross_attention import CrossAttention
+
+
+def test_split_sentences():
+  assert split_sentences('There is a red circle. The background is white!  Is it? ') == [
+      'There is a red circle.', 'The background is white!', 'Is it?']
+  assert split_sentences('') == []
+
+
+def test_text_crops_sample_sentences_of_the_caption():
+  caption = 'S1 one. S2 two. S3 three. S4 four. S5 five. S6 six.'
+  sentences = set(split_sentences(caption))
+  rng = np.random.default_rng(0)
+  lengths = []
+  for _ in range(200):
+    crops = text_crops(caption, 'short', rng)
+    assert len(crops) == 8
+    for i, crop in enumerate(crops):
+      parts = split_sentences(crop)
+      assert set(parts) <= sentences and len(parts) == len(set(parts))  # without replacement
+      if i >= 2:
+        assert len(parts) == 1  # local crops are one sentence
+      else:
+        lengths.append(len(parts))
+  assert set(lengths) == {1, 2, 3, 4, 5}  # global crops take 1 to 5 sentences
+  assert text_crops('', 'the short caption', rng) == ['the short caption'] * 8
+  a, b = text_crops(caption, '', np.random.default_rng(3)), text_crops(caption, '', np.random.default_rng(3))
+  assert a == b
+
+
+def test_cross_attention_zero_init_returns_the_query_and_masks_padding():
+  query = jax.random.normal(jax.random.key(0), (2, 3, 16))
+  tokens = jax.random.normal(jax.random.key(1), (2, 5, 8))
+  zero = CrossAttention(16, heads=4, zero_init_output=True)
+  params = zero.init(jax.random.key(2), query, tokens)['params']
+  np.testing.assert_array_equal(zero.apply({'params': params}, query, tokens), query)
+  module = CrossAttention(16, heads=4)
+  params = module.init(jax.random.key(2), query, tokens)['params']
+  mask = jnp.array([[True, True, False, False, False]] * 2)
+  out = module.apply({'params': params}, query, tokens, mask)
+  assert out.shape == (2, 3, 16) and not np.allclose(out, query)
+  changed = tokens.at[:, 2:].set(100.0)  # masked-out tokens do not matter
+  np.testing.assert_allclose(module.apply({'params': params}, query, changed, mask), out, rtol=1e-5, atol=1e-5)
+  assert set(params) == {'token_proj', 'ln_q', 'ln_kv', 'q_proj', 'k_proj', 'v_proj', 'out_proj'}
