@@ -33,11 +33,8 @@ def available_methods() -> list[str]:
 
 
 def load_config(method: str):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(method, os.path.join(ROOT, 'configs', f'{method}_shapes.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  from vlp_jax.config import from_file
+  return from_file(os.path.join(ROOT, 'configs', f'{method}_shapes.py'))
 
 
 def step_memory_bytes(config) -> int:

@@ -1,5 +1,4 @@
 """Config validation: bad keys, types and choices give errors that name the key and the valid choices."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -7,7 +6,7 @@ import sys
 import ml_collections
 import pytest
 
-from vlp_jax.config import ConfigError, base_config, validate
+from vlp_jax.config import ConfigError, base_config, from_file, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,14 +15,15 @@ def test_base_and_shipped_configs_are_valid():
   validate(base_config(), num_devices=8)
   for name in sorted(os.listdir(os.path.join(ROOT, 'configs'))):
     if name.endswith('.py') and not name.startswith('_'):
-      spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, 'configs', name))
-      module = importlib.util.module_from_spec(spec)
-      spec.loader.exec_module(module)
-      config = module.get_config()
+      config = from_file(os.path.join(ROOT, 'configs', name))
       if config.init.require_checkpoint:  # e.g. continue pre-training: says what is missing, then validates
         with pytest.raises(ConfigError, match='config.init.checkpoint is required'):
           validate(config)
         config.init.checkpoint = '/some/imported/checkpoint'
+      if 'saco' in config.objective.terms and config.objective.saco.beta > 0 and not config.data.teacher_embeddings:
+        with pytest.raises(ConfigError, match='teacher embeddings'):
+          validate(config)
+        config.data.teacher_embeddings = '/some/teacher.npz'
       validate(config)
 
 

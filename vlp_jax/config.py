@@ -56,6 +56,16 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def from_file(path: str) -> ml_collections.ConfigDict:
+  """`get_config()` of a config file, e.g. to build one config on another (configs/saco_cc3m.py on clip_cc3m.py)."""
+  import importlib.util
+  import os
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
 def shapes_baseline() -> ml_collections.ConfigDict:
   """The shared setting of the `configs/*_shapes.py` files: the tiny model on the embedded dataset, 400 steps of
   batch 128 (about 3.5 minutes for CLIP on a 2-core CPU), so that methods compare under one budget and seed."""
