@@ -231,3 +231,16 @@ def test_key_mapping_rules():
       'transformer.resblocks.0.ln_1.weight', 'same')
   assert weights.path_to_torch_key('params', ('token_embedding', 'embedding'), 2) == ('token_embedding.weight',
                                                                                       'same')
+
+
+def test_export_keeps_only_the_towers(tmp_path):
+  config = _micro_config()
+  params, state = models.init_variables(models.build_model(config), jax.random.key(0))
+  params = {**jax.tree.map(np.asarray, params), 'logit_bias': np.float32(-10.0),
+            'simclr_head': {'layer1': {'kernel': np.zeros((16, 8), np.float32)}}}
+  state = {'ema': {'logit_scale': np.float32(1.0)}}
+  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
+  out = weights.export_weights('open_clip', ckpt, str(tmp_path / 'b.safetensors'))
+  keys = set(weights.read_state_dict(out))
+  assert 'logit_bias' not in keys and not any(k.startswith(('simclr_head', 'ema')) for k in keys)
+  assert 'visual.proj' in keys and 'logit_scale' in keys

@@ -10,7 +10,7 @@ from typing import Any
 import ml_collections
 
 from vlp_jax import models, objectives
-from vlp_jax.data import datasets, synthetic
+from vlp_jax.data import datasets, mixing, synthetic
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.clip import DTYPES
 from vlp_jax.models.transformer import ACTIVATIONS
@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
+      'mixing': 'mixed',  # 'mixed' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
       'synthetic': {
           'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
           'sources': synthetic.SOURCES, 'shards': 2,
@@ -93,6 +94,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     'model.vision.type': ('vit', 'resnet'),
     'model.dtype': tuple(DTYPES),
     'data.name': datasets.TRAIN_DATASETS,
+    'data.mixing': mixing.MODES,
     'optim.schedule': ('cosine', 'constant'),
     'eval.split': ('val', 'test'),
 }
@@ -141,9 +143,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   reference.objective = ml_collections.ConfigDict(
       {**objective_cls.default_config(), **{name: term.default_config() for name, term in terms.items()}})
   _check_keys(config, reference, '')
+  try:
+    objective_cls.validate(objective_cls.options(config.objective), config)
+  except ValueError as error:
+    raise ConfigError(str(error)) from None
   for name, term in terms.items():
     try:
-      term.validate(ml_collections.ConfigDict({**term.default_config(), **config.objective.get(name, {})}), config)
+      term.validate(objectives.with_defaults(term.default_config(), config.objective.get(name, {})), config)
     except ValueError as error:
       raise ConfigError(str(error)) from None
   for key in _POSITIVE_INTS:

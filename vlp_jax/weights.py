@@ -379,6 +379,11 @@ def export_weights(fmt: str, checkpoint: str, output: str) -> str:
   checkpoint = resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
   params, model_state = load_variables(checkpoint)
+  # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
+  # have no place in an open_clip or transformers CLIP.
+  towers = {path[0] for path in expected_variables(config.model)['params']}
+  params = {k: v for k, v in params.items() if k in towers}
+  model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
   state_dict = variables_to_openai(params, model_state)
   if os.path.exists(output):
     raise FileExistsError(f'{output} exists; choose a new --output (nothing was overwritten)')

@@ -14,6 +14,7 @@ from absl import flags
 import numpy as np
 from PIL import Image
 
+from vlp_jax.data import mixing as mixing_lib
 from vlp_jax.data import records
 from vlp_jax.data.teacher import load_table
 from vlp_jax.data.tokenizer import default_tokenizer
@@ -80,17 +81,28 @@ class ClipViews(grain.transforms.RandomMap):
 
 def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
-                   num_threads: int = 2) -> grain.DatasetIterator:
+                   num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None
+                   ) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}).
 
   The random views of example i depend only on (seed, i), and each process slices the global order after they are
   made, so the global batch is the same whatever the process count. Supports `get_state()` / `set_state()`.
+  mixing: 'mixed' (one shuffled order over every shard), 'single_source' or 'sequential' (each global batch from
+  one source; see data/mixing.py). sources: the source of each shard for the latter two; by default read from the
+  shards' records.
   """
   if not paths:
     raise ValueError('the training data has no shard files')
   if global_batch_size % process_count:
     raise ValueError(f'batch_size {global_batch_size} is not divisible by the process count {process_count}')
-  dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(paths)).shuffle(seed=seed).repeat()
+  if mixing not in mixing_lib.MODES:
+    raise ValueError(f"data.mixing='{mixing}' is not valid; valid choices: {list(mixing_lib.MODES)}")
+  if mixing == 'mixed':
+    dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(paths)).shuffle(seed=seed).repeat()
+  else:
+    dataset = mixing_lib.single_source_dataset(
+        paths, mixing_lib.shard_sources(paths) if sources is None else sources, mode=mixing, seed=seed,
+        global_batch_size=global_batch_size)
   dataset = dataset.map(DecodeRecord(teacher_path)).random_map(views, seed=seed)
   dataset = dataset[process_index::process_count]
   dataset = dataset.batch(global_batch_size // process_count, drop_remainder=True)

@@ -33,12 +33,14 @@ def affinity(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
 EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity}
 
 
-def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...]) -> dict[str, float]:
-  """Every task on every eval set; image embeddings are computed once per set."""
+def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], prefix: str = ''
+                    ) -> dict[str, float]:
+  """Every task on every eval set, named `eval/<dataset>/<prefix><metric>`; image embeddings are computed once per
+  set."""
   results = {}
   for eval_set in eval_sets:
     image_emb = encoder.images(eval_set.images)
     for task in tasks:
       for metric, value in EVALUATORS[task](encoder, eval_set, image_emb).items():
-        results[f'eval/{eval_set.name}/{metric}'] = value
+        results[f'eval/{eval_set.name}/{prefix}{metric}'] = value
   return results

@@ -10,7 +10,8 @@ import pkgutil
 
 import ml_collections
 
-from vlp_jax.objectives.base import Composite, Objective, Term, register, register_term, registry, term_registry
+from vlp_jax.objectives.base import (Composite, Objective, Term, register, register_term, registry, term_registry,
+                                    with_defaults)
 
 def _load_all() -> None:
   for module in pkgutil.iter_modules(__path__):
@@ -41,16 +42,10 @@ def get_term(name: str) -> type[Term]:
 def build(config: ml_collections.ConfigDict, model) -> Objective:
   """The objective named by `config.objective.name`, bound to `model`, plus the terms in `config.objective.terms`."""
   objective_cls = get(config.objective.name)
-  objective = objective_cls(model, _with_defaults(objective_cls.default_config(), config.objective))
-  terms = [get_term(name)(_with_defaults(get_term(name).default_config(), config.objective.get(name, {})))
+  objective = objective_cls(model, objective_cls.options(config.objective))
+  terms = [get_term(name)(with_defaults(get_term(name).default_config(), config.objective.get(name, {})))
            for name in config.objective.terms]
   return Composite(objective, terms) if terms else objective
-
-
-def _with_defaults(defaults: dict, given) -> ml_collections.ConfigDict:
-  """Options not set in the config take the objective's (or term's) defaults."""
-  given = given.to_dict() if isinstance(given, ml_collections.ConfigDict) else dict(given)
-  return ml_collections.ConfigDict({**defaults, **{k: v for k, v in given.items() if k in defaults}})
 
 
 __all__ = ['Objective', 'Term', 'build', 'get', 'get_term', 'names', 'register', 'register_term']

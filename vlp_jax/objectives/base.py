@@ -17,6 +17,13 @@ from vlp_jax.models import init_variables
 _REGISTRY: dict[str, type['Objective']] = {}
 
 
+def with_defaults(defaults: dict, given: Any) -> ml_collections.ConfigDict:
+  """Options not set in `given` (a ConfigDict or dict) take their `defaults`; unknown keys are dropped (validation
+  reports them before this runs)."""
+  given = given.to_dict() if isinstance(given, ml_collections.ConfigDict) else dict(given)
+  return ml_collections.ConfigDict({**defaults, **{k: v for k, v in given.items() if k in defaults}})
+
+
 def tower_variables(params: dict, model_state: dict) -> dict:
   """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
   return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
@@ -69,6 +76,16 @@ class Objective:
     `terms` lists extra loss terms (e.g. ('saco',)) added to this objective's loss; see `Term`.
     """
     return {'name': cls.name, 'terms': ()}
+
+  @classmethod
+  def validate(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
+    """Raise ValueError naming the key when an option is invalid (called by config validation, before anything is
+    built). `options` is `config.objective` completed with the defaults."""
+
+  @classmethod
+  def options(cls, objective_config: Any) -> ml_collections.ConfigDict:
+    """`config.objective` with every option it does not set taken from `default_config()`."""
+    return with_defaults(cls.default_config(), objective_config)
 
   @classmethod
   def views(cls, config: ml_collections.ConfigDict):

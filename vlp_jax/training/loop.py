@@ -120,7 +120,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
       paths, objectives.get(config.objective.name).views(config), seed=config.seed,
       global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
       teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
-      num_threads=config.data.num_threads)
+      num_threads=config.data.num_threads, mixing=config.data.mixing)  # per-shard sources: read from the records
 
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
   state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
@@ -142,7 +142,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   step_fn = compile_train_step(objective, tx, mesh, state_shardings)
   eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
                for name in config.eval.datasets]
-  encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size, config.model.text.context_length)
+  encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
+                    config.model.text.context_length)
   writer = MetricWriter(workdir, resume_step=start_step)
   progress = Progress(config.total_steps, config.batch_size, start_step)
   last_step = min(config.total_steps, stop_at_step or config.total_steps)
@@ -151,8 +152,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   def evaluate(step: int) -> dict[str, float]:
     progress.pause()
     began = time.perf_counter()
-    encoder.variables = tower_variables(state.params, state.model_state)
-    metrics = run_evaluations(encoder, eval_sets, tuple(config.eval.tasks))
+    metrics = {}
+    # The trained model under the plain names; objectives with a teacher add it under a prefix (teacher_...).
+    for prefix, variables in objective.eval_variants(state.params, state.model_state).items():
+      encoder.variables = variables
+      metrics.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix))
     metrics['perf/eval_seconds'] = time.perf_counter() - began
     writer.write(step, metrics)
     if step < config.total_steps:  # the final results are printed once, at the end

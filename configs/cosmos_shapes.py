@@ -1,0 +1,19 @@
+"""COSMOS on the embedded dataset with the tiny model: an EMA teacher (momentum 0.99 for this short run), 2 global
+(32px, scale 0.4-1) + 4 local (16px, scale 0.05-0.4) image crops, 2 global + 4 local text crops of the long
+captions, and the cross-attention module. The paper uses 6 + 6 local crops; 4 + 4 keep the run within 10 minutes
+on a 2-core CPU. Same data, budget, seed and optimizer as configs/clip_shapes.py. The eval reports the student;
+the teacher is logged as eval/<dataset>/teacher_*.
+
+python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
+"""
+from vlp_jax.config import shapes_baseline
+
+
+def get_config():
+  config = shapes_baseline()
+  config.objective.name = 'cosmos'
+  config.objective.ema_momentum = 0.99
+  config.objective.num_local_crops = 4
+  config.objective.num_local_texts = 4
+  config.objective.local_crop_size = 16
+  return config

@@ -1,0 +1,135 @@
+"""COSMOS: the loss against a naive numpy reference, the EMA teacher, the zero-initialised cross-attention special
+case, multi-crop views, and training identically on 8 devices and on 1."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlp_jax import models, objectives, parallel
+from vlp_jax.data import synthetic
+from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data import records
+from vlp_jax.objectives.cosmos import ema_update, tower_params
+from vlp_jax.training import optim
+from vlp_jax.training.state import create_train_state
+from vlp_jax.training.step import compile_train_step
+
+
+def _cosmos(config, zero_init=False):
+  config.objective.name = 'cosmos'
+  config.objective.num_local_crops = 2
+  config.objective.num_local_texts = 2
+  config.objective.local_crop_size = 8
+  config.objective.cross_attention_heads = 4
+  config.objective.zero_init_cross_attention = zero_init
+  return config
+
+
+def _batch(config, size=8, seed=0):
+  """Real views of embedded-dataset examples."""
+  views = objectives.get('cosmos').views(config)
+  rng = np.random.default_rng(seed)
+  decode = DecodeRecord()
+  examples = [views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))),
+                               rng) for i in range(size)]
+  return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
+
+
+def naive_sym_nce(x, y, t):
+  """COSMOS Eq. 3 and its symmetric form, from the paper: x_i vs y_i against all x_j, and vice versa."""
+  logits = np.exp(t) * x @ y.T
+  def nce(l):  # -1/B sum_i log softmax over j of l[j, i]
+    l = l - l.max(axis=0, keepdims=True)
+    return -np.mean(np.diag(l) - np.log(np.exp(l).sum(axis=0)))
+  return (nce(logits) + nce(logits.T)) / 2
+
+
+def test_views_shapes_and_determinism(micro):
+  config = _cosmos(micro)
+  batch = _batch(config)
+  assert batch['global_images'].shape == (8, 2, 16, 16, 3) and batch['local_images'].shape == (8, 2, 8, 8, 3)
+  assert batch['texts'].shape == (8, 4, 16) and batch['global_images'].dtype == np.float32
+  assert (batch['texts'][:, :, 0] == 49406).all()
+  again = _batch(config)
+  for key in batch:
+    np.testing.assert_array_equal(batch[key], again[key])
+  assert not np.array_equal(batch['global_images'][:, 0], batch['global_images'][:, 1])  # two different crops
+
+
+def test_loss_matches_naive_reference(micro):
+  config = _cosmos(micro)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  features, _ = objective.features(params, state, _batch(config), jax.random.key(1))
+  loss, metrics = objective.loss(features, params, 0)
+  f = jax.tree.map(lambda x: np.asarray(x, np.float64), features)
+  t, tc = float(params['logit_scale']), float(params['cosmos_logit_scale'])
+  clip = np.mean([naive_sym_nce(f['cls_global'][:, g], f['eot'][:, c], t) for g in range(2) for c in range(4)])
+  cosmos = np.mean([np.mean([naive_sym_nce(f[s][:, a], f[tt][:, b], tc) for a in range(4) for b in range(2)])
+                    for s in ('h_img', 'h_txt') for tt in ('teacher_cls', 'teacher_eot')])
+  np.testing.assert_allclose(metrics['clip_loss'], clip, rtol=1e-5)
+  np.testing.assert_allclose(metrics['cosmos_loss'], cosmos, rtol=1e-5)
+  np.testing.assert_allclose(loss, clip + cosmos, rtol=1e-5)
+  # The teacher starts as the student: its global-crop embeddings equal the student's.
+  np.testing.assert_allclose(features['teacher_cls'], features['cls_global'], atol=1e-6)
+
+
+def test_zero_initialised_cross_attention_distills_the_cls_and_eot(micro):
+  config = _cosmos(micro, zero_init=True)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  features, _ = objective.features(params, state, _batch(config), jax.random.key(1))
+  cls = np.concatenate([np.asarray(features['cls_global'])], axis=1)
+  np.testing.assert_allclose(features['h_img'][:, :2], cls, atol=1e-6)  # h_I = cls for the global crops
+  np.testing.assert_allclose(features['h_txt'], features['eot'], atol=1e-6)  # h_T = eot for every text crop
+
+
+def test_ema_update():
+  teacher = {'w': jnp.ones((3,)), 'b': {'c': jnp.zeros(2)}}
+  student = {'w': jnp.full((3,), 5.0), 'b': {'c': jnp.ones(2)}}
+  chex.assert_trees_all_equal(ema_update(teacher, student, 1.0), teacher)  # momentum 1: unchanged
+  chex.assert_trees_all_equal(ema_update(teacher, student, 0.0), student)
+  chex.assert_trees_all_close(ema_update(teacher, student, 0.9)['w'], jnp.full((3,), 1.4))
+
+
+def _train(config, mesh, steps=2):
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  tx = optim.make_optimizer(config.optim, config.total_steps)
+  state = create_train_state(objective, tx, jax.random.key(0))
+  shardings = parallel.tree_shardings(state, mesh)
+  state = jax.device_put(state, shardings)
+  step = compile_train_step(objective, tx, mesh, shardings)
+  losses = []
+  for i in range(steps):
+    state, metrics = step(state, parallel.global_batch(_batch(config, seed=i), mesh), jax.random.key(2))
+    losses.append(float(metrics['loss']))
+  return state, losses
+
+
+def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro):
+  config = _cosmos(micro)
+  config.objective.ema_momentum = 0.5  # a visible teacher step
+  want, want_losses = _train(config, parallel.make_mesh(1, jax.devices()[:1]))
+  got, got_losses = _train(config, parallel.make_mesh(2))
+  np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+  chex.assert_trees_all_close(parallel.to_host(got.params), parallel.to_host(want.params), rtol=1e-4, atol=2e-5)
+  chex.assert_trees_all_close(parallel.to_host(got.model_state), parallel.to_host(want.model_state), rtol=1e-4,
+                              atol=2e-5)
+  student, teacher = parallel.to_host(want.params), parallel.to_host(want.model_state['ema'])
+  assert set(teacher) == set(tower_params(student))
+  gap = np.abs(teacher['visual']['proj'] - student['visual']['proj']).max()
+  assert 0 < gap  # the teacher lags the student
+
+
+def test_end_to_end_logs_cosmos_and_teacher_metrics(micro, tmp_path):
+  from vlp_jax.training.loop import train_and_evaluate
+  from vlp_jax.training.writer import read_metrics
+  config = _cosmos(micro)
+  config.total_steps = 2
+  config.eval.every_steps = 2
+  train_and_evaluate(config, str(tmp_path))
+  names = set().union(*read_metrics(str(tmp_path)))
+  assert {'train/cosmos_loss', 'train/clip_loss', 'eval/synthetic/zeroshot_top1',
+          'eval/synthetic/teacher_zeroshot_top1'} <= names

@@ -1,0 +1,265 @@
+"""SLIP: the SimCLR loss against a naive numpy reference of the paper's pseudocode (values and gradients), its
+masked self-similarity, sharded == single device without a full B x 2B matrix per device; the objective (views,
+head variables, loss = clip + c * simclr) trained by the sharded step and end to end."""
+import pickle
+
+import chex
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from vlp_jax import models, objectives, parallel
+from vlp_jax.config import ConfigError, validate, with_term
+from vlp_jax.losses import saco
+from vlp_jax.losses.contrastive import clip_infonce
+from vlp_jax.losses.simclr import simclr_loss
+from vlp_jax.objectives.base import tower_variables
+from vlp_jax.training.loop import train_and_evaluate
+
+from test_train import _setup
+
+
+def _unit(rng, shape):
+  x = rng.normal(size=shape)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _cross_entropy(logits):
+  """Mean CE of [N, M] logits with labels arange(N), in float64."""
+  top = logits.max(axis=1, keepdims=True)
+  lse = np.log(np.sum(np.exp(logits - top), axis=1)) + top[:, 0]
+  return np.mean(lse - logits[np.arange(len(logits)), np.arange(len(logits))])
+
+
+def naive_simclr(z1, z2, tau=0.1):
+  """SLIP supplementary, Algorithm 1 (`simclr`), on normalised z1, z2."""
+  n = len(z1)
+  mask = np.eye(n) * 1e9
+  logit = z1 @ z2.T
+  logit1 = np.concatenate([logit, z1 @ z1.T - mask], axis=1)
+  logit2 = np.concatenate([logit.T, z2 @ z2.T - mask], axis=1)
+  return (_cross_entropy(logit1 / tau) + _cross_entropy(logit2 / tau)) / 2
+
+
+def nt_xent_without_self(z1, z2, tau=0.1):
+  """NT-Xent with the self-similarities removed from the denominators altogether (not masked)."""
+  n, total = len(z1), 0.0
+  for q, k in ((z1, z2), (z2, z1)):
+    for i in range(n):
+      others = np.concatenate([q[i] @ k.T, np.delete(q[i] @ q.T, i)]) / tau
+      total += np.log(np.sum(np.exp(others))) - q[i] @ k[i] / tau
+  return total / (2 * n)
+
+
+def _numeric_grad(fn, args, index, eps=1e-6):
+  """Central differences of a numpy function with respect to args[index], in float64."""
+  args = [np.array(a, np.float64) for a in args]
+  grad = np.zeros_like(args[index])
+  for idx in np.ndindex(grad.shape):
+    plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+    plus[index][idx] += eps
+    minus[index][idx] -= eps
+    grad[idx] = (fn(*plus) - fn(*minus)) / (2 * eps)
+  return grad
+
+
+@pytest.mark.parametrize('tau', [0.1, 0.5])
+def test_simclr_matches_algorithm_1_values_and_gradients(tau):
+  rng = np.random.default_rng(0)
+  qa, qb = _unit(rng, (6, 4)), _unit(rng, (6, 4))
+  loss, metrics = simclr_loss(jnp.asarray(qa, jnp.float32), jnp.asarray(qb, jnp.float32), tau)
+  np.testing.assert_allclose(loss, naive_simclr(qa, qb, tau), rtol=1e-5)
+  np.testing.assert_allclose((metrics['ssl_loss_a'] + metrics['ssl_loss_b']) / 2, loss, rtol=1e-6)
+  grads = jax.grad(lambda a, b: simclr_loss(a, b, tau)[0], argnums=(0, 1))(jnp.asarray(qa, jnp.float32),
+                                                                          jnp.asarray(qb, jnp.float32))
+  for index, got in enumerate(grads):
+    want = _numeric_grad(lambda a, b: naive_simclr(a, b, tau), [qa, qb], index)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_self_similarity_is_masked():
+  """qa_i . qa_i takes no part: the loss and its gradient are those of NT-Xent without the self terms."""
+  rng = np.random.default_rng(1)
+  qa, qb = _unit(rng, (5, 3)), _unit(rng, (5, 3))
+  fn = lambda a, b: simclr_loss(a, b)[0]  # noqa: E731
+  args = (jnp.asarray(qa, jnp.float32), jnp.asarray(qb, jnp.float32))
+  np.testing.assert_allclose(fn(*args), nt_xent_without_self(qa, qb), rtol=1e-5)
+  for index, got in enumerate(jax.grad(fn, argnums=(0, 1))(*args)):
+    np.testing.assert_allclose(got, _numeric_grad(nt_xent_without_self, [qa, qb], index), rtol=1e-4, atol=1e-5)
+  # Without the mask the self term exp(1 / tau) would dominate every denominator.
+  unmasked = (_cross_entropy(np.concatenate([qa @ qb.T, qa @ qa.T], 1) / 0.1)
+              + _cross_entropy(np.concatenate([qb @ qa.T, qb @ qb.T], 1) / 0.1)) / 2
+  assert unmasked > float(fn(*args)) + 0.5
+
+
+def test_simclr_accuracy_and_perfect_views():
+  rng = np.random.default_rng(2)
+  q = _unit(rng, (16, 32)).astype(np.float32)
+  loss, metrics = simclr_loss(q, q)  # identical views of near-orthogonal embeddings: every positive wins
+  assert float(metrics['ssl_acc']) == 1.0 and float(loss) < 1.0
+  _, metrics = simclr_loss(q, -q)
+  assert float(metrics['ssl_acc']) == 0.0
+
+
+def test_simclr_sharded_equals_single_device_without_full_matrices():
+  rng = np.random.default_rng(3)
+  qa, qb = _unit(rng, (32, 8)).astype(np.float32), _unit(rng, (32, 8)).astype(np.float32)
+  fn = jax.value_and_grad(lambda a, b: simclr_loss(a, b, 0.1)[0], argnums=(0, 1))
+  want = jax.jit(fn)(qa, qb)
+  mesh = parallel.make_mesh(fsdp=2)
+  rows = NamedSharding(mesh, P(parallel.BATCH_AXES))
+  with jax.set_mesh(mesh):
+    sharded = (jax.device_put(qa, rows), jax.device_put(qb, rows))
+    got = jax.jit(fn)(*sharded)
+    hlo = jax.jit(fn).lower(*sharded).compile().as_text()
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+  for shape in ('f32[32,64]', 'f32[64,32]', 'f32[32,32]'):  # each device holds 4 rows of every logit matrix
+    assert shape not in hlo
+  assert 'f32[4,64]' in hlo
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The objective
+
+
+def _slip(config, **options):
+  config.objective.name = 'slip'
+  config.objective.update({'head_mlp_dim': 64, 'head_out_dim': 16, **options})
+  return config
+
+
+def _batches(config, n, seed=0):
+  """Random global batches with the SLIP views."""
+  rng = np.random.default_rng(seed)
+  size, length, b = config.model.vision.image_size, config.model.text.context_length, config.batch_size
+  out = []
+  for _ in range(n):
+    text = rng.integers(1, 49000, (b, length)).astype(np.int32)
+    text[:, 0], text[:, 5] = 49406, 49407
+    batch = {view: rng.normal(size=(b, size, size, 3)).astype(np.float32) for view in ('image', 'ssl_a', 'ssl_b')}
+    out.append({**batch, 'text': text, 'label': np.zeros(b, np.int32)})
+  return out
+
+
+def test_variables_loss_and_metrics(micro):
+  _slip(micro, ssl_scale=0.5, ssl_temperature=0.2)
+  with_term(micro, 'saco', alpha=0.01, normalization='mean')  # composes: SaCo reads the CLIP view's zi, zt
+  model = models.build_model(micro.model)
+  objective = objectives.build(micro, model)
+  (params, state), (clip_params, _) = jax.jit(
+      lambda key: (objective.init_variables(key), models.init_variables(model, key)))(jax.random.key(0))
+  chex.assert_trees_all_equal({k: v for k, v in params.items() if k != 'simclr_head'}, clip_params)  # same towers
+  assert params['simclr_head']['layer1']['kernel'].shape == (32, 64)  # from the ViT width, 32
+  assert params['simclr_head']['layer3']['kernel'].shape == (64, 16)
+  assert set(state) == {'simclr_head'} and set(state['simclr_head']['batch_stats']) == {'bn1', 'bn2'}
+  assert set(tower_variables(params, state)) == {'params'}  # the head's statistics are not the towers'
+
+  @jax.jit
+  def run(params, state, batch):
+    features, new_state = objective.features(params, state, batch, jax.random.key(1), True)
+    _, eval_state = objective.features(params, new_state, batch, jax.random.key(1), False)
+    want = (clip_infonce(features['zi'], features['zt'], params['logit_scale'])[0]
+            + 0.5 * simclr_loss(features['ssl_a'], features['ssl_b'], 0.2)[0]
+            + 0.01 * saco.saco_loss(features['zi'], features['zt'], normalization='mean'))
+    fused, _ = objective.base.encode_views(params, state, batch, True)
+    separate = [objective.encode_image(params, state, batch[view], True)[0] for view in ('image', 'ssl_a', 'ssl_b')]
+    return features, new_state, eval_state, objective.loss(features, params, np.int32(0)), want, fused, separate
+
+  batch = _batches(micro, 1)[0]
+  features, new_state, eval_state, (loss, metrics), want, fused, separate = run(params, state, batch)
+  assert {k: v.shape for k, v in features.items()} == {'zi': (16, 32), 'zt': (16, 32), 'ssl_a': (16, 16),
+                                                        'ssl_b': (16, 16)}
+  np.testing.assert_allclose(jnp.linalg.norm(features['ssl_a'], axis=-1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+  assert {'clip_loss', 'ssl_loss', 'ssl_acc', 'saco_loss'} <= set(metrics)
+  # The ViT tower sees the three views as one batch of 3B: the same as one pass per view.
+  for got, expected in zip(fused, separate):
+    chex.assert_trees_all_close(got, {key: expected[key] for key in ('embed', 'cls')}, rtol=1e-5, atol=1e-6)
+  # Training moves the head's running statistics; evaluation reads them and leaves them alone.
+  assert float(jnp.abs(new_state['simclr_head']['batch_stats']['bn1']['mean']).max()) > 0
+  chex.assert_trees_all_equal(eval_state, new_state)
+  with pytest.raises(KeyError, match='ssl_a'):
+    objective.features(params, state, {'image': batch['image'], 'text': batch['text']}, jax.random.key(1))
+
+
+def test_invalid_options_name_the_key(micro):
+  _slip(micro, clip_crop_scale=(0.8, 0.5))
+  with pytest.raises(ConfigError, match=r'config.objective.clip_crop_scale=\(0.8, 0.5\)'):
+    validate(micro)
+  with pytest.raises(ValueError, match=r'config.objective.clip_crop_scale=\(0.8, 0.5\)'):
+    objectives.build(micro, models.build_model(micro.model))
+  micro.objective.clip_crop_scale = (0.5, 1.0)
+  micro.objective.ssl_temperature = 0.0
+  with pytest.raises(ValueError, match='config.objective.ssl_temperature'):
+    objectives.get('slip').views(micro)
+  micro.objective.ssl_temperature = 0.1
+  validate(micro)
+
+
+def test_views(micro):
+  _slip(micro)
+  views = objectives.get('slip').views(micro)
+  views = pickle.loads(pickle.dumps(views))  # grain ships it to the data workers
+  rng = np.random.default_rng(0)
+  examples = [{'image': rng.integers(0, 256, (24, 30, 3), dtype=np.uint8), 'caption': f'a photo of {i}',
+               'long_caption': '', 'label': i, 'key': str(i), 'source': 'test'} for i in range(3)]
+  dataset = grain.MapDataset.source(examples).random_map(views, seed=7)
+  out = dataset[1]
+  size, length = micro.model.vision.image_size, micro.model.text.context_length
+  assert set(out) == {'image', 'ssl_a', 'ssl_b', 'text', 'label'}
+  for view in ('image', 'ssl_a', 'ssl_b'):
+    assert out[view].shape == (size, size, 3) and out[view].dtype == np.float32
+  assert out['text'].shape == (length,) and out['text'].dtype == np.int32 and int(out['label']) == 1
+  assert not np.array_equal(out['ssl_a'], out['ssl_b'])  # two different random views
+  chex.assert_trees_all_equal(dataset[1], out)  # deterministic per (seed, index)
+  again = grain.MapDataset.source(examples).random_map(views, seed=8)[1]
+  assert not np.array_equal(again['ssl_a'], out['ssl_a'])
+
+
+def _without_key_biases(params):
+  """Attention key biases have an exactly zero gradient (softmax ignores a shift shared by a query's logits): Adam
+  turns their rounding noise, which differs with the sharding, into steps of up to lr, so they are left out of the
+  comparison. SLIP's three tower passes per step make that noise larger than CLIP's."""
+  def drop(path, x):
+    if jax.tree_util.keystr(path).endswith("['in_proj']['bias']"):
+      width = x.shape[0] // 3
+      x = x.copy()
+      x[width:2 * width] = 0.0
+    return x
+  return jax.tree_util.tree_map_with_path(drop, params)
+
+
+def test_trains_identically_on_eight_devices_and_one(micro):
+  _slip(micro)
+  micro.mesh.fsdp_min_size = 256
+
+  def run(mesh):
+    step_fn, state = _setup(micro, mesh)
+    losses = []
+    for batch in _batches(micro, 3):
+      state, metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))
+      losses.append(float(metrics['loss']))
+    return losses, parallel.to_host(state.params), parallel.to_host(state.model_state)
+
+  want_losses, want_params, want_state = run(parallel.make_mesh(1, jax.devices()[:1]))
+  got_losses, got_params, got_state = run(parallel.make_mesh(2))
+  np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+  chex.assert_trees_all_close(_without_key_biases(got_params), _without_key_biases(want_params), rtol=1e-4,
+                              atol=2e-5)
+  chex.assert_trees_all_close(got_state, want_state, rtol=1e-4, atol=1e-6)  # the head's BatchNorm statistics
+  assert np.abs(want_state['simclr_head']['batch_stats']['bn1']['mean']).max() > 1e-3
+  assert want_losses[-1] < want_losses[0]
+
+
+def test_end_to_end_logs_the_ssl_loss(micro, tmp_path):
+  _slip(micro)
+  micro.total_steps = 2
+  micro.eval.tasks = ('retrieval',)
+  result = train_and_evaluate(micro, str(tmp_path / 'run'))
+  from vlp_jax.training.writer import read_metrics
+  logged = set().union(*read_metrics(str(tmp_path / 'run')))
+  assert {'train/ssl_loss', 'train/ssl_acc', 'train/clip_loss'} <= logged
+  assert int(result['state'].step) == 2

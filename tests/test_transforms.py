@@ -1,0 +1,120 @@
+"""Host-side augmentations: deterministic per generator state, the right shapes and dtypes, torchvision semantics
+(crop scale and ratio, the centre-crop fallback, colorsys hue) and each op doing what it says."""
+import colorsys
+
+import numpy as np
+import pytest
+
+from vlp_jax.data import transforms
+from vlp_jax.data.pipeline import resize_image
+
+
+def _image(seed=0, height=40, width=56):
+  return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _rng(seed):
+  return np.random.default_rng(seed)
+
+
+RANDOM_OPS = {
+    'random_resized_crop': lambda x, rng: transforms.random_resized_crop(x, 24, (0.08, 1.0), rng),
+    'color_jitter': lambda x, rng: transforms.color_jitter(x, rng),
+    'random_grayscale': lambda x, rng: transforms.random_grayscale(x, rng, p=0.5),
+    'gaussian_blur': lambda x, rng: transforms.gaussian_blur(x, rng),
+    'solarize': lambda x, rng: transforms.solarize(x, rng, p=0.5),
+    'horizontal_flip': lambda x, rng: transforms.horizontal_flip(x, rng),
+    'simclr_view': lambda x, rng: transforms.simclr_view(x, 24, rng),
+}
+
+
+@pytest.mark.parametrize('name', sorted(RANDOM_OPS))
+def test_deterministic_per_seed_with_right_shape_and_dtype(name):
+  op, image = RANDOM_OPS[name], _image()
+  outputs = [op(image.copy(), _rng(seed)) for seed in (0, 0, 1, 2, 3, 4, 5)]
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+  assert not all(np.array_equal(outputs[0], other) for other in outputs[2:])  # it is random
+  want_shape = (24, 24, 3) if name in ('random_resized_crop', 'simclr_view') else image.shape
+  for out in outputs:
+    assert out.shape == want_shape and out.dtype == np.uint8
+
+
+def test_crop_box_respects_scale_and_ratio():
+  scale, ratio = (0.3, 0.6), (3 / 4, 4 / 3)
+  for seed in range(300):
+    top, left, h, w = transforms._crop_box(120, 160, scale, ratio, _rng(seed))
+    assert 0 <= top <= 120 - h and 0 <= left <= 160 - w
+    # w and h are rounded to whole pixels: allow one pixel of slack on each side.
+    assert scale[0] * 120 * 160 <= (h + 1) * (w + 1) and (h - 1) * (w - 1) <= scale[1] * 120 * 160
+    assert ratio[0] * (h - 1) <= w + 1 and w - 1 <= ratio[1] * (h + 1)
+
+
+def test_crop_box_falls_back_to_a_centre_crop():
+  # No crop of 90% of a 10 x 100 strip has an aspect ratio in [3/4, 4/3]: the centre crop with ratio 4/3.
+  assert transforms._crop_box(10, 100, (0.9, 1.0), (3 / 4, 4 / 3), _rng(0)) == (0, 43, 10, 13)
+  assert transforms._crop_box(100, 10, (0.9, 1.0), (3 / 4, 4 / 3), _rng(0)) == (43, 0, 13, 10)
+
+
+def test_full_crop_is_a_bicubic_resize():
+  image = _image(height=48, width=48)
+  out = transforms.random_resized_crop(image, 32, (1.0, 1.0), _rng(0), ratio=(1.0, 1.0))
+  np.testing.assert_array_equal(out, resize_image(image, 32))
+
+
+def test_flip_grayscale_solarize_do_what_they_say():
+  image, rng = _image(), _rng(0)
+  np.testing.assert_array_equal(transforms.horizontal_flip(image, rng, p=1.0), image[:, ::-1])
+  np.testing.assert_array_equal(transforms.horizontal_flip(image, rng, p=0.0), image)
+  gray = transforms.random_grayscale(image, rng, p=1.0)
+  assert (gray[..., 0] == gray[..., 1]).all() and (gray[..., 0] == gray[..., 2]).all()
+  luma = image.astype(np.float64) @ np.array([0.2989, 0.587, 0.114])
+  np.testing.assert_allclose(gray[..., 0], luma, atol=0.51)
+  np.testing.assert_array_equal(transforms.random_grayscale(image, rng, p=0.0), image)
+  solar = transforms.solarize(image, rng, p=1.0, threshold=100)
+  np.testing.assert_array_equal(solar, np.where(image >= 100, 255 - image, image))
+  np.testing.assert_array_equal(transforms.solarize(image, rng, p=0.0), image)
+
+
+def test_flip_probability():
+  image = _image()
+  flips = [not np.array_equal(transforms.horizontal_flip(image, _rng(s)), image) for s in range(400)]
+  assert 0.4 < np.mean(flips) < 0.6
+
+
+def test_color_jitter_ops():
+  image = _image()
+  # Zero strengths leave the image unchanged.
+  np.testing.assert_array_equal(transforms.color_jitter(image, _rng(0), 0.0, 0.0, 0.0, 0.0), image)
+  # Brightness alone scales every pixel by one factor in [0.6, 1.4].
+  flat = np.full((8, 8, 3), 100, np.uint8)
+  values = {int(transforms.color_jitter(flat, _rng(s), 0.4, 0.0, 0.0, 0.0)[0, 0, 0]) for s in range(50)}
+  assert min(values) >= 60 and max(values) <= 140 and len(values) > 10
+  # Contrast and saturation are identities on a flat grey image; hue and saturation on any grey image.
+  np.testing.assert_array_equal(transforms.color_jitter(flat, _rng(1), 0.0, 0.4, 0.4, 0.1), flat)
+  gray = np.repeat(_image()[..., :1], 3, axis=-1)
+  np.testing.assert_array_equal(transforms.color_jitter(gray, _rng(2), 0.0, 0.0, 0.4, 0.1), gray)
+
+
+def test_hue_matches_colorsys():
+  image = _image(height=6, width=7)
+  shift = 0.23
+  got = transforms._adjust_hue(image.astype(np.float32), shift)
+  for (i, j), pixel in np.ndenumerate(image[..., 0]):
+    h, s, v = colorsys.rgb_to_hsv(*(image[i, j] / 255.0))
+    want = np.array(colorsys.hsv_to_rgb((h + shift) % 1.0, s, v)) * 255.0
+    np.testing.assert_allclose(got[i, j], want, atol=1e-3)
+
+
+def test_gaussian_blur():
+  assert transforms._kernel_size(224) == 23  # SimCLR: 10% of 224, made odd
+  assert transforms._kernel_size(32) == 3
+  flat = np.full((32, 32, 3), 77, np.uint8)
+  np.testing.assert_array_equal(transforms.gaussian_blur(flat, _rng(0), p=1.0), flat)
+  impulse = np.zeros((64, 64, 3), np.uint8)
+  impulse[32, 32] = 255
+  blurred = transforms.gaussian_blur(impulse, _rng(0), sigma=(2.0, 2.0), p=1.0).astype(np.float64)
+  assert blurred[32, 32, 0] < 255 and blurred[32, 35, 0] > 0 and blurred[32, 36, 0] == 0  # kernel 7 for side 64
+  np.testing.assert_allclose(blurred[32, 29:32, 0], blurred[32, 35:32:-1, 0])  # symmetric about the impulse
+  np.testing.assert_allclose(blurred[..., 0], blurred[..., 0].T)  # the same blur along both axes
+  np.testing.assert_allclose(blurred.sum(), 3 * 255, rtol=0.05)  # mass preserved, up to rounding
+  np.testing.assert_array_equal(transforms.gaussian_blur(impulse, _rng(0), p=0.0), impulse)

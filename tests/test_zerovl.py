@@ -1,0 +1,239 @@
+"""ZeroVL: the coin-flipping mixup loss against a naive numpy reference from the appendix (values and gradients),
+its reduction to InfoNCE, sharding; the objective's mixing of images and text embeddings; text augmentation; and a
+short training run with single-source batches."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from vlp_jax import models, objectives, parallel
+from vlp_jax.config import ConfigError, validate
+from vlp_jax.data import text as text_lib
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.losses.mixup import mixup_infonce
+from vlp_jax.training.loop import train_and_evaluate
+from vlp_jax.training.writer import read_metrics
+
+from test_method_losses import _numeric_grad, _unit
+from test_train import _run
+
+
+def naive_mixup_loss(zi, zt, t, lam):
+  """Appendix A.3, loop by loop: sample j's targets are pair j (weight lam) and pair N-1-j (weight 1 - lam).
+
+  I2T: softmax of zi_j over all texts; T2I: softmax of zt_j over all images. The two directions are averaged.
+  """
+  n, s = len(zi), np.exp(t)
+  i2t = t2i = 0.0
+  for j in range(n):
+    rows = s * np.array([zi[j] @ zt[k] for k in range(n)])
+    cols = s * np.array([zt[j] @ zi[k] for k in range(n)])
+    for logits, total in ((rows, 'i2t'), (cols, 't2i')):
+      logp = logits - np.log(np.sum(np.exp(logits)))
+      term = -(lam * logp[j] + (1 - lam) * logp[n - 1 - j]) / n
+      if total == 'i2t':
+        i2t += term
+      else:
+        t2i += term
+  return (i2t + t2i) / 2
+
+
+@pytest.mark.parametrize('lam', [0.3, 0.93])
+def test_mixup_loss_matches_the_appendix_values_and_gradients(lam):
+  rng = np.random.default_rng(0)
+  zi, zt, t = _unit(rng, (7, 5)), _unit(rng, (7, 5)), 1.7  # odd: the middle pair is its own reversed partner
+  f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+  loss, metrics = mixup_infonce(f32(zi), f32(zt), f32(t), f32(lam))
+  np.testing.assert_allclose(loss, naive_mixup_loss(zi, zt, t, lam), rtol=1e-5)
+  grads = jax.grad(lambda a, b, c: mixup_infonce(a, b, c, f32(lam))[0], argnums=(0, 1, 2))(f32(zi), f32(zt), f32(t))
+  for index, got in enumerate(grads):  # zi, zt and the learnable log scale
+    want = _numeric_grad(lambda a, b, c: naive_mixup_loss(a, b, c, lam), [zi, zt, t], index)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(metrics['logit_scale'], np.exp(t), rtol=1e-6)
+
+
+def test_lambda_one_is_infonce():
+  rng = np.random.default_rng(1)
+  zi, zt = _unit(rng, (8, 6)).astype(np.float32), _unit(rng, (8, 6)).astype(np.float32)
+  fn = lambda loss: jax.value_and_grad(lambda a, b, c: loss(a, b, c)[0], argnums=(0, 1, 2))  # noqa: E731
+  got = fn(lambda a, b, c: mixup_infonce(a, b, c, jnp.float32(1.0)))(zi, zt, jnp.float32(2.0))
+  want = fn(clip_infonce)(zi, zt, jnp.float32(2.0))
+  chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_sharded_equals_single_device_without_a_full_logit_matrix():
+  rng = np.random.default_rng(2)
+  zi, zt = _unit(rng, (32, 8)).astype(np.float32), _unit(rng, (32, 8)).astype(np.float32)
+  fn = jax.value_and_grad(lambda a, b, s: mixup_infonce(a, b, s, jnp.float32(0.35))[0], argnums=(0, 1, 2))
+  want = jax.jit(fn)(zi, zt, jnp.float32(1.3))
+  mesh = parallel.make_mesh(fsdp=2)
+  rows = NamedSharding(mesh, P(parallel.BATCH_AXES))
+  with jax.set_mesh(mesh):
+    sharded = (jax.device_put(zi, rows), jax.device_put(zt, rows), jnp.float32(1.3))
+    got = jax.jit(fn)(*sharded)
+    hlo = jax.jit(fn).lower(*sharded).compile().as_text()
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+  assert 'f32[4,32]' in hlo and 'f32[32,32]' not in hlo  # each device holds 4 x 32 rows of the logits
+
+
+def _zerovl(config, **options):
+  config.objective.name = 'zerovl'
+  config.objective.update(options)
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  params, state = objective.init_variables(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  size, length = config.model.vision.image_size, config.model.text.context_length
+  text = rng.integers(1, 49000, (8, length)).astype(np.int32)
+  text[:, 0], text[:, 6] = 49406, 49407
+  batch = {'image': rng.normal(size=(8, size, size, 3)).astype(np.float32), 'text': text}
+  return objective, params, state, batch
+
+
+def _rng_with_coin(objective, heads):
+  """A step rng whose coin lands as asked, with lam well inside (0, 1) so that the mix is visible."""
+  rngs = jax.random.split(jax.random.key(0), 64)
+  lams, coins = jax.jit(jax.vmap(objective.draw_mixup))(rngs)
+  good = np.flatnonzero((np.asarray(coins) == heads) & (np.asarray(lams) > 0.2) & (np.asarray(lams) < 0.8))
+  assert len(good), 'no such rng in 64'
+  return rngs[good[0]], float(lams[good[0]])
+
+
+@pytest.mark.parametrize('heads', [True, False])
+def test_features_mix_images_or_text_embeddings(micro, heads):
+  objective, params, state, batch = _zerovl(micro, mixup_alpha=2.0)  # lam mostly inside (0, 1)
+  rng, lam = _rng_with_coin(objective, heads)
+  features_fn = objective.features
+  encode_image = lambda x: objective.encode_image(params, state, x, False)[0]['embed']  # noqa: E731
+  features, _ = features_fn(params, state, batch, rng)
+  again, _ = features_fn(params, state, batch, rng)
+  chex.assert_trees_all_equal(features, again)  # deterministic for a given rng
+  image = encode_image(batch['image'])
+  text = objective.encode_text(params, batch['text'])['embed']
+  if heads:  # pixels mixed with the reversed batch before the image tower; texts untouched
+    mixed = lam * batch['image'] + (1 - lam) * batch['image'][::-1]
+    want_zi = l2_normalize(encode_image(mixed))
+    want_zt = l2_normalize(text)
+  else:  # text embeddings mixed after the projection, before the norm; images untouched
+    want_zi = l2_normalize(image)
+    want_zt = l2_normalize(lam * text + (1 - lam) * text[::-1])
+    after_norm = l2_normalize(lam * l2_normalize(text) + (1 - lam) * l2_normalize(text)[::-1])
+    assert not np.allclose(features['zt'], after_norm, atol=1e-4)
+  np.testing.assert_allclose(features['zi'], want_zi, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(features['zt'], want_zt, rtol=1e-5, atol=1e-5)
+  assert not np.allclose(features['zi' if heads else 'zt'], l2_normalize(image if heads else text), atol=1e-3)
+  np.testing.assert_allclose(features['mixup_lambda'], lam)
+  np.testing.assert_array_equal(features['mixup_coin'], float(heads))
+  loss, metrics = objective.loss(features, params, jnp.int32(0))
+  np.testing.assert_allclose(loss, mixup_infonce(want_zi, want_zt, params['logit_scale'], lam)[0], rtol=1e-5)
+  assert {'mixup_loss', 'mixup_lambda', 'mixup_coin'} <= set(metrics)
+  # Evaluation (train=False) and mixup=False see the plain CLIP features.
+  plain, _ = features_fn(params, state, batch, rng, train=False)
+  np.testing.assert_allclose(plain['zi'], l2_normalize(image), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(plain['mixup_lambda'], 1.0)
+
+
+def test_fixed_temperature_is_constant(micro):
+  objective, params, state, batch = _zerovl(micro, fixed_temperature=0.02, mixup=False)
+  features, _ = objective.features(params, state, batch, jax.random.key(0))
+  loss_fn = lambda p: objective.loss(features, p, jnp.int32(0))  # noqa: E731
+  loss, metrics = loss_fn(params)
+  np.testing.assert_allclose(metrics['logit_scale'], 50.0, rtol=1e-5)
+  np.testing.assert_allclose(loss, clip_infonce(features['zi'], features['zt'], jnp.log(50.0))[0], rtol=1e-6)
+  assert float(jax.grad(lambda p: loss_fn(p)[0])(params)['logit_scale']) == 0.0
+
+
+def _tokens(captions, length=16):
+  return default_tokenizer()(captions, context_length=length)
+
+
+def test_text_augmentation_keeps_rows_valid_and_is_deterministic():
+  captions = ['a red circle and a blue square on a gray background', 'sketch of a star', 'x', ''] * 50
+  rows = _tokens(captions, 12)  # some truncated (EOT in the last slot), one with no caption tokens
+  augment = text_lib.TextAugment(prob=0.5)
+  rng = np.random.default_rng(0)
+  out = np.stack([augment(row, rng) for row in rows])
+  assert out.dtype == rows.dtype and out.shape == rows.shape
+  assert (out[:, 0] == text_lib.SOT_TOKEN).all()
+  eot = out.argmax(1)
+  assert (out[np.arange(len(out)), eot] == text_lib.EOT_TOKEN).all()
+  assert ((np.arange(12) > eot[:, None]) <= (out == 0)).all()  # only padding after EOT
+  assert ((out == text_lib.SOT_TOKEN).sum(1) == 1).all() and ((out == text_lib.EOT_TOKEN).sum(1) == 1).all()
+  assert not np.array_equal(out, rows)
+  again = np.stack([augment(row, np.random.default_rng(0)) for row in rows[:1]])
+  np.testing.assert_array_equal(again, np.stack([augment(rows[0], np.random.default_rng(0))]))
+  np.testing.assert_array_equal(augment(rows[3], rng), rows[3])  # nothing to pick in an empty caption
+  # The mask id (byte 0xFF) is never produced by text, not even by 'ÿ' (U+00FF, which UTF-8 encodes as C3 BF).
+  every_char = ' '.join(chr(c) + chr(c + 1) for c in range(33, 0x800, 2))
+  assert text_lib.MASK_TOKEN not in default_tokenizer().encode(every_char + ' ÿ ÿÿ')
+
+
+def test_text_augmentation_proportions():
+  rows = _tokens(['a red circle and a blue square on a gray background with a small green star'] * 400, 24)
+  rng = np.random.default_rng(1)
+  plans = np.stack([text_lib.augment_plan(row, rng) for row in rows])
+  content = np.stack([text_lib.content_positions(row) for row in rows])
+  assert not plans[~content].any()  # SOT, EOT and padding are never picked
+  picked = plans[content] > 0
+  np.testing.assert_allclose(picked.mean(), 0.2, atol=0.01)
+  actions = np.bincount(plans[content][picked], minlength=4)[1:] / picked.sum()
+  np.testing.assert_allclose(actions, [0.5, 0.1, 0.4], atol=0.03)
+  # The applied result: masked tokens carry the mask id, deleted ones shorten the caption.
+  row, plan = rows[0], plans[0]
+  out = text_lib.apply_plan(row, plan, np.full(24, 7))
+  assert (out == text_lib.MASK_TOKEN).sum() == (plan == text_lib.MASK).sum()
+  assert (out == 7).sum() == (plan == text_lib.REPLACE).sum() + (row == 7).sum()
+  assert out.argmax() == row.argmax() - (plan == text_lib.DELETE).sum()
+
+
+def test_views_augment_text_when_on(micro):
+  micro.objective.name = 'zerovl'
+  example = {'image': np.zeros((20, 20, 3), np.uint8), 'caption': 'a red circle and a blue square on gray',
+             'label': 3}
+  micro.objective.text_augment = False
+  plain = objectives.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
+  micro.objective.update(text_augment=True, text_augment_prob=1.0, text_mask_prob=1.0, text_replace_prob=0.0,
+                         text_delete_prob=0.0)
+  masked = objectives.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
+  content = text_lib.content_positions(plain['text'])
+  assert (masked['text'][content] == text_lib.MASK_TOKEN).all()
+  np.testing.assert_array_equal(masked['text'][~content], plain['text'][~content])
+  np.testing.assert_array_equal(masked['image'], plain['image'])
+
+
+def test_options_are_validated(micro):
+  micro.objective.name = 'zerovl'
+  micro.objective.text_delete_prob = 0.5
+  with pytest.raises(ValueError, match='text_mask_prob.*sum to 1'):
+    objectives.get('zerovl').views(micro)
+  micro.objective.update(text_delete_prob=0.4, mixup_alpha=0.0)
+  with pytest.raises(ValueError, match='config.objective.mixup_alpha'):
+    objectives.build(micro, None)
+  micro.objective.mixup_alpha = 0.1
+  micro.data.mixing = 'debiased'
+  with pytest.raises(ConfigError, match=r"config.data.mixing='debiased'.*'single_source', 'sequential'"):
+    validate(micro)
+
+
+def test_trains_identically_on_eight_devices_and_one(micro):
+  micro.objective.name = 'zerovl'
+  micro.objective.mixup_alpha = 1.0
+  want_params, want_losses, _ = _run(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
+  got_params, got_losses, _ = _run(micro, parallel.make_mesh(2), steps=2)
+  np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+  chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
+
+
+def test_short_single_source_run_logs_mixup(micro, tmp_path):
+  micro.objective.name = 'zerovl'
+  micro.data.mixing = 'single_source'
+  micro.update(total_steps=2, log_every_steps=1)
+  micro.eval.datasets = ()  # evaluation is tested elsewhere
+  result = train_and_evaluate(micro, str(tmp_path / 'run'))
+  assert int(result['state'].step) == 2
+  logged = [r for r in read_metrics(str(tmp_path / 'run')) if 'train/mixup_loss' in r]
+  assert len(logged) == 2 and all(np.isfinite(r['train/mixup_loss']) for r in logged)
+  assert all(0.0 <= r['train/mixup_lambda'] <= 1.0 and r['train/mixup_coin'] in (0.0, 1.0) for r in logged)

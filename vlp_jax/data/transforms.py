@@ -1,0 +1,186 @@
+"""Host-side image augmentations on [H, W, 3] uint8 numpy images (torchvision semantics), run in the data workers.
+
+Every random function takes an `np.random.Generator` and draws from it in a fixed order, so a view depends only on
+the generator's state: grain's RandomMap seeds one per (seed, example index), which makes the views reproducible and
+independent of the number of workers and processes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PIL import Image
+
+# ITU-R 601-2 luma, as torchvision's rgb_to_grayscale.
+_LUMA = np.array((0.2989, 0.587, 0.114), np.float32)
+
+
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+  """float [..., 3] in [0, 255] -> uint8, rounded."""
+  return np.clip(np.rint(image), 0, 255).astype(np.uint8)
+
+
+def _crop_box(height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float],
+              rng: np.random.Generator) -> tuple[int, int, int, int]:
+  """torchvision's RandomResizedCrop.get_params: (top, left, h, w) of a crop whose area is a uniform fraction in
+  `scale` of the image and whose log aspect ratio (w / h) is uniform in log `ratio`; after 10 failed attempts, the
+  centre crop with the aspect ratio clamped to `ratio`."""
+  area = height * width
+  log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+  for _ in range(10):
+    target_area = area * rng.uniform(scale[0], scale[1])
+    aspect = math.exp(rng.uniform(*log_ratio))
+    w = int(round(math.sqrt(target_area * aspect)))
+    h = int(round(math.sqrt(target_area / aspect)))
+    if 0 < w <= width and 0 < h <= height:
+      top = int(rng.integers(0, height - h + 1))
+      left = int(rng.integers(0, width - w + 1))
+      return top, left, h, w
+  in_ratio = width / height
+  if in_ratio < min(ratio):
+    w, h = width, int(round(width / min(ratio)))
+  elif in_ratio > max(ratio):
+    h, w = height, int(round(height * max(ratio)))
+  else:
+    h, w = height, width
+  return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop(image: np.ndarray, size: int, scale: tuple[float, float], rng: np.random.Generator,
+                        ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> np.ndarray:
+  """[H, W, 3] uint8 -> [size, size, 3] uint8: a random crop (area fraction in `scale`, aspect ratio in `ratio`),
+  bicubically resized to size x size."""
+  top, left, h, w = _crop_box(image.shape[0], image.shape[1], scale, ratio, rng)
+  crop = np.ascontiguousarray(image[top:top + h, left:left + w])
+  if (h, w) == (size, size):
+    return crop
+  return np.asarray(Image.fromarray(crop).resize((size, size), Image.Resampling.BICUBIC))
+
+
+def _grayscale(image: np.ndarray) -> np.ndarray:
+  """float [H, W, 3] -> float [H, W, 1] luma."""
+  return image @ _LUMA[:, None]
+
+
+def _blend(image: np.ndarray, other: np.ndarray | float, factor: float) -> np.ndarray:
+  """torchvision's _blend: factor * image + (1 - factor) * other, clipped to [0, 255]."""
+  return np.clip(factor * image + (1.0 - factor) * other, 0.0, 255.0)
+
+
+def _rgb_to_hsv(rgb: np.ndarray) -> np.ndarray:
+  """float [..., 3] in [0, 1] -> HSV in [0, 1] (hue as a fraction of a turn), as colorsys does per pixel."""
+  r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+  maxc, minc = rgb.max(axis=-1), rgb.min(axis=-1)
+  delta = maxc - minc
+  s = delta / np.maximum(maxc, 1e-12)
+  inv = 1.0 / np.maximum(delta, 1e-12)
+  h = np.where(maxc == r, (g - b) * inv, np.where(maxc == g, 2.0 + (b - r) * inv, 4.0 + (r - g) * inv))
+  h = np.where(delta > 0, (h / 6.0) % 1.0, 0.0)
+  return np.stack([h, s, maxc], axis=-1).astype(rgb.dtype)
+
+
+def _hsv_to_rgb(hsv: np.ndarray) -> np.ndarray:
+  """Inverse of `_rgb_to_hsv`: channel n of (R, G, B) is v (1 - s clip(min(k, 4 - k), 0, 1)) with
+  k = (n' + 6 h) mod 6 and n' = 5, 3, 1."""
+  h, s, v = hsv[..., :1], hsv[..., 1:2], hsv[..., 2:]
+  k = (np.array((5.0, 3.0, 1.0), hsv.dtype) + 6.0 * h) % 6.0
+  return v * (1.0 - s * np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0))
+
+
+def _adjust_hue(image: np.ndarray, hue_factor: float) -> np.ndarray:
+  """float [H, W, 3] in [0, 255]: rotate the hue by `hue_factor` of a turn."""
+  hsv = _rgb_to_hsv(image / 255.0)
+  hsv[..., 0] = (hsv[..., 0] + hue_factor) % 1.0
+  return _hsv_to_rgb(hsv) * 255.0
+
+
+def color_jitter(image: np.ndarray, rng: np.random.Generator, brightness: float = 0.4, contrast: float = 0.4,
+                 saturation: float = 0.4, hue: float = 0.1) -> np.ndarray:
+  """[H, W, 3] uint8 -> uint8, torchvision's ColorJitter: the four adjustments in a random order, with factors
+  uniform in [max(0, 1 - x), 1 + x] (brightness, contrast, saturation) and [-hue, hue] (a fraction of a turn).
+  A strength of 0 leaves that adjustment out."""
+  order = rng.permutation(4)
+  factors = [rng.uniform(max(0.0, 1.0 - x), 1.0 + x) if x > 0 else None for x in (brightness, contrast, saturation)]
+  factors.append(rng.uniform(-hue, hue) if hue > 0 else None)
+  out = image.astype(np.float32)
+  for op in order:
+    factor = factors[op]
+    if factor is None:
+      continue
+    if op == 0:  # brightness: blend with black
+      out = _blend(out, 0.0, factor)
+    elif op == 1:  # contrast: blend with the mean grey level of the image
+      out = _blend(out, float(_grayscale(out).mean()), factor)
+    elif op == 2:  # saturation: blend with the image's own greyscale
+      out = _blend(out, _grayscale(out), factor)
+    else:
+      out = _adjust_hue(out, factor)
+  return _to_uint8(out)
+
+
+def random_grayscale(image: np.ndarray, rng: np.random.Generator, p: float) -> np.ndarray:
+  """[H, W, 3] uint8 -> uint8: with probability p, the luma replicated over the three channels."""
+  if rng.random() >= p:
+    return image
+  return np.repeat(_to_uint8(_grayscale(image.astype(np.float32))), 3, axis=-1)
+
+
+def _kernel_size(side: int) -> int:
+  """SimCLR's blur kernel: 10% of the image side, made odd (23 for 224), at least 3."""
+  size = int(0.1 * side)
+  return max(3, size + 1 - size % 2)
+
+
+def _blur_1d(image: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
+  """Convolve float32 [H, W, C] with a symmetric odd kernel along `axis` (0 or 1), reflect-padded (as
+  torchvision)."""
+  radius = len(weights) // 2
+  pad = [(0, 0)] * image.ndim
+  pad[axis] = (radius, radius)
+  padded = np.pad(image, pad, mode='reflect')
+  length = image.shape[axis]
+  out = np.zeros_like(image)
+  for j, w in enumerate(weights):
+    out += w * (padded[j:j + length] if axis == 0 else padded[:, j:j + length])
+  return out
+
+
+def gaussian_blur(image: np.ndarray, rng: np.random.Generator, sigma: tuple[float, float] = (0.1, 2.0),
+                  p: float = 0.5) -> np.ndarray:
+  """[H, W, 3] uint8 -> uint8: with probability p, a Gaussian blur with sigma uniform in `sigma` (pixels) and a
+  kernel of about 10% of the shorter side (odd), separable and reflect-padded."""
+  if rng.random() >= p:
+    return image
+  std = rng.uniform(sigma[0], sigma[1])
+  size = min(_kernel_size(min(image.shape[:2])), 2 * (min(image.shape[:2]) - 1) + 1)  # reflect pad < side
+  x = np.arange(size, dtype=np.float32) - size // 2
+  weights = np.exp(-x**2 / (2.0 * std**2)).astype(np.float32)
+  weights /= weights.sum()
+  out = _blur_1d(_blur_1d(image.astype(np.float32), weights, 0), weights, 1)
+  return _to_uint8(out)
+
+
+def solarize(image: np.ndarray, rng: np.random.Generator, p: float, threshold: int = 128) -> np.ndarray:
+  """[H, W, 3] uint8 -> uint8: with probability p, pixels >= threshold inverted (255 - x), the rest unchanged."""
+  if rng.random() >= p:
+    return image
+  return np.where(image >= threshold, 255 - image, image).astype(np.uint8)
+
+
+def horizontal_flip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
+  """[H, W, 3] -> the same image, mirrored left-right with probability p."""
+  if rng.random() >= p:
+    return image
+  return np.ascontiguousarray(image[:, ::-1])
+
+
+def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+  """[H, W, 3] uint8 -> [size, size, 3] uint8: the SimCLR view of SLIP (METHODS.md section 2), in SLIP's order:
+  RandomResizedCrop(scale (0.08, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8, grayscale with p 0.2, Gaussian
+  blur (sigma in [0.1, 2]) with p 0.5, horizontal flip with p 0.5."""
+  image = random_resized_crop(image, size, (0.08, 1.0), rng)
+  if rng.random() < 0.8:
+    image = color_jitter(image, rng, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
+  image = random_grayscale(image, rng, p=0.2)
+  image = gaussian_blur(image, rng, sigma=(0.1, 2.0), p=0.5)
+  return horizontal_flip(image, rng, p=0.5)

@@ -1,0 +1,179 @@
+"""COSMOS: cross-modality self-distillation with an EMA teacher (COSMOS paper, Sec. 3 and Algorithm 1).
+
+Per example the views hold 2 global + N local image crops and 2 global + M local text crops (sentences of the long
+caption). The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds
+the global crops only. The student's cross-attention modules give
+  h_I = cls + CrossAttn(q=cls, kv=tokens of the first global text crop)
+  h_T = eot + CrossAttn(q=eot, kv=patch tokens of the first global image crop), then L2-normalised, and
+  L_clip   = mean over (global image crop, any text crop) of sym_nce(cls, eot)        (the CLIP logit scale)
+  L_cosmos = mean over (student crop, teacher global crop) of
+             [sym_nce(h_I, CLS_t) + sym_nce(h_I, EOT_t) + sym_nce(h_T, CLS_t) + sym_nce(h_T, EOT_t)] / 4
+             (its own learnable logit scale `cosmos_logit_scale`), and L = L_clip + L_cosmos.
+sym_nce is the symmetric InfoNCE of `clip_infonce`. Padding tokens after the EOT are masked out of the keys.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlp_jax.data import transforms
+from vlp_jax.data.pipeline import normalize_image, passthrough
+from vlp_jax.data.text_crops import text_crops
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.models.cross_attention import CrossAttention
+from vlp_jax.objectives.base import Objective, register, tower_variables
+
+_OWN_PARAMS = ('cosmos_xattn_image', 'cosmos_xattn_text', 'cosmos_logit_scale')
+
+
+def ema_update(teacher: Any, student: Any, momentum: float) -> Any:
+  """theta_t <- momentum * theta_t + (1 - momentum) * theta_s, leaf by leaf."""
+  return jax.tree.map(lambda t, s: momentum * t + (1.0 - momentum) * s, teacher, student)
+
+
+def tower_params(params: dict) -> dict:
+  """The parameters the teacher copies: everything but COSMOS's own modules and logit scale."""
+  return {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+
+
+def pairwise_sym_nce(student: jax.Array, teacher: jax.Array, log_scale: jax.Array) -> jax.Array:
+  """student: [B, S, d], teacher: [B, T, d] unit-norm -> [] mean of sym_nce over the S x T crop pairs."""
+  losses = [clip_infonce(student[:, s], teacher[:, t], log_scale)[0]
+            for s in range(student.shape[1]) for t in range(teacher.shape[1])]
+  return jnp.mean(jnp.stack(losses))
+
+
+@dataclasses.dataclass
+class CosmosViews(grain.transforms.RandomMap):
+  """Multi-crop image views (DINO recipe) and text crops, independently sampled.
+
+  -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3] float32 normalised,
+      'texts': [G + M, L] int32 (global crops first), 'label', ...}
+  """
+  image_size: int
+  local_size: int
+  context_length: int
+  num_global: int = 2
+  num_local: int = 6
+  num_text_local: int = 6
+  global_scale: tuple[float, float] = (0.4, 1.0)
+  local_scale: tuple[float, float] = (0.05, 0.4)
+
+  def _augment(self, crop: np.ndarray, rng: np.random.Generator, blur_p: float, solarize_p: float) -> np.ndarray:
+    crop = transforms.horizontal_flip(crop, rng)
+    if rng.random() < 0.8:
+      crop = transforms.color_jitter(crop, rng, brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)
+    crop = transforms.random_grayscale(crop, rng, p=0.2)
+    crop = transforms.gaussian_blur(crop, rng, p=blur_p)
+    return normalize_image(transforms.solarize(crop, rng, p=solarize_p))
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    image = example['image']
+    # DINO: the first global view is always blurred, the second rarely but may be solarised.
+    global_views = [self._augment(transforms.random_resized_crop(image, self.image_size, self.global_scale, rng),
+                                  rng, blur_p=1.0 if i == 0 else 0.1, solarize_p=0.0 if i == 0 else 0.2)
+                    for i in range(self.num_global)]
+    local_views = [self._augment(transforms.random_resized_crop(image, self.local_size, self.local_scale, rng),
+                                 rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
+    crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
+                       self.num_text_local)
+    return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
+            'texts': default_tokenizer()(crops, context_length=self.context_length), **passthrough(example)}
+
+
+@register('cosmos')
+class CosmosObjective(Objective):
+
+  @classmethod
+  def default_config(cls):
+    return {**super().default_config(), 'name': cls.name,
+            'ema_momentum': 0.999,  # 0.999 at batch 1k (CC3M), 0.99 at 4k
+            'num_local_crops': 6, 'num_local_texts': 6, 'local_crop_size': 96,
+            'global_crop_scale': (0.4, 1.0), 'local_crop_scale': (0.05, 0.4),
+            'cross_attention_heads': 8, 'zero_init_cross_attention': False}
+
+  @classmethod
+  def views(cls, config):
+    c = cls.options(config.objective)
+    return CosmosViews(config.model.vision.image_size, c.local_crop_size, config.model.text.context_length,
+                       num_local=c.num_local_crops, num_text_local=c.num_local_texts,
+                       global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale))
+
+  def _cross_attention(self) -> CrossAttention:
+    return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,
+                          self.config.zero_init_cross_attention, self.model.dtype)
+
+  def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
+    params, model_state = super().init_variables(rng)
+    image_rng, text_rng = jax.random.split(jax.random.fold_in(rng, 1))
+    d, v, t = self.model.embed_dim, self.model.vision.width, self.model.text.width
+    xattn = self._cross_attention()
+    params = {**params,
+              'cosmos_xattn_image': xattn.init(image_rng, jnp.zeros((1, 1, d)), jnp.zeros((1, 1, t)))['params'],
+              'cosmos_xattn_text': xattn.init(text_rng, jnp.zeros((1, 1, d)), jnp.zeros((1, 1, v)))['params'],
+              'cosmos_logit_scale': jnp.float32(math.log(1 / 0.07))}
+    # The teacher starts as an exact copy of the student's towers.
+    return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
+
+  def _embed_images(self, params, model_state, images: jax.Array, train: bool):
+    """[B, C, H, W, 3] -> ({'embed': [B, C, d], 'tokens': [B, C, N, w]}, model_state)."""
+    b, c = images.shape[:2]
+    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train)
+    return {'embed': out['embed'].reshape(b, c, -1), 'tokens': out['tokens'].reshape(b, c, *out['tokens'].shape[1:])}, \
+        model_state
+
+  def _embed_texts(self, params, tokens: jax.Array):
+    """[B, C, L] -> {'embed': [B, C, d], 'tokens': [B, C, L, w]}."""
+    b, c, length = tokens.shape
+    out = self.encode_text(params, tokens.reshape(b * c, length))
+    return {'embed': out['embed'].reshape(b, c, -1), 'tokens': out['tokens'].reshape(b, c, length, -1)}
+
+  def features(self, params, model_state, batch, rng, train=True):
+    del rng
+    num_global = batch['global_images'].shape[1]
+    glob, model_state = self._embed_images(params, model_state, batch['global_images'], train)
+    local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
+    texts = self._embed_texts(params, batch['texts'])
+    cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
+    eot = texts['embed']  # [B, 2 + M, d]
+    first_text = batch['texts'][:, 0]  # [B, L]
+    text_mask = jnp.arange(first_text.shape[1])[None, :] <= jnp.argmax(first_text, axis=1)[:, None]
+    xattn = self._cross_attention()
+    h_img = xattn.apply({'params': params['cosmos_xattn_image']}, cls, texts['tokens'][:, 0], text_mask)
+    h_txt = xattn.apply({'params': params['cosmos_xattn_text']}, eot, glob['tokens'][:, 0])
+    # The teacher sees the global crops only, without gradient (its batch statistics are the student's).
+    teacher = jax.lax.stop_gradient(model_state['ema'])
+    t_glob, _ = self._embed_images(teacher, model_state, batch['global_images'], train=False)
+    t_text = self._embed_texts(teacher, batch['texts'][:, :num_global])
+    features = {
+        'cls_global': l2_normalize(glob['embed']), 'eot': l2_normalize(eot),
+        'h_img': l2_normalize(h_img), 'h_txt': l2_normalize(h_txt),
+        'teacher_cls': l2_normalize(t_glob['embed']), 'teacher_eot': l2_normalize(t_text['embed']),
+    }
+    features['zi'], features['zt'] = features['cls_global'][:, 0], features['eot'][:, 0]
+    return features, model_state
+
+  def loss(self, features, params, step):
+    del step
+    clip = pairwise_sym_nce(features['cls_global'], features['eot'], params['logit_scale'])
+    scale = params['cosmos_logit_scale']
+    terms = [pairwise_sym_nce(features[s], features[t], scale)
+             for s in ('h_img', 'h_txt') for t in ('teacher_cls', 'teacher_eot')]
+    cosmos = sum(terms) / 4
+    return clip + cosmos, {'clip_loss': clip, 'cosmos_loss': cosmos, 'logit_scale': jnp.exp(params['logit_scale']),
+                           'cosmos_logit_scale': jnp.exp(scale)}
+
+  def after_step(self, params, model_state, step):
+    del step
+    return {**model_state, 'ema': ema_update(model_state['ema'], tower_params(params), self.config.ema_momentum)}
+
+  def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
+    """The student (reported under the plain metric names) and the EMA teacher (`teacher_*` names)."""
+    return {'': tower_variables(params, model_state), 'teacher_': tower_variables(model_state['ema'], model_state)}

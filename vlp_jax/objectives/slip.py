@@ -1,0 +1,173 @@
+"""SLIP: CLIP plus SimCLR on two augmented views of each image (METHODS.md section 2, SLIP Algorithm 1).
+
+  L = L_clip(zi, zt) + c * L_simclr(qa, qb)
+zi, zt: the CLIP embeddings of the CLIP view (RandomResizedCrop, scale (0.5, 1)) and the caption. qa, qb: the
+L2-normalised outputs of the SimCLR head on the vision tower's class token (after ln_post, before the CLIP
+projection) for the two SSL views. The head's BatchNorm uses statistics of the global batch (one call per view, as
+SLIP's SyncBatchNorm), so unlike CLIP's the SSL features of a row depend on the rest of the batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vlp_jax.data import transforms
+from vlp_jax.data.pipeline import normalize_image, passthrough
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.losses.simclr import simclr_loss
+from vlp_jax.models.heads import SimCLRHead
+from vlp_jax.objectives.base import register, tower_variables
+from vlp_jax.objectives.clip import ClipObjective
+
+SSL_VIEWS = ('ssl_a', 'ssl_b')
+VIEWS = ('image', *SSL_VIEWS)  # the CLIP view first
+
+
+@dataclasses.dataclass
+class SlipViews(grain.transforms.RandomMap):
+  """A decoded example -> {'image': the CLIP view, 'ssl_a', 'ssl_b': the SimCLR views (each [S, S, 3] float32,
+  normalised), 'text': [L] int32, plus `passthrough(example)`}. Deterministic for a given generator state."""
+  image_size: int
+  context_length: int
+  caption_field: str = 'caption'
+  clip_crop_scale: tuple[float, float] = (0.5, 1.0)
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    image = example['image']
+    out = {'image': normalize_image(transforms.random_resized_crop(image, self.image_size,
+                                                                   tuple(self.clip_crop_scale), rng))}
+    for view in SSL_VIEWS:
+      out[view] = normalize_image(transforms.simclr_view(image, self.image_size, rng))
+    out['text'] = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
+    return {**out, **passthrough(example)}
+
+
+@register('slip')
+class SlipObjective(ClipObjective):
+  """CLIP InfoNCE on the CLIP view plus `ssl_scale` times SimCLR on the two SSL views."""
+
+  def __init__(self, model, config: ml_collections.ConfigDict):
+    super().__init__(model, config)
+    self.check_options(config)
+    self.head = SimCLRHead(config.head_mlp_dim, config.head_out_dim, dtype=model.dtype)
+
+  @classmethod
+  def default_config(cls) -> dict[str, Any]:
+    return {
+        **super().default_config(),
+        'name': cls.name,
+        'ssl_scale': 1.0,  # c: the weight of the SimCLR loss
+        'ssl_temperature': 0.1,  # tau, fixed
+        'head_mlp_dim': 4096,
+        'head_out_dim': 256,
+        'clip_crop_scale': (0.5, 1.0),  # RandomResizedCrop scale of the CLIP view
+    }
+
+  @classmethod
+  def validate(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
+    del config  # the options alone decide
+    cls.check_options(options)
+
+  @classmethod
+  def check_options(cls, options: ml_collections.ConfigDict) -> None:
+    """Raise ValueError naming the first invalid option; `options` is `cls.options(config.objective)`. Also run
+    when the objective or its views are built, so that a config that skipped validation fails early too."""
+    for key in ('head_mlp_dim', 'head_out_dim'):
+      if not isinstance(options[key], int) or options[key] < 1:
+        raise ValueError(f'config.objective.{key} must be a positive integer, got {options[key]!r}')
+    if not options.ssl_temperature > 0:
+      raise ValueError(f'config.objective.ssl_temperature must be positive, got {options.ssl_temperature!r}')
+    if not options.ssl_scale >= 0:
+      raise ValueError(f'config.objective.ssl_scale must be >= 0, got {options.ssl_scale!r}')
+    scale = tuple(options.clip_crop_scale)
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+      raise ValueError(f'config.objective.clip_crop_scale={scale!r} must be (low, high) with 0 < low <= high <= 1')
+
+  @classmethod
+  def views(cls, config: ml_collections.ConfigDict) -> SlipViews:
+    options = cls.options(config.objective)
+    cls.check_options(options)
+    return SlipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+                     tuple(float(s) for s in options.clip_crop_scale))
+
+  def _cls_width(self, params: dict, model_state: dict) -> int:
+    """Width of the vision tower's 'cls' output (the ViT width; the embedding width for a ResNet tower)."""
+    v = self.model.vision
+    images = jax.ShapeDtypeStruct((1, v.image_size, v.image_size, 3), jnp.float32)
+    out = jax.eval_shape(lambda var, x: self.model.apply(var, x, method=self.model.encode_image),
+                         tower_variables(params, model_state), images)
+    return out['cls'].shape[-1]
+
+  def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
+    """The towers as CLIP initialises them from `rng` (same seed, same towers), plus the head under
+    params['simclr_head'] and its BatchNorm statistics under model_state['simclr_head']['batch_stats'] (the towers'
+    own stay in model_state['batch_stats'], which `tower_variables` reads)."""
+    params, model_state = super().init_variables(rng)
+    cls = jnp.zeros((2, self._cls_width(params, model_state)), jnp.float32)
+    head = self.head.init(jax.random.fold_in(rng, 1), cls, train=False)
+    return ({**params, 'simclr_head': head['params']},
+            {**model_state, 'simclr_head': {'batch_stats': head['batch_stats']}})
+
+  def project(self, params: dict, model_state: dict, cls: jax.Array, train: bool) -> tuple[jax.Array, dict]:
+    """cls: [B, w] -> ([B, head_out_dim] L2-normalised SSL embeddings, model state with the head's BatchNorm
+    statistics updated when training)."""
+    variables = {'params': params['simclr_head'], **model_state['simclr_head']}
+    if not train:
+      return l2_normalize(self.head.apply(variables, cls, False)), model_state
+    out, updates = self.head.apply(variables, cls, True, mutable=['batch_stats'])
+    return l2_normalize(out), {**model_state, 'simclr_head': {'batch_stats': updates['batch_stats']}}
+
+  @staticmethod
+  def fuse_views(model_state: dict, batch: dict[str, jax.Array]) -> bool:
+    """Whether the three views go through the image tower as one batch of 3B: when the tower has no BatchNorm
+    (ViT), rows are independent, so one pass equals three (and compiles the tower once). A tower with BatchNorm
+    gets one pass per view, as in SLIP, so that its statistics are per view."""
+    return 'batch_stats' not in model_state and len({batch[view].shape for view in VIEWS}) == 1
+
+  def encode_views(self, params: dict, model_state: dict, batch: dict[str, jax.Array], train: bool
+                   ) -> tuple[list[dict[str, jax.Array]], dict]:
+    """The image tower on batch['image'], batch['ssl_a'], batch['ssl_b'] ([B, H, W, 3] each) -> their
+    {'embed': [B, d], 'cls': [B, w]}, in that order, and the model state."""
+    if not self.fuse_views(model_state, batch):
+      outs = []
+      for view in VIEWS:
+        out, model_state = self.encode_image(params, model_state, batch[view], train)
+        outs.append(out)
+      return outs, model_state
+    # Interleave the views per example ([B, 3, ...] -> [3B, ...]): each device keeps its own rows, no resharding.
+    size = batch['image'].shape[0]
+    images = jnp.stack([batch[view] for view in VIEWS], axis=1).reshape(3 * size, *batch['image'].shape[1:])
+    out, model_state = self.encode_image(params, model_state, images, train)
+    split = {key: out[key].reshape(size, len(VIEWS), -1) for key in ('embed', 'cls')}
+    return [{key: value[:, i] for key, value in split.items()} for i in range(len(VIEWS))], model_state
+
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+               train: bool = True) -> tuple[dict, dict]:
+    """batch {'image', 'ssl_a', 'ssl_b': [B, H, W, 3], 'text': [B, L]} -> {'zi', 'zt': [B, d], 'ssl_a', 'ssl_b':
+    [B, head_out_dim]}, all L2-normalised float32, and the model state."""
+    del rng  # no dropout or stochastic depth in the towers
+    missing = [key for key in SSL_VIEWS if key not in batch]
+    if missing:
+      raise KeyError(f'the SLIP objective needs batch{missing} (the SSL views that SlipObjective.views makes); '
+                     f'the batch has {sorted(batch)}')
+    (clip_view, *ssl_views), model_state = self.encode_views(params, model_state, batch, train)
+    text = self.encode_text(params, batch['text'])
+    features = {'zi': l2_normalize(clip_view['embed']), 'zt': l2_normalize(text['embed'])}
+    for view, out in zip(SSL_VIEWS, ssl_views):  # one head call per view, as SLIP: BatchNorm statistics per view
+      features[view], model_state = self.project(params, model_state, out['cls'], train)
+    return features, model_state
+
+  def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
+    del step
+    clip, clip_metrics = clip_infonce(features['zi'], features['zt'], params['logit_scale'])
+    ssl, ssl_metrics = simclr_loss(features['ssl_a'], features['ssl_b'], self.config.ssl_temperature)
+    metrics = {'clip_loss': clip, **clip_metrics, 'ssl_loss': ssl, **ssl_metrics}
+    return clip + self.config.ssl_scale * ssl, metrics
+

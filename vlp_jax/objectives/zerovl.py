@@ -1,0 +1,137 @@
+"""ZeroVL (METHODS.md section 4): CLIP with coin-flipping mixup and text augmentation.
+
+Debiased (single-source) sampling is a data option, `config.data.mixing = 'single_source'` (data/mixing.py), and
+decoupled gradient accumulation belongs to the train step; this module holds the rest.
+
+Coin-flipping mixup, per step: lam ~ Beta(alpha, alpha) and a fair coin, both drawn from the step rng.
+  heads: images are mixed in pixel space with the reversed batch, x'_i = lam x_i + (1 - lam) x_{B-1-i}, before the
+         image tower;
+  tails: text embeddings are mixed the same way after the projection and before the L2 norm.
+The loss is `mixup_infonce`: lam CE(logits, arange) + (1 - lam) CE(logits, reversed arange), in both directions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vlp_jax.data.pipeline import ClipViews
+from vlp_jax.data.text import TextAugment
+from vlp_jax.losses.contrastive import l2_normalize
+from vlp_jax.losses.mixup import mixup_infonce
+from vlp_jax.objectives.base import Objective, register
+
+
+@dataclasses.dataclass
+class ZeroVLViews(ClipViews):
+  """CLIP's views, then ZeroVL's token-level text augmentation (data/text.py) when `augment` is set."""
+  augment: TextAugment | None = None
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out = super().random_map(example, rng)
+    if self.augment is not None:
+      out['text'] = self.augment(out['text'], rng)
+    return out
+
+
+def mix_with_reversed(x: jax.Array, lam: jax.Array) -> jax.Array:
+  """[B, ...] -> [B, ...]: lam x + (1 - lam) x[::-1], the reversal over the (global) batch axis."""
+  lam = lam.astype(x.dtype)
+  return lam * x + (1 - lam) * x[::-1]
+
+
+@register('zerovl')
+class ZeroVLObjective(Objective):
+
+  @classmethod
+  def default_config(cls) -> dict[str, Any]:
+    return {
+        **super().default_config(), 'name': cls.name,
+        'mixup': True,  # coin-flipping mixup
+        'mixup_alpha': 0.1,  # lam ~ Beta(alpha, alpha)
+        'text_augment': True,  # pick, then mask / replace / delete caption tokens (host side)
+        'text_augment_prob': 0.2,  # fraction of caption tokens picked
+        'text_mask_prob': 0.5,  # of the picked: masked (with the mask id of data/text.py) ...
+        'text_replace_prob': 0.1,  # ... replaced by a random vocabulary id ...
+        'text_delete_prob': 0.4,  # ... or deleted
+        'fixed_temperature': 0.0,  # > 0: a constant temperature (the paper's 0.02); 0: the learned logit scale
+    }
+
+  @classmethod
+  def validate(cls, c: ml_collections.ConfigDict, config: ml_collections.ConfigDict | None = None) -> None:
+    """Raise ValueError naming the first invalid option of `config.objective`."""
+    del config
+    if c.mixup_alpha <= 0:
+      raise ValueError(f'config.objective.mixup_alpha={c.mixup_alpha} must be > 0 (lam ~ Beta(alpha, alpha))')
+    if c.fixed_temperature < 0:
+      raise ValueError(f'config.objective.fixed_temperature={c.fixed_temperature} must be >= 0 (0 = learned)')
+    keys = ('text_augment_prob', 'text_mask_prob', 'text_replace_prob', 'text_delete_prob')
+    for key in keys:
+      if not 0.0 <= c[key] <= 1.0:
+        raise ValueError(f'config.objective.{key}={c[key]} must be a probability in [0, 1]')
+    split = sum(c[key] for key in keys[1:])
+    if abs(split - 1.0) > 1e-6:
+      raise ValueError(f'config.objective.text_mask_prob + text_replace_prob + text_delete_prob must sum to 1, got '
+                       f'{split}')
+
+  def __init__(self, model, config: ml_collections.ConfigDict):
+    super().__init__(model, config)
+    self.validate(config)
+
+  @classmethod
+  def views(cls, config: ml_collections.ConfigDict) -> ZeroVLViews:
+    c = cls.options(config.objective)
+    cls.validate(c)
+    augment = TextAugment(c.text_augment_prob, c.text_mask_prob, c.text_replace_prob,
+                          c.text_delete_prob) if c.text_augment else None
+    return ZeroVLViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+                       augment)
+
+  def draw_mixup(self, rng: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(lam [], heads [] bool) for one step, from the step rng (the same on every device)."""
+    lam_rng, coin_rng = jax.random.split(rng)
+    lam = jax.random.beta(lam_rng, self.config.mixup_alpha, self.config.mixup_alpha, dtype=jnp.float32)
+    return lam, jax.random.bernoulli(coin_rng)
+
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+               train: bool = True) -> tuple[dict, dict]:
+    """batch {'image': [B, H, W, 3], 'text': [B, L]} -> ({'zi': [B, d], 'zt': [B, d] L2-normalised float32,
+    'mixup_lambda': [B], 'mixup_coin': [B] (1 = images mixed, 0 = texts)}, model state).
+
+    With mixup on (and train), this is NOT per-sample: row i mixes example i with example B-1-i of the batch it is
+    given, which must be the GLOBAL batch (as in the jitted global step). Decoupled gradient accumulation has to draw
+    lam and the coin once per global step and mix across the whole batch (reverse the global order of images, or of
+    the text embeddings it caches), not call this per micro-batch. Without mixup rows are per-sample, as in CLIP.
+    """
+    mixup = train and self.config.mixup
+    lam, heads = self.draw_mixup(rng) if mixup else (jnp.float32(1.0), jnp.bool_(False))
+    images = batch['image']
+    if mixup:  # the weight is 1 where the coin picked the other modality: the mix is then exactly the identity
+      images = mix_with_reversed(images, jnp.where(heads, lam, 1.0))
+    image, model_state = self.encode_image(params, model_state, images, train)
+    text_embed = self.encode_text(params, batch['text'])['embed'].astype(jnp.float32)
+    if mixup:  # after the projection, before the L2 norm
+      text_embed = mix_with_reversed(text_embed, jnp.where(heads, 1.0, lam))
+    batch_size = batch['image'].shape[0]
+    return {
+        'zi': l2_normalize(image['embed']),
+        'zt': l2_normalize(text_embed),
+        'mixup_lambda': jnp.full((batch_size,), lam, jnp.float32),
+        'mixup_coin': jnp.full((batch_size,), heads, jnp.float32),
+    }, model_state
+
+  def log_scale(self, params: dict) -> jax.Array:
+    """The log logit scale: learned, or log(1 / fixed_temperature) (then the learned one gets no gradient)."""
+    if self.config.fixed_temperature > 0:
+      return jnp.float32(np.log(1.0 / self.config.fixed_temperature))
+    return params['logit_scale']
+
+  def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
+    del step
+    lam = features['mixup_lambda'][0]  # the same for every sample
+    loss, metrics = mixup_infonce(features['zi'], features['zt'], self.log_scale(params), lam)
+    return loss, {'mixup_loss': loss, 'mixup_lambda': lam, 'mixup_coin': features['mixup_coin'][0], **metrics}
