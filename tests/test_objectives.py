@@ -25,12 +25,12 @@ def _features_and_loss(config, batch_size=8):
   batch = {'image': rng.normal(size=(batch_size, size, size, 3)).astype(np.float32), 'text': text,
            'teacher': rng.normal(size=(batch_size, 6)).astype(np.float32)}
   features, _ = objective.features(params, state, batch, jax.random.key(1))
-  return params, features, objective.loss(features, params, np.int32(10))
+  return params, features, objective.loss(features, params, np.int32(10)), batch
 
 
 def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
   with_term(micro, 'saco', alpha=2.0, ramp='linear', ramp_steps=20, masking='soft', mask_threshold=0.0)
-  params, f, (loss, metrics) = _features_and_loss(micro)
+  params, f, (loss, metrics), _ = _features_and_loss(micro)
   clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
   weights_ = saco.pair_weights(f['zi'], f['zt'], 'soft', 0.0)
   want = clip + 2.0 * 0.5 * saco.saco_loss(f['zi'], f['zt'], weights_)  # linear ramp at step 10 of 20
@@ -41,7 +41,7 @@ def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
 def test_saco_with_mimic_adds_beta_times_mimic(micro):
   micro.data.teacher_embeddings = '/unused/by/this/test.npz'
   with_term(micro, 'saco', alpha=1.0, beta=3.0)
-  params, f, (loss, metrics) = _features_and_loss(micro)
+  params, f, (loss, metrics), _ = _features_and_loss(micro)
   clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
   want = clip + saco.saco_loss(f['zi'], f['zt']) + 3.0 * saco.mimic_loss(f['zi'], f['teacher'])
   np.testing.assert_allclose(loss, want, rtol=1e-5)
@@ -50,7 +50,7 @@ def test_saco_with_mimic_adds_beta_times_mimic(micro):
 
 def test_siglip_objective_owns_a_learnable_bias(micro):
   micro.objective.name = 'siglip'
-  params, f, (loss, metrics) = _features_and_loss(micro)
+  params, f, (loss, metrics), _ = _features_and_loss(micro)
   assert float(params['logit_bias']) == -10.0
   np.testing.assert_allclose(loss, siglip_loss(f['zi'], f['zt'], params['logit_scale'], params['logit_bias'])[0])
   assert 'siglip_loss' in metrics
@@ -98,3 +98,21 @@ def test_mimic_end_to_end_with_pre_extracted_teacher(micro, tmp_path):
   logged = set().union(*read_metrics(str(tmp_path / 'run')))
   assert {'train/mimic_loss', 'train/saco_loss', 'train/clip_loss'} <= logged
   assert int(result['state'].step) == 2
+
+
+def test_mimic_with_an_on_the_fly_teacher_checkpoint(micro, tmp_path):
+  """The teacher's image tower runs in the step; its mimic loss equals the one from pre-extracted embeddings."""
+  model = models.build_model(micro.model)
+  params, state = models.init_variables(model, jax.random.key(9))
+  teacher = weights.save_checkpoint(str(tmp_path / 'teacher'), jax.tree.map(np.asarray, params), state, micro)
+  with_term(micro, 'saco', alpha=1.0, beta=2.0, normalization='mean', teacher='checkpoint',
+            teacher_checkpoint=teacher)
+  validate(micro)
+  _, f, (_, metrics), batch = _features_and_loss(micro)
+  want = np.asarray(model.apply({'params': params}, batch['image'], method=model.encode_image)['embed'])
+  np.testing.assert_allclose(f['teacher'], want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(metrics['mimic_loss'], saco.mimic_loss(f['zi'], want, 'mean'), rtol=1e-5)
+  micro.objective.saco.teacher_checkpoint = ''
+  with pytest.raises(ConfigError, match='teacher_checkpoint'):
+    validate(micro)
+

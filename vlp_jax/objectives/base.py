@@ -150,9 +150,13 @@ class Term:
   def validate(cls, term_config: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
     """Raise ValueError naming the key when an option is invalid (called before anything is built)."""
 
-  def features(self, batch: dict[str, jax.Array], features: dict) -> dict:
+  def init_state(self) -> dict:
+    """Non-trained variables the term keeps in the model state (e.g. a frozen teacher); merged at init."""
+    return {}
+
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], features: dict) -> dict:
     """Extra per-sample features, merged into the objective's."""
-    del batch, features
+    del params, model_state, batch, features
     return {}
 
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -168,7 +172,10 @@ class Composite(Objective):
     self.name = base.name
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
-    return self.base.init_variables(rng)
+    params, model_state = self.base.init_variables(rng)
+    for term in self.terms:
+      model_state = {**model_state, **term.init_state()}
+    return params, model_state
 
   def after_step(self, params, model_state, step):
     return self.base.after_step(params, model_state, step)
@@ -179,7 +186,7 @@ class Composite(Objective):
   def features(self, params, model_state, batch, rng, train=True):
     features, model_state = self.base.features(params, model_state, batch, rng, train)
     for term in self.terms:
-      features = {**features, **term.features(batch, features)}
+      features = {**features, **term.features(params, model_state, batch, features)}
     return features, model_state
 
   def loss(self, features, params, step):

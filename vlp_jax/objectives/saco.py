@@ -1,6 +1,9 @@
 """SaCo as a term that adds to any objective: alpha L_saco (with an optional ramp and sample-wise masking) plus
-beta L_mimic against pre-extracted teacher embeddings (`config.data.teacher_embeddings`, attached by the pipeline as
-batch['teacher'])."""
+beta L_mimic, the pseudo-affinity of a frozen, well-trained image encoder. The mimic targets come either
+pre-extracted (`teacher='embeddings'`: `config.data.teacher_embeddings`, attached by the pipeline as
+batch['teacher']; cheapest) or computed in the step (`teacher='checkpoint'`: `teacher_checkpoint`, any vlp_jax
+checkpoint, trained or imported; its image tower runs on the batch's CLIP view without gradient, and its weights are
+kept in the model state, so they are checkpointed with the run)."""
 from __future__ import annotations
 
 import jax
@@ -24,6 +27,8 @@ class SacoTerm(Term):
         'ramp_rate': 5.0,
         'masking': 'none',  # 'hard' | 'soft': sample-wise masking by the pair's image-text cosine
         'mask_threshold': 0.5,
+        'teacher': 'embeddings',  # where the mimic targets come from: 'embeddings' | 'checkpoint'
+        'teacher_checkpoint': '',
     }
 
   @classmethod
@@ -34,13 +39,41 @@ class SacoTerm(Term):
                          f'{list(choices)}')
     if term_config.ramp != 'constant' and term_config.ramp_steps < 1:
       raise ValueError(f"config.objective.saco.ramp='{term_config.ramp}' needs config.objective.saco.ramp_steps > 0")
-    if term_config.beta > 0 and not config.data.teacher_embeddings:
+    if term_config.teacher not in ('embeddings', 'checkpoint'):
+      raise ValueError(f"config.objective.saco.teacher='{term_config.teacher}' is not valid; valid choices: "
+                       "['embeddings', 'checkpoint']")
+    if term_config.beta > 0 and term_config.teacher == 'checkpoint' and not term_config.teacher_checkpoint:
+      raise ValueError("config.objective.saco.teacher='checkpoint' needs config.objective.saco.teacher_checkpoint "
+                       '(a vlp_jax checkpoint, e.g. one imported with `python -m vlp_jax.weights import`)')
+    if term_config.beta > 0 and term_config.teacher == 'embeddings' and not config.data.teacher_embeddings:
       raise ValueError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write them '
                        'with `python -m vlp_jax.embed --checkpoint=TEACHER --dataset=... --split=train '
                        '--output=teacher.npz` and set config.data.teacher_embeddings=teacher.npz')
 
-  def features(self, batch, features):
-    return {'teacher': batch['teacher']} if self.config.beta > 0 else {}
+  def __init__(self, config):
+    super().__init__(config)
+    self.teacher_model = None
+    if config.beta > 0 and config.teacher == 'checkpoint':
+      from vlp_jax import models
+      from vlp_jax.training.checkpoint import load_config
+      self.teacher_model = models.build_model(load_config(config.teacher_checkpoint).model)
+
+  def init_state(self):
+    if self.teacher_model is None:
+      return {}
+    from vlp_jax.objectives.base import tower_variables
+    from vlp_jax.training.checkpoint import load_variables
+    return {'saco_teacher': tower_variables(*load_variables(self.config.teacher_checkpoint))}
+
+  def features(self, params, model_state, batch, features):
+    del params, features
+    if self.config.beta <= 0:
+      return {}
+    if self.teacher_model is None:
+      return {'teacher': batch['teacher']}
+    teacher = jax.lax.stop_gradient(model_state['saco_teacher'])
+    return {'teacher': self.teacher_model.apply(teacher, batch['image'], method=self.teacher_model.encode_image)[
+        'embed']}
 
   def loss(self, features, params, step):
     c = self.config
