@@ -133,3 +133,19 @@ def test_end_to_end_logs_cosmos_and_teacher_metrics(micro, tmp_path):
   names = set().union(*read_metrics(str(tmp_path)))
   assert {'train/cosmos_loss', 'train/clip_loss', 'eval/synthetic/zeroshot_top1',
           'eval/synthetic/teacher_zeroshot_top1'} <= names
+
+
+def test_saco_composes_with_cosmos(micro):
+  """The SaCo term adds to COSMOS on the first global crops (features 'zi', 'zt'), as the SaCo paper suggests."""
+  from vlp_jax.config import validate, with_term
+  from vlp_jax.losses import saco
+  config = with_term(_cosmos(micro), 'saco', alpha=0.5, normalization='mean')
+  validate(config)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  features, _ = objective.features(params, state, _batch(config), jax.random.key(1))
+  loss, metrics = objective.loss(features, params, 0)
+  want = metrics['clip_loss'] + metrics['cosmos_loss'] + 0.5 * saco.saco_loss(features['zi'], features['zt'],
+                                                                               normalization='mean')
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+  assert 'saco_loss' in metrics and 'teacher_' in objective.eval_variants(params, state)

@@ -79,7 +79,7 @@ def ramp_weight(step: jax.Array, alpha: float, ramp: str, ramp_steps: int, power
                 rate: float = 5.0) -> jax.Array:
   """alpha at `step` (supplementary, strategy 1), with progress t = min(step / ramp_steps, 1):
   constant alpha; linear alpha t; polynomial alpha t^power; exponential alpha (e^(rate t) - 1) / (e^rate - 1)."""
-  t = jnp.clip(step.astype(jnp.float32) / max(ramp_steps, 1), 0.0, 1.0)
+  t = jnp.clip(jnp.asarray(step, jnp.float32) / max(ramp_steps, 1), 0.0, 1.0)
   if ramp == 'constant':
     return jnp.float32(alpha)
   if ramp == 'linear':
