@@ -31,15 +31,19 @@ def tower_variables(params: dict, model_state: dict) -> dict:
 _TERMS: dict[str, type['Term']] = {}
 
 
-def register(name: str):
-  """Class decorator: make an Objective subclass available as `config.objective.name = name`."""
+def _registrar(table: dict, kind: str, name: str):
   def wrap(cls):
-    if name in _REGISTRY:
-      raise ValueError(f"objective '{name}' is registered twice")
+    if name in table:
+      raise ValueError(f"{kind} '{name}' is registered twice")
     cls.name = name
-    _REGISTRY[name] = cls
+    table[name] = cls
     return cls
   return wrap
+
+
+def register(name: str):
+  """Class decorator: make an Objective subclass available as `config.objective.name = name`."""
+  return _registrar(_REGISTRY, 'objective', name)
 
 
 def registry() -> dict[str, type['Objective']]:
@@ -48,13 +52,7 @@ def registry() -> dict[str, type['Objective']]:
 
 def register_term(name: str):
   """Class decorator: make a Term available in `config.objective.terms` (options under `config.objective.<name>`)."""
-  def wrap(cls):
-    if name in _TERMS:
-      raise ValueError(f"term '{name}' is registered twice")
-    cls.name = name
-    _TERMS[name] = cls
-    return cls
-  return wrap
+  return _registrar(_TERMS, 'term', name)
 
 
 def term_registry() -> dict[str, type['Term']]:
