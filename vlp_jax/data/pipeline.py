@@ -1,8 +1,9 @@
-"""The grain pipeline that every dataset goes through: ArrayRecord -> decode -> preprocess -> tokenize -> batch.
+"""The grain pipeline that every dataset goes through: ArrayRecord -> decode -> the objective's views -> batch.
 
-Training: one global shuffled order (reshuffled each epoch), each process reads its strided slice of it, so the
-global batch is the same whatever the number of processes. The iterator state is a single index, saved with
-every checkpoint.
+Training: one global order of examples (by default one shuffle over every shard, reshuffled each epoch; with
+`config.data.mixing` each global batch comes from a single source, see data/mixing.py). Views are made before each
+process reads its strided slice, so the global batch is the same whatever the number of processes. The iterator
+state is a single index, saved with every checkpoint.
 """
 from __future__ import annotations
 
