@@ -21,6 +21,7 @@ def _cosmos(config, zero_init=False):
   config.objective.num_local_crops = 2
   config.objective.num_local_texts = 2
   config.objective.local_crop_size = 8
+  config.objective.local_text_context_length = 8
   config.objective.cross_attention_heads = 4
   config.objective.zero_init_cross_attention = zero_init
   return config
@@ -49,8 +50,9 @@ def test_views_shapes_and_determinism(micro):
   config = _cosmos(micro)
   batch = _batch(config)
   assert batch['global_images'].shape == (8, 2, 16, 16, 3) and batch['local_images'].shape == (8, 2, 8, 8, 3)
-  assert batch['texts'].shape == (8, 4, 16) and batch['global_images'].dtype == np.float32
-  assert (batch['texts'][:, :, 0] == 49406).all()
+  assert batch['texts'].shape == (8, 2, 16) and batch['local_texts'].shape == (8, 2, 8)
+  assert batch['global_images'].dtype == np.float32
+  assert (batch['texts'][:, :, 0] == 49406).all() and (batch['local_texts'][:, :, 0] == 49406).all()
   again = _batch(config)
   for key in batch:
     np.testing.assert_array_equal(batch[key], again[key])

@@ -55,11 +55,12 @@ class CosmosViews(grain.transforms.RandomMap):
   """Multi-crop image views (DINO recipe) and text crops, independently sampled.
 
   -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3] float32 normalised,
-      'texts': [G + M, L] int32 (global crops first), 'label', ...}
+      'texts': [G, L] int32 global text crops, 'local_texts': [M, l] int32 one-sentence crops, 'label', ...}
   """
   image_size: int
   local_size: int
   context_length: int
+  local_context_length: int
   num_global: int = 2
   num_local: int = 6
   num_text_local: int = 6
@@ -84,8 +85,11 @@ class CosmosViews(grain.transforms.RandomMap):
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
                        self.num_text_local)
+    tokenize = default_tokenizer()
     return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
-            'texts': default_tokenizer()(crops, context_length=self.context_length), **passthrough(example)}
+            'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
+            'local_texts': tokenize(crops[self.num_global:], context_length=self.local_context_length),
+            **passthrough(example)}
 
 
 @register('cosmos')
@@ -96,14 +100,30 @@ class CosmosObjective(Objective):
     return {**super().default_config(), 'name': cls.name,
             'ema_momentum': 0.999,  # 0.999 at batch 1k (CC3M), 0.99 at 4k
             'num_local_crops': 6, 'num_local_texts': 6, 'local_crop_size': 96,
+            # Local text crops are single sentences: a shorter context saves text-tower compute. 0 = the model's.
+            'local_text_context_length': 0,
             'global_crop_scale': (0.4, 1.0), 'local_crop_scale': (0.05, 0.4),
             'cross_attention_heads': 8, 'zero_init_cross_attention': False}
 
   @classmethod
+  def validate(cls, options, config):
+    for key in ('num_local_crops', 'num_local_texts', 'local_crop_size'):
+      if not isinstance(options[key], int) or options[key] < 1:
+        raise ValueError(f'config.objective.{key} must be a positive integer, got {options[key]!r}')
+    context = config.model.text.context_length
+    if not 0 <= options.local_text_context_length <= context:
+      raise ValueError(f'config.objective.local_text_context_length={options.local_text_context_length} must be in '
+                       f'[0, config.model.text.context_length={context}] (0 uses the model context length)')
+    if not 0.0 <= options.ema_momentum <= 1.0:
+      raise ValueError(f'config.objective.ema_momentum={options.ema_momentum} must be in [0, 1]')
+
+  @classmethod
   def views(cls, config):
     c = cls.options(config.objective)
-    return CosmosViews(config.model.vision.image_size, c.local_crop_size, config.model.text.context_length,
-                       num_local=c.num_local_crops, num_text_local=c.num_local_texts,
+    context = config.model.text.context_length
+    return CosmosViews(config.model.vision.image_size, c.local_crop_size, context,
+                       c.local_text_context_length or context, num_local=c.num_local_crops,
+                       num_text_local=c.num_local_texts,
                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale))
 
   def _cross_attention(self) -> CrossAttention:
@@ -137,12 +157,12 @@ class CosmosObjective(Objective):
 
   def features(self, params, model_state, batch, rng, train=True):
     del rng
-    num_global = batch['global_images'].shape[1]
     glob, model_state = self._embed_images(params, model_state, batch['global_images'], train)
     local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
     texts = self._embed_texts(params, batch['texts'])
+    local_texts = self._embed_texts(params, batch['local_texts'])
     cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
-    eot = texts['embed']  # [B, 2 + M, d]
+    eot = jnp.concatenate([texts['embed'], local_texts['embed']], axis=1)  # [B, 2 + M, d]
     first_text = batch['texts'][:, 0]  # [B, L]
     text_mask = jnp.arange(first_text.shape[1])[None, :] <= jnp.argmax(first_text, axis=1)[:, None]
     xattn = self._cross_attention()
@@ -151,7 +171,7 @@ class CosmosObjective(Objective):
     # The teacher sees the global crops only, without gradient (its batch statistics are the student's).
     teacher = jax.lax.stop_gradient(model_state['ema'])
     t_glob, _ = self._embed_images(teacher, model_state, batch['global_images'], train=False)
-    t_text = self._embed_texts(teacher, batch['texts'][:, :num_global])
+    t_text = self._embed_texts(teacher, batch['texts'])
     features = {
         'cls_global': l2_normalize(glob['embed']), 'eot': l2_normalize(eot),
         'h_img': l2_normalize(h_img), 'h_txt': l2_normalize(h_txt),
