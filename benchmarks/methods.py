@@ -6,7 +6,7 @@ python benchmarks/methods.py [--methods=clip,siglip,saco] [--workdir=/tmp/method
 
 Prints one JSON line per method, then a Markdown table. Each training run is `python -m vlp_jax.main` in a
 subprocess, exactly as a user runs it; memory is XLA's compiled memory analysis of the same train step
-(`peak_memory_in_bytes` of one device), step time the mean of the logged `perf/samples_per_sec`.
+(arguments + outputs + temporaries of one device, benchmarks/common.py), step time the mean of the logged `perf/samples_per_sec`.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def step_memory_bytes(config) -> int:
   with jax.set_mesh(mesh):
     compiled = jax.jit(lambda s, b, r: train_step(objective, tx, s, b, r), donate_argnums=0).lower(
         state, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch), jax.random.key(1)).compile()
-  return int(compiled.memory_analysis().peak_memory_in_bytes)
+  from benchmarks.common import compiled_memory
+  return compiled_memory(compiled)['peak_bytes']
 
 
 def train(method: str, steps: int | None) -> dict:

@@ -75,10 +75,24 @@ def test_image_tower_shapes_and_other_resolutions(micro_model):
 def test_activations():
   x = jnp.linspace(-3, 3, 7)
   np.testing.assert_allclose(ACTIVATIONS['quick_gelu'](x), x * jax.nn.sigmoid(1.702 * x), rtol=1e-6)
-  np.testing.assert_allclose(ACTIVATIONS['gelu'](x), jax.nn.gelu(x, approximate=False), rtol=1e-6)
+  np.testing.assert_allclose(ACTIVATIONS['gelu'](x), jax.nn.gelu(x, approximate=False), rtol=1e-6, atol=1e-7)
   assert not np.allclose(ACTIVATIONS['quick_gelu'](x), ACTIVATIONS['gelu'](x))
 
 
 def test_unknown_preset():
   with pytest.raises(ValueError, match='valid choices'):
     models.preset('ViT-Z-99')
+
+
+def test_exact_gelu_matches_the_erf_definition():
+  import math
+  from vlp_jax.models.transformer import exact_gelu
+  x = np.linspace(-12, 12, 4001)
+  want = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+  # atol: in float32, 1 + erf(x / sqrt 2) cancels below x = -5 (as in torch's CPU kernel, the same formula).
+  np.testing.assert_allclose(np.asarray(exact_gelu(jnp.asarray(x, jnp.float32))), want, rtol=2e-6, atol=1e-6)
+  grad = jax.vmap(jax.grad(exact_gelu))(jnp.asarray(x, jnp.float32))
+  want_grad = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+                        for v in x])
+  np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-6)
+  assert exact_gelu(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16

@@ -24,7 +24,7 @@ def _features_and_loss(config, batch_size=8):
   text[:, 0], text[:, 4] = 49406, 49407
   batch = {'image': rng.normal(size=(batch_size, size, size, 3)).astype(np.float32), 'text': text,
            'teacher': rng.normal(size=(batch_size, 6)).astype(np.float32)}
-  features, _ = objective.features(params, state, batch, jax.random.key(1))
+  features, _ = objective.forward(params, state, batch, jax.random.key(1))
   return params, features, objective.loss(features, params, np.int32(10)), batch
 
 

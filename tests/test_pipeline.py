@@ -42,13 +42,17 @@ def test_epochs_are_reshuffled_and_cover_the_data(micro):
   assert sorted(map(bytes, epochs[0])) == sorted(map(bytes, epochs[1]))
 
 
-def test_processes_read_disjoint_slices_of_one_global_order(micro):
-  whole = next(_iterator(micro))['label']
-  parts = [next(_iterator(micro, p, 2)) for p in range(2)]
-  assert all(len(p['label']) == 4 for p in parts)
-  np.testing.assert_array_equal(np.stack([p['text'] for p in parts], 1).reshape(8, -1),
-                                next(_iterator(micro))['text'])
-  assert sorted(np.concatenate([p['label'] for p in parts])) == sorted(whole)
+def test_processes_read_blocks_of_one_global_order(micro):
+  """Process p reads rows [4p, 4p + 4) of every global batch of 8: concatenated in process order, the local
+  batches are the single-process batches, row for row, step after step."""
+  whole = _iterator(micro)
+  parts = [_iterator(micro, p, 2) for p in range(2)]
+  for _ in range(3):
+    local = [next(it) for it in parts]
+    assert all(len(p['label']) == 4 for p in local)
+    expected = next(whole)
+    for key in ('text', 'label', 'image'):
+      np.testing.assert_array_equal(np.concatenate([p[key] for p in local]), expected[key])
 
 
 def test_worker_processes_give_the_same_batches_and_resume(micro):

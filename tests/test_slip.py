@@ -159,8 +159,8 @@ def test_variables_loss_and_metrics(micro):
 
   @jax.jit
   def run(params, state, batch):
-    features, new_state = objective.features(params, state, batch, jax.random.key(1), True)
-    _, eval_state = objective.features(params, new_state, batch, jax.random.key(1), False)
+    features, new_state = objective.forward(params, state, batch, jax.random.key(1), True)
+    _, eval_state = objective.forward(params, new_state, batch, jax.random.key(1), False)
     want = (clip_infonce(features['zi'], features['zt'], params['logit_scale'])[0]
             + 0.5 * simclr_loss(features['ssl_a'], features['ssl_b'], 0.2)[0]
             + 0.01 * saco.saco_loss(features['zi'], features['zt'], normalization='mean'))
@@ -171,7 +171,8 @@ def test_variables_loss_and_metrics(micro):
   batch = _batches(micro, 1)[0]
   features, new_state, eval_state, (loss, metrics), want, fused, separate = run(params, state, batch)
   assert {k: v.shape for k, v in features.items()} == {'zi': (16, 32), 'zt': (16, 32), 'ssl_a': (16, 16),
-                                                        'ssl_b': (16, 16)}
+                                                        'ssl_b': (16, 16), 'ssl_a_cls': (16, 32),
+                                                        'ssl_b_cls': (16, 32)}
   np.testing.assert_allclose(jnp.linalg.norm(features['ssl_a'], axis=-1), 1.0, rtol=1e-5)
   np.testing.assert_allclose(loss, want, rtol=1e-5)
   assert {'clip_loss', 'ssl_loss', 'ssl_acc', 'saco_loss'} <= set(metrics)

@@ -106,7 +106,7 @@ def _rng_with_coin(objective, heads):
 def test_features_mix_images_or_text_embeddings(micro, heads):
   objective, params, state, batch = _zerovl(micro, mixup_alpha=2.0)  # lam mostly inside (0, 1)
   rng, lam = _rng_with_coin(objective, heads)
-  features_fn = objective.features
+  features_fn = objective.forward
   encode_image = lambda x: objective.encode_image(params, state, x, False)[0]['embed']  # noqa: E731
   features, _ = features_fn(params, state, batch, rng)
   again, _ = features_fn(params, state, batch, rng)
@@ -138,7 +138,7 @@ def test_features_mix_images_or_text_embeddings(micro, heads):
 
 def test_fixed_temperature_is_constant(micro):
   objective, params, state, batch = _zerovl(micro, fixed_temperature=0.02, mixup=False)
-  features, _ = objective.features(params, state, batch, jax.random.key(0))
+  features, _ = objective.forward(params, state, batch, jax.random.key(0))
   loss_fn = lambda p: objective.loss(features, p, jnp.int32(0))  # noqa: E731
   loss, metrics = loss_fn(params)
   np.testing.assert_allclose(metrics['logit_scale'], 50.0, rtol=1e-5)

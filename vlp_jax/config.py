@@ -14,6 +14,7 @@ from vlp_jax.data import datasets, mixing, synthetic
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.clip import DTYPES
 from vlp_jax.models.transformer import ACTIVATIONS
+from vlp_jax.training.accumulation import MODES as ACCUMULATION_MODES
 
 
 class ConfigError(ValueError):
@@ -46,6 +47,9 @@ def base_config() -> ml_collections.ConfigDict:
       'b1': 0.9, 'b2': 0.98, 'eps': 1e-6, 'weight_decay': 0.2, 'grad_clip_norm': 0.0,
   })
   c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
+  # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
+  # 'microbatch' (per-example losses only). micro_batch_size: global rows per micro-batch; must divide batch_size.
+  c.accumulation = ml_collections.ConfigDict({'mode': 'none', 'micro_batch_size': 0})
   # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
   c.init = ml_collections.ConfigDict({'checkpoint': '', 'require_checkpoint': False})
   c.eval = ml_collections.ConfigDict({
@@ -53,6 +57,8 @@ def base_config() -> ml_collections.ConfigDict:
       'batch_size': 256,
   })
   c.log_every_steps = 20
+  # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
+  c.max_nonfinite_steps = 10
   c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3})
   return c
 
@@ -96,6 +102,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     'data.name': datasets.TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
     'optim.schedule': ('cosine', 'constant'),
+    'accumulation.mode': ACCUMULATION_MODES,
     'eval.split': ('val', 'test'),
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
@@ -185,9 +192,40 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     raise ConfigError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
                       '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
                       'and pass --config.init.checkpoint=DIR')
+  if not isinstance(config.max_nonfinite_steps, int) or config.max_nonfinite_steps < 0:
+    raise ConfigError(f'config.max_nonfinite_steps must be an integer >= 0 (0 = never stop), got '
+                      f'{config.max_nonfinite_steps!r}')
   if config.optim.lr <= 0:
     raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
   if num_devices is not None and config.batch_size % num_devices:
     raise ConfigError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
   if num_devices is not None and num_devices % config.mesh.fsdp:
     raise ConfigError(f'config.mesh.fsdp={config.mesh.fsdp} must divide the device count {num_devices}')
+  _validate_accumulation(config, objective_cls, terms, num_devices)
+
+
+def num_micro_batches(config: ml_collections.ConfigDict) -> int:
+  """Micro-batches per step: batch_size / accumulation.micro_batch_size, or 1 without accumulation."""
+  acc = config.accumulation
+  return 1 if acc.mode == 'none' else config.batch_size // acc.micro_batch_size
+
+
+def _validate_accumulation(config, objective_cls, terms, num_devices) -> None:
+  acc = config.accumulation
+  if acc.mode == 'none':
+    return
+  size = acc.micro_batch_size
+  if not isinstance(size, int) or isinstance(size, bool) or size < 1 or config.batch_size % size:
+    raise ConfigError(f"config.accumulation.mode='{acc.mode}' needs config.accumulation.micro_batch_size to be a "
+                      f'positive divisor of config.batch_size={config.batch_size}, got {size!r}')
+  if num_devices is not None and size % num_devices:
+    raise ConfigError(f'config.accumulation.micro_batch_size={size} must be divisible by the device count '
+                      f'{num_devices} (every micro-batch is split over all devices)')
+  if acc.mode == 'microbatch':
+    coupled = [f"objective '{objective_cls.name}'"] if not objective_cls.per_example_loss else []
+    coupled += [f"term '{name}'" for name, term in terms.items() if not term.per_example_loss]
+    if coupled:
+      raise ConfigError(
+          f"config.accumulation.mode='microbatch' averages micro-batch gradients, which silently changes the loss of "
+          f"config.objective ({', '.join(coupled)}): its loss couples every pair of examples in the batch. Use "
+          f"config.accumulation.mode='decoupled', which gives the exact full-batch gradient.")

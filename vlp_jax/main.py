@@ -1,6 +1,9 @@
 """Train entry point: `python -m vlp_jax.main --config=configs/NAME.py --workdir=DIR [--config.key=value ...]`.
 
-A second run with the same workdir resumes from the latest checkpoint; a finished run says so and exits.
+A second run with the same workdir resumes from the latest complete checkpoint; a finished run says so and exits.
+Exit codes: 0 done; 2 bad config, missing data or unusable workdir (before anything is compiled); 3 too many
+consecutive non-finite steps (the last good state is checkpointed); 75 preempted by SIGTERM / SIGINT after
+checkpointing the current step (rerun the same command). See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ def main(argv):
   del argv
   from vlp_jax import config as config_lib, parallel
   from vlp_jax.data.datasets import DataNotFoundError
+  from vlp_jax.training import guards
   from vlp_jax.training.loop import train_and_evaluate
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
@@ -26,9 +30,15 @@ def main(argv):
   try:
     config_lib.validate(config)
     train_and_evaluate(config, _WORKDIR.value)
-  except (config_lib.ConfigError, DataNotFoundError) as error:
+  except (config_lib.ConfigError, DataNotFoundError, guards.WorkdirError) as error:
     print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+    sys.exit(guards.EXIT_CONFIG)
+  except guards.NonFiniteError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(guards.EXIT_NONFINITE)
+  except guards.Preempted as stop:
+    print(str(stop), file=sys.stderr, flush=True)
+    sys.exit(guards.EXIT_PREEMPTED)
 
 
 if __name__ == '__main__':

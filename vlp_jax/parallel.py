@@ -99,8 +99,18 @@ def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
 
 
 def initialize_distributed() -> None:
-  """Join a multi-process job when one is configured (TPU pods, SLURM, or explicit coordinator env vars)."""
-  import os
-  if os.environ.get('JAX_COORDINATOR_ADDRESS') or os.environ.get('SLURM_NTASKS') or os.environ.get('TPU_WORKER_HOSTNAMES'):
-    jax.distributed.initialize()
+  """Join a multi-process job when the environment describes one; a no-op for a single process.
 
+  - explicit: JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID, as
+    `launch/local.py` sets them;
+  - SLURM with more than one task (`srun`), or VLP_JAX_DISTRIBUTED=1 (TPU pod slices, `launch/tpu_pod.sh`):
+    jax.distributed.initialize() detects the rest.
+  """
+  import os
+  env = os.environ
+  if env.get('JAX_COORDINATOR_ADDRESS') and env.get('JAX_NUM_PROCESSES'):
+    if int(env['JAX_NUM_PROCESSES']) > 1:
+      jax.distributed.initialize(env['JAX_COORDINATOR_ADDRESS'], int(env['JAX_NUM_PROCESSES']),
+                                 int(env.get('JAX_PROCESS_ID', '0')))
+  elif int(env.get('SLURM_NTASKS', '1')) > 1 or env.get('VLP_JAX_DISTRIBUTED') == '1':
+    jax.distributed.initialize()

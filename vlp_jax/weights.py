@@ -53,7 +53,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
       tensors = load_file(path)
     except Exception as error:  # bfloat16 files cannot be read by numpy alone
       if 'bf16' not in str(error).lower() and 'bfloat16' not in str(error).lower():
-        raise
+        raise WeightsError(f'{path} is not a readable .safetensors file (truncated or corrupt?): {error}') from None
       tensors = _torch_tensors(_load_safetensors_with_torch(path))
   else:
     tensors = _torch_tensors(_torch_load(path))
@@ -72,15 +72,23 @@ def _torch_load(path: str) -> dict:
     raise ImportError(f'reading {path} needs torch (pip install torch); or convert it to .safetensors') from error
   try:
     state = torch.load(path, map_location='cpu', weights_only=True)
-  except RuntimeError as error:
-    if 'TorchScript' in str(error) or 'torchscript' in str(error).lower():
+  except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for bad files
+    text = str(error)
+    first_line = text.splitlines()[0] if text else ''
+    if 'torchscript' in text.lower():
       raise WeightsError(
           f'{path} is a TorchScript archive (OpenAI\'s original .pt files are), which cannot be read without '
           'running its code. Convert it once, in an environment you trust, with: '
           "python -c \"import torch, safetensors.torch as st; m = torch.jit.load('MODEL.pt', map_location='cpu'); "
           "st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, 'MODEL.safetensors')\" "
           'and import the .safetensors file.') from error
-    raise
+    if 'weights only load failed' in text.lower() or 'weights_only' in text:
+      raise WeightsError(
+          f'{path} holds Python objects besides tensors; it was not loaded, because unpickling them would run code '
+          f'from the file (torch.load with weights_only=True refused it: {first_line}). Save a plain state dict '
+          'of tensors, or .safetensors, instead.') from None
+    raise WeightsError(f'{path} could not be read as a torch state dict (truncated or corrupt?): '
+                       f'{type(error).__name__}: {first_line}') from None
   if isinstance(state, dict) and 'state_dict' in state and isinstance(state['state_dict'], dict):
     state = state['state_dict']  # open_clip training checkpoints
   if not isinstance(state, dict):

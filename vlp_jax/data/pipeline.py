@@ -1,9 +1,10 @@
 """The grain pipeline that every dataset goes through: ArrayRecord -> decode -> the objective's views -> batch.
 
 Training: one global order of examples (by default one shuffle over every shard, reshuffled each epoch; with
-`config.data.mixing` each global batch comes from a single source, see data/mixing.py). Views are made before each
-process reads its strided slice, so the global batch is the same whatever the number of processes. The iterator
-state is a single index, saved with every checkpoint.
+`config.data.mixing` each global batch comes from a single source, see data/mixing.py). Views are made before the
+processes split the order, and process p reads block p of every global batch, so the global batch, in the same row
+order, is the same whatever the number of processes. The iterator state is a single index, saved with every
+checkpoint.
 """
 from __future__ import annotations
 
@@ -80,6 +81,35 @@ class ClipViews(grain.transforms.RandomMap):
             **passthrough(example)}
 
 
+class ProcessBlocks(grain.MapDataset):
+  """Process `process_index`'s share of consecutive global batches: its local example j is global example
+  (j // local_batch) * global_batch + process_index * local_batch + j % local_batch. Concatenating the processes'
+  local batches in process order gives back the global batch, row for row."""
+
+  def __init__(self, parent: grain.MapDataset, local_batch: int, process_index: int, process_count: int):
+    super().__init__(parent)
+    self._local_batch, self._process_index, self._process_count = local_batch, process_index, process_count
+    self._length = len(parent) // process_count
+
+  def __len__(self) -> int:
+    return self._length
+
+  def _parent_index(self, index: int) -> int:
+    step, row = divmod(index, self._local_batch)
+    return (step * self._process_count + self._process_index) * self._local_batch + row
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    return self._parent[self._parent_index(index)]
+
+  def _getitems(self, indices):
+    return self._parent._getitems([self._parent_index(i) for i in indices])  # pylint: disable=protected-access
+
+  def __str__(self) -> str:
+    return f'ProcessBlocks(local_batch={self._local_batch}, process={self._process_index}/{self._process_count})'
+
+
 def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
                    num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None
@@ -105,8 +135,9 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
         paths, mixing_lib.shard_sources(paths) if sources is None else sources, mode=mixing, seed=seed,
         global_batch_size=global_batch_size)
   dataset = dataset.map(DecodeRecord(teacher_path)).random_map(views, seed=seed)
-  dataset = dataset[process_index::process_count]
-  dataset = dataset.batch(global_batch_size // process_count, drop_remainder=True)
+  local_batch = global_batch_size // process_count
+  dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
+  dataset = dataset.batch(local_batch, drop_remainder=True)
   iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
   if num_workers > 0:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside an absl app use their defaults

@@ -56,7 +56,8 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'vision': dict(spec['vision']),
       'text': dict(spec['text']),
       'act': spec.get('act', 'gelu'),  # 'quick_gelu' for OpenAI weights
-      'dtype': 'float32',  # compute dtype; parameters stay float32
+      'dtype': 'float32',  # compute dtype ('bfloat16' for mixed precision); parameters and loss math stay float32
+      'remat': False,  # recompute transformer-block activations in the backward pass to save memory
       'init_logit_scale': math.log(1 / 0.07),
   })
   cfg.update(overrides)

@@ -30,6 +30,7 @@ class VisionTransformer(nn.Module):
   output_dim: int
   act: str
   dtype: Any = jnp.float32
+  remat: bool = False
 
   @nn.compact
   def __call__(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
@@ -50,7 +51,7 @@ class VisionTransformer(nn.Module):
     cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
     x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
     x = layer_norm('ln_pre', self.dtype)(x)
-    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, name='transformer')(x)
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.remat, name='transformer')(x)
     x = layer_norm('ln_post', self.dtype)(x)
     proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
     return {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0], 'tokens': x[:, 1:]}
@@ -64,12 +65,13 @@ class CLIP(nn.Module):
   act: str = 'gelu'
   dtype: Any = jnp.float32
   init_logit_scale: float = math.log(1 / 0.07)
+  remat: bool = False  # rematerialise every transformer block (both towers)
 
   def setup(self):
     v, t = self.vision, self.text
     if v.type == 'vit':
       self.visual = VisionTransformer(v.image_size, v.patch_size, v.width, v.layers, v.heads, self.embed_dim,
-                                      self.act, self.dtype)
+                                      self.act, self.dtype, self.remat)
     elif v.type == 'resnet':
       self.visual = ModifiedResNet(tuple(v.stages), v.width, v.heads, self.embed_dim, v.image_size, self.dtype)
     else:
@@ -78,7 +80,7 @@ class CLIP(nn.Module):
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
                                            (t.context_length, t.width))
-    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype)
+    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype, self.remat)
     self.ln_final = layer_norm('ln_final', self.dtype)
     self.text_projection = self.param('text_projection', nn.initializers.normal(t.width**-0.5),
                                       (t.width, self.embed_dim))
@@ -116,7 +118,7 @@ def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
   return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
               text=ml_collections.FrozenConfigDict(model_config.text),
               act=model_config.act, dtype=DTYPES[model_config.dtype],
-              init_logit_scale=model_config.init_logit_scale)
+              init_logit_scale=model_config.init_logit_scale, remat=model_config.get('remat', False))
 
 
 def init_variables(model: CLIP, rng: jax.Array) -> tuple[dict, dict]:

@@ -2,12 +2,14 @@
 `mlp.c_proj`), so that OpenAI / open_clip weights map onto these parameters by name."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+_INV_SQRT2 = 1 / math.sqrt(2)
 LN_EPS = 1e-5  # OpenAI CLIP's LayerNorm eps (Flax's default is 1e-6)
 
 
@@ -17,7 +19,10 @@ def quick_gelu(x: jax.Array) -> jax.Array:
 
 
 def exact_gelu(x: jax.Array) -> jax.Array:
-  return jax.nn.gelu(x, approximate=False)
+  """x * Phi(x) = x (1 + erf(x / sqrt 2)) / 2: torch's nn.GELU() formula. XLA's CPU lowering of
+  jax.nn.gelu(approximate=False) goes through erfc: about 3x slower forward and 1.4x slower backward, for values
+  equal to 1e-6 (erfc is more accurate where the result is below 1e-6, which no activation notices)."""
+  return 0.5 * x * (1.0 + jax.lax.erf(x * _INV_SQRT2))  # Python floats: x keeps its dtype (bf16 stays bf16)
 
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {'quick_gelu': quick_gelu, 'gelu': exact_gelu}
@@ -83,17 +88,23 @@ class ResidualAttentionBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-  """A stack of blocks named `resblocks_{i}` (OpenAI: `resblocks.{i}`)."""
+  """A stack of blocks named `resblocks_{i}` (OpenAI: `resblocks.{i}`).
+
+  remat: recompute each block's activations in the backward pass instead of keeping them (same parameters and
+  results; trades about one extra forward pass for activation memory).
+  """
   width: int
   layers: int
   heads: int
   act: str
   dtype: Any = jnp.float32
+  remat: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool = False) -> jax.Array:
     """x: [B, T, w] -> [B, T, w]."""
+    # static_argnums counts `self` as 0: `causal` (argument 2) picks the attention mask at trace time.
+    block = nn.remat(ResidualAttentionBlock, static_argnums=(2,)) if self.remat else ResidualAttentionBlock
     for i in range(self.layers):
-      x = ResidualAttentionBlock(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(
-          x, causal)
+      x = block(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(x, causal)
     return x

@@ -1,9 +1,16 @@
-"""The objective interface every method implements.
+"""The objective interface every method implements. A step runs, on the global batch:
 
-`features(params, model_state, batch, rng, train)` maps a (micro-)batch to per-sample outputs (row i depends only on
-example i, so a batch can be embedded in pieces) and returns the updated model state (BatchNorm statistics; an empty
-dict for ViT models). `loss(features, params, step)` is batch-level and pure: logit and affinity matrices live here.
-The train step (and decoupled gradient accumulation) only ever calls these two.
+  prepare(batch, rng, train) -> batch               whole-batch input ops, no parameters (ZeroVL's pixel mixup)
+  features(params, model_state, batch, rng, train)  the towers; PER EXAMPLE: row i of every output depends only on
+      -> (features, model_state)                    row i of the batch, so a batch can be embedded in micro-batches
+  batch_features(features, params, model_state, train)  cheap whole-batch ops on features (SLIP's head, whose
+      -> (features, model_state)                    BatchNorm uses batch statistics; ZeroVL's text-embedding mixup)
+  loss(features, params, step) -> (loss, metrics)   batch-level and pure: logit and affinity matrices live here
+
+`forward` chains the first three. Decoupled gradient accumulation (training/accumulation.py) runs `features` per
+micro-batch and differentiates `batch_features` + `loss` on the whole batch of features, so an objective is exact
+under it as long as `features` is per example. The model state holds non-trained variables (BatchNorm statistics,
+an EMA teacher); it is an empty dict for a plain ViT CLIP.
 """
 from __future__ import annotations
 
@@ -22,6 +29,11 @@ def with_defaults(defaults: dict, given: Any) -> ml_collections.ConfigDict:
   reports them before this runs)."""
   given = given.to_dict() if isinstance(given, ml_collections.ConfigDict) else dict(given)
   return ml_collections.ConfigDict({**defaults, **{k: v for k, v in given.items() if k in defaults}})
+
+
+def features_rng(step_rng: jax.Array) -> jax.Array:
+  """The rng `features` gets; `prepare` gets the step rng itself."""
+  return jax.random.fold_in(step_rng, 1)
 
 
 def tower_variables(params: dict, model_state: dict) -> dict:
@@ -62,6 +74,9 @@ def term_registry() -> dict[str, type['Term']]:
 class Objective:
   """Base class. Subclasses set `name` (via `register`) and may extend `default_config`."""
   name: str = ''
+  # True only when the loss is a mean of per-example losses, so that averaging micro-batch gradients gives the
+  # full-batch gradient (accumulation mode 'microbatch'). Contrastive losses couple every pair of the batch: False.
+  per_example_loss: bool = False
 
   def __init__(self, model, config: ml_collections.ConfigDict):
     self.model = model
@@ -111,9 +126,28 @@ class Objective:
   def encode_text(self, params: dict, tokens: jax.Array) -> dict[str, jax.Array]:
     return self.model.apply({'params': params}, tokens, method=self.model.encode_text)
 
+  def prepare(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
+    """Whole-batch input transforms applied before the batch is split into micro-batches. Default: none."""
+    del rng, train
+    return batch
+
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
                train: bool = True) -> tuple[Any, dict]:
+    """Per-example outputs of the towers ({name: [B, ...]}) and the model state."""
     raise NotImplementedError
+
+  def batch_features(self, features: dict, params: dict, model_state: dict, train: bool = True
+                     ) -> tuple[dict, dict]:
+    """Whole-batch transforms of the features ([B, ...] -> [B, ...]), before the loss. Default: none."""
+    del params, train
+    return features, model_state
+
+  def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+              train: bool = True) -> tuple[dict, dict]:
+    """prepare -> features -> batch_features on one whole batch: what `loss` takes, and the model state."""
+    features, model_state = self.features(params, model_state, self.prepare(batch, rng, train),
+                                          features_rng(rng), train)
+    return self.batch_features(features, params, model_state, train)
 
   def after_step(self, params: dict, model_state: dict, step: jax.Array) -> dict:
     """Model state after the optimizer step, inside the jitted step (e.g. an EMA teacher update). Default: as is."""
@@ -136,6 +170,7 @@ class Term:
   embeddings of the main view), may add per-sample features of its own, and adds `loss()` to the objective's.
   """
   name: str = ''
+  per_example_loss: bool = False  # as Objective.per_example_loss
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
@@ -168,6 +203,7 @@ class Composite(Objective):
     super().__init__(base.model, base.config)
     self.base, self.terms = base, terms
     self.name = base.name
+    self.per_example_loss = base.per_example_loss and all(term.per_example_loss for term in terms)
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = self.base.init_variables(rng)
@@ -181,11 +217,17 @@ class Composite(Objective):
   def eval_variants(self, params, model_state):
     return self.base.eval_variants(params, model_state)
 
+  def prepare(self, batch, rng, train=True):
+    return self.base.prepare(batch, rng, train)
+
   def features(self, params, model_state, batch, rng, train=True):
     features, model_state = self.base.features(params, model_state, batch, rng, train)
     for term in self.terms:
       features = {**features, **term.features(params, model_state, batch, features)}
     return features, model_state
+
+  def batch_features(self, features, params, model_state, train=True):
+    return self.base.batch_features(features, params, model_state, train)
 
   def loss(self, features, params, step):
     loss, metrics = self.base.loss(features, params, step)

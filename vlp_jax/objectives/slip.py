@@ -4,7 +4,7 @@
 zi, zt: the CLIP embeddings of the CLIP view (RandomResizedCrop, scale (0.5, 1)) and the caption. qa, qb: the
 L2-normalised outputs of the SimCLR head on the vision tower's class token (after ln_post, before the CLIP
 projection) for the two SSL views. The head's BatchNorm uses statistics of the global batch (one call per view, as
-SLIP's SyncBatchNorm), so unlike CLIP's the SSL features of a row depend on the rest of the batch.
+SLIP's SyncBatchNorm), so the head runs in `batch_features`, on the whole batch, after the per-example towers.
 """
 from __future__ import annotations
 
@@ -150,8 +150,9 @@ class SlipObjective(ClipObjective):
 
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
                train: bool = True) -> tuple[dict, dict]:
-    """batch {'image', 'ssl_a', 'ssl_b': [B, H, W, 3], 'text': [B, L]} -> {'zi', 'zt': [B, d], 'ssl_a', 'ssl_b':
-    [B, head_out_dim]}, all L2-normalised float32, and the model state."""
+    """Per example. batch {'image', 'ssl_a', 'ssl_b': [B, H, W, 3], 'text': [B, L]} -> {'zi', 'zt': [B, d]
+    L2-normalised float32, 'ssl_a_cls', 'ssl_b_cls': [B, w] the vision tower's class token of each SSL view}, and
+    the model state."""
     del rng  # no dropout or stochastic depth in the towers
     missing = [key for key in SSL_VIEWS if key not in batch]
     if missing:
@@ -160,8 +161,17 @@ class SlipObjective(ClipObjective):
     (clip_view, *ssl_views), model_state = self.encode_views(params, model_state, batch, train)
     text = self.encode_text(params, batch['text'])
     features = {'zi': l2_normalize(clip_view['embed']), 'zt': l2_normalize(text['embed'])}
-    for view, out in zip(SSL_VIEWS, ssl_views):  # one head call per view, as SLIP: BatchNorm statistics per view
-      features[view], model_state = self.project(params, model_state, out['cls'], train)
+    for view, out in zip(SSL_VIEWS, ssl_views):
+      features[f'{view}_cls'] = out['cls']
+    return features, model_state
+
+  def batch_features(self, features: dict, params: dict, model_state: dict, train: bool = True
+                     ) -> tuple[dict, dict]:
+    """The SimCLR head on each SSL view's class tokens -> adds 'ssl_a', 'ssl_b': [B, head_out_dim] L2-normalised.
+    Whole-batch: the head's BatchNorm normalises with statistics of the (global) batch, one call per view as SLIP."""
+    features = dict(features)
+    for view in SSL_VIEWS:
+      features[view], model_state = self.project(params, model_state, features[f'{view}_cls'], train)
     return features, model_state
 
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:

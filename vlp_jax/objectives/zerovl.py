@@ -97,32 +97,41 @@ class ZeroVLObjective(Objective):
     lam = jax.random.beta(lam_rng, self.config.mixup_alpha, self.config.mixup_alpha, dtype=jnp.float32)
     return lam, jax.random.bernoulli(coin_rng)
 
-  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
-               train: bool = True) -> tuple[dict, dict]:
-    """batch {'image': [B, H, W, 3], 'text': [B, L]} -> ({'zi': [B, d], 'zt': [B, d] L2-normalised float32,
-    'mixup_lambda': [B], 'mixup_coin': [B] (1 = images mixed, 0 = texts)}, model state).
+  def prepare(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
+    """Draw (lam, coin) once for the global batch; on heads mix the images with the reversed global batch.
 
-    With mixup on (and train), this is NOT per-sample: row i mixes example i with example B-1-i of the batch it is
-    given, which must be the GLOBAL batch (as in the jitted global step). Decoupled gradient accumulation has to draw
-    lam and the coin once per global step and mix across the whole batch (reverse the global order of images, or of
-    the text embeddings it caches), not call this per micro-batch. Without mixup rows are per-sample, as in CLIP.
+    Adds 'mixup_lambda' and 'mixup_coin' ([B] float32, the same in every row; coin 1 = images mixed, 0 = texts).
+    Runs on the whole batch before any micro-batching, so the mix partner is always example B-1-i of the GLOBAL
+    batch. Without mixup (or in eval) lam = 1 and nothing is mixed.
     """
     mixup = train and self.config.mixup
     lam, heads = self.draw_mixup(rng) if mixup else (jnp.float32(1.0), jnp.bool_(False))
-    images = batch['image']
-    if mixup:  # the weight is 1 where the coin picked the other modality: the mix is then exactly the identity
-      images = mix_with_reversed(images, jnp.where(heads, lam, 1.0))
-    image, model_state = self.encode_image(params, model_state, images, train)
-    text_embed = self.encode_text(params, batch['text'])['embed'].astype(jnp.float32)
-    if mixup:  # after the projection, before the L2 norm
-      text_embed = mix_with_reversed(text_embed, jnp.where(heads, 1.0, lam))
     batch_size = batch['image'].shape[0]
-    return {
-        'zi': l2_normalize(image['embed']),
-        'zt': l2_normalize(text_embed),
-        'mixup_lambda': jnp.full((batch_size,), lam, jnp.float32),
-        'mixup_coin': jnp.full((batch_size,), heads, jnp.float32),
-    }, model_state
+    out = {**batch, 'mixup_lambda': jnp.full((batch_size,), lam, jnp.float32),
+           'mixup_coin': jnp.full((batch_size,), heads, jnp.float32)}
+    if mixup:  # the weight is 1 where the coin picked the other modality: the mix is then exactly the identity
+      out['image'] = mix_with_reversed(batch['image'], jnp.where(heads, lam, 1.0))
+    return out
+
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+               train: bool = True) -> tuple[dict, dict]:
+    """Per example. batch {'image': [B, H, W, 3] (already mixed by `prepare`), 'text': [B, L], 'mixup_lambda',
+    'mixup_coin': [B]} -> ({'zi': [B, d] L2-normalised, 'text_embed': [B, d] projected but not normalised,
+    'mixup_lambda', 'mixup_coin': [B]}, model state)."""
+    del rng
+    image, model_state = self.encode_image(params, model_state, batch['image'], train)
+    text_embed = self.encode_text(params, batch['text'])['embed'].astype(jnp.float32)
+    return {'zi': l2_normalize(image['embed']), 'text_embed': text_embed,
+            'mixup_lambda': batch['mixup_lambda'], 'mixup_coin': batch['mixup_coin']}, model_state
+
+  def batch_features(self, features: dict, params: dict, model_state: dict, train: bool = True
+                     ) -> tuple[dict, dict]:
+    """On tails, mix the text embeddings with the reversed batch after the projection and before the L2 norm:
+    adds 'zt' [B, d]."""
+    del params, train
+    lam, heads = features['mixup_lambda'][0], features['mixup_coin'][0] > 0.5
+    zt = l2_normalize(mix_with_reversed(features['text_embed'], jnp.where(heads, 1.0, lam)))
+    return {**features, 'zt': zt}, model_state
 
   def log_scale(self, params: dict) -> jax.Array:
     """The log logit scale: learned, or log(1 / fixed_temperature) (then the learned one gets no gradient)."""

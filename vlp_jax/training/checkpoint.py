@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import zlib
 from typing import Any
 
 import grain
@@ -13,19 +15,56 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
+MANIFEST = 'vlp_jax_manifest.json'
+
+
+def _is_local(path: str) -> bool:
+  return '://' not in path
+
+
+def file_digests(directory: str) -> dict[str, list[int]]:
+  """{relative path: [size, crc32]} of every file under `directory` except the manifest (and its temporary)."""
+  out = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      rel = os.path.relpath(path, directory)
+      if rel.startswith(MANIFEST):  # the manifest and its temporary file
+        continue
+      crc = 0
+      with open(path, 'rb') as f:
+        while chunk := f.read(1 << 22):
+          crc = zlib.crc32(chunk, crc)
+      out[rel] = [os.path.getsize(path), crc]
+  return out
+
+
 class Checkpointer:
+  """Saves and restores the train state, the data iterator and the config, one directory per step.
+
+  Each saved step gets a manifest of its files (sizes and CRC32s), written last. `restore_latest` checks the
+  manifest before loading, so a checkpoint torn by a crash, a full disk or a partial copy is never loaded: it is
+  moved aside to `checkpoints/corrupt-<step>-<time>` (kept, not deleted) and the previous complete step is used.
+  """
 
   def __init__(self, workdir: str, keep: int = 3):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.keep = keep
+    self._open()
+
+  def _open(self) -> None:
     self.manager = ocp.CheckpointManager(
         self.directory,
         item_names=('state', 'data', 'config'),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'data': grain.checkpoint.CheckpointHandler(),
                        'config': ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False))
+        options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True, enable_async_checkpointing=False))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
+
+  def step_directory(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
 
   def save(self, step: int, state: Any, data_iterator: grain.DatasetIterator,
            config: ml_collections.ConfigDict) -> None:
@@ -34,6 +73,53 @@ class Checkpointer:
         data=grain.checkpoint.CheckpointSave(data_iterator),
         config=ocp.args.JsonSave(config.to_dict())), force=True)
     self.manager.wait_until_finished()
+    if jax.process_index() == 0 and _is_local(self.directory):
+      directory = self.step_directory(step)
+      manifest = {'step': step, 'files': file_digests(directory)}
+      tmp = os.path.join(directory, MANIFEST + '.tmp')
+      with open(tmp, 'w') as f:
+        json.dump(manifest, f)
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(tmp, os.path.join(directory, MANIFEST))
+    _sync('vlp_jax_checkpoint_saved')
+
+  def check(self, step: int) -> str | None:
+    """None when step's files match its manifest; otherwise what is wrong."""
+    directory = self.step_directory(step)
+    if not _is_local(directory):
+      return None  # object stores: orbax's own commit marker is the guarantee
+    try:
+      with open(os.path.join(directory, MANIFEST)) as f:
+        expected = json.load(f)['files']
+    except (OSError, ValueError, KeyError) as error:
+      return f'no complete manifest ({type(error).__name__}: {error})'
+    actual = file_digests(directory)
+    missing = sorted(set(expected) - set(actual))
+    changed = sorted(k for k in expected if k in actual and actual[k] != expected[k])
+    if missing or changed:
+      return f'files missing {missing[:5]} or changed {changed[:5]} since the save'
+    return None
+
+  def quarantine(self, step: int, reason: str) -> str:
+    """Move a broken step aside (process 0), reload the manager, and say so; returns the new location."""
+    target = os.path.join(self.directory, f'corrupt-{step}-{int(time.time())}')
+    if jax.process_index() == 0:
+      os.replace(self.step_directory(step), target)
+    _sync(f'vlp_jax_quarantine_{step}')
+    print(f'Checkpoint step {step} is incomplete or corrupt ({reason}); moved it to {target}.', flush=True)
+    self.manager.close()
+    self._open()
+    return target
+
+  def latest_complete_step(self) -> int | None:
+    """The newest step whose files match its manifest, quarantining newer broken ones."""
+    while (step := self.latest_step()) is not None:
+      problem = self.check(step)
+      if problem is None:
+        return step
+      self.quarantine(step, problem)
+    return None
 
   def restore(self, step: int, abstract_state: Any, data_iterator: grain.DatasetIterator) -> Any:
     """The state with the shardings of `abstract_state` (ShapeDtypeStructs); the iterator is restored in place."""
@@ -44,6 +130,12 @@ class Checkpointer:
 
   def close(self) -> None:
     self.manager.close()
+
+
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -69,7 +161,12 @@ def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
 def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
   """(params, model_state) of a checkpoint as host numpy arrays, for notebooks and tools; no training setup."""
   path = os.path.join(resolve_checkpoint(checkpoint_dir), 'state')
-  restored = ocp.StandardCheckpointer().restore(path)
+  checkpointer = ocp.StandardCheckpointer()
+  # Onto this process's first device, whatever mesh (or process count) saved it.
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                        checkpointer.metadata(path).item_metadata)
+  restored = checkpointer.restore(path, target)
   as_numpy = lambda tree: jax.tree.map(np.asarray, tree or {})  # noqa: E731
   return as_numpy(restored['params']), as_numpy(restored.get('model_state'))
 

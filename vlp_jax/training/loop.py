@@ -14,6 +14,7 @@ from vlp_jax import models, objectives, parallel
 from vlp_jax.data import datasets, pipeline
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.objectives.base import tower_variables
+from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
 from vlp_jax.training.plots import plot_curves
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
@@ -96,9 +97,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   """
   config_lib.validate(config, num_devices=jax.device_count())
   paths = datasets.train_paths(config.data)  # fails early, with instructions, when the data is missing
-  os.makedirs(workdir, exist_ok=True)
+  guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep)
-  latest = checkpointer.latest_step()
+  latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded
   if latest is not None and latest >= config.total_steps:
     results = latest_eval(workdir)
     print(f'Training already finished: {workdir} has a checkpoint at step {latest} of {config.total_steps}. '
@@ -139,7 +140,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   print(f'Model {config.model.name}: {num_params / 1e6:.2f}M parameters; objective {objective_name}; '
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
-  step_fn = compile_train_step(objective, tx, mesh, state_shardings)
+  step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
+                               config_lib.num_micro_batches(config))
   eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
                for name in config.eval.datasets]
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
@@ -164,29 +166,52 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
     progress.resume()
     return metrics
 
+  nonfinite = guards.NonFiniteGuard(config.max_nonfinite_steps)
+  previous = None  # (step, metrics) of the step before: read one step late, so that dispatch runs ahead
+
+  def save(step: int) -> None:
+    progress.pause()
+    checkpointer.save(step, state, data_iterator, config)
+    progress.resume()
+
   step = start_step
-  for step in range(start_step + 1, last_step + 1):
-    batch = parallel.global_batch(next(data_iterator), mesh)
-    state, metrics = step_fn(state, batch, step_rng)
-    if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
-      jax.block_until_ready(state)
-      progress = Progress(config.total_steps, config.batch_size, step)
-      print(f'Compiled and ran step {step}.', flush=True)
-    if step % config.log_every_steps == 0 or step == config.total_steps:
-      metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
-      metrics['train/learning_rate'] = float(schedule(step - 1))
-      metrics.update(progress.tick(step))
-      writer.write(step, metrics)
-      rate = metrics.get('perf/samples_per_sec')
-      print(f'step {step}/{config.total_steps} | loss {metrics["train/loss"]:.4f} | '
-            + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate else 'compiling'),
-            flush=True)
-    if step % config.eval.every_steps == 0 or step == config.total_steps:
-      results = evaluate(step)
-    if step % config.checkpoint.every_steps == 0 or step == last_step:
-      progress.pause()
-      checkpointer.save(step, state, data_iterator, config)
-      progress.resume()
+  with guards.PreemptionWatcher() as preemption:
+    for step in range(start_step + 1, last_step + 1):
+      batch = parallel.global_batch(next(data_iterator), mesh)
+      state, metrics = step_fn(state, batch, step_rng)
+      if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
+        jax.block_until_ready(state)
+        progress = Progress(config.total_steps, config.batch_size, step)
+        print(f'Compiled and ran step {step}.', flush=True)
+      for checked_step, checked in ([previous] if previous else []) + ([(step, metrics)] if step == last_step else []):
+        nonfinite.record(checked_step, bool(parallel.to_host(checked['nonfinite']) > 0))
+      previous = (step, metrics)
+      if nonfinite.exceeded():
+        save(step)
+        raise guards.NonFiniteError(
+            f'{nonfinite.streak} consecutive steps (from step {nonfinite.first_of_streak}) had a non-finite loss or '
+            f'gradient, so their updates were skipped; stopping (config.max_nonfinite_steps='
+            f'{config.max_nonfinite_steps}). The last good parameters are saved in the checkpoint of step {step} '
+            f'in {checkpointer.directory}. Lower config.optim.lr, set config.optim.grad_clip_norm, or check the data.')
+      if step % config.log_every_steps == 0 or step == config.total_steps:
+        metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
+        metrics['train/learning_rate'] = float(schedule(step - 1))
+        metrics['train/nonfinite_steps'] = nonfinite.total
+        metrics.update(progress.tick(step))
+        writer.write(step, metrics)
+        rate = metrics.get('perf/samples_per_sec')
+        print(f'step {step}/{config.total_steps} | loss {metrics["train/loss"]:.4f} | '
+              + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate
+                 else 'compiling'), flush=True)
+      if step % config.eval.every_steps == 0 or step == config.total_steps:
+        results = evaluate(step)
+      stop = preemption.should_stop(step) and step < last_step  # every process asks at every step
+      if stop or step % config.checkpoint.every_steps == 0 or step == last_step:
+        save(step)
+      if stop:
+        writer.close()
+        checkpointer.close()
+        raise guards.Preempted(step, preemption.signal_name, checkpointer.step_directory(step))
   writer.close()
   checkpointer.close()
   if step >= config.total_steps and results:

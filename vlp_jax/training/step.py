@@ -4,38 +4,45 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
 from vlp_jax import parallel
+from vlp_jax.training import accumulation
 from vlp_jax.training.optim import clamp_logit_scales
 from vlp_jax.training.state import TrainState
 
 
 def train_step(objective, tx: optax.GradientTransformation, state: TrainState, batch: dict[str, jax.Array],
-               rng: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimisation step on a global batch. Pure; the rng for this step is fold_in(rng, step)."""
+               rng: jax.Array, mode: str = 'none', num_micro: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimisation step on a global batch, its gradient computed whole or in `num_micro` micro-batches
+  (`mode`, see training/accumulation.py). Pure; the rng for this step is fold_in(rng, step)."""
   step_rng = jax.random.fold_in(rng, state.step)
-
-  def loss_fn(params):
-    features, model_state = objective.features(params, state.model_state, batch, step_rng, train=True)
-    loss, metrics = objective.loss(features, params, state.step)
-    return loss, (metrics, model_state)
-
-  (loss, (metrics, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  loss_and_grad = accumulation.loss_and_grad_fn(mode, num_micro)
+  loss, metrics, model_state, grads = loss_and_grad(objective, state.params, state.model_state, batch, step_rng,
+                                                    state.step)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = clamp_logit_scales(optax.apply_updates(state.params, updates))
   model_state = objective.after_step(params, model_state, state.step)
-  metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads), **metrics}
-  return TrainState(step=state.step + 1, params=params, model_state=model_state, opt_state=opt_state), metrics
+  grad_norm = optax.tree.norm(grads)
+  # A non-finite loss or gradient skips the update: parameters, optimizer and model state stay as they were (the
+  # step counter and the data still move on). The loop counts these and stops after too many in a row.
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
+  metrics = {'loss': loss, 'grad_norm': grad_norm, 'nonfinite': 1.0 - finite.astype(jnp.float32), **metrics}
+  return TrainState(step=state.step + 1, params=keep(params, state.params),
+                    model_state=keep(model_state, state.model_state),
+                    opt_state=keep(opt_state, state.opt_state)), metrics
 
 
-def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any
+def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
+                       mode: str = 'none', num_micro: int = 1
                        ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
   """jit with explicit shardings: the state as given (replicated or fsdp), the batch split over every device,
   metrics replicated. The input state is donated."""
   jitted = jax.jit(
-      lambda state, batch, rng: train_step(objective, tx, state, batch, rng),
+      lambda state, batch, rng: train_step(objective, tx, state, batch, rng, mode, num_micro),
       in_shardings=(state_shardings, parallel.batch_sharding(mesh), parallel.replicated(mesh)),
       out_shardings=(state_shardings, parallel.replicated(mesh)),
       donate_argnums=0)

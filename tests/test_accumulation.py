@@ -1,0 +1,234 @@
+"""Gradient accumulation: the decoupled gradient equals the full-batch gradient for every objective (logit scales and
+biases included), on 8 devices; 'microbatch' is exact for per-example losses and refused for contrastive ones;
+micro-batches stay spread over every device; remat and bf16 keep parameters and results."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlp_jax import models, objectives, parallel
+from vlp_jax.config import ConfigError, validate, with_term
+from vlp_jax.objectives.clip import ClipObjective
+from vlp_jax.training import accumulation, optim
+from vlp_jax.training.state import create_train_state
+from vlp_jax.training.step import compile_train_step
+
+BATCH = 32
+
+
+def _tokens(rng, size, length, eot):
+  text = rng.integers(1, 49000, (*size, length)).astype(np.int32)
+  text[..., 0], text[..., eot] = 49406, 49407
+  text[..., eot + 1:] = 0
+  return text
+
+
+def _batch(config, size=BATCH, seed=0):
+  """Every input any objective reads, random but well formed."""
+  rng = np.random.default_rng(seed)
+  s, length = config.model.vision.image_size, config.model.text.context_length
+  image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
+  return {'image': image(size), 'ssl_a': image(size), 'ssl_b': image(size),
+          'text': _tokens(rng, (size,), length, 7),
+          'teacher': rng.normal(size=(size, 12)).astype(np.float32),
+          'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
+          'texts': _tokens(rng, (size, 2), length, 9), 'local_texts': _tokens(rng, (size, 2), 8, 5)}
+
+
+def _configure(config, setup):
+  if setup in ('clip', 'siglip', 'slip', 'cosmos', 'zerovl'):
+    config.objective.name = setup
+  if setup == 'saco':
+    config.data.teacher_embeddings = '/unused/the/batch/carries/teacher.npz'
+    with_term(config, 'saco', alpha=2.0, beta=1.5, ramp='linear', ramp_steps=10, masking='soft',
+              mask_threshold=0.0)
+  if setup == 'slip':
+    config.objective.update(head_mlp_dim=64, head_out_dim=16)
+  if setup in ('cosmos', 'cosmos+saco'):
+    config.objective.update(name='cosmos', num_local_crops=2, num_local_texts=2, local_crop_size=8,
+                            local_text_context_length=8, cross_attention_heads=2)
+  if setup == 'cosmos+saco':
+    with_term(config, 'saco', alpha=1.0)
+  if setup == 'zerovl':
+    config.objective.mixup_alpha = 2.0  # lam mostly inside (0, 1), so that both mixes matter
+  return config
+
+
+def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
+  fn = accumulation.loss_and_grad_fn(mode, num_micro)
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
+        params, state, parallel.global_batch(batch, mesh), rng)
+  return parallel.to_host(out)
+
+
+def _assert_close_at_scale(got, want, rtol=1e-5):
+  """rtol relative to each leaf's largest entry: matmuls of other shapes round differently, so entries near 0 differ
+  by more than rtol of themselves. Leaves that are mathematically zero (the key bias of attention: softmax ignores
+  a shift shared by all keys) hold only rounding noise, so no leaf's scale is taken below 1e-3 of the largest."""
+  largest = max([float(np.abs(w).max()) for w in jax.tree.leaves(want)], default=0.0)
+
+  def check(path, g, w):
+    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
+  jax.tree_util.tree_map_with_path(check, got, want)
+
+
+SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos', 'cosmos+saco', 'zerovl']
+
+
+@pytest.mark.parametrize('setup', SETUPS)
+def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
+  config = _configure(micro, setup)
+  validate(config)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  batch = _batch(config)
+  mesh = parallel.make_mesh()
+  rngs = [jax.random.key(3)]
+  if setup == 'zerovl':  # one step rng where the coin mixes images, one where it mixes texts
+    draws = [objective.draw_mixup(jax.random.key(i)) for i in range(40)]
+    rngs = [jax.random.key(next(i for i, (_, heads) in enumerate(draws) if bool(heads) == want))
+            for want in (True, False)]
+  for rng in rngs:
+    loss, metrics, new_state, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
+    for num_micro in (2, 4):  # micro-batches of 16 and 8 rows: 2 and 1 per device
+      d_loss, d_metrics, d_state, d_grads = _loss_and_grads(objective, params, state, batch, rng, 'decoupled',
+                                                            num_micro, mesh)
+      np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+      chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
+      _assert_close_at_scale(d_state, new_state)
+      _assert_close_at_scale(d_grads, grads)
+  # The loss's own parameters get their gradient too (it is not zero, so the check above means something).
+  own = {'clip': ['logit_scale'], 'siglip': ['logit_scale', 'logit_bias'], 'saco': ['logit_scale'],
+         'slip': ['logit_scale', 'simclr_head'], 'cosmos': ['logit_scale', 'cosmos_logit_scale'],
+         'cosmos+saco': ['cosmos_logit_scale'], 'zerovl': ['logit_scale']}[setup]
+  for key in own:
+    assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key
+
+
+def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
+  """The naive average of micro-batch gradients differs for CLIP: the test above could fail."""
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  batch, mesh = _batch(micro), parallel.make_mesh()
+  _, _, _, full = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  _, _, _, average = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
+  with pytest.raises(AssertionError):
+    _assert_close_at_scale(average, full, rtol=1e-3)
+
+
+class _CosineMatching(ClipObjective):
+  """A per-example loss (mean of 1 - cos(zi_n, zt_n)): averaging micro-batch gradients is exact for it."""
+  per_example_loss = True
+
+  def loss(self, features, params, step):
+    del params, step
+    loss = jnp.mean(1.0 - jnp.sum(features['zi'] * features['zt'], axis=-1))
+    return loss, {'cosine_loss': loss}
+
+
+def test_microbatch_mode_is_exact_for_a_per_example_loss(micro):
+  objective = _CosineMatching(models.build_model(micro.model), ClipObjective.options(micro.objective))
+  params, state = objective.init_variables(jax.random.key(0))
+  batch, mesh = _batch(micro), parallel.make_mesh()
+  loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  m_loss, _, _, m_grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
+  np.testing.assert_allclose(m_loss, loss, rtol=1e-5)
+  _assert_close_at_scale(m_grads, grads)
+
+
+@pytest.mark.parametrize('setup', ['clip', 'saco', 'zerovl'])
+def test_microbatch_mode_is_refused_for_contrastive_objectives(micro, setup):
+  config = _configure(micro, setup)
+  config.accumulation.update(mode='microbatch', micro_batch_size=8)
+  with pytest.raises(ConfigError, match="config.accumulation.mode='microbatch'.*decoupled"):
+    validate(config)
+  config.accumulation.mode = 'decoupled'
+  validate(config, num_devices=8)
+
+
+def test_accumulation_config_errors_name_the_key(micro):
+  micro.accumulation.update(mode='decoupled', micro_batch_size=6)
+  with pytest.raises(ConfigError, match=r'micro_batch_size.*divisor of config.batch_size=16'):
+    validate(micro)
+  micro.accumulation.micro_batch_size = 4
+  with pytest.raises(ConfigError, match='micro_batch_size=4 must be divisible by the device count 8'):
+    validate(micro, num_devices=8)
+  micro.accumulation.mode = 'gradcache'
+  with pytest.raises(ConfigError, match=r"accumulation.mode='gradcache'.*\['none', 'decoupled', 'microbatch'\]"):
+    validate(micro)
+
+
+def test_micro_batches_take_a_slice_of_every_device(micro):
+  rows = np.arange(32)
+  split = np.asarray(accumulation.split_micro_batches(rows, 4, num_shards=8))
+  # Device d holds rows 4d..4d+3; micro-batch i takes row 4d + i of each device.
+  np.testing.assert_array_equal(split[1], np.arange(8) * 4 + 1)
+  np.testing.assert_array_equal(np.asarray(accumulation.merge_micro_batches(split, num_shards=8)), rows)
+  # Under a mesh, a micro-batch's rows stay on their devices: its sharding splits it over all 8.
+  mesh = parallel.make_mesh()
+  with jax.set_mesh(mesh):
+    x = jax.jit(lambda r: accumulation.split_micro_batches(r, 4))(parallel.global_batch(rows.astype(np.float32),
+                                                                                         mesh))
+  assert x.sharding.shard_shape(x.shape) == (4, 1) and len(x.sharding.device_set) == 8  # [micro, rows / 8]
+  with pytest.raises(ValueError, match='does not split into 3 micro-batches over 8 devices'):
+    accumulation.split_micro_batches(rows, 3, num_shards=8)
+
+
+def test_decoupled_train_step_trains_like_the_whole_batch(micro):
+  """Three optimizer steps through the compiled train step: the same parameters either way."""
+  micro.batch_size = BATCH
+  mesh = parallel.make_mesh(fsdp=2)
+  results = []
+  for mode, num_micro in (('none', 1), ('decoupled', 4)):
+    objective = objectives.build(micro, models.build_model(micro.model))
+    tx = optim.make_optimizer(micro.optim, micro.total_steps)
+    state = create_train_state(objective, tx, jax.random.key(0))
+    shardings = parallel.tree_shardings(state, mesh, min_size=256)
+    state = jax.device_put(state, shardings)
+    step = compile_train_step(objective, tx, mesh, shardings, mode, num_micro)
+    for seed in range(3):
+      state, metrics = step(state, parallel.global_batch(_batch(micro, seed=seed), mesh), jax.random.key(1))
+    results.append((parallel.to_host(state.params), float(metrics['loss'])))
+  (params, loss), (d_params, d_loss) = results
+  np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+  # atol: the attention key biases have a zero gradient up to rounding noise, which Adam's normalisation turns
+  # into updates of ~1e-6 per step that differ between the two ways of rounding.
+  chex.assert_trees_all_close(d_params, params, rtol=1e-4, atol=2e-5)
+
+
+def test_remat_keeps_parameters_and_gradients(micro):
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  micro.model.remat = True
+  remat = objectives.build(micro, models.build_model(micro.model))
+  r_params, _ = remat.init_variables(jax.random.key(0))
+  chex.assert_trees_all_equal(r_params, params)  # same names, shapes and initial values
+  batch, mesh = _batch(micro, size=16), parallel.make_mesh()
+  loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  r_loss, _, _, r_grads = _loss_and_grads(remat, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  np.testing.assert_allclose(r_loss, loss, rtol=1e-6)
+  _assert_close_at_scale(r_grads, grads, rtol=1e-5)
+  text = jax.jit(lambda p: jax.grad(lambda q: jnp.sum(remat.encode_text(q, batch['text'])['embed']))(p))
+  assert 'remat' in str(jax.make_jaxpr(text)(params)) or 'checkpoint' in str(jax.make_jaxpr(text)(params))
+
+
+def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  micro.model.dtype = 'bfloat16'
+  validate(micro)
+  half = objectives.build(micro, models.build_model(micro.model))
+  h_params, _ = half.init_variables(jax.random.key(0))
+  chex.assert_trees_all_equal(h_params, params)  # float32 master weights
+  batch, mesh = _batch(micro, size=16), parallel.make_mesh()
+  loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  h_loss, _, _, h_grads = _loss_and_grads(half, params, state, batch, jax.random.key(0), 'decoupled', 2, mesh)
+  assert h_loss.dtype == np.float32 and all(g.dtype == np.float32 for g in jax.tree.leaves(h_grads))
+  np.testing.assert_allclose(h_loss, loss, rtol=2e-2)
+  features, _ = half.forward(params, state, batch, jax.random.key(0))
+  assert features['zi'].dtype == jnp.float32  # the loss math runs in float32
+  towers = jax.jit(lambda p: half.encode_text(p, batch['text'])['tokens'])(params)
+  assert towers.dtype == jnp.bfloat16

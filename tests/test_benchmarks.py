@@ -1,0 +1,30 @@
+"""The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
+timings here)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
+
+
+def _run(script, data_cache, *args):
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
+  env.pop('XLA_FLAGS', None)
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', script), f'--config={CONFIG}', *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+
+
+def test_accumulation_benchmark(data_cache):
+  rows = _run('accumulation.py', data_cache, '--batches=64,1024', '--micro_batch=32', '--loss_batch=64')
+  table = [r for r in rows if 'mode' in r]
+  assert [(r['mode'], r['effective_batch'], r['micro_batch']) for r in table] == [
+      ('none', 64, 64), ('decoupled', 64, 32), ('none', 1024, 1024), ('decoupled', 1024, 32)]
+  assert all(r['peak_bytes'] > 0 for r in table)
+  growth = next(r for r in rows if r.get('section') == 'growth')
+  assert growth['decoupled_growth'] < growth['none_growth']
+  loss = next(r for r in rows if r.get('section') == 'sharded_loss')
+  assert loss['devices'] == 8 and [8, 64] in loss['logit_shapes_per_device'] and not loss['holds_a_full_matrix']

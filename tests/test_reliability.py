@@ -1,0 +1,241 @@
+"""Reliability guarantees, each with its fault really injected (docs/reliability.md): SIGKILL at a random step then
+resume, SIGTERM, a torn checkpoint, NaN batches, and an unusable workdir."""
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from vlp_jax import parallel
+from vlp_jax.data import datasets
+from vlp_jax.training import guards
+from vlp_jax.training.checkpoint import Checkpointer, load_params
+from vlp_jax.training.loop import train_and_evaluate
+from vlp_jax.training.writer import read_metrics
+
+from micro_config import micro_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
+STEPS, EVERY = 40, 4
+LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
+            f'--config.eval.every_steps={STEPS}']
+
+
+def _long_config(cache):
+  config = micro_config(cache)
+  config.total_steps, config.checkpoint.every_steps, config.eval.every_steps = STEPS, EVERY, STEPS
+  return config
+
+
+@pytest.fixture(scope='module')
+def reference(data_cache, tmp_path_factory):
+  """The uninterrupted run the interrupted ones must reproduce."""
+  workdir = str(tmp_path_factory.mktemp('reference'))
+  train_and_evaluate(_long_config(data_cache), workdir)
+  return workdir
+
+
+def _start(workdir, data_cache, *extra, **popen):
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache}  # XLA_FLAGS: the same 8 devices as this process
+  return subprocess.Popen([sys.executable, '-m', 'vlp_jax.main', f'--config={CONFIG}', f'--workdir={workdir}',
+                           *LONG_RUN, *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **popen)
+
+
+def _wait_for_step(process, workdir, step, timeout=240):
+  """Block until metrics.jsonl shows a train step >= `step`; returns it."""
+  path, began = os.path.join(workdir, 'metrics.jsonl'), time.time()
+  while time.time() - began < timeout:
+    assert process.poll() is None, process.communicate()
+    if os.path.exists(path):
+      steps = [json.loads(line)['step'] for line in open(path) if line.strip().endswith('}')]
+      if steps and max(steps) >= step:
+        return max(steps)
+    time.sleep(0.02)
+  raise TimeoutError(f'no step {step} within {timeout}s')
+
+
+def _finish(workdir, data_cache):
+  process = _start(workdir, data_cache)
+  out, err = process.communicate(timeout=300)
+  assert process.returncode == 0, err[-3000:]
+  return out
+
+
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(reference, data_cache, tmp_path):
+  workdir = str(tmp_path / 'killed')
+  kill_after = random.randint(6, STEPS - 6)
+  process = _start(workdir, data_cache)
+  reached = _wait_for_step(process, workdir, kill_after)
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  assert process.returncode == -signal.SIGKILL, f'killed after step {reached}'
+  out = _finish(workdir, data_cache)
+  assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
+  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))  # bit for bit
+  losses = lambda w: {r['step']: r['train/loss'] for r in read_metrics(w) if 'train/loss' in r}  # noqa: E731
+  assert losses(workdir) == losses(reference)
+
+
+def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, data_cache, tmp_path):
+  workdir = str(tmp_path / 'preempted')
+  process = _start(workdir, data_cache)
+  _wait_for_step(process, workdir, 6)
+  sent = time.time()
+  process.send_signal(signal.SIGTERM)
+  out, err = process.communicate(timeout=60)  # bounded: one step and one checkpoint
+  assert process.returncode == guards.EXIT_PREEMPTED, err[-3000:]
+  assert 'SIGTERM received' in out and 'Run the same command to resume' in err
+  stopped = int(err.split('stopped after step ')[1].split()[0])
+  assert stopped < STEPS and time.time() - sent < 60
+  checkpointer = Checkpointer(workdir)
+  assert checkpointer.latest_complete_step() == stopped  # the step it was on, not only the last periodic one
+  checkpointer.close()
+  out = _finish(workdir, data_cache)
+  assert f'Resumed from step {stopped}' in out
+  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))
+
+
+def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(micro, tmp_path, capsys):
+  micro.eval.every_steps = 100
+  full = train_and_evaluate(micro, str(tmp_path / 'full'))
+  workdir = tmp_path / 'torn'
+  train_and_evaluate(micro, str(workdir))  # checkpoints at steps 3 and 6
+  # Tear the newest checkpoint as a crash mid-write would: its largest file loses its second half.
+  files = [os.path.join(r, f) for r, _, fs in os.walk(workdir / 'checkpoints' / '6') for f in fs]
+  largest = max(files, key=os.path.getsize)
+  with open(largest, 'r+b') as f:
+    f.truncate(os.path.getsize(largest) // 2)
+  capsys.readouterr()
+  again = train_and_evaluate(micro, str(workdir))
+  out = capsys.readouterr().out
+  assert 'Checkpoint step 6 is incomplete or corrupt' in out and 'Resumed from step 3' in out
+  moved = [d for d in os.listdir(workdir / 'checkpoints') if d.startswith('corrupt-6-')]
+  assert len(moved) == 1  # kept for inspection, not deleted
+  chex.assert_trees_all_equal(parallel.to_host(again['state'].params), parallel.to_host(full['state'].params))
+
+
+def _inject_nan(monkeypatch, at_calls):
+  """Make the images of the given global_batch calls (1-based, in this run) NaN."""
+  original, calls = parallel.global_batch, [0]
+
+  def poisoned(local, mesh):
+    calls[0] += 1
+    if calls[0] in at_calls:
+      local = {**local, 'image': np.full_like(local['image'], np.nan)}
+    return original(local, mesh)
+  monkeypatch.setattr(parallel, 'global_batch', poisoned)
+
+
+def test_a_nan_batch_skips_its_update_and_is_counted(micro, tmp_path, monkeypatch, capsys):
+  micro.eval.every_steps = 100
+  _inject_nan(monkeypatch, {3})
+  result = train_and_evaluate(micro, str(tmp_path / 'nan'))
+  assert 'step 3: non-finite loss or gradient; update skipped' in capsys.readouterr().out
+  logged = {r['step']: r for r in read_metrics(str(tmp_path / 'nan')) if 'train/loss' in r}
+  assert logged[2]['train/nonfinite_steps'] == 0 and logged[4]['train/nonfinite_steps'] == 1
+  assert logged[6]['train/nonfinite_steps'] == 1 and logged[4]['train/nonfinite'] == 0  # training goes on
+  assert result['step'] == 6
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(parallel.to_host(result['state'].params)))
+
+
+def test_nan_update_leaves_params_and_optimizer_unchanged(micro):
+  from vlp_jax import models, objectives
+  from vlp_jax.training import optim
+  from vlp_jax.training.state import create_train_state
+  from vlp_jax.training.step import compile_train_step
+  mesh = parallel.make_mesh()
+  objective = objectives.build(micro, models.build_model(micro.model))
+  tx = optim.make_optimizer(micro.optim, micro.total_steps)
+  state = create_train_state(objective, tx, jax.random.key(0))
+  shardings = parallel.tree_shardings(state, mesh)
+  step = compile_train_step(objective, tx, mesh, shardings)
+  rng = np.random.default_rng(0)
+  s, length = micro.model.vision.image_size, micro.model.text.context_length
+  text = rng.integers(1, 49000, (16, length)).astype(np.int32)
+  text[:, 0], text[:, 5] = 49406, 49407
+  good = {'image': rng.normal(size=(16, s, s, 3)).astype(np.float32), 'text': text}
+  state, metrics = step(jax.device_put(state, shardings), parallel.global_batch(good, mesh), jax.random.key(1))
+  before = parallel.to_host(state)
+  bad = {**good, 'image': np.where(np.arange(16)[:, None, None, None] == 3, np.inf, good['image'])}
+  state, metrics = step(state, parallel.global_batch(bad, mesh), jax.random.key(1))
+  after = parallel.to_host(state)
+  assert float(metrics['nonfinite']) == 1.0 and int(after.step) == int(before.step) + 1
+  chex.assert_trees_all_equal(after.params, before.params)
+  chex.assert_trees_all_equal(after.opt_state, before.opt_state)
+  state, metrics = step(state, parallel.global_batch(good, mesh), jax.random.key(1))
+  assert float(metrics['nonfinite']) == 0.0
+
+
+def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, tmp_path, monkeypatch):
+  micro.eval.every_steps = 100
+  micro.max_nonfinite_steps = 2
+  good = train_and_evaluate(micro, str(tmp_path / 'good'), stop_at_step=2)
+  _inject_nan(monkeypatch, {3, 4, 5, 6})
+  with pytest.raises(guards.NonFiniteError, match=r'2 consecutive steps \(from step 3\).*checkpoint of step'):
+    train_and_evaluate(micro, str(tmp_path / 'bad'))
+  saved = Checkpointer(str(tmp_path / 'bad'))
+  step = saved.latest_complete_step()
+  saved.close()
+  assert step in (4, 5)
+  chex.assert_trees_all_equal(load_params(str(tmp_path / 'bad')), parallel.to_host(good['state'].params))
+
+
+def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path):
+  datasets.train_paths(micro.data)  # the data exists: only the workdir is wrong
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
+  run = lambda workdir, **kw: subprocess.run(  # noqa: E731
+      [sys.executable, '-m', 'vlp_jax.main', f'--config={CONFIG}', f'--workdir={workdir}'], cwd=ROOT, env=env,
+      capture_output=True, text=True, timeout=300, **kw)
+  result = run(blocker / 'run')
+  assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
+  assert f"workdir '{blocker / 'run'}' is not usable" in result.stderr and 'Compiled' not in result.stdout
+
+  def small_files():  # every write past 64 KiB fails, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  result = run(tmp_path / 'full', preexec_fn=small_files)
+  assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
+  assert 'is not usable: the file size limit is reached' in result.stderr and 'Compiled' not in result.stdout
+  assert os.listdir(tmp_path / 'full') == []  # the probe is removed
+
+
+class _Payload:  # an arbitrary object: loading it would need unpickling code
+  def __reduce__(self):
+    return (os.system, ('touch /tmp/vlp_jax_pwned',))
+
+
+def test_bad_weight_files_give_a_clear_error_and_run_nothing(tmp_path, capsys):
+  from safetensors.numpy import save_file
+  from vlp_jax import weights
+  good = tmp_path / 'model.safetensors'
+  save_file({'logit_scale': np.zeros((), np.float32), 'positional_embedding': np.zeros((77, 512), np.float32)},
+            str(good))
+  truncated = tmp_path / 'truncated.safetensors'
+  truncated.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
+  args = lambda path: ['import', '--format=open_clip', '--model=ViT-B-32', f'--input={path}',  # noqa: E731
+                       f'--output={tmp_path / "out"}']
+  assert weights.main(args(truncated)) == 2
+  assert 'truncated.safetensors is not a readable .safetensors file (truncated or corrupt?)' in capsys.readouterr().err
+  assert weights.main(args(good)) == 2  # the wrong architecture: every missing key is listed
+  assert 'missing parameters' in capsys.readouterr().err
+  torch = pytest.importorskip('torch', reason='torch is needed to write .pt files')
+  torch.save({'w': torch.zeros(3)}, str(tmp_path / 'whole.pt'))
+  (tmp_path / 'cut.pt').write_bytes((tmp_path / 'whole.pt').read_bytes()[:200])
+  assert weights.main(args(tmp_path / 'cut.pt')) == 2
+  assert 'could not be read as a torch state dict (truncated or corrupt?)' in capsys.readouterr().err
+  torch.save({'x': _Payload()}, str(tmp_path / 'evil.pt'))
+  assert weights.main(args(tmp_path / 'evil.pt')) == 2
+  assert 'unpickling them would run code' in capsys.readouterr().err
+  assert not os.path.exists('/tmp/vlp_jax_pwned') and not (tmp_path / 'out').exists()

@@ -1,0 +1,133 @@
+"""Gradients of one global batch computed in micro-batches, chosen by `config.accumulation.mode`:
+
+  'none'        features, loss and gradient of the whole batch at once.
+  'decoupled'   exact for every objective (ZeroVL's decoupled accumulation, GradCache): embed every micro-batch
+                without gradient; differentiate batch_features + loss on the whole batch with respect to the
+                features and the parameters the loss reads itself (logit scales, biases, SLIP's head); then recompute
+                each micro-batch under `jax.vjp` with the same inputs and rng, pull its feature gradient back into the
+                towers and accumulate. Memory holds one micro-batch of activations plus the [B, ...] features.
+  'microbatch'  the plain average of micro-batch gradients. It equals the full-batch gradient only when the loss is
+                a mean of per-example losses (`Objective.per_example_loss`); config validation refuses it otherwise.
+
+Both micro-batch loops are `lax.scan`s, so memory does not grow with the number of micro-batches. A micro-batch takes
+the same slice of every device's rows, so it stays spread over the whole mesh and no rows move between devices.
+BatchNorm towers (ResNet) normalise with micro-batch statistics in both accumulating modes, as in GradCache; ViT
+towers are exact.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from vlp_jax import parallel
+from vlp_jax.objectives.base import features_rng
+
+MODES = ('none', 'decoupled', 'microbatch')
+
+
+def _num_row_shards() -> int:
+  """Devices the batch rows are split over in the current (abstract) mesh; 1 outside a mesh."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return 1 if mesh.empty else parallel.num_batch_shards(mesh)
+
+
+def _constrain(x: jax.Array, spec: P) -> jax.Array:
+  return x if jax.sharding.get_abstract_mesh().empty else jax.lax.with_sharding_constraint(x, spec)
+
+
+def split_micro_batches(tree: Any, num_micro: int, num_shards: int | None = None) -> Any:
+  """Every [B, ...] leaf -> [num_micro, B / num_micro, ...].
+
+  Micro-batch i holds rows [i c, (i + 1) c) of each of the `num_shards` contiguous device blocks (c = B / (num_micro
+  num_shards)), so every micro-batch is spread over all devices. `merge_micro_batches` is the inverse.
+  """
+  shards = _num_row_shards() if num_shards is None else num_shards
+
+  def split(x):
+    rows, rest = x.shape[0], x.shape[1:]
+    if rows % (num_micro * shards):
+      raise ValueError(f'batch of {rows} rows does not split into {num_micro} micro-batches over {shards} devices')
+    c = rows // (num_micro * shards)
+    y = x.reshape(shards, num_micro, c, *rest).swapaxes(0, 1).reshape(num_micro, shards * c, *rest)
+    return _constrain(y, P(None, parallel.BATCH_AXES))
+  return jax.tree.map(split, tree)
+
+
+def merge_micro_batches(tree: Any, num_shards: int | None = None) -> Any:
+  """Every [num_micro, b, ...] leaf -> [num_micro b, ...] in the original row order (inverse of the split)."""
+  shards = _num_row_shards() if num_shards is None else num_shards
+
+  def merge(y):
+    num_micro, b, rest = y.shape[0], y.shape[1], y.shape[2:]
+    x = y.reshape(num_micro, shards, b // shards, *rest).swapaxes(0, 1).reshape(num_micro * b, *rest)
+    return _constrain(x, P(parallel.BATCH_AXES))
+  return jax.tree.map(merge, tree)
+
+
+def _loss_and_grad_whole(objective, params, model_state, batch, rng, step):
+  """'none': (loss, metrics, model_state, grads) of the whole batch."""
+  def loss_fn(p):
+    features, new_state = objective.forward(p, model_state, batch, rng, train=True)
+    loss, metrics = objective.loss(features, p, step)
+    return loss, (metrics, new_state)
+  (loss, (metrics, new_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return loss, metrics, new_state, grads
+
+
+def _loss_and_grad_decoupled(objective, params, model_state, batch, rng, step, num_micro):
+  """'decoupled': the exact full-batch (loss, metrics, model_state, grads), computed in `num_micro` passes."""
+  micro = split_micro_batches(objective.prepare(batch, rng, train=True), num_micro)  # rngs as Objective.forward
+  micro_rngs = jax.random.split(features_rng(rng), num_micro)  # micro-batch i gets the same rng in both passes
+
+  def embed(state, inputs):
+    micro_batch, micro_rng = inputs
+    features, state = objective.features(params, state, micro_batch, micro_rng, train=True)
+    return state, jax.lax.stop_gradient(features)
+  state_after_towers, micro_features = jax.lax.scan(embed, model_state, (micro, micro_rngs))
+  features = merge_micro_batches(micro_features)
+
+  def loss_of_features(features, p):
+    features, new_state = objective.batch_features(features, p, state_after_towers, train=True)
+    loss, metrics = objective.loss(features, p, step)
+    return loss, (metrics, new_state)
+  (loss, (metrics, new_state)), (feature_grads, grads) = jax.value_and_grad(
+      loss_of_features, argnums=(0, 1), has_aux=True)(features, params)
+
+  def backprop(carry, inputs):
+    state, accumulated = carry
+    micro_batch, micro_rng, cotangent = inputs
+    _, pullback, state = jax.vjp(lambda p: objective.features(p, state, micro_batch, micro_rng, train=True),
+                                 params, has_aux=True)
+    (micro_grads,) = pullback(cotangent)
+    return (state, jax.tree.map(jnp.add, accumulated, micro_grads)), None
+  (_, grads), _ = jax.lax.scan(backprop, (model_state, grads),
+                               (micro, micro_rngs, split_micro_batches(feature_grads, num_micro)))
+  return loss, metrics, new_state, grads
+
+
+def _loss_and_grad_microbatch(objective, params, model_state, batch, rng, step, num_micro):
+  """'microbatch': the mean over micro-batches of each one's (loss, metrics, gradient); model state carried."""
+  micro = split_micro_batches(batch, num_micro)
+  micro_rngs = jax.random.split(rng, num_micro)
+
+  def one(state, inputs):
+    micro_batch, micro_rng = inputs
+    loss, metrics, state, grads = _loss_and_grad_whole(objective, params, state, micro_batch, micro_rng, step)
+    return state, (loss, metrics, grads)
+  model_state, (losses, metrics, grads) = jax.lax.scan(one, model_state, (micro, micro_rngs))
+  mean = lambda x: jnp.mean(x, axis=0)  # noqa: E731
+  return mean(losses), jax.tree.map(mean, metrics), model_state, jax.tree.map(mean, grads)
+
+
+def loss_and_grad_fn(mode: str, num_micro: int = 1) -> Callable:
+  """(objective, params, model_state, batch, rng, step) -> (loss, metrics, model_state, grads) for `mode`."""
+  if mode not in MODES:
+    raise ValueError(f"accumulation.mode='{mode}' is not valid; valid choices: {list(MODES)}")
+  if mode == 'none' or num_micro == 1:
+    return _loss_and_grad_whole
+  if mode == 'decoupled':
+    return lambda *args: _loss_and_grad_decoupled(*args, num_micro)
+  return lambda *args: _loss_and_grad_microbatch(*args, num_micro)

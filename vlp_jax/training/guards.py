@@ -1,0 +1,124 @@
+"""What keeps a run safe: a workdir check before compiling, graceful preemption, and the non-finite step guard.
+
+Exit codes of `python -m vlp_jax.main` (docs/reliability.md):
+  0   finished (or already finished)
+  2   bad config, missing data or an unusable workdir: nothing was compiled or written
+  3   too many consecutive non-finite steps: the last good state is checkpointed
+  75  preempted (SIGTERM / SIGINT): the current step finished and was checkpointed; rerun the same command
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import uuid
+
+import jax
+
+EXIT_CONFIG = 2
+EXIT_NONFINITE = 3
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again
+
+
+class WorkdirError(OSError):
+  """The workdir cannot be created or written; the message names the path and the cause."""
+
+
+class Preempted(Exception):
+  """A stop signal arrived; the run checkpointed `step` and stopped."""
+
+  def __init__(self, step: int, signal_name: str, checkpoint_dir: str):
+    super().__init__(f'{signal_name} received: stopped after step {step} and saved a checkpoint in '
+                     f'{checkpoint_dir}. Run the same command to resume.')
+    self.step = step
+
+
+class NonFiniteError(FloatingPointError):
+  """Too many consecutive steps with a non-finite loss or gradient."""
+
+
+def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
+  """Create `workdir` and write, fsync and remove a probe of `probe_bytes`, so that a read-only, full or quota-bound
+  workdir fails now, with the path and the cause, rather than at the first checkpoint after hours of training."""
+  if '://' in workdir:
+    return  # object stores (gs://): orbax reports its own errors
+  probe = os.path.join(workdir, f'.vlp_jax_write_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with open(probe, 'wb') as f:
+      f.write(b'\0' * probe_bytes)
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as error:
+    cause = {errno.ENOSPC: 'the disk is full', errno.EDQUOT: 'the disk quota is exceeded',
+             errno.EFBIG: 'the file size limit is reached', errno.EROFS: 'the filesystem is read-only',
+             errno.EACCES: 'permission denied', errno.ENOTDIR: 'a parent of it is a file, not a directory'}.get(
+                 error.errno, error.strerror or type(error).__name__)
+    raise WorkdirError(error.errno, f"workdir '{workdir}' is not usable: {cause} ({error})") from None
+  finally:
+    if os.path.exists(probe):
+      os.remove(probe)
+
+
+class PreemptionWatcher:
+  """Turns the first SIGTERM / SIGINT into a request to stop after the current step (a second one stops at once).
+
+  Single process: Python signal handlers, installed on entry and restored on exit. Several processes: the signal
+  reaches hosts at different steps, so they agree on a step through jax's preemption sync point instead.
+  """
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self):
+    self.signal_name = None
+    self._previous = {}
+
+  def __enter__(self) -> 'PreemptionWatcher':
+    if jax.process_count() == 1:
+      try:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+      except ValueError:  # not the main thread: no handlers, as in plain Python
+        self._previous = {}
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+  def _handle(self, signum, frame) -> None:
+    del frame
+    if self.signal_name is not None:  # the second signal: the default behaviour
+      signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+      os.kill(os.getpid(), signum)
+      return
+    self.signal_name = signal.Signals(signum).name
+    print(f'{self.signal_name} received: finishing the current step and saving a checkpoint '
+          f'(send it again to stop at once).', flush=True)
+
+  def should_stop(self, step: int) -> bool:
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      if multihost_utils.reached_preemption_sync_point(step):
+        self.signal_name = self.signal_name or 'SIGTERM'
+        return True
+      return False
+    return self.signal_name is not None
+
+
+class NonFiniteGuard:
+  """Counts skipped (non-finite) steps and raises after `limit` in a row (limit 0: never)."""
+
+  def __init__(self, limit: int):
+    self.limit, self.streak, self.total, self.first_of_streak = limit, 0, 0, None
+
+  def record(self, step: int, nonfinite: bool) -> None:
+    if not nonfinite:
+      self.streak = 0
+      return
+    self.total += 1
+    self.streak += 1
+    self.first_of_streak = step if self.streak == 1 else self.first_of_streak
+    print(f'step {step}: non-finite loss or gradient; update skipped ({self.streak} in a row, '
+          f'{self.total} in this run)', flush=True)
+
+  def exceeded(self) -> bool:
+    return self.limit > 0 and self.streak >= self.limit
