@@ -91,8 +91,8 @@ def test_sources_appear_in_proportion_to_their_shards(micro):
 def test_two_processes_see_slices_of_the_same_global_batches(micro):
   whole = _take(_iterator(micro, 'single_source'), 6)
   parts = [_take(_iterator(micro, 'single_source', p, 2), 6) for p in range(2)]
-  for k in range(2):  # process p holds elements p, p + 2, ... of every global batch
-    np.testing.assert_array_equal(np.stack([parts[0][k], parts[1][k]], -1).reshape(6, 8), whole[k])
+  for k in range(2):  # process p holds block p (elements 4p .. 4p + 3) of every global batch
+    np.testing.assert_array_equal(np.concatenate([parts[0][k], parts[1][k]], -1), whole[k])
 
 
 def test_resumes_exactly(micro):

@@ -3,7 +3,6 @@ resume, SIGTERM, a torn checkpoint, NaN batches, and an unusable workdir."""
 import json
 import os
 import random
-import resource
 import signal
 import subprocess
 import sys
@@ -202,10 +201,11 @@ def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path)
   assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
   assert f"workdir '{blocker / 'run'}' is not usable" in result.stderr and 'Compiled' not in result.stdout
 
-  def small_files():  # every write past 64 KiB fails, as on a full disk
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-  result = run(tmp_path / 'full', preexec_fn=small_files)
+  # Every write past 64 KiB fails (RLIMIT_FSIZE, with SIGXFSZ ignored so that write() returns EFBIG), as on a full
+  # disk; set in a shell around the child rather than with preexec_fn, which forks this multithreaded process.
+  command = (f"trap '' XFSZ; ulimit -f 64; exec {sys.executable} -m vlp_jax.main --config={CONFIG} "
+             f"--workdir={tmp_path / 'full'}")
+  result = subprocess.run(['bash', '-c', command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
   assert 'is not usable: the file size limit is reached' in result.stderr and 'Compiled' not in result.stdout
   assert os.listdir(tmp_path / 'full') == []  # the probe is removed
