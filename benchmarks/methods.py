@@ -6,7 +6,8 @@ python benchmarks/methods.py [--methods=clip,siglip,saco] [--workdir=/tmp/method
 
 Prints one JSON line per method, then a Markdown table. Each training run is `python -m vlp_jax.main` in a
 subprocess, exactly as a user runs it; memory is XLA's compiled memory analysis of the same train step
-(arguments + outputs + temporaries of one device, benchmarks/common.py), step time the mean of the logged `perf/samples_per_sec`.
+(arguments + outputs + temporaries of one device, benchmarks/common.py), step time the mean of the logged
+`perf/samples_per_sec`.
 """
 from __future__ import annotations
 

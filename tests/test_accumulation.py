@@ -75,7 +75,7 @@ def _assert_close_at_scale(got, want, rtol=1e-5):
   jax.tree_util.tree_map_with_path(check, got, want)
 
 
-SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos', 'cosmos+saco', 'zerovl']
+SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos+saco', 'zerovl']  # cosmos+saco covers COSMOS and composition
 
 
 @pytest.mark.parametrize('setup', SETUPS)
@@ -93,7 +93,7 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
             for want in (True, False)]
   for rng in rngs:
     loss, metrics, new_state, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
-    for num_micro in (2, 4):  # micro-batches of 16 and 8 rows: 2 and 1 per device
+    for num_micro in ((2, 4) if setup == 'clip' else (4,)):  # micro-batches of 16 / 8 rows: 2 / 1 per device
       d_loss, d_metrics, d_state, d_grads = _loss_and_grads(objective, params, state, batch, rng, 'decoupled',
                                                             num_micro, mesh)
       np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
@@ -102,8 +102,8 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
       _assert_close_at_scale(d_grads, grads)
   # The loss's own parameters get their gradient too (it is not zero, so the check above means something).
   own = {'clip': ['logit_scale'], 'siglip': ['logit_scale', 'logit_bias'], 'saco': ['logit_scale'],
-         'slip': ['logit_scale', 'simclr_head'], 'cosmos': ['logit_scale', 'cosmos_logit_scale'],
-         'cosmos+saco': ['cosmos_logit_scale'], 'zerovl': ['logit_scale']}[setup]
+         'slip': ['logit_scale', 'simclr_head'], 'cosmos+saco': ['logit_scale', 'cosmos_logit_scale'],
+         'zerovl': ['logit_scale']}[setup]
   for key in own:
     assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key
 

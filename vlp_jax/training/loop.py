@@ -175,45 +175,47 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
     progress.resume()
 
   step = start_step
-  with guards.PreemptionWatcher() as preemption:
-    for step in range(start_step + 1, last_step + 1):
-      batch = parallel.global_batch(next(data_iterator), mesh)
-      state, metrics = step_fn(state, batch, step_rng)
-      if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
-        jax.block_until_ready(state)
-        progress = Progress(config.total_steps, config.batch_size, step)
-        print(f'Compiled and ran step {step}.', flush=True)
-      for checked_step, checked in ([previous] if previous else []) + ([(step, metrics)] if step == last_step else []):
-        nonfinite.record(checked_step, bool(parallel.to_host(checked['nonfinite']) > 0))
-      previous = (step, metrics)
-      if nonfinite.exceeded():
-        save(step)
-        raise guards.NonFiniteError(
-            f'{nonfinite.streak} consecutive steps (from step {nonfinite.first_of_streak}) had a non-finite loss or '
-            f'gradient, so their updates were skipped; stopping (config.max_nonfinite_steps='
-            f'{config.max_nonfinite_steps}). The last good parameters are saved in the checkpoint of step {step} '
-            f'in {checkpointer.directory}. Lower config.optim.lr, set config.optim.grad_clip_norm, or check the data.')
-      if step % config.log_every_steps == 0 or step == config.total_steps:
-        metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
-        metrics['train/learning_rate'] = float(schedule(step - 1))
-        metrics['train/nonfinite_steps'] = nonfinite.total
-        metrics.update(progress.tick(step))
-        writer.write(step, metrics)
-        rate = metrics.get('perf/samples_per_sec')
-        print(f'step {step}/{config.total_steps} | loss {metrics["train/loss"]:.4f} | '
-              + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate
-                 else 'compiling'), flush=True)
-      if step % config.eval.every_steps == 0 or step == config.total_steps:
-        results = evaluate(step)
-      stop = preemption.should_stop(step) and step < last_step  # every process asks at every step
-      if stop or step % config.checkpoint.every_steps == 0 or step == last_step:
-        save(step)
-      if stop:
-        writer.close()
-        checkpointer.close()
-        raise guards.Preempted(step, preemption.signal_name, checkpointer.step_directory(step))
-  writer.close()
-  checkpointer.close()
+  try:
+    with guards.PreemptionWatcher() as preemption:
+      for step in range(start_step + 1, last_step + 1):
+        batch = parallel.global_batch(next(data_iterator), mesh)
+        state, metrics = step_fn(state, batch, step_rng)
+        if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
+          jax.block_until_ready(state)
+          progress = Progress(config.total_steps, config.batch_size, step)
+          print(f'Compiled and ran step {step}.', flush=True)
+        to_check = ([previous] if previous else []) + ([(step, metrics)] if step == last_step else [])
+        for checked_step, checked in to_check:
+          nonfinite.record(checked_step, bool(parallel.to_host(checked['nonfinite']) > 0))
+        previous = (step, metrics)
+        if nonfinite.exceeded():
+          save(step)
+          raise guards.NonFiniteError(
+              f'{nonfinite.streak} consecutive steps (from step {nonfinite.first_of_streak}) had a non-finite loss or '
+              f'gradient, so their updates were skipped; stopping (config.max_nonfinite_steps='
+              f'{config.max_nonfinite_steps}). The last good parameters are saved in the checkpoint of step {step} '
+              f'in {checkpointer.directory}. Lower config.optim.lr, set config.optim.grad_clip_norm, or check the '
+              'data.')
+        if step % config.log_every_steps == 0 or step == config.total_steps:
+          metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
+          metrics['train/learning_rate'] = float(schedule(step - 1))
+          metrics['train/nonfinite_steps'] = nonfinite.total
+          metrics.update(progress.tick(step))
+          writer.write(step, metrics)
+          rate = metrics.get('perf/samples_per_sec')
+          print(f'step {step}/{config.total_steps} | loss {metrics["train/loss"]:.4f} | '
+                + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate
+                   else 'compiling'), flush=True)
+        if step % config.eval.every_steps == 0 or step == config.total_steps:
+          results = evaluate(step)
+        stop = preemption.should_stop(step) and step < last_step  # every process asks at every step
+        if stop or step % config.checkpoint.every_steps == 0 or step == last_step:
+          save(step)
+        if stop:
+          raise guards.Preempted(step, preemption.signal_name, checkpointer.step_directory(step))
+  finally:  # every way out (done, preempted, non-finite, an error) closes the files
+    writer.close()
+    checkpointer.close()
   if step >= config.total_steps and results:
     print_summary(results, f'Finished training at step {step}. Results on the {config.eval.split} split:')
   if jax.process_index() == 0 and (curves := plot_curves(workdir)):
