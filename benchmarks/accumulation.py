@@ -47,7 +47,8 @@ def example_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
   iterator = pipeline.train_iterator(datasets.train_paths(config.data), objectives.get(config.objective.name).views(
       config), seed=0, global_batch_size=8, process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
-  return {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype) for k, v in next(iterator).items()}
+  batch, _ = pipeline.pop_status(next(iterator))
+  return {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype) for k, v in batch.items()}
 
 
 def step_memory(config, shapes, batch_size: int, mode: str, num_micro: int) -> dict[str, int]:

@@ -52,7 +52,7 @@ def step_memory_bytes(config) -> int:
   iterator = pipeline.train_iterator(datasets.train_paths(config.data), objectives.get(config.objective.name).views(
       config), seed=0, global_batch_size=config.batch_size, process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
-  batch = next(iterator)
+  batch = pipeline.pop_status(next(iterator))[0]
   state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   with jax.set_mesh(mesh):

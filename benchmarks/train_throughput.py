@@ -45,7 +45,7 @@ def main(argv):
       config), seed=0,
                                      global_batch_size=config.batch_size, process_index=0, process_count=1)
   began = time.perf_counter()
-  host_batches = [next(iterator) for _ in range(_STEPS.value + 1)]
+  host_batches = [pipeline.pop_status(next(iterator))[0] for _ in range(_STEPS.value + 1)]
   pipeline_rate = len(host_batches) * config.batch_size / (time.perf_counter() - began)
   batches = [parallel.global_batch(b, mesh) for b in host_batches]
   rng = jax.random.key(1)

@@ -20,10 +20,11 @@ class SourceAndIndex(grain.transforms.RandomMap):
     return {'source': np.int32(synthetic.SOURCES.index(source)), 'index': np.int32(index)}
 
 
-def _iterator(config, mode, process_index=0, process_count=1, batch_size=8, paths=None):
+def _iterator(config, mode, process_index=0, process_count=1, batch_size=8, paths=None, weights=''):
   paths = paths or datasets.train_paths(config.data)
   return pipeline.train_iterator(paths, SourceAndIndex(), seed=7, global_batch_size=batch_size,
-                                 process_index=process_index, process_count=process_count, mixing=mode)
+                                 process_index=process_index, process_count=process_count, mixing=mode,
+                                 source_weights=weights)
 
 
 def _take(iterator, n):
@@ -88,6 +89,23 @@ def test_sources_appear_in_proportion_to_their_shards(micro):
   np.testing.assert_allclose(drawn, [0.4, 0.2, 0.4], atol=0.02)
 
 
+def test_weighted_mixing_draws_each_example_by_the_weights(micro):
+  """Sources mix inside batches, with frequencies that converge to the given weights (not to the sizes, 1:1:1)."""
+  sources, indices = _take(_iterator(micro, 'weighted', weights='studio=1,web=0,sketch=3'), 60)
+  np.testing.assert_allclose(np.bincount(sources.ravel(), minlength=3) / sources.size, [0.25, 0, 0.75], atol=0.04)
+  assert any(len(set(row)) > 1 for row in sources)
+  studio = indices[sources == 0][:64]  # each source's stream is a reshuffled pass: no repeats within a pass
+  assert len(np.unique(studio)) == len(studio)
+  drawn = np.bincount(mixing.draw_sources(3, np.arange(40000), [1, 0, 3]), minlength=3) / 40000
+  np.testing.assert_allclose(drawn, [0.25, 0.0, 0.75], atol=0.01)
+
+
+def test_single_source_batches_follow_given_weights(micro):
+  sources, _ = _take(_iterator(micro, 'single_source', weights='studio=0,web=1,sketch=1'), 40)
+  assert (sources == sources[:, :1]).all()
+  assert 0 not in sources and abs(np.mean(sources[:, 0] == 1) - 0.5) < 0.2
+
+
 def test_two_processes_see_slices_of_the_same_global_batches(micro):
   whole = _take(_iterator(micro, 'single_source'), 6)
   parts = [_take(_iterator(micro, 'single_source', p, 2), 6) for p in range(2)]
@@ -124,5 +142,11 @@ def test_bad_inputs_name_the_problem(micro):
     _iterator(micro, 'single_source', batch_size=128)
   paths = datasets.train_paths(micro.data)
   with pytest.raises(ValueError, match='2 shard sources for 6 shards'):
-    mixing.single_source_dataset(paths, ['studio', 'web'], mode='single_source', seed=0, global_batch_size=8)
+    mixing.mixed_sources_dataset(paths, ['studio', 'web'], mode='single_source', seed=0, global_batch_size=8)
   assert mixing.shard_sources(paths) == [s for s in synthetic.SOURCES for _ in range(2)]
+  with pytest.raises(ValueError, match=r"unknown \['cc3m'\]; no weight for \['sketch'\]"):
+    _iterator(micro, 'weighted', weights='studio=1,web=1,cc3m=2')
+  with pytest.raises(ValueError, match='needs data.source_weights'):
+    _iterator(micro, 'weighted')
+  with pytest.raises(ValueError, match="does not apply to data.mixing='sequential'"):
+    _iterator(micro, 'sequential', weights='studio=1,web=1,sketch=1')

@@ -36,7 +36,10 @@ def base_config() -> ml_collections.ConfigDict:
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
-      'mixing': 'mixed',  # 'mixed' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
+      # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
+      'mixing': 'mixed',
+      'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
+      'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
       'synthetic': {
           'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
           'sources': synthetic.SOURCES, 'shards': 2,
@@ -192,6 +195,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     raise ConfigError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
                       '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
                       'and pass --config.init.checkpoint=DIR')
+  if not 0.0 <= config.data.max_bad_fraction <= 1.0:
+    raise ConfigError(f'config.data.max_bad_fraction={config.data.max_bad_fraction} must be in [0, 1]')
+  if config.data.source_weights and config.data.mixing not in ('weighted', 'single_source'):
+    raise ConfigError(f"config.data.source_weights is set but config.data.mixing='{config.data.mixing}' does not use "
+                      "weights; set config.data.mixing to 'weighted' or 'single_source'")
+  if config.data.mixing == 'weighted' and not config.data.source_weights:
+    raise ConfigError("config.data.mixing='weighted' needs config.data.source_weights, e.g. 'cc3m=1,cc12m=2'")
   if not isinstance(config.max_nonfinite_steps, int) or config.max_nonfinite_steps < 0:
     raise ConfigError(f'config.max_nonfinite_steps must be an integer >= 0 (0 = never stop), got '
                       f'{config.max_nonfinite_steps!r}')

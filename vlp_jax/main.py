@@ -22,6 +22,7 @@ def main(argv):
   del argv
   from vlp_jax import config as config_lib, parallel
   from vlp_jax.data.datasets import DataNotFoundError
+  from vlp_jax.data.pipeline import DataError
   from vlp_jax.training import guards
   from vlp_jax.training.loop import train_and_evaluate
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
@@ -36,6 +37,9 @@ def main(argv):
   except guards.NonFiniteError as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(guards.EXIT_NONFINITE)
+  except DataError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(guards.EXIT_DATA)
   except guards.Preempted as stop:
     print(str(stop), file=sys.stderr, flush=True)
     sys.exit(guards.EXIT_PREEMPTED)

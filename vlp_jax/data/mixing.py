@@ -1,8 +1,11 @@
 """How training batches draw on the data sources (ZeroVL section 3.1 and appendix A.4).
 
-  mixed:         one shuffled order over all examples (sources mix inside every batch); the default.
+  mixed:         one shuffled order over all examples (sources mix inside every batch, in proportion to their sizes);
+                 the default.
+  weighted:      sources mix inside every batch, each example's source drawn with the given weights
+                 (`config.data.source_weights`, e.g. 'cc3m=1,cc12m=2').
   single_source: debiased sampling. Every global batch comes from one source, drawn with probability proportional to
-                 the source's size.
+                 the source's size, or to the given weights.
   sequential:    every global batch comes from one source, and the sources take turns in a fixed order: each epoch
                  walks through all of source 0's batches, then source 1's, and so on. The paper finds that the order
                  matters; it is the order of the sources in the shard list (for the embedded dataset, the order of
@@ -10,7 +13,8 @@
 
 Each source is an endless stream of its own examples, reshuffled every pass. The n-th batch drawn from a source takes
 the n-th run of `global_batch_size` examples from its stream, so within a source no example repeats before all have
-been seen. `SourceBatches` maps a global example index to (source, index in that source's stream). It is a pure
+been seen (for 'weighted', read "example" for "batch": the unit of a draw is one example). `SourceBatches` maps a
+global example index to (source, index in that source's stream). It is a pure
 function of the index: the source of global batch b comes from a counter-based generator keyed by (seed, b), so
 every host computes the same draw with no communication, and the iterator resumes exactly from its single index.
 
@@ -23,14 +27,14 @@ from __future__ import annotations
 import concurrent.futures
 import sys
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 import grain
 import numpy as np
 
 from vlp_jax.data import records
 
-MODES = ('mixed', 'single_source', 'sequential')
+MODES = ('mixed', 'weighted', 'single_source', 'sequential')
 _CHUNK = 4096  # batches whose draws are computed (vectorised) and cached together
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -56,8 +60,9 @@ def batch_uniforms(seed: int, batches: np.ndarray) -> np.ndarray:
   return (_splitmix64(state) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def draw_sources(seed: int, batches: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
-  """[n] global batch indices -> [n] source index of each batch, drawn with probability proportional to size."""
+def draw_sources(seed: int, batches: np.ndarray, sizes: Sequence[float]) -> np.ndarray:
+  """[n] global batch indices -> [n] source index of each batch, drawn with probability proportional to `sizes`
+  (source sizes, or weights)."""
   cumulative = np.cumsum(np.asarray(sizes, np.float64))
   picked = np.searchsorted(cumulative / cumulative[-1], batch_uniforms(seed, batches), side='right')
   return np.minimum(picked, len(sizes) - 1)
@@ -66,15 +71,18 @@ def draw_sources(seed: int, batches: np.ndarray, sizes: Sequence[int]) -> np.nda
 class SourceBatches(grain.transforms.DatasetSelectionMap):
   """Global example index -> (source, index in that source's endless stream), one source per global batch.
 
-  sizes: examples per source; batch_size: the GLOBAL batch size; mode: 'single_source' or 'sequential'.
+  sizes: examples per source; batch_size: the GLOBAL batch size (1 for 'weighted', whose unit is one example);
+  mode: 'weighted', 'single_source' or 'sequential'; weights: the probabilities of the sources (default: sizes).
   Stateless as far as grain can tell: the caches only memoise a deterministic function, and are rebuilt lazily
   after pickling (grain worker processes).
   """
 
-  def __init__(self, sizes: Sequence[int], batch_size: int, mode: str, seed: int):
+  def __init__(self, sizes: Sequence[int], batch_size: int, mode: str, seed: int,
+               weights: Sequence[float] | None = None):
     if mode not in MODES[1:]:
       raise ValueError(f"mixing mode '{mode}' has no per-batch source; valid choices: {list(MODES[1:])}")
     self.sizes, self.batch_size, self.mode, self.seed = tuple(int(n) for n in sizes), batch_size, mode, seed
+    self.weights = tuple(float(w) for w in (self.sizes if weights is None else weights))
     # sequential: batches per source per epoch, and where each source's run starts in the epoch
     self._runs = np.array([n // batch_size for n in self.sizes])
     self._run_starts = np.concatenate([[0], np.cumsum(self._runs)])
@@ -127,36 +135,78 @@ class SourceBatches(grain.transforms.DatasetSelectionMap):
       return sources, ranks
 
   def _draw(self, chunk: int) -> np.ndarray:
-    return draw_sources(self.seed, np.arange(chunk * _CHUNK, (chunk + 1) * _CHUNK), self.sizes)
+    return draw_sources(self.seed, np.arange(chunk * _CHUNK, (chunk + 1) * _CHUNK), self.weights)
 
 
-def _shard_source(path: str) -> str:
-  """The one source a shard holds, from its first and last records."""
+def _shard_source(path: str, strict: bool = True, tries: int = 16) -> str:
+  """The one source a shard holds, from its first and last readable records ('' for an empty or unreadable shard).
+  strict: a shard whose first and last records name different sources is an error (else the first is returned)."""
   data = grain.sources.ArrayRecordDataSource([path])
-  if not len(data):
+
+  def first_readable(indices) -> str | None:
+    for i in indices:
+      try:
+        return records.deserialize(data[i])['source']
+      except records.BadRecordError:  # a bad record at the edge of a shard: look at its neighbour
+        continue
+    return None
+
+  n = len(data)
+  first = first_readable(range(min(tries, n)))
+  last = first_readable(range(n - 1, max(-1, n - 1 - tries), -1))
+  if first is None or last is None:
     return ''
-  first, last = (records.deserialize(data[i])['source'] for i in (0, len(data) - 1))
-  if first != last:
-    raise ValueError(f"shard {path} mixes sources ('{first}' and '{last}'): single-source and sequential batches "
-                     "need shards that each hold one source; write one set of shards per source")
+  if strict and first != last:
+    raise ValueError(f"shard {path} mixes sources ('{first}' and '{last}'): single-source, sequential and weighted "
+                     'batches need shards that each hold one source; write one set of shards per source')
   return first
 
 
-def shard_sources(paths: Sequence[str], num_threads: int = 16) -> list[str]:
+def shard_sources(paths: Sequence[str], strict: bool = True, num_threads: int = 16) -> list[str]:
   """The source of each shard (reads two records per shard, in parallel for remote file systems)."""
   with concurrent.futures.ThreadPoolExecutor(max(1, min(num_threads, len(paths)))) as pool:
-    return list(pool.map(_shard_source, paths))
+    return list(pool.map(lambda p: _shard_source(p, strict), paths))
+
+
+def source_names(sources: Sequence[str]) -> tuple[str, ...]:
+  """The per-shard sources -> the distinct source names, in order of first appearance ('' marks an empty shard)."""
+  return tuple(dict.fromkeys(s for s in sources if s))
+
+
+def parse_weights(text: str, names: Sequence[str]) -> list[float]:
+  """'cc3m=1,cc12m=2' -> the weight of each of `names`, in order. Every source needs a weight, > 0 in total."""
+  weights = {}
+  for item in filter(None, (part.strip() for part in text.split(','))):
+    name, sep, value = item.partition('=')
+    try:
+      weights[name.strip()] = float(value)
+      assert sep and weights[name.strip()] >= 0
+    except (ValueError, AssertionError):
+      raise ValueError(f"data.source_weights: '{item}' is not 'source=weight' with a weight >= 0") from None
+  unknown, missing = sorted(set(weights) - set(names)), [n for n in names if n not in weights]
+  if unknown or missing:
+    raise ValueError(f'data.source_weights={text!r} does not match the sources of the data: '
+                     + (f'unknown {unknown}; ' if unknown else '') + (f'no weight for {missing}; ' if missing else '')
+                     + f'the sources are {list(names)}')
+  if not sum(weights.values()) > 0:
+    raise ValueError(f'data.source_weights={text!r}: the weights sum to 0')
+  return [weights[n] for n in names]
 
 
 def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
                     ) -> tuple[list[str], list[int], list[grain.MapDataset]]:
-  """(source names in order of first appearance, their sizes, one endless reshuffled record stream per source)."""
+  """(source names in order of first appearance, their sizes, one endless reshuffled stream per source).
+
+  Stream elements are (shard id, record bytes), the shard id being the shard's index in `paths`.
+  """
+  from vlp_jax.data.pipeline import ShardRecords  # pipeline imports this module
   if len(sources) != len(paths):
     raise ValueError(f'got {len(sources)} shard sources for {len(paths)} shards')
-  names = list(dict.fromkeys(s for s in sources if s))  # '' marks an empty shard
+  names = list(source_names(sources))
   sizes, streams = [], []
   for k, name in enumerate(names):
-    data = grain.sources.ArrayRecordDataSource([p for p, s in zip(paths, sources) if s == name])
+    ids = [i for i, s in enumerate(sources) if s == name]
+    data = ShardRecords([paths[i] for i in ids], ids)
     # Each source's shuffle gets its own seed, derived from (seed, k); repeat() reshuffles every pass.
     source_seed = int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
     sizes.append(len(data))
@@ -164,15 +214,27 @@ def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
   return names, sizes, streams
 
 
-def single_source_dataset(paths: Sequence[str], sources: Sequence[str], *, mode: str, seed: int,
-                          global_batch_size: int) -> grain.MapDataset:
-  """The records in the order of `mode` ('single_source' or 'sequential'): an endless MapDataset whose global
-  batch b (elements [b G, (b + 1) G)) holds records of one source. Take each process's slice after this."""
+def mixed_sources_dataset(paths: Sequence[str], sources: Sequence[str], *, mode: str, seed: int,
+                          global_batch_size: int, weights: str = '',
+                          load: Callable[[grain.MapDataset], grain.MapDataset] = lambda stream: stream
+                          ) -> grain.MapDataset:
+  """The examples in the order of `mode` ('weighted', 'single_source' or 'sequential'): an endless MapDataset; for
+  the last two, its global batch b (elements [b G, (b + 1) G)) holds examples of one source. Take each process's
+  slice after this. load: applied to each source's stream before the selection (decoding, so that a bad record is
+  replaced from its own source). weights: `config.data.source_weights`."""
   names, sizes, streams = source_datasets(paths, sources, seed)
   if not names:
     raise ValueError('the training shards are empty: no source to draw batches from')
+  if mode == 'weighted' and not weights:
+    raise ValueError("data.mixing='weighted' needs data.source_weights, e.g. "
+                     f"'{','.join(f'{n}=1' for n in names)}'")
+  if mode == 'sequential' and weights:
+    raise ValueError("data.source_weights does not apply to data.mixing='sequential', which takes every batch of "
+                     "each source in turn; use 'single_source' or 'weighted'")
   small = {n: s for n, s in zip(names, sizes) if s < global_batch_size}
-  if small:
+  if mode != 'weighted' and small:
     raise ValueError(f"data.mixing='{mode}' fills a global batch of {global_batch_size} from one source, but these "
                      f"sources have fewer examples: {small}; lower batch_size or use data.mixing='mixed'")
-  return grain.MapDataset.select_from_datasets(streams, SourceBatches(sizes, global_batch_size, mode, seed))
+  selection = SourceBatches(sizes, 1 if mode == 'weighted' else global_batch_size, mode, seed,
+                            parse_weights(weights, names) if weights else None)
+  return grain.MapDataset.select_from_datasets([load(s) for s in streams], selection)

@@ -8,6 +8,7 @@ checkpoint.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from typing import Any
 
@@ -42,17 +43,123 @@ def normalize_image(image: np.ndarray) -> np.ndarray:
   return (image.astype(np.float32) / 255.0 - OPENAI_MEAN) / OPENAI_STD
 
 
+class DataError(RuntimeError):
+  """Too many bad records: the message names the shard(s)."""
+
+
+# Per-example fields the pipeline adds beside the views' own; the loop pops them before the batch goes to the devices.
+STATUS_KEYS = ('record_error', 'record_shard', 'record_source')
+# How many records after a bad one are tried as its substitute before the data is declared unusable.
+MAX_SUBSTITUTES = 64
+
+
+class ShardRecords:
+  """Random access to the records of several ArrayRecord shards that also says where each came from:
+  index -> (shard id, record bytes). `shard_ids[k]` is the id reported for `paths[k]`."""
+
+  def __init__(self, paths: list[str], shard_ids: list[int] | None = None):
+    from array_record.python.array_record_module import ArrayRecordReader
+    self._data = grain.sources.ArrayRecordDataSource(list(paths))
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(16, len(paths)))) as pool:  # remote file systems
+      lengths = list(pool.map(lambda p: ArrayRecordReader(p).num_records(), paths))
+    self._ends = np.cumsum(lengths)
+    self._shard_ids = np.asarray(range(len(paths)) if shard_ids is None else shard_ids, np.int32)
+
+  def __len__(self) -> int:
+    return len(self._data)
+
+  def _shards(self, indices) -> np.ndarray:
+    return self._shard_ids[np.searchsorted(self._ends, indices, side='right')]
+
+  def __getitem__(self, index: int) -> tuple[int, bytes]:
+    return int(self._shards(int(index))), self._data[index]
+
+  def __getitems__(self, indices) -> list[tuple[int, bytes]]:
+    return list(zip(self._shards(np.asarray(indices)).tolist(), self._data.__getitems__(indices)))
+
+
+class LoadExamples(grain.MapDataset):
+  """(shard id, record bytes) elements -> decoded examples (image [H, W, 3] uint8, captions as strings, and 'teacher'
+  [d] float32 looked up by key when `teacher_path` is set), never failing on a bad record.
+
+  A bad record (records.SKIP_REASONS: not a record, empty / corrupt / huge image, empty caption) at position i is
+  replaced by the first good record at i + 1, i + 2, ... of the same stream, so batch shapes never change and, since
+  the stream is one source's in single-source mixing, batches stay single-source. Each example carries
+  'record_error' (0, or 1 + the index of the skip reason of the record at position i), 'record_shard' (the shard id
+  of that record) and 'record_source' (the index of its source in `source_names`, len(source_names) for any other).
+  """
+
+  def __init__(self, parent: grain.MapDataset, shard_paths: list[str], source_names: tuple[str, ...] = (),
+               caption_field: str = 'caption', teacher_path: str = ''):
+    super().__init__(parent)
+    self._shard_paths, self._source_names = list(shard_paths), tuple(source_names)
+    self._caption_field, self._teacher_path = caption_field, teacher_path
+
+  def __len__(self) -> int:
+    return len(self._parent)
+
+  def _load(self, record: bytes) -> dict[str, Any]:
+    example = records.deserialize(record)
+    if not str(example.get(self._caption_field) or '').strip():
+      raise records.BadRecordError('empty_caption', f"the record's '{self._caption_field}' is empty")
+    example['image'] = records.decode_image(example['image'])
+    if self._teacher_path:
+      example['teacher'] = load_table(self._teacher_path)[example['key']]
+    return example
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    shard, record = self._parent[index]
+    error = 0
+    for offset in range(MAX_SUBSTITUTES + 1):
+      if offset:
+        _, record = self._parent[index + offset]
+      try:
+        example = self._load(record)
+        break
+      except records.BadRecordError as bad:
+        error = error or 1 + records.SKIP_REASONS.index(bad.reason)
+        last = bad
+    else:
+      raise DataError(f'{MAX_SUBSTITUTES + 1} records in a row are bad, from position {index} of the stream (in shard '
+                      f'{self._shard_paths[shard]}); the last: {last}. Check the data, e.g. with '
+                      'vlp_jax.data.convert, which reports every skipped record.')
+    source = example.get('source', '')
+    example['record_error'] = np.int32(error)
+    example['record_shard'] = np.int32(shard)
+    example['record_source'] = np.int32(
+        self._source_names.index(source) if source in self._source_names else len(self._source_names))
+    return example
+
+  def __str__(self) -> str:
+    return 'LoadExamples'
+
+
+@dataclasses.dataclass
+class WithStatus(grain.transforms.RandomMap):
+  """Runs the objective's views, then copies the record-status fields (STATUS_KEYS) beside their output."""
+  views: grain.transforms.RandomMap
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    out = self.views.random_map(example, rng)
+    return {**out, **{k: example[k] for k in STATUS_KEYS}}
+
+
+def pop_status(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """A batch from `train_iterator` -> (the model's inputs, the record-status fields)."""
+  return ({k: v for k, v in batch.items() if k not in STATUS_KEYS},
+          {k: batch[k] for k in STATUS_KEYS if k in batch})
+
+
 @dataclasses.dataclass
 class DecodeRecord(grain.transforms.Map):
-  """A serialized record -> the example with its image decoded ([H, W, 3] uint8), and 'teacher' ([d] float32,
-  looked up by the example's key) when `teacher_path` is set. Captions stay strings for the views to use."""
-  teacher_path: str = ''
+  """A serialized record -> the example with its image decoded ([H, W, 3] uint8); raises records.BadRecordError.
+  For tests and tools that decode single records; training goes through LoadExamples."""
 
   def map(self, record: bytes) -> dict[str, Any]:
     example = records.deserialize(record)
     example['image'] = records.decode_image(example['image'])
-    if self.teacher_path:
-      example['teacher'] = load_table(self.teacher_path)[example['key']]
     return example
 
 
@@ -112,15 +219,15 @@ class ProcessBlocks(grain.MapDataset):
 
 def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
-                   num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None
-                   ) -> grain.DatasetIterator:
-  """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}).
+                   num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None,
+                   source_weights: str = '', caption_field: str = 'caption') -> grain.DatasetIterator:
+  """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}): the views'
+  fields, plus the record-status fields STATUS_KEYS (see LoadExamples; `pop_status` separates them).
 
   The random views of example i depend only on (seed, i), and each process slices the global order after they are
   made, so the global batch is the same whatever the process count. Supports `get_state()` / `set_state()`.
-  mixing: 'mixed' (one shuffled order over every shard), 'single_source' or 'sequential' (each global batch from
-  one source; see data/mixing.py). sources: the source of each shard for the latter two; by default read from the
-  shards' records.
+  mixing: one of data/mixing.py's MODES. sources: the source of each shard; by default read from the shards'
+  records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing.
   """
   if not paths:
     raise ValueError('the training data has no shard files')
@@ -128,13 +235,19 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     raise ValueError(f'batch_size {global_batch_size} is not divisible by the process count {process_count}')
   if mixing not in mixing_lib.MODES:
     raise ValueError(f"data.mixing='{mixing}' is not valid; valid choices: {list(mixing_lib.MODES)}")
+  if sources is None:  # mixed batches take shards holding several sources; the others need one source per shard
+    sources = mixing_lib.shard_sources(paths, strict=mixing != 'mixed')
+  names = mixing_lib.source_names(sources)
+
+  def load(stream: grain.MapDataset) -> grain.MapDataset:
+    return LoadExamples(stream, paths, names, caption_field, teacher_path)
+
   if mixing == 'mixed':
-    dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(paths)).shuffle(seed=seed).repeat()
+    dataset = load(grain.MapDataset.source(ShardRecords(paths)).shuffle(seed=seed).repeat())
   else:
-    dataset = mixing_lib.single_source_dataset(
-        paths, mixing_lib.shard_sources(paths) if sources is None else sources, mode=mixing, seed=seed,
-        global_batch_size=global_batch_size)
-  dataset = dataset.map(DecodeRecord(teacher_path)).random_map(views, seed=seed)
+    dataset = mixing_lib.mixed_sources_dataset(paths, sources, mode=mixing, seed=seed,
+                                               global_batch_size=global_batch_size, weights=source_weights, load=load)
+  dataset = dataset.random_map(WithStatus(views), seed=seed)
   local_batch = global_batch_size // process_count
   dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
   dataset = dataset.batch(local_batch, drop_remainder=True)

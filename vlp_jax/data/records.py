@@ -33,10 +33,62 @@ def encode_png(array: np.ndarray) -> bytes:
   return buffer.getvalue()
 
 
-def decode_image(data: bytes) -> np.ndarray:
-  """Encoded image bytes -> [H, W, 3] uint8 RGB."""
-  with Image.open(io.BytesIO(data)) as image:
-    return np.asarray(image.convert('RGB'))
+class BadRecordError(ValueError):
+  """A record that cannot be used for training. `reason` is one of SKIP_REASONS (the metric and log name)."""
+
+  def __init__(self, reason: str, message: str):
+    super().__init__(f'{reason}: {message}')
+    self.reason = reason
+
+
+# Why a record is skipped; the order fixes the codes the pipeline carries per example (0 = a good record).
+SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'empty_caption')
+# PIL's decompression-bomb threshold: beyond it decoding is refused, from the header, before any pixel is read.
+DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
+
+
+def to_rgb(image: Image.Image) -> np.ndarray:
+  """A PIL image in any mode -> [H, W, 3] uint8 RGB.
+
+  Transparency is composited on white (what a viewer shows), 16-bit and 32-bit greys are scaled to 8 bits rather than
+  clipped, CMYK / YCbCr / palette / 1-bit go through PIL's own conversions.
+  """
+  if image.mode in ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I', 'F'):
+    grey = np.asarray(image, np.float64)
+    # PNG's 16-bit greys open as I;16 or I depending on the Pillow version: values above 255 mean a 16-bit range.
+    scale = 1.0 if image.mode in ('I', 'F') and grey.max(initial=0) <= 255 else 255.0 / 65535.0
+    grey = np.clip(np.rint(grey * scale), 0, 255).astype(np.uint8)
+    return np.repeat(grey[..., None], 3, axis=-1)
+  if image.mode == 'P' and 'transparency' in image.info:
+    image = image.convert('RGBA')
+  if image.mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La'):
+    rgba = image.convert('RGBA')
+    background = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
+    return np.asarray(Image.alpha_composite(background, rgba).convert('RGB'))
+  return np.asarray(image.convert('RGB'))
+
+
+def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+  """Encoded image bytes -> [H, W, 3] uint8 RGB, whatever the mode (see `to_rgb`).
+
+  Raises BadRecordError with reason 'empty_image' (no bytes, or a zero-size image), 'too_large' (more than
+  `max_pixels`, checked from the header) or 'corrupt_image' (undecodable or truncated).
+  """
+  if not data:
+    raise BadRecordError('empty_image', 'the image has no bytes')
+  try:
+    with Image.open(io.BytesIO(data)) as image:
+      width, height = image.size
+      if width * height == 0:
+        raise BadRecordError('empty_image', f'the image is {width}x{height}')
+      if width * height > max_pixels:
+        raise BadRecordError('too_large', f'the image is {width}x{height}, more than {max_pixels} pixels')
+      image.load()
+      return to_rgb(image)
+  except BadRecordError:
+    raise
+  except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:  # what PIL raises on bad bytes
+    raise BadRecordError('corrupt_image', f'{type(error).__name__}: {error}') from error
 
 
 def decode_mask(data: bytes) -> np.ndarray:
@@ -53,12 +105,20 @@ def serialize(example: dict[str, Any]) -> bytes:
 
 
 def deserialize(record: bytes) -> dict[str, Any]:
+  """Record bytes -> the example map. Text that is not valid UTF-8 is decoded with U+FFFD replacements (and text
+  written as raw bytes is decoded the same way), so a stray byte in a caption costs a character, not the record.
+  Raises BadRecordError('not_a_record') when the bytes are not a schema map."""
   try:
-    example = msgpack.unpackb(record, raw=False)
+    example = msgpack.unpackb(record, raw=False, unicode_errors='replace')
   except Exception as error:  # msgpack raises several unrelated types
-    raise ValueError(f'record is not a vlp_jax msgpack example: {error}') from error
+    raise BadRecordError('not_a_record', f'record is not a vlp_jax msgpack example: {error}') from error
   if not isinstance(example, dict) or any(f not in example for f in REQUIRED_FIELDS):
-    raise ValueError(f'record lacks the vlp_jax schema fields {REQUIRED_FIELDS}')
+    raise BadRecordError('not_a_record', f'record lacks the vlp_jax schema fields {REQUIRED_FIELDS}')
+  for field in ('caption', 'long_caption', 'source', 'key'):
+    if isinstance(example[field], bytes):
+      example[field] = example[field].decode('utf-8', errors='replace')
+    elif example[field] is None:
+      example[field] = ''
   return example
 
 

@@ -4,6 +4,8 @@ Exit codes of `python -m vlp_jax.main` (docs/reliability.md):
   0   finished (or already finished)
   2   bad config, missing data or an unusable workdir: nothing was compiled or written
   3   too many consecutive non-finite steps: the last good state is checkpointed
+  4   the training data is broken: a shard has more than data.max_bad_fraction bad records (named in the message);
+      the state at the step that found it is checkpointed
   75  preempted (SIGTERM / SIGINT): the current step finished and was checkpointed; rerun the same command
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax
 
 EXIT_CONFIG = 2
 EXIT_NONFINITE = 3
+EXIT_DATA = 4  # the training data is broken (too many bad records)
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again
 
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from vlp_jax import config as config_lib
 from vlp_jax import models, objectives, parallel
-from vlp_jax.data import datasets, pipeline
+from vlp_jax.data import datasets, mixing, pipeline
+from vlp_jax.data.stats import RecordStats
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
@@ -117,11 +118,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   rng = jax.random.key(config.seed)
   init_rng, step_rng = jax.random.split(rng)
 
-  data_iterator = pipeline.train_iterator(
-      paths, objectives.get(config.objective.name).views(config), seed=config.seed,
-      global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
-      teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
-      num_threads=config.data.num_threads, mixing=config.data.mixing)  # per-shard sources: read from the records
+  try:
+    shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
+    data_iterator = pipeline.train_iterator(
+        paths, objectives.get(config.objective.name).views(config), seed=config.seed,
+        global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
+        teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
+        num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
+        source_weights=config.data.source_weights, caption_field=config.data.caption_field)
+  except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
+    raise config_lib.ConfigError(str(error)) from error
+  record_stats = RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
 
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
   state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
@@ -178,7 +185,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   try:
     with guards.PreemptionWatcher() as preemption:
       for step in range(start_step + 1, last_step + 1):
-        batch = parallel.global_batch(next(data_iterator), mesh)
+        local_batch, status = pipeline.pop_status(next(data_iterator))
+        record_stats.update(status)
+        batch = parallel.global_batch(local_batch, mesh)
         state, metrics = step_fn(state, batch, step_rng)
         if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
           jax.block_until_ready(state)
@@ -200,6 +209,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
           metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
           metrics['train/learning_rate'] = float(schedule(step - 1))
           metrics['train/nonfinite_steps'] = nonfinite.total
+          try:
+            metrics.update(record_stats.metrics())
+          except pipeline.DataError:  # shards of mostly bad records: keep the work done, then stop
+            save(step)
+            raise
           metrics.update(progress.tick(step))
           writer.write(step, metrics)
           rate = metrics.get('perf/samples_per_sec')

@@ -1,0 +1,181 @@
+"""Bad records never stop training (docs/reliability.md, guarantee 8): every odd image mode decodes to the right RGB,
+broken records are replaced by good ones from the same source with the batch shape unchanged, skips are counted per
+reason, and a shard of mostly bad records stops the run with its name in the message."""
+import io
+import os
+
+import numpy as np
+import pytest
+from array_record.python.array_record_module import ArrayRecordWriter
+from PIL import Image
+
+from vlp_jax.data import mixing, pipeline, records, synthetic
+from vlp_jax.data.stats import MIN_RECORDS_TO_JUDGE, RecordStats
+from vlp_jax.training import guards
+from vlp_jax.training.checkpoint import Checkpointer
+from vlp_jax.training.loop import train_and_evaluate
+from vlp_jax.training.writer import read_metrics
+
+
+def _encode(image: Image.Image, fmt: str, **options) -> bytes:
+  buffer = io.BytesIO()
+  image.save(buffer, format=fmt, **options)
+  return buffer.getvalue()
+
+
+def test_every_image_mode_decodes_to_the_right_rgb():
+  grey = np.array([[0, 128], [200, 255]], np.uint8)
+  np.testing.assert_array_equal(records.decode_image(_encode(Image.fromarray(grey), 'PNG')),
+                                np.repeat(grey[..., None], 3, axis=-1))
+  # 16-bit: scaled to 8 bits (65535 -> 255, 32896 -> 128), not clipped to 255
+  deep = np.array([[0, 32896], [65535, 257]], np.uint16)
+  np.testing.assert_array_equal(records.decode_image(_encode(Image.fromarray(deep), 'PNG'))[..., 0],
+                                [[0, 128], [255, 1]])
+  # transparency on white: a transparent red pixel is white, an opaque one red, half-transparent in between
+  rgba = np.array([[[255, 0, 0, 0], [255, 0, 0, 255], [255, 0, 0, 128]]], np.uint8)
+  np.testing.assert_allclose(records.decode_image(_encode(Image.fromarray(rgba), 'PNG')).astype(int),
+                             [[[255, 255, 255], [255, 0, 0], [255, 127, 127]]], atol=1)
+  # palette with a transparent index
+  palette = Image.fromarray(np.array([[0, 1]], np.uint8), mode='P')
+  palette.putpalette([0, 0, 255, 0, 255, 0] + [0] * 762)
+  np.testing.assert_array_equal(records.decode_image(_encode(palette, 'PNG', transparency=0)),
+                                [[[255, 255, 255], [0, 255, 0]]])
+  # CMYK JPEG: pure cyan is (0, 255, 255) within JPEG's error
+  cmyk = Image.new('CMYK', (8, 8), (255, 0, 0, 0))
+  np.testing.assert_allclose(records.decode_image(_encode(cmyk, 'JPEG', quality=100)).mean(axis=(0, 1)),
+                             [0, 255, 255], atol=3)
+
+
+@pytest.mark.parametrize('data, reason', [
+    (b'', 'empty_image'),
+    (b'not an image at all', 'corrupt_image'),
+    ('truncated', 'corrupt_image'),
+    ('huge', 'too_large'),
+])
+def test_broken_images_raise_with_their_reason(data, reason):
+  image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8))
+  if data == 'truncated':
+    data = _encode(image, 'JPEG')[:300]
+  max_pixels = records.DEFAULT_MAX_PIXELS
+  if data == 'huge':
+    data, max_pixels = _encode(image, 'PNG'), 64 * 64 - 1
+  with pytest.raises(records.BadRecordError) as error:
+    records.decode_image(data, max_pixels=max_pixels)
+  assert error.value.reason == reason
+
+
+def test_captions_that_are_not_utf8_lose_a_character_not_the_record():
+  example = synthetic.make_example(0, 'train', 'studio', 0, 16)
+  packed = records.serialize({**example, 'caption': 'a red circle'}).replace(b'a red circle', b'a r\xffd circle')
+  assert records.deserialize(packed)['caption'] == 'a r\ufffdd circle'
+  raw = records.serialize({**example, 'caption': b'caf\xe9 bytes'})
+  assert records.deserialize(raw)['caption'] == 'caf\ufffd bytes'
+  with pytest.raises(records.BadRecordError) as error:
+    records.deserialize(b'\x93garbage')
+  assert error.value.reason == 'not_a_record'
+
+
+def _bad_record(kind: str, example: dict) -> bytes:
+  if kind == 'garbage':
+    return b'\x00\x01 definitely not msgpack'
+  if kind == 'empty_caption':
+    return records.serialize({**example, 'caption': '  '})
+  if kind == 'truncated':
+    return records.serialize({**example, 'image': example['image'][:len(example['image']) // 2]})
+  return records.serialize({**example, 'image': b''})
+
+
+BAD_KINDS = {'garbage': 'not_a_record', 'empty_caption': 'empty_caption', 'truncated': 'corrupt_image',
+             'empty': 'empty_image'}
+
+
+def _write_shards(directory, bad_every: dict[str, int], per_shard=24):
+  """One shard per source; in source s, every bad_every[s]-th record is broken (cycling over BAD_KINDS). Returns
+  (paths, {source: indices of its good records}, {reason: count})."""
+  os.makedirs(directory, exist_ok=True)
+  paths, good, bad = [], {}, {}
+  kinds = list(BAD_KINDS)
+  for source, every in bad_every.items():
+    path = os.path.join(directory, f'{source}.array_record')
+    writer = ArrayRecordWriter(path, 'group_size:1')
+    good[source] = set()
+    for i in range(per_shard):
+      example = synthetic.make_example(0, 'train', source, i, 16)
+      if every and i % every == every - 1:
+        kind = kinds[(i // every) % len(kinds)]
+        writer.write(_bad_record(kind, example))
+        bad[BAD_KINDS[kind]] = bad.get(BAD_KINDS[kind], 0) + 1
+      else:
+        writer.write(records.serialize(example))
+        good[source].add(i)
+    writer.close()
+    paths.append(path)
+  return paths, good, bad
+
+
+class KeyViews(pipeline.ClipViews):
+  """CLIP's views plus the example key's index, to see which records made it into a batch."""
+
+  def random_map(self, example, rng):
+    out = super().random_map(example, rng)
+    out['source_index'] = np.int32(synthetic.SOURCES.index(example['source']))
+    out['index'] = np.int32(example['key'].split('/')[-1])
+    return out
+
+
+@pytest.mark.parametrize('mode', ['mixed', 'single_source'])
+def test_bad_records_are_replaced_from_their_own_source_and_counted(tmp_path, mode):
+  paths, good, bad = _write_shards(str(tmp_path), {'studio': 3, 'web': 4})
+  sources = mixing.shard_sources(paths)
+  iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16), seed=1, global_batch_size=8,
+                                     process_index=0, process_count=1, mixing=mode, sources=sources)
+  stats = RecordStats(paths, mixing.source_names(sources), max_bad_fraction=1.0)
+  for _ in range(6):  # one epoch of 48 records
+    batch, status = pipeline.pop_status(next(iterator))
+    assert batch['image'].shape == (8, 16, 16, 3) and batch['text'].shape == (8, 16)
+    for s, i in zip(batch['source_index'], batch['index']):  # every row is a good record ...
+      assert i in good[synthetic.SOURCES[s]]
+    if mode == 'single_source':  # ... from the batch's one source
+      assert len(set(batch['source_index'].tolist())) == 1
+    stats.update(status)
+  metrics = stats.metrics()
+  if mode == 'mixed':  # one pass over the shuffled records: every bad record met exactly once
+    assert {r: metrics[f'train/data/skipped/{r}'] for r in records.SKIP_REASONS if
+            metrics[f'train/data/skipped/{r}']} == bad
+    assert metrics['train/data/examples/studio'] + metrics['train/data/examples/web'] == 48
+  assert metrics['train/data/skipped_fraction'] > 0
+
+
+def test_a_shard_of_mostly_bad_records_stops_with_its_name():
+  paths = ['/data/good.array_record', '/data/bad.array_record']
+  stats = RecordStats(paths, ('cc3m',), max_bad_fraction=0.25)
+  n = MIN_RECORDS_TO_JUDGE
+  errors = np.array([0] * n + [2] * (n // 2) + [0] * (n // 2), np.int32)  # bad: half corrupt_image
+  stats.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
+                'record_source': np.zeros(2 * n, np.int32)})
+  with pytest.raises(pipeline.DataError, match=r'/data/bad.array_record: 10 of 20 records bad \(empty_image 10\)'):
+    stats.metrics()
+  lenient = RecordStats(paths, ('cc3m',), max_bad_fraction=0.5)
+  lenient.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
+                  'record_source': np.zeros(2 * n, np.int32)})
+  assert lenient.metrics()['train/data/skipped/empty_image'] == n // 2
+
+
+def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
+  paths, _, bad = _write_shards(str(tmp_path / 'data'), {'studio': 6, 'web': 0, 'sketch': 2}, per_shard=32)
+  micro.data.name, micro.data.path = 'array_record', str(tmp_path / 'data')
+  micro.eval.every_steps = 100
+  micro.total_steps, micro.log_every_steps = 6, 2  # 6 x 16 = one epoch of the 96 records
+  micro.data.max_bad_fraction = 0.8
+  train_and_evaluate(micro, str(tmp_path / 'lenient'))
+  last = [m for m in read_metrics(str(tmp_path / 'lenient')) if 'train/data/skipped_fraction' in m][-1]
+  assert last['train/data/skipped_fraction'] == pytest.approx(sum(bad.values()) / 96)
+  assert sum(last['train/data/examples/' + s] for s in ('studio', 'web', 'sketch')) == 96
+
+  micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
+  with pytest.raises(pipeline.DataError, match='sketch.array_record: '):
+    train_and_evaluate(micro, str(tmp_path / 'strict'))
+  # Found at the log of step 4 (by step 2 the sketch shard had fewer than MIN_RECORDS_TO_JUDGE records read); the
+  # state of that step is kept.
+  assert Checkpointer(str(tmp_path / 'strict')).latest_complete_step() == 4
+  assert guards.EXIT_DATA == 4
