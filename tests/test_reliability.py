@@ -24,7 +24,7 @@ from micro_config import micro_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
-STEPS, EVERY = 40, 4
+STEPS, EVERY = 32, 4
 LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
             f'--config.eval.every_steps={STEPS}']
 
@@ -70,23 +70,10 @@ def _finish(workdir, data_cache):
   return out
 
 
-def test_sigkill_at_a_random_step_then_resume_is_bit_identical(reference, data_cache, tmp_path):
-  workdir = str(tmp_path / 'killed')
-  kill_after = random.randint(6, STEPS - 6)
-  process = _start(workdir, data_cache)
-  reached = _wait_for_step(process, workdir, kill_after)
-  process.send_signal(signal.SIGKILL)
-  process.communicate()
-  assert process.returncode == -signal.SIGKILL, f'killed after step {reached}'
-  out = _finish(workdir, data_cache)
-  assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
-  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))  # bit for bit
-  losses = lambda w: {r['step']: r['train/loss'] for r in read_metrics(w) if 'train/loss' in r}  # noqa: E731
-  assert losses(workdir) == losses(reference)
-
-
-def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, data_cache, tmp_path):
-  workdir = str(tmp_path / 'preempted')
+def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(reference, data_cache, tmp_path):
+  """One run, interrupted twice: preempted by SIGTERM (it finishes the step, checkpoints it and exits 75 in bounded
+  time), restarted, killed by SIGKILL at a random later step, restarted again: bit-identical to the reference."""
+  workdir = str(tmp_path / 'interrupted')
   process = _start(workdir, data_cache)
   _wait_for_step(process, workdir, 6)
   sent = time.time()
@@ -99,9 +86,20 @@ def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, data_cache
   checkpointer = Checkpointer(workdir)
   assert checkpointer.latest_complete_step() == stopped  # the step it was on, not only the last periodic one
   checkpointer.close()
-  out = _finish(workdir, data_cache)
+
+  kill_after = random.randint(stopped + 2, STEPS - 4)
+  process = _start(workdir, data_cache)
+  reached = _wait_for_step(process, workdir, kill_after)
+  process.send_signal(signal.SIGKILL)
+  out, _ = process.communicate()
+  assert process.returncode == -signal.SIGKILL, f'killed after step {reached}'
   assert f'Resumed from step {stopped}' in out
-  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))
+
+  out = _finish(workdir, data_cache)
+  assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
+  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))  # bit for bit
+  losses = lambda w: {r['step']: r['train/loss'] for r in read_metrics(w) if 'train/loss' in r}  # noqa: E731
+  assert losses(workdir) == losses(reference)
 
 
 def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(micro, tmp_path, capsys):

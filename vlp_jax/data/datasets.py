@@ -2,6 +2,8 @@
 
   synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
   array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
+  imagenet2012, cifar10, cifar100, coco_captions: evaluation sets through tensorflow-datasets (data/tfds.py),
+                prepared in `config.data.tfds_dir`
 """
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import pipeline, records, synthetic
+from vlp_jax.data import tfds as tfds_sets
 
+# Until per-dataset template sets exist, the tfds class datasets use CLIP's single prompt.
+DEFAULT_TEMPLATES = ('a photo of a {}.',)
 SYNTHETIC_TEMPLATES = ('a photo of the {}.', 'a drawing of the {}.', 'the {}.', 'a picture of the {}.',
                        'the {} on a background.', 'an image showing the {}.')
 
@@ -75,11 +80,19 @@ def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')
-EVAL_DATASETS = ('synthetic',)
+EVAL_DATASETS = ('synthetic', *tfds_sets.DATASETS)
 
 
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int) -> EvalSet:
-  """An evaluation split by dataset name, images preprocessed for the model's `image_size`."""
+  """An evaluation split by dataset name, images preprocessed for the model's `image_size`.
+
+  split: 'val' or 'test'. For the tfds sets 'test' is the dataset's evaluation split (ImageNet's validation set,
+  the CIFAR test sets, COCO's Karpathy test split) and 'val' exists only for coco_captions.
+  """
+  if name in tfds_sets.DATASETS:
+    eval_set = tfds_sets.load_eval_set(name, None if split == 'test' else split, data.tfds_dir or None, image_size,
+                                       max_examples=data.eval_max_examples or None)
+    return dataclasses.replace(eval_set, templates=DEFAULT_TEMPLATES if eval_set.class_names else ())
   if name != 'synthetic':
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)

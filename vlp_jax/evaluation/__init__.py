@@ -33,14 +33,24 @@ def affinity(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
 EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity}
 
 
+def applies(task: str, eval_set) -> bool:
+  """Whether the eval set has what `task` needs."""
+  if task == 'zeroshot':
+    return bool(eval_set.class_names and eval_set.templates)
+  return bool(len(eval_set.captions))
+
+
 def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], prefix: str = ''
                     ) -> dict[str, float]:
-  """Every task on every eval set, named `eval/<dataset>/<prefix><metric>`; image embeddings are computed once per
-  set."""
+  """Every task that applies on every eval set, named `eval/<dataset>/<prefix><metric>`; image embeddings are
+  computed once per set. Zero-shot classification needs class names, the caption tasks captions: a classification
+  set has no retrieval metrics, COCO no zero-shot accuracy."""
   results = {}
   for eval_set in eval_sets:
     image_emb = encoder.images(eval_set.images)
     for task in tasks:
+      if not applies(task, eval_set):
+        continue
       for metric, value in EVALUATORS[task](encoder, eval_set, image_emb).items():
         results[f'eval/{eval_set.name}/{prefix}{metric}'] = value
   return results

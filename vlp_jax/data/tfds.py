@@ -1,0 +1,276 @@
+"""Evaluation sets (and training sources) from tensorflow-datasets, read without TensorFlow.
+
+`tfds.data_source` reads a dataset prepared in a random-access format (array_record, or parquet) with numpy and
+PIL only. Preparing it (`tfds build`) does need TensorFlow, once, in any environment that has it: tfds encodes the
+images and builds the COCO features with TensorFlow ops. The error raised for a dataset that is not prepared gives
+the exact command.
+
+  tfds name      config  eval split  image   label  captions       key         splits
+  imagenet2012   -       validation  image   label  -              file_name   train, validation, test (unlabelled)
+  cifar10        -       test        image   label  -              id          train, test
+  cifar100       -       test        image   label  -              id          train, test
+  coco_captions  2014    test        image   -      captions/text  image/id    train, val, test, restval (Karpathy)
+
+Examples come out in the schema of `to_example`: {'image': [H, W, 3] uint8 RGB, 'label': int (-1 when unlabelled),
+'captions': list[str] ([] for class datasets), 'key': str (the dataset's own example id)}.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from etils import epath
+import grain
+import numpy as np
+import tensorflow_datasets as tfds
+
+from vlp_jax.data import pipeline, records
+
+if TYPE_CHECKING:  # datasets imports this module: at run time it is imported where it is used
+  from vlp_jax.data import datasets
+
+# The float32 image array of an eval set is held in memory; above this, load_eval_set asks for max_examples.
+DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
+# The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
+# keeps the first 5 of each image (25,000 captions).
+DEFAULT_MAX_CAPTIONS_PER_IMAGE = 5
+# Formats tfds.data_source can read at random (without TensorFlow).
+RANDOM_ACCESS_FORMATS = tuple(sorted(f.value for f in tfds.core.file_adapters.FileFormat.with_random_access()))
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsDataset:
+  """Where the fields of one tfds dataset are. Keys are top-level feature names ('image/id' is one name)."""
+  name: str
+  config: str  # builder config, '' when the dataset has none
+  eval_split: str
+  splits: tuple[str, ...]
+  image_key: str
+  label_key: str  # '' when unlabelled
+  caption_path: tuple[str, ...]  # nested keys of the caption strings, () when there are none
+  key_feature: str
+  manual_download: str = ''  # what to download by hand into --manual_dir, '' when tfds downloads everything
+
+
+DATASETS: dict[str, TfdsDataset] = {
+    'imagenet2012': TfdsDataset(
+        name='imagenet2012', config='', eval_split='validation', splits=('train', 'validation', 'test'),
+        image_key='image', label_key='label', caption_path=(), key_feature='file_name',
+        manual_download=('ILSVRC2012_img_val.tar (and ILSVRC2012_img_train.tar for the train split), which needs '
+                         'an account at https://image-net.org/download-images')),
+    'cifar10': TfdsDataset(
+        name='cifar10', config='', eval_split='test', splits=('train', 'test'), image_key='image', label_key='label',
+        caption_path=(), key_feature='id'),
+    'cifar100': TfdsDataset(
+        name='cifar100', config='', eval_split='test', splits=('train', 'test'), image_key='image',
+        label_key='label', caption_path=(), key_feature='id'),
+    'coco_captions': TfdsDataset(
+        name='coco_captions', config='2014', eval_split='test', splits=('train', 'val', 'test', 'restval'),
+        image_key='image', label_key='', caption_path=('captions', 'text'), key_feature='image/id'),
+}
+
+
+def dataset_spec(name: str) -> TfdsDataset:
+  if name not in DATASETS:
+    raise ValueError(f"tfds dataset '{name}' is not supported; valid choices: {sorted(DATASETS)}")
+  return DATASETS[name]
+
+
+def resolve_data_dir(data_dir: str | None) -> str:
+  """The tfds data directory: `data_dir`, else $TFDS_DATA_DIR, else ~/tensorflow_datasets (as tfds does)."""
+  return str(epath.Path(data_dir or tfds.core.constants.get_default_data_dir()).expanduser())
+
+
+def build_instructions(spec: TfdsDataset, data_dir: str) -> str:
+  """How to prepare the dataset in `data_dir` in a format that reads without TensorFlow."""
+  full_name = f'{spec.name}/{spec.config}' if spec.config else spec.name
+  command = f'tfds build {full_name} --data_dir={data_dir} --file_format=array_record'
+  if spec.manual_download:
+    command += ' --manual_dir=MANUAL_DIR'
+  lines = ['Prepare it once, in any environment with TensorFlow (tfds needs it to write the files; reading them here '
+           'does not):', '  pip install tensorflow tensorflow-datasets']
+  if spec.manual_download:
+    lines.append(f'  # put {spec.manual_download} into MANUAL_DIR')
+  lines.append(f'  {command}')
+  return '\n'.join(lines)
+
+
+def prepared_version_dir(spec: TfdsDataset, data_dir: str) -> epath.Path | None:
+  """The newest prepared version of the dataset, data_dir/name[/config]/version, or None when there is none.
+
+  tfds writes into an `incomplete.*` folder and renames it when done, so a version folder with a dataset_info.json
+  is complete.
+  """
+  root = epath.Path(data_dir) / spec.name
+  if spec.config:
+    root = root / spec.config
+  if not root.is_dir():
+    return None
+  versions = [tfds.core.Version(p.name) for p in root.iterdir()
+              if tfds.core.Version.is_valid(p.name) and (p / 'dataset_info.json').exists()]
+  return root / str(max(versions)) if versions else None
+
+
+def file_formats(info: Mapping[str, Any]) -> set[str]:
+  """The file formats a prepared dataset is stored in, from its dataset_info.json ({} means TFRecord)."""
+  return {info.get('fileFormat') or 'tfrecord', *info.get('alternativeFileFormats', ())}
+
+
+def _data_not_found(message: str) -> Exception:
+  from vlp_jax.data import datasets  # datasets imports this module: import at call time
+  return datasets.DataNotFoundError(message)
+
+
+def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[dict[str, Any]]:
+  """A random-access sequence of the raw tfds examples of a prepared split (tfds's ArrayRecordDataSource).
+
+  Images are left encoded (bytes; `to_example` decodes them). split: None for the dataset's eval split.
+  Raises datasets.DataNotFoundError, with the command that prepares it, when the split is not prepared in data_dir
+  in a random-access format; ValueError for an unknown dataset or split.
+  """
+  spec = dataset_spec(name)
+  split = split or spec.eval_split
+  if split not in spec.splits:
+    raise ValueError(f"'{split}' is not a split of tfds dataset {name}; valid choices: {list(spec.splits)}")
+  data_dir = resolve_data_dir(data_dir)
+  version_dir = prepared_version_dir(spec, data_dir)
+  if version_dir is None:
+    raise _data_not_found(f'tfds dataset {name} is not prepared in {data_dir}.\n{build_instructions(spec, data_dir)}')
+  info = json.loads((version_dir / 'dataset_info.json').read_text())
+  formats = file_formats(info)
+  if not formats & set(RANDOM_ACCESS_FORMATS):
+    raise _data_not_found(
+        f'tfds dataset {name} is prepared in {version_dir} as {sorted(formats)}, which only TensorFlow can read; '
+        f'reading without TensorFlow needs one of {list(RANDOM_ACCESS_FORMATS)}. Convert it once, in any environment '
+        f'with TensorFlow:\n  tfds convert_format --dataset_version_dir={version_dir} --out_file_format=array_record\n'
+        f'or rebuild it with --overwrite:\n{build_instructions(spec, data_dir)} --overwrite')
+  prepared_splits = [s['name'] for s in info.get('splits', ())]
+  if split not in prepared_splits:
+    raise _data_not_found(
+        f"tfds dataset {name} in {version_dir} has the splits {prepared_splits}, not '{split}'.\n"
+        f'{build_instructions(spec, data_dir)}')
+  # The version pin makes tfds read the prepared files rather than construct the builder code, which needs
+  # TensorFlow for coco_captions. SkipDecoding: PIL decodes in to_example (grayscale and CMYK become RGB).
+  full_name = f"{spec.name}{'/' + spec.config if spec.config else ''}:{version_dir.name}"
+  return tfds.data_source(full_name, split=split, data_dir=data_dir, download=False,
+                          decoders={spec.image_key: tfds.decode.SkipDecoding()})
+
+
+def _text(value: Any) -> str:
+  """A tfds string or id (bytes, str, int or a 0-d numpy array) -> str."""
+  value = value.item() if isinstance(value, np.ndarray | np.generic) else value
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def rgb_image(value: bytes | np.ndarray) -> np.ndarray:
+  """Encoded image bytes, or a decoded [H, W], [H, W, 1] or [H, W, 3] array -> [H, W, 3] uint8 RGB."""
+  if isinstance(value, bytes):  # np.bytes_ too
+    return records.decode_image(bytes(value))
+  image = np.asarray(value, np.uint8)
+  if image.ndim == 2:
+    image = image[:, :, None]
+  if image.ndim != 3 or image.shape[-1] not in (1, 3):
+    raise ValueError(f'expected an [H, W, 3] or grayscale image, got shape {image.shape}')
+  return np.repeat(image, 3, axis=-1) if image.shape[-1] == 1 else image
+
+
+def _nested(features: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+  for key in path:
+    features = features[key]
+  return features
+
+
+def to_example(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
+  """A tfds example of dataset `name` -> {'image': [H, W, 3] uint8, 'label': int, 'captions': list[str], 'key': str}.
+
+  Accepts the examples of `open_source` (encoded image, bytes strings) and tfds's fully decoded ones.
+  """
+  spec = dataset_spec(name)
+  return {'image': rgb_image(features[spec.image_key]),
+          'label': int(features[spec.label_key]) if spec.label_key else -1,
+          'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
+          'key': _text(features[spec.key_feature])}
+
+
+@functools.cache
+def imagenet_readable_names() -> dict[str, str]:
+  """WordNet id -> a readable ImageNet class name (its first synonym: 'n01440764' -> 'tench').
+
+  tfds has no such table for imagenet2012 (its label names are the WordNet ids), but it ships the 1,000 class
+  descriptions in the standard class order with the SI-Score dataset; they are paired here with tfds's own
+  imagenet2012 WordNet id list, which has that order. Empty if a tfds version lacks either.
+  """
+  try:
+    from tensorflow_datasets.datasets.siscore import labels as siscore_labels  # pylint: disable=g-import-not-at-top
+    wnids = epath.Path(tfds.core.tfds_path('datasets/imagenet2012/labels.txt')).read_text().split()
+  except (ImportError, OSError):
+    return {}
+  descriptions = getattr(siscore_labels, 'IMAGENET_LABELS_LIST', ())
+  if len(wnids) != 1000 or len(descriptions) != 1000:
+    return {}
+  return {wnid: text.split(',')[0].strip() for wnid, text in zip(wnids, descriptions)}
+
+
+def readable_class_names(name: str, label_names: Sequence[str]) -> tuple[str, ...]:
+  """tfds ClassLabel names -> words for prompts: underscores to spaces; ImageNet WordNet ids to class names (ids
+  without a known name are kept)."""
+  if name == 'imagenet2012':
+    readable = imagenet_readable_names()
+    label_names = [readable.get(n, n) for n in label_names]
+  return tuple(n.replace('_', ' ') for n in label_names)
+
+
+def class_names(name: str, source: Any) -> tuple[str, ...]:
+  """The readable class names of an `open_source` sequence (its prepared ClassLabel), () when unlabelled."""
+  spec = dataset_spec(name)
+  if not spec.label_key:
+    return ()
+  return readable_class_names(name, source.dataset_info.features[spec.label_key].names)
+
+
+def check_memory(num_examples: int, image_size: int, limit_bytes: int) -> None:
+  """Refuses an eval set whose [N, S, S, 3] float32 image array would exceed `limit_bytes`."""
+  per_image = image_size * image_size * 3 * 4
+  if num_examples * per_image > limit_bytes:
+    raise ValueError(
+        f'{num_examples} images at {image_size}x{image_size} take {num_examples * per_image / 2**30:.1f} GiB as '
+        f'float32, above the limit of {limit_bytes / 2**30:.1f} GiB; pass max_examples={limit_bytes // per_image} '
+        '(or fewer) to evaluate on the first examples, or raise memory_limit_bytes')
+
+
+def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
+                  max_examples: int | None = None, *,
+                  max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
+                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> datasets.EvalSet:
+  """A split of a tfds dataset as an in-memory datasets.EvalSet, images resized and normalised for `image_size`.
+
+  max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
+  Class datasets: labels, class names, no captions (captions [] and caption_image [0]); templates are left empty
+  for the caller to set. Caption datasets: labels -1, no class names, the captions of every image flattened, the
+  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
+  """
+  from vlp_jax.data import datasets  # pylint: disable=redefined-outer-name
+  if max_examples is not None and max_examples < 1:
+    raise ValueError(f'max_examples must be positive or None, got {max_examples}')
+  source = open_source(name, split, data_dir)
+  count = len(source) if max_examples is None else min(len(source), max_examples)
+  check_memory(count, image_size, memory_limit_bytes)
+  images = np.empty((count, image_size, image_size, 3), np.float32)  # filled in place: no second copy
+  labels = np.empty(count, np.int64)
+  captions, caption_image = [], []
+  for index in range(count):
+    example = to_example(name, source[index])
+    images[index] = pipeline.normalize_image(pipeline.resize_image(example['image'], image_size))
+    labels[index] = example['label']
+    kept = example['captions'][:max_captions_per_image]
+    captions.extend(kept)
+    caption_image.extend([index] * len(kept))
+  return datasets.EvalSet(name=name, images=images, labels=labels, class_names=class_names(name, source),
+                          templates=(), captions=captions, caption_image=np.array(caption_image, np.int64))
+
+
+def examples_dataset(name: str, split: str | None, data_dir: str | None) -> grain.MapDataset:
+  """A grain MapDataset of the `to_example` dicts of a prepared split, for streaming (e.g. as a training source)."""
+  return grain.MapDataset.source(open_source(name, split, data_dir)).map(functools.partial(to_example, name))
