@@ -276,7 +276,8 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   data_dir, _ = prepared
   micro.data.tfds_dir, micro.data.eval_max_examples = data_dir, 5
   sets = [datasets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
-  assert [len(s.images) for s in sets] == [5, 3] and sets[0].templates  # the fake COCO test split has 3 == datasets.DEFAULT_TEMPLATES
+  assert [len(s.images) for s in sets] == [5, 3]  # the fake COCO test split has 3 images
+  assert sets[0].templates == datasets.DEFAULT_TEMPLATES
   model = models.build_model(micro.model)
   variables = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32), np.zeros((1, 16), np.int32))
   encoder = Encoder(model, variables, parallel.make_mesh(1), 8, micro.model.text.context_length)

@@ -196,7 +196,8 @@ def short_caption(objects: list[SceneObject], source: str, background: str, rng:
     return pick([f'{color} {main.shape}{extra} stock image', f'{color} {main.shape}{extra} #{main.shape} #art',
                  f'buy {color} {main.shape} sticker online', f'{color} {main.shape}{extra} wallpaper hd'])
   extra = f' next to {with_article(rest[0].name)}' if rest and rng.random() < 0.5 else ''
-  return pick([f'a drawing of {with_article(main.name)}{extra}', f'sketch of {with_article(main.name)}{extra}', f'{main.name} doodle{extra}'])
+  return pick([f'a drawing of {with_article(main.name)}{extra}', f'sketch of {with_article(main.name)}{extra}',
+               f'{main.name} doodle{extra}'])
 
 
 def long_caption(objects: list[SceneObject], background: str) -> str:
