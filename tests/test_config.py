@@ -42,6 +42,10 @@ def test_base_and_shipped_configs_are_valid():
     (lambda c: c.data.synthetic.__setitem__('sources', ('studio', 'cartoon')), r"'cartoon'.*sketch"),
     (lambda c: c.data.__setitem__('mixing', 'weighted'), r"mixing='weighted' needs config.data.source_weights"),
     (lambda c: c.data.__setitem__('source_weights', 'web=1'), r"source_weights is set but.*mixing='mixed'"),
+    (lambda c: c.data.__setitem__('augment', 'mixup'), r"config.data.augment='mixup'.*randaugment"),
+    (lambda c: c.data.__setitem__('crop_scale', (0.5,)), r'config.data.crop_scale=\(0.5,\) must be'),
+    (lambda c: (c.objective.__setitem__('name', 'slip'), c.data.__setitem__('augment', 'autoaugment')),
+     r"do not apply to config.objective.name='slip'"),
     (lambda c: c.data.__setitem__('max_bad_fraction', 1.5), r'config.data.max_bad_fraction=1.5 must be in \[0, 1\]'),
 ])
 def test_invalid_configs_name_the_key(mutate, message):

@@ -64,3 +64,15 @@ def test_worker_processes_give_the_same_batches_and_resume(micro):
   resumed = _iterator(micro, num_workers=2)
   resumed.set_state(state)
   np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
+
+
+def test_clip_views_random_crop_and_randaugment_are_seeded_per_example():
+  from vlp_jax.data import records, synthetic
+  example = pipeline.DecodeRecord().map(records.serialize(synthetic.make_example(0, 'train', 'studio', 3, 32)))
+  centre = pipeline.ClipViews(24, 16)
+  augmented = pipeline.ClipViews(24, 16, crop_scale=(0.3, 0.6), augment='randaugment')
+  view = lambda views, seed: views.random_map(example, np.random.default_rng(seed))['image']  # noqa: E731
+  np.testing.assert_array_equal(view(centre, 0), view(centre, 1))  # the eval view ignores the generator
+  np.testing.assert_array_equal(view(augmented, 5), view(augmented, 5))
+  assert not np.array_equal(view(augmented, 5), view(augmented, 6))
+  assert view(augmented, 5).shape == view(centre, 0).shape == (24, 24, 3)

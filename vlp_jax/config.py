@@ -11,6 +11,7 @@ import ml_collections
 
 from vlp_jax import models, objectives
 from vlp_jax.data import datasets, mixing, synthetic
+from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.clip import DTYPES
 from vlp_jax.models.transformer import ACTIVATIONS
@@ -33,6 +34,10 @@ def base_config() -> ml_collections.ConfigDict:
       'path': '',  # directory or glob of ArrayRecord shards (array_record)
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
+      # The image view of CLIP-style objectives (pipeline.ClipViews): () = resize and centre crop (OpenAI CLIP), or
+      # a RandomResizedCrop area range such as (0.9, 1.0) (open_clip); then 'none' | 'randaugment' | 'autoaugment'.
+      'crop_scale': (),
+      'augment': 'none',
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # tensorflow-datasets data dir of the tfds eval sets ('' = $TFDS_DATA_DIR or ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
@@ -106,6 +111,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     'model.dtype': tuple(DTYPES),
     'data.name': datasets.TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
+    'data.augment': ('none', *AUGMENTATIONS),
     'optim.schedule': ('cosine', 'constant'),
     'accumulation.mode': ACCUMULATION_MODES,
     'eval.split': ('val', 'test'),
@@ -197,6 +203,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     raise ConfigError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
                       '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
                       'and pass --config.init.checkpoint=DIR')
+  scale = tuple(config.data.crop_scale)
+  if scale and not (len(scale) == 2 and 0 < scale[0] <= scale[1] <= 1):
+    raise ConfigError(f'config.data.crop_scale={scale} must be () (centre crop) or (low, high) with '
+                      '0 < low <= high <= 1')
+  if (scale or config.data.augment != 'none') and not objective_cls.uses_data_augment:
+    raise ConfigError(f"config.data.crop_scale / config.data.augment do not apply to config.objective.name="
+                      f"'{objective_cls.name}', whose views are set by its own options (config.objective)")
   if not 0.0 <= config.data.max_bad_fraction <= 1.0:
     raise ConfigError(f'config.data.max_bad_fraction={config.data.max_bad_fraction} must be in [0, 1]')
   if config.data.source_weights and config.data.mixing not in ('weighted', 'single_source'):

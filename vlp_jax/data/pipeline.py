@@ -17,8 +17,8 @@ from absl import flags
 import numpy as np
 from PIL import Image
 
+from vlp_jax.data import autoaugment, records, transforms
 from vlp_jax.data import mixing as mixing_lib
-from vlp_jax.data import records
 from vlp_jax.data.teacher import load_table
 from vlp_jax.data.tokenizer import default_tokenizer
 
@@ -173,17 +173,27 @@ def passthrough(example: dict[str, Any]) -> dict[str, np.ndarray]:
 
 @dataclasses.dataclass
 class ClipViews(grain.transforms.RandomMap):
-  """A decoded example -> {'image': [S, S, 3] float32 (resized, normalised), 'text': [L] int32, 'label': []}.
+  """A decoded example -> {'image': [S, S, 3] float32 (normalised), 'text': [L] int32, 'label': []}.
 
-  The views of CLIP and SigLIP; other objectives supply their own (multi-crop, SSL views, text augmentation).
+  The views of CLIP and SigLIP (and the objectives built on them); SLIP and COSMOS supply their own. The image is
+  resized (shorter side) and centre-cropped, as OpenAI's CLIP trains and every method evaluates, or, with
+  `crop_scale` (e.g. (0.9, 1.0), open_clip's), a RandomResizedCrop; then `augment` ('randaugment', 'autoaugment',
+  data/autoaugment.py) when it is not 'none'.
   """
   image_size: int
   context_length: int
   caption_field: str = 'caption'
+  crop_scale: tuple[float, ...] = ()
+  augment: str = 'none'
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    del rng  # deterministic views
-    return {'image': normalize_image(resize_image(example['image'], self.image_size)),
+    if self.crop_scale:
+      image = transforms.random_resized_crop(example['image'], self.image_size, tuple(self.crop_scale), rng)
+    else:
+      image = resize_image(example['image'], self.image_size)
+    if self.augment != 'none':
+      image = autoaugment.get(self.augment)(image, rng)
+    return {'image': normalize_image(image),
             'text': default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0],
             **passthrough(example)}
 

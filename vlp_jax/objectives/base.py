@@ -100,12 +100,17 @@ class Objective:
     """`config.objective` with every option it does not set taken from `default_config()`."""
     return with_defaults(cls.default_config(), objective_config)
 
+  # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
+  # set by their own options, say False, and the config check refuses those settings for them).
+  uses_data_augment = True
+
   @classmethod
   def views(cls, config: ml_collections.ConfigDict):
     """The host-side transform that turns a decoded example into this objective's inputs (a grain RandomMap, run
     in the data workers). CLIP's: one resized image and the tokenised caption."""
     from vlp_jax.data.pipeline import ClipViews
-    return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field)
+    return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+                     crop_scale=tuple(config.data.crop_scale), augment=config.data.augment)
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the

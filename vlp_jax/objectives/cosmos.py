@@ -117,6 +117,8 @@ class CosmosObjective(Objective):
     if not 0.0 <= options.ema_momentum <= 1.0:
       raise ValueError(f'config.objective.ema_momentum={options.ema_momentum} must be in [0, 1]')
 
+  uses_data_augment = False  # its views follow its own options
+
   @classmethod
   def views(cls, config):
     c = cls.options(config.objective)

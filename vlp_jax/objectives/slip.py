@@ -90,6 +90,8 @@ class SlipObjective(ClipObjective):
     if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
       raise ValueError(f'config.objective.clip_crop_scale={scale!r} must be (low, high) with 0 < low <= high <= 1')
 
+  uses_data_augment = False  # its views follow its own options
+
   @classmethod
   def views(cls, config: ml_collections.ConfigDict) -> SlipViews:
     options = cls.options(config.objective)

@@ -29,12 +29,12 @@ from vlp_jax.objectives.base import Objective, register
 @dataclasses.dataclass
 class ZeroVLViews(ClipViews):
   """CLIP's views, then ZeroVL's token-level text augmentation (data/text.py) when `augment` is set."""
-  augment: TextAugment | None = None
+  text_augment: TextAugment | None = None
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = super().random_map(example, rng)
-    if self.augment is not None:
-      out['text'] = self.augment(out['text'], rng)
+    if self.text_augment is not None:
+      out['text'] = self.text_augment(out['text'], rng)
     return out
 
 
@@ -89,7 +89,7 @@ class ZeroVLObjective(Objective):
     augment = TextAugment(c.text_augment_prob, c.text_mask_prob, c.text_replace_prob,
                           c.text_delete_prob) if c.text_augment else None
     return ZeroVLViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                       augment)
+                       crop_scale=tuple(config.data.crop_scale), augment=config.data.augment, text_augment=augment)
 
   def draw_mixup(self, rng: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(lam [], heads [] bool) for one step, from the step rng (the same on every device)."""
