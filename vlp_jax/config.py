@@ -39,7 +39,7 @@ def base_config() -> ml_collections.ConfigDict:
       'crop_scale': (),
       'augment': 'none',
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
-      'tfds_dir': '',  # tensorflow-datasets data dir of the tfds eval sets ('' = $TFDS_DATA_DIR or ~/tensorflow_datasets)
+      'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
