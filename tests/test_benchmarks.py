@@ -28,3 +28,18 @@ def test_accumulation_benchmark(data_cache):
   assert growth['decoupled_growth'] < growth['none_growth']
   loss = next(r for r in rows if r.get('section') == 'sharded_loss')
   assert loss['devices'] == 8 and [8, 64] in loss['logit_shapes_per_device'] and not loss['holds_a_full_matrix']
+
+
+def test_data_benchmark(tmp_path):
+  env = {**os.environ}
+  env.pop('XLA_FLAGS', None)
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'data.py'), '--examples=48', '--side=48',
+                           '--image_size=32', '--batch_size=8', '--batches=2', '--workers=0,1',
+                           '--pipelines=clip,cosmos', '--profile', f'--cache_dir={tmp_path}'],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+  timed = [r for r in rows if 'samples_per_sec' in r]
+  assert [(r['pipeline'], r['workers']) for r in timed] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
+  assert all(r['samples_per_sec'] > 0 for r in timed)
+  assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}

@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""Input pipeline throughput: samples per second per core, from 256px JPEG ArrayRecord shards to model-ready batches.
+
+  python benchmarks/data.py [--pipelines=clip,cosmos] [--workers=0,1,2] [--batches=20]
+
+Writes `--examples` records once (into --cache_dir): 256px JPEGs (quality 90) cropped at random positions, scales and
+flips from scikit-learn's two bundled photographs, so that decoding costs what a natural photo costs, with captions
+and long captions from the embedded dataset. Then, per pipeline and worker count, runs the real training iterator
+(pipeline.train_iterator: read, decode, bad-record checks, the objective's views, tokenisation, batching) and prints
+one JSON line: samples/s, and samples/s per core (workers = 0 decodes in the main process, on one core).
+
+  clip:   ClipViews at 224px (resize the shorter side, centre crop, normalise) and the 77-token caption
+  cosmos: COSMOS multi-crop (2 global 224px + 6 local 96px crops, DINO colour/blur/solarise) and 8 text crops
+  clip_randaugment: clip with a (0.9, 1) RandomResizedCrop and RandAugment(2, 9)
+
+With --profile, also prints where the time of one inline pass goes (cProfile, top functions by own time).
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import os
+import pathlib
+import pstats
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from absl import app, flags  # noqa: E402
+import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+_PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], 'clip, cosmos and/or clip_randaugment.')
+_WORKERS = flags.DEFINE_list('workers', ['0', '1', '2'], 'grain worker processes to try (0 = in the main process).')
+_EXAMPLES = flags.DEFINE_integer('examples', 2048, 'Records to write.')
+_SIDE = flags.DEFINE_integer('side', 256, 'Stored JPEG side.')
+_IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'Model image size.')
+_BATCH = flags.DEFINE_integer('batch_size', 64, 'Batch size.')
+_BATCHES = flags.DEFINE_integer('batches', 20, 'Batches timed per configuration (after 2 warm-up batches).')
+_CACHE = flags.DEFINE_string('cache_dir', os.path.join(tempfile.gettempdir(), 'vlp_jax_bench_data'),
+                             'Where the JPEG shards are written once.')
+_PROFILE = flags.DEFINE_bool('profile', False, 'Print a cProfile of one inline pass per pipeline.')
+
+
+def write_jpeg_shards(directory: str, count: int, side: int) -> list[str]:
+  """`count` records of natural-photo JPEGs ([side, side], quality 90) in 4 shards; reused when present."""
+  from sklearn.datasets import load_sample_images
+  from vlp_jax.data import records, synthetic
+  done = os.path.join(directory, f'done-{count}-{side}')
+  paths = [os.path.join(directory, f'train-{i:05d}-of-00004.array_record') for i in range(4)]
+  if os.path.exists(done):
+    return paths
+  os.makedirs(directory, exist_ok=True)
+  photos = load_sample_images().images  # two 427 x 640 RGB photographs
+  rng = np.random.default_rng(0)
+
+  def examples():
+    for i in range(count):
+      photo = photos[i % len(photos)]
+      crop = int(rng.integers(side // 2, min(photo.shape[:2]) + 1))
+      top, left = rng.integers(0, photo.shape[0] - crop + 1), rng.integers(0, photo.shape[1] - crop + 1)
+      image = Image.fromarray(photo[top:top + crop, left:left + crop]).resize((side, side), Image.Resampling.BICUBIC)
+      if rng.random() < 0.5:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+      buffer = io.BytesIO()
+      image.save(buffer, format='JPEG', quality=90)
+      text = synthetic.make_example(0, 'train', 'studio', i, 16)
+      yield {**text, 'image': buffer.getvalue(), 'source': 'photos', 'key': f'photos/{i:07d}'}
+
+  written = records.write_shards(examples(), directory, 'train', count, 4)
+  assert written == paths
+  pathlib.Path(done).touch()
+  return paths
+
+
+def views_for(pipeline_name: str, image_size: int):
+  from vlp_jax import objectives
+  from vlp_jax.config import base_config
+  config = base_config()
+  config.model.vision.image_size = image_size
+  config.model.text.context_length = 77
+  if pipeline_name == 'cosmos':
+    config.objective = ml_collections.ConfigDict({'name': 'cosmos'})
+    return objectives.get('cosmos').views(config)
+  if pipeline_name == 'clip_randaugment':
+    config.data.crop_scale, config.data.augment = (0.9, 1.0), 'randaugment'
+  elif pipeline_name != 'clip':
+    raise ValueError(f"--pipelines has '{pipeline_name}'; valid choices: clip, cosmos, clip_randaugment")
+  return objectives.get('clip').views(config)
+
+
+def measure(paths: list[str], views, workers: int, batch_size: int, batches: int) -> dict[str, float]:
+  from vlp_jax.data import pipeline
+  iterator = pipeline.train_iterator(paths, views, seed=0, global_batch_size=batch_size, process_index=0,
+                                     process_count=1, num_workers=workers, num_threads=2)
+  for _ in range(2):  # warm-up: worker start, file opening, tokenizer caches
+    next(iterator)
+  began = time.perf_counter()
+  for _ in range(batches):
+    next(iterator)
+  seconds = time.perf_counter() - began
+  rate = batches * batch_size / seconds
+  return {'samples_per_sec': round(rate, 1), 'samples_per_sec_per_core': round(rate / max(1, workers), 1)}
+
+
+def profile(paths: list[str], views, examples: int = 128) -> list[dict]:
+  """Own time of the top functions for decoding and viewing `examples` records in this process."""
+  from vlp_jax.data import pipeline
+  import grain
+  loader = pipeline.LoadExamples(grain.MapDataset.source(pipeline.ShardRecords(paths)), paths)
+  rng = np.random.default_rng(0)
+  profiler = cProfile.Profile()
+  profiler.enable()
+  for i in range(examples):
+    views.random_map(loader[i], rng)
+  profiler.disable()
+  stats = pstats.Stats(profiler)
+  total = sum(v[2] for v in stats.stats.values())
+  rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]
+  return [{'function': f'{os.path.basename(f)}:{line}({name})', 'own_ms_per_example': round(1e3 * v[2] / examples, 3),
+           'share': round(v[2] / total, 3)} for (f, line, name), v in rows]
+
+
+def main(argv):
+  del argv
+  paths = write_jpeg_shards(_CACHE.value, _EXAMPLES.value, _SIDE.value)
+  cores = os.cpu_count()
+  for name in _PIPELINES.value:
+    views = views_for(name, _IMAGE_SIZE.value)
+    for workers in (int(w) for w in _WORKERS.value):
+      row = {'pipeline': name, 'workers': workers, 'image_size': _IMAGE_SIZE.value, 'stored_side': _SIDE.value,
+             'batch_size': _BATCH.value, 'machine_cores': cores,
+             **measure(paths, views, workers, _BATCH.value, _BATCHES.value)}
+      print(json.dumps(row), flush=True)
+    if _PROFILE.value:
+      print(json.dumps({'pipeline': name, 'profile': profile(paths, views)}), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
