@@ -3,12 +3,15 @@ captions, determinism across workers, idempotency, and its errors."""
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import tarfile
+import zlib
 
 import numpy as np
 import pytest
+from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
 from vlp_jax.data import convert, records
@@ -35,6 +38,16 @@ def _png(height=16, width=16, seed=0) -> bytes:
   return _encode(Image.fromarray(_noise(height, width, seed)), 'PNG')
 
 
+def _png_rgb48(values: np.ndarray) -> bytes:
+  """[H, W, 3] uint16 -> a 16-bit-per-channel RGB PNG (PIL cannot write one)."""
+  def chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack('>I', len(body)) + kind + body + struct.pack('>I', zlib.crc32(kind + body))
+  height, width = values.shape[:2]
+  rows = b''.join(b'\x00' + row.astype('>u2').tobytes() for row in values)
+  return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', width, height, 16, 2, 0, 0, 0))
+          + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b''))
+
+
 def _write(path, data: bytes) -> str:
   os.makedirs(os.path.dirname(str(path)), exist_ok=True)
   with open(path, 'wb') as f:
@@ -53,7 +66,6 @@ def _shards(output) -> list[str]:
 
 
 def _read(output) -> list[dict]:
-  from array_record.python.array_record_module import ArrayRecordReader
   examples = []
   for name in _shards(output):
     reader = ArrayRecordReader(os.path.join(output, name))
@@ -63,8 +75,8 @@ def _read(output) -> list[dict]:
 
 
 def _files(output) -> dict[str, tuple[bytes, int]]:
-  return {n: (open(os.path.join(output, n), 'rb').read(), os.stat(os.path.join(output, n)).st_mtime_ns)
-          for n in sorted(os.listdir(output))}
+  """Every file in `output` -> (its bytes, its mtime)."""
+  return {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in sorted(output.iterdir())}
 
 
 def _run(fmt, input_path, output, **options):
@@ -139,27 +151,32 @@ def _tar(path, members: list[tuple[str, bytes]]) -> str:
 def test_webdataset_samples_and_bad_samples(tmp_path):
   webp = _encode(Image.fromarray(_noise(16, 16, 7)), 'WEBP', quality=80)
   _tar(tmp_path / 'wds' / '00000.tar', [
-      ('000000000.jpg', _jpeg(seed=1)), ('000000000.txt', b'first'), ('000000000.json', b'{"url": "x"}'),
+      ('000000000.jpg', _jpeg(seed=1)), ('000000000.txt', b'first\n'), ('000000000.json', b'{"url": "x"}'),
       ('000000001.png', _png(seed=2)), ('000000001.jpg', _jpeg(seed=3)), ('000000001.txt', b'jpg wins over png'),
       ('000000002.txt', b'no image'), ('000000003.jpg', _jpeg(seed=4)),
       ('000000004.webp', webp), ('000000004.txt', b'\xff\xfe bad bytes')])
-  _tar(tmp_path / 'wds' / '00001.tar', [('000000005.webp', webp), ('000000005.txt', 'caf\u00e9 \u2615'.encode())])
+  _tar(tmp_path / 'wds' / '00001.tar', [('000000005.webp', webp), ('000000005.txt', 'caf\u00e9 \u2615'.encode()),
+                                        ('000000006.jpg', _jpeg(seed=6)), ('000000006.txt', b' \n')])
   _write(tmp_path / 'wds' / 'notes.md', b'not a tar')
   summary = _run('webdataset', tmp_path / 'wds', tmp_path / 'out')
   assert summary == {'written': 3, 'shards': 1, 'skipped': {
-      'caption_not_utf8': 1, 'missing_caption_key': 1, 'missing_image_key': 1}}
+      'caption_not_utf8': 1, 'empty_caption': 1, 'missing_caption_key': 1, 'missing_image_key': 1}}
   examples = _read(tmp_path / 'out')
   assert [e['key'] for e in examples] == ['000000000', '000000001', '000000005']
   assert [e['caption'] for e in examples] == ['first', 'jpg wins over png', 'caf\u00e9 \u2615']
   assert examples[1]['image'] == _jpeg(seed=3) and examples[2]['image'] == webp
   assert {e['source'] for e in examples} == {'wds'}
+  assert _run('webdataset', tmp_path / 'wds' / '*.tar', tmp_path / 'globbed') == summary  # a glob of the same tars
+  assert _files(tmp_path / 'globbed')['train-00000-of-00001.array_record'][0] == \
+      _files(tmp_path / 'out')['train-00000-of-00001.array_record'][0]
 
 
 def test_webdataset_truncated_tar_keeps_what_it_can(tmp_path):
   members = [(f'{i:09d}.{ext}', _png(seed=i) if ext == 'png' else f'caption {i}'.encode())
              for i in range(4) for ext in ('png', 'txt')]
   path = _tar(tmp_path / 'wds' / 'a.tar', members)
-  data = open(path, 'rb').read()
+  with open(path, 'rb') as f:
+    data = f.read()
   cut = data.index(b'IEND', data.index(b'000000003.png')) - 100  # inside the last image
   _write(path, data[:cut])
   summary = _run('webdataset', path, tmp_path / 'out')
@@ -177,6 +194,8 @@ def test_folder_modes_become_correct_rgb(tmp_path):
   palette.putpalette([0, 200, 0, 10, 20, 30])
   deep = np.zeros((16, 16), np.uint16)
   deep[:, :4], deep[:, 4:8], deep[:, 8:12] = 65535, 32896, 257
+  deep_rgb = np.zeros((16, 16, 3), np.uint16)
+  deep_rgb[..., 0], deep_rgb[..., 2] = 65535, 32896
   cmyk = Image.new('CMYK', (16, 16), (0, 255, 255, 0))  # red
   rotated = np.zeros((10, 20, 3), np.uint8)
   rotated[:, :10] = 255  # left half white; EXIF 6 = turn 90 degrees clockwise to view: white on top
@@ -187,6 +206,7 @@ def test_folder_modes_become_correct_rgb(tmp_path):
       'rgba.png': _encode(Image.fromarray(rgba), 'PNG'),
       'palette.png': _encode(palette, 'PNG', transparency=1),
       'deep.png': _encode(Image.fromarray(deep), 'PNG'),
+      'deep_rgb.png': _png_rgb48(deep_rgb),
       'cmyk.jpg': _encode(cmyk, 'JPEG', quality=95),
       'la.png': _encode(Image.fromarray(np.stack([grey, np.full_like(grey, 0)], -1), 'LA'), 'PNG'),
       'plain.bmp': _encode(Image.fromarray(_noise(16, 16, 9)), 'BMP'),
@@ -199,7 +219,7 @@ def test_folder_modes_become_correct_rgb(tmp_path):
             json.dumps({'file_name': 'grey.png'}), json.dumps({'file_name': 'grey.png', 'caption': 1984})]
   _write(folder / 'metadata.jsonl', '\n'.join(lines).encode() + b'\n')
   summary = _run('folder', folder, tmp_path / 'out')
-  assert summary == {'written': 9, 'shards': 1, 'skipped': {
+  assert summary == {'written': 10, 'shards': 1, 'skipped': {
       'caption_not_text': 1, 'empty_caption': 1, 'invalid_json': 1, 'missing_image_key': 1}}
   written = _read(tmp_path / 'out')
   assert [e['key'] for e in written] == [*images, 'grey.png']
@@ -214,14 +234,16 @@ def test_folder_modes_become_correct_rgb(tmp_path):
   np.testing.assert_array_equal(decoded['palette.png'][0, 0], (0, 200, 0))
   np.testing.assert_array_equal(decoded['palette.png'][0, 1], (255, 255, 255))  # the transparent index
   np.testing.assert_array_equal(decoded['deep.png'][0, [0, 4, 8, 12], 0], (255, 128, 1, 0))  # scaled, not clipped
+  np.testing.assert_array_equal(decoded['deep_rgb.png'][3, 3], (255, 0, 128))
   np.testing.assert_allclose(decoded['cmyk.jpg'][8, 8], (255, 0, 0), atol=3)
   np.testing.assert_array_equal(decoded['la.png'], 255)  # fully transparent grey on white
   np.testing.assert_array_equal(decoded['plain.bmp'], _noise(16, 16, 9))  # lossless source: PNG, exact
   assert decoded['rotated.jpg'].shape == (20, 10, 3)
   assert decoded['rotated.jpg'][:8].mean() > 240 and decoded['rotated.jpg'][12:].mean() < 15
-  for name in ('rgba.png', 'palette.png', 'deep.png', 'la.png', 'plain.bmp', 'cmyk.jpg', 'rotated.jpg'):
+  for name in ('rgba.png', 'palette.png', 'deep.png', 'deep_rgb.png', 'la.png', 'plain.bmp', 'cmyk.jpg',
+               'rotated.jpg'):
     stored = examples[name]['image']
-    assert stored.startswith(JPEG_MAGIC if name.endswith('.jpg') else PNG_MAGIC), name
+    assert stored != images[name] and stored.startswith(JPEG_MAGIC if name.endswith('.jpg') else PNG_MAGIC), name
     with Image.open(io.BytesIO(stored)) as image:  # re-encoded as plain RGB: any decoder gets it right
       assert image.mode == 'RGB' and not image.info.get('transparency') and not image.getexif(), name
 
@@ -239,7 +261,7 @@ def test_max_side_shrinks_keeping_aspect(tmp_path):
   shapes = {k: records.decode_image(e['image']).shape[:2] for k, e in examples.items()}
   assert shapes == {'wide.png': (10, 20), 'tall.jpg': (20, 11), 'small.png': (10, 10)}
   assert examples['wide.png']['image'].startswith(JPEG_MAGIC)
-  assert examples['small.png']['image'] == open(tmp_path / 'small.png', 'rb').read()  # within the limit: kept
+  assert examples['small.png']['image'] == (tmp_path / 'small.png').read_bytes()  # within the limit: kept
 
 
 def test_long_captions_match_by_key_then_basename(tmp_path):
@@ -247,7 +269,8 @@ def test_long_captions_match_by_key_then_basename(tmp_path):
     _write(tmp_path / 'imgs' / name, _png(seed=len(name)))
   tsv = _write_table(tmp_path / 'cc.tsv', [(f'imgs/{n}', f'short {n}') for n in ('a.jpg', 'b.png', 'c.jpg', 'd.jpg')])
   long_path = _write(tmp_path / 'long.json', json.dumps(
-      {'imgs/a.jpg': 'Long a.', 'b.png': ['Long', 'b.'], 'c': 'Long c.', 'zzz': 'unused'}).encode())
+      {'a.jpg': 'not this: the key comes first', 'imgs/a.jpg': 'Long a.', 'b.png': ['Long', 'b.'], 'c': 'Long c.',
+       'zzz': 'unused'}).encode())
   summary = _run('tsv', tsv, tmp_path / 'out', long_captions=long_path)
   assert summary['long_captions_matched'] == 3
   assert [e['long_caption'] for e in _read(tmp_path / 'out')] == ['Long a.', 'Long b.', 'Long c.', '']

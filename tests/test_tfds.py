@@ -284,3 +284,27 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   metrics = run_evaluations(encoder, sets, ('zeroshot', 'retrieval', 'affinity'))
   assert 0 <= metrics['eval/cifar10/zeroshot_top1'] <= 1 and 'eval/cifar10/i2t_r1' not in metrics
   assert 0 <= metrics['eval/coco_captions/t2i_r5'] <= 1 and 'eval/coco_captions/zeroshot_top1' not in metrics
+
+
+def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, micro, tmp_path):
+  """config.data.path lists sources; 'tfds:cifar10:test' is written once as shards of our schema."""
+  from vlp_jax.data import mixing
+  data_dir, written = prepared
+  micro.data.update(name='array_record', path='synthetic, tfds:cifar10:test', tfds_dir=data_dir,
+                    cache_dir=str(tmp_path))
+  paths = datasets.train_paths(micro.data)
+  assert paths == datasets.train_paths(micro.data)  # written once, then reused
+  sources = mixing.shard_sources(paths)
+  assert mixing.source_names(sources) == ('studio', 'web', 'sketch', 'cifar10')
+  cifar = pipeline.read_all([p for p, s in zip(paths, sources) if s == 'cifar10'])
+  assert len(cifar) == 7 and all(e['source'] == 'cifar10' for e in cifar)
+  names = {e['label']: e['caption'] for e in cifar}
+  assert all(caption == f'a photo of a {CIFAR10_NAMES[label]}.' for label, caption in names.items())
+  iterator = pipeline.train_iterator(paths, pipeline.ClipViews(16, 16), seed=0, global_batch_size=8, process_index=0,
+                                     process_count=1, mixing='weighted', sources=sources,
+                                     source_weights='studio=1,web=1,sketch=1,cifar10=3')
+  _, status = pipeline.pop_status(next(iterator))
+  assert 3 in status['record_source']  # cifar10 examples come through the same pipeline
+  micro.data.path = 'synthetic,/nowhere'
+  with pytest.raises(datasets.DataNotFoundError, match="entry '/nowhere' holds no ArrayRecord shards"):
+    datasets.train_paths(micro.data)

@@ -31,7 +31,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.objective = ml_collections.ConfigDict({'name': 'clip', 'terms': ()})
   c.data = ml_collections.ConfigDict({
       'name': 'synthetic',  # or 'array_record'
-      'path': '',  # directory or glob of ArrayRecord shards (array_record)
+      # array_record: comma-separated sources, each a directory or glob of our shards, 'synthetic' (the embedded
+      # dataset) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into cache_dir)
+      'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
       # The image view of CLIP-style objectives (pipeline.ClipViews): () = resize and centre crop (OpenAI CLIP), or

@@ -42,8 +42,9 @@ import sys
 import tarfile
 import tempfile
 import time
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
+from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image, ImageFile
 
 from vlp_jax.data import records
@@ -226,7 +227,7 @@ def prepare_image(data: bytes, max_side: int = 0, max_pixels: int = records.DEFA
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Reading the inputs (in the parent process): the index of every example, in input order
+# Reading the inputs: the index of every example, in input order
 
 
 def input_files(fmt: str, input_path: str) -> list[str]:
@@ -390,7 +391,7 @@ def find_long_caption(captions: dict[str, str], key: str, image_name: str) -> st
 # Converting (in worker processes)
 
 
-def _read_member(member: TarMember, files: dict[str, Any]) -> bytes:
+def _read_member(member: TarMember, files: dict[str, BinaryIO]) -> bytes:
   if member.path not in files:
     files[member.path] = open(member.path, 'rb')  # pylint: disable=consider-using-with  # closed by the caller
   handle = files[member.path]
@@ -401,7 +402,7 @@ def _read_member(member: TarMember, files: dict[str, Any]) -> bytes:
   return data
 
 
-def _caption(entry: Entry, files: dict[str, Any]) -> str:
+def _caption(entry: Entry, files: dict[str, BinaryIO]) -> str:
   caption = entry.caption
   if isinstance(caption, TarMember):
     try:
@@ -416,7 +417,7 @@ def _caption(entry: Entry, files: dict[str, Any]) -> str:
   return caption
 
 
-def _image_bytes(entry: Entry, files: dict[str, Any]) -> bytes:
+def _image_bytes(entry: Entry, files: dict[str, BinaryIO]) -> bytes:
   if isinstance(entry.image, TarMember):
     return _read_member(entry.image, files)
   try:
@@ -426,7 +427,7 @@ def _image_bytes(entry: Entry, files: dict[str, Any]) -> bytes:
     raise records.BadRecordError('missing_file', str(error)) from error
 
 
-def convert_entry(entry: Entry, settings: Settings, files: dict[str, Any]) -> bytes:
+def convert_entry(entry: Entry, settings: Settings, files: dict[str, BinaryIO]) -> bytes:
   """One entry -> its serialized record; raises records.BadRecordError with the reason it cannot be used."""
   if entry.skip:
     raise records.BadRecordError(entry.skip, entry.key)
@@ -439,7 +440,7 @@ def convert_entry(entry: Entry, settings: Settings, files: dict[str, Any]) -> by
 def convert_chunk(entries: list[Entry], settings: Settings) -> list[bytes | str]:
   """Each entry -> its serialized record (bytes) or the reason it was skipped (str)."""
   results = []
-  files: dict[str, Any] = {}
+  files: dict[str, BinaryIO] = {}
   try:
     for entry in entries:
       try:
@@ -492,9 +493,9 @@ class _Progress:
     rate = done / max(now - self.start, 1e-9)
     line = f'convert: {done} examples'
     if self.total and not final:
-      eta = max(self.total - done, 0) / rate if rate else 0.0
+      eta = round(max(self.total - done, 0) / rate) if rate else 0
       line = (f'convert: {done}/{self.total} examples ({100 * done / self.total:.0f}%), '
-              f'ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}')
+              f'ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}')
     print(f'{line}, {rate:.0f}/s', end='\r' if sys.stderr.isatty() and not final else '\n', file=sys.stderr,
           flush=True)
 
@@ -511,7 +512,6 @@ class _ShardWriter:
   def write(self, record: bytes) -> None:
     if self._writer is None or self._count == self.per_shard:
       self._close_current()
-      from array_record.python.array_record_module import ArrayRecordWriter  # pylint: disable=g-import-not-at-top
       self.paths.append(temporary_shard_path(self.directory, self.prefix, len(self.paths)))
       self._writer, self._count = ArrayRecordWriter(self.paths[-1], WRITER_OPTIONS), 0
     self._writer.write(record)
@@ -749,7 +749,8 @@ def convert(fmt: str, input: str, output: str, *, image_column: str | None = Non
   """Convert `input` (in format `fmt`, one of FORMATS) into shards under `output`; the options are the CLI flags.
 
   Returns the summary {'written': N, 'skipped': {reason: count}, 'shards': n[, 'long_captions_matched': m]}; when
-  `output` already holds this exact conversion, returns its saved summary and writes nothing.
+  `output` already holds this exact conversion, returns its saved summary and writes nothing. With num_workers > 1
+  the workers are 'spawn' processes: a script that calls this must do so under `if __name__ == '__main__':`.
   """
   options = _resolve_options(fmt, input, image_column, caption_column, image_keys, caption_key, jsonl, source,
                              max_side, max_pixels, prefix, examples_per_shard)
@@ -838,7 +839,8 @@ def _define_flags():
   }
 
 
-def main(argv, flag_values) -> None:
+def main(argv: list[str], flag_values: dict[str, Any]) -> None:
+  """Runs `convert` with the flag values; prints the summary as one JSON line, or `error: ...` and exits 2."""
   if len(argv) > 1:
     print(f'error: unexpected arguments {argv[1:]}', file=sys.stderr)
     sys.exit(2)

@@ -64,19 +64,37 @@ def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
   if data.name == 'array_record':
     if split != 'train':
       raise ValueError(f"array_record data at config.data.path has only the 'train' split, not '{split}'")
-    pattern = data.path if any(c in data.path for c in '*?[') else os.path.join(data.path, '*.array_record')
-    paths = sorted(glob.glob(pattern))
-    if not data.path or not paths:
-      where = (f"config.data.path='{data.path}' holds no ArrayRecord shards (looked for {pattern})."
-               if data.path else 'config.data.path is empty: this config trains on data you prepare yourself.')
-      raise DataNotFoundError(
-          f'{where}\n'
-          'Prepare the data first: convert your image-text pairs (e.g. CC3M as TSV or webdataset) into ArrayRecord '
-          'files in the vlp_jax record format described in vlp_jax/data/records.py (one msgpack map per example, '
-          'written with group_size:1), then pass --config.data.path=/path/to/shards. docs/data.md describes the '
-          'schema and the converter.')
-    return paths
+    if not data.path.strip():
+      raise DataNotFoundError('config.data.path is empty: this config trains on data you prepare yourself.\n'
+                              + PREPARE_HELP)
+    return [path for item in data.path.split(',') if item.strip() for path in source_paths(item.strip(), data)]
   raise ValueError(f"config.data.name='{data.name}' is not a known dataset; valid choices: {sorted(TRAIN_DATASETS)}")
+
+
+PREPARE_HELP = (
+    'Prepare the data first: convert your image-text pairs (a TSV/CSV of paths and captions, img2dataset webdataset '
+    'tars, or a folder of images with a JSONL file) into ArrayRecord shards with\n'
+    '  python -m vlp_jax.data.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m_shards\n'
+    'then pass --config.data.path=/data/cc3m_shards (docs/data.md).')
+
+
+def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
+  """The training shards of one entry of config.data.path: a directory or glob of our shards, 'synthetic' (the
+  embedded dataset's training shards) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into the
+  cache directory)."""
+  if item == 'synthetic':
+    root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
+    return synthetic.shard_paths(root, 'train', tuple(data.synthetic.sources))
+  if item.startswith('tfds:'):
+    name, _, split = item[len('tfds:'):].partition(':')
+    return tfds_sets.training_shards(name, split or 'train', data.tfds_dir or None,
+                                     data.cache_dir or synthetic.default_cache_dir())
+  pattern = item if any(c in item for c in '*?[') else os.path.join(item, '*.array_record')
+  paths = sorted(glob.glob(pattern))
+  if not paths:
+    raise DataNotFoundError(f"config.data.path entry '{item}' holds no ArrayRecord shards (looked for {pattern}).\n"
+                            + PREPARE_HELP)
+  return paths
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')

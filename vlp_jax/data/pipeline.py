@@ -124,7 +124,7 @@ class LoadExamples(grain.MapDataset):
     else:
       raise DataError(f'{MAX_SUBSTITUTES + 1} records in a row are bad, from position {index} of the stream (in shard '
                       f'{self._shard_paths[shard]}); the last: {last}. Check the data, e.g. with '
-                      'vlp_jax.data.convert, which reports every skipped record.')
+                      'vlp_jax.data.convert, which counts the records it skips per reason.')
     source = example.get('source', '')
     example['record_error'] = np.int32(error)
     example['record_shard'] = np.int32(shard)

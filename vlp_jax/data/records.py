@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from typing import Any, Iterable
 
 import msgpack
@@ -77,7 +78,10 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
   if not data:
     raise BadRecordError('empty_image', 'the image has no bytes')
   try:
-    with Image.open(io.BytesIO(data)) as image:
+    with warnings.catch_warnings():  # PIL warns about large images; the size check below decides
+      warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+      image = Image.open(io.BytesIO(data))
+    with image:
       width, height = image.size
       if width * height == 0:
         raise BadRecordError('empty_image', f'the image is {width}x{height}')
@@ -87,7 +91,9 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
       return to_rgb(image)
   except BadRecordError:
     raise
-  except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:  # what PIL raises on bad bytes
+  except Image.DecompressionBombError as error:  # PIL refuses twice its limit before we see the size
+    raise BadRecordError('too_large', str(error)) from error
+  except (OSError, ValueError, SyntaxError) as error:  # what PIL raises on bad bytes
     raise BadRecordError('corrupt_image', f'{type(error).__name__}: {error}') from error
 
 

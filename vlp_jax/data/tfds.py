@@ -271,6 +271,56 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
                           templates=(), captions=captions, caption_image=np.array(caption_image, np.int64))
 
 
+def training_record(name: str, features: Mapping[str, Any], class_names_: Sequence[str]) -> dict[str, Any]:
+  """A raw `open_source` example -> a record of our schema (records.py), the image bytes kept as tfds stored them.
+
+  Caption datasets: the first caption, with every caption joined as the long caption (sentences for COSMOS text
+  crops). Class datasets: 'a photo of a {class}.' and the label.
+  """
+  spec = dataset_spec(name)
+  captions = [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else []
+  label = int(features[spec.label_key]) if spec.label_key else -1
+  caption = captions[0] if captions else f'a photo of a {class_names_[label]}.'
+  return {'image': bytes(features[spec.image_key]), 'caption': caption,
+          'long_caption': ' '.join(c.strip().rstrip('.') + '.' for c in captions), 'label': label, 'source': name,
+          'key': f'{name}/{_text(features[spec.key_feature])}'}
+
+
+def training_shards(name: str, split: str, data_dir: str | None, cache_dir: str, examples_per_shard: int = 10000,
+                    verbose: bool = True) -> list[str]:
+  """A prepared tfds split as ArrayRecord shards of our schema (written once into `cache_dir`, like the embedded
+  dataset), so that it trains, mixes and resumes like any other source. Returns the shard paths."""
+  import hashlib
+  import os
+  import shutil
+  import tempfile
+  spec = dataset_spec(name)
+  source = open_source(name, split, data_dir)
+  version_dir = prepared_version_dir(spec, resolve_data_dir(data_dir))
+  digest = hashlib.sha256(f'{version_dir}|{split}|{len(source)}'.encode()).hexdigest()[:12]
+  root = os.path.join(cache_dir, f'tfds-{name}-{split}-{digest}')
+  done = os.path.join(root, 'done')
+  if not os.path.exists(done):
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f'.tfds-{name}-tmp-', dir=cache_dir)
+    try:
+      if verbose:
+        print(f'Writing tfds {name}:{split} ({len(source)} examples) as training shards into {root} ...', flush=True)
+      names = class_names(name, source)
+      num_shards = max(1, -(-len(source) // examples_per_shard))
+      records.write_shards((training_record(name, source[i], names) for i in range(len(source))), tmp, split,
+                           len(source), num_shards)
+      open(os.path.join(tmp, 'done'), 'w').close()
+      try:
+        os.rename(tmp, root)
+      except OSError:  # another process finished first
+        if not os.path.exists(done):
+          raise
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
+  return sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith('.array_record'))
+
+
 def examples_dataset(name: str, split: str | None, data_dir: str | None) -> grain.MapDataset:
   """A grain MapDataset of the `to_example` dicts of a prepared split, for streaming (e.g. as a training source)."""
   return grain.MapDataset.source(open_source(name, split, data_dir)).map(functools.partial(to_example, name))
