@@ -377,3 +377,26 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, capsys):
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert err.startswith("error: --format 'parquet' is not known") and 'Traceback' not in err
+
+
+def test_img2dataset_output_to_training(tmp_path, micro):
+  """The README's path: webdataset tars as img2dataset writes them -> convert -> train on the shards."""
+  from vlp_jax.data import synthetic
+  from vlp_jax.training.loop import train_and_evaluate
+  from vlp_jax.training.writer import read_metrics
+  members = []
+  for i in range(40):
+    example = synthetic.make_example(0, 'train', 'web', i, 16)
+    key = f'{i:09d}'
+    members += [(f'{key}.jpg', _encode(Image.fromarray(records.decode_image(example['image'])), 'JPEG')),
+                (f'{key}.txt', example['caption'].encode()), (f'{key}.json', json.dumps({'key': key}).encode())]
+  members.append(('000000040.txt', b'a caption without its image'))
+  for shard in range(2):
+    _tar(tmp_path / 'wds' / f'{shard:05d}.tar', members[shard * 60:(shard + 1) * 60] + (members[120:] if shard else []))
+  summary = _run('webdataset', tmp_path / 'wds', tmp_path / 'shards', source='web_demo', examples_per_shard=16)
+  assert summary['written'] == 40 and summary['skipped'] == {'missing_image_key': 1}
+  micro.data.name, micro.data.path = 'array_record', str(tmp_path / 'shards')
+  micro.total_steps, micro.eval.every_steps = 4, 4
+  train_and_evaluate(micro, str(tmp_path / 'run'))
+  last = [m for m in read_metrics(str(tmp_path / 'run')) if 'train/data/examples/web_demo' in m][-1]
+  assert last['train/data/examples/web_demo'] == 4 * micro.batch_size and last['train/data/skipped_fraction'] == 0
