@@ -171,6 +171,9 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   last = [m for m in read_metrics(str(tmp_path / 'lenient')) if 'train/data/skipped_fraction' in m][-1]
   assert last['train/data/skipped_fraction'] == pytest.approx(sum(bad.values()) / 96)
   assert sum(last['train/data/examples/' + s] for s in ('studio', 'web', 'sketch')) == 96
+  # where the host's time went between logs: waiting for data, or for the devices (perf/, issue 9)
+  assert 0 <= last['perf/data_wait_fraction'] < 1 and 0 <= last['perf/device_wait_fraction'] < 1
+  assert last['perf/step_seconds'] > 0
 
   micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
   with pytest.raises(pipeline.DataError, match='sketch.array_record: '):

@@ -41,5 +41,5 @@ def test_data_benchmark(tmp_path):
   rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
   timed = [r for r in rows if 'samples_per_sec' in r]
   assert [(r['pipeline'], r['workers']) for r in timed] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
-  assert all(r['samples_per_sec'] > 0 for r in timed)
+  assert all(r['samples_per_sec'] > 0 and r['samples_per_cpu_sec'] > 0 for r in timed)
   assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}

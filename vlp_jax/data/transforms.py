@@ -67,30 +67,47 @@ def _blend(image: np.ndarray, other: np.ndarray | float, factor: float) -> np.nd
   return np.clip(factor * image + (1.0 - factor) * other, 0.0, 255.0)
 
 
+def _planes(image: np.ndarray) -> np.ndarray:
+  """[..., 3] -> [3, ...] contiguous: elementwise work on channel planes is ~3x faster than on strided channels, and
+  reductions over a last axis of 3 ~25x slower than elementwise maxima. Colour jitter runs on every crop of every
+  SLIP and COSMOS view, so this matters."""
+  return np.ascontiguousarray(np.moveaxis(image, -1, 0))
+
+
+def _fraction(x: np.ndarray) -> np.ndarray:
+  """x mod 1 (faster than numpy's float %)."""
+  return x - np.floor(x)
+
+
 def _rgb_to_hsv(rgb: np.ndarray) -> np.ndarray:
   """float [..., 3] in [0, 1] -> HSV in [0, 1] (hue as a fraction of a turn), as colorsys does per pixel."""
-  r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-  maxc, minc = rgb.max(axis=-1), rgb.min(axis=-1)
-  delta = maxc - minc
+  r, g, b = _planes(rgb)
+  maxc = np.maximum(np.maximum(r, g), b)
+  delta = maxc - np.minimum(np.minimum(r, g), b)
   s = delta / np.maximum(maxc, 1e-12)
   inv = 1.0 / np.maximum(delta, 1e-12)
   h = np.where(maxc == r, (g - b) * inv, np.where(maxc == g, 2.0 + (b - r) * inv, 4.0 + (r - g) * inv))
-  h = np.where(delta > 0, (h / 6.0) % 1.0, 0.0)
+  h = np.where(delta > 0, _fraction(h / 6.0), 0.0)
   return np.stack([h, s, maxc], axis=-1).astype(rgb.dtype)
 
 
 def _hsv_to_rgb(hsv: np.ndarray) -> np.ndarray:
   """Inverse of `_rgb_to_hsv`: channel n of (R, G, B) is v (1 - s clip(min(k, 4 - k), 0, 1)) with
   k = (n' + 6 h) mod 6 and n' = 5, 3, 1."""
-  h, s, v = hsv[..., :1], hsv[..., 1:2], hsv[..., 2:]
-  k = (np.array((5.0, 3.0, 1.0), hsv.dtype) + 6.0 * h) % 6.0
-  return v * (1.0 - s * np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0))
+  h, s, v = _planes(hsv)
+  h6 = 6.0 * h
+  channels = []
+  for offset in (5.0, 3.0, 1.0):
+    k = h6 + offset
+    k -= 6.0 * np.floor(k / 6.0)
+    channels.append(v * (1.0 - s * np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0)))
+  return np.stack(channels, axis=-1)
 
 
 def _adjust_hue(image: np.ndarray, hue_factor: float) -> np.ndarray:
   """float [H, W, 3] in [0, 255]: rotate the hue by `hue_factor` of a turn."""
   hsv = _rgb_to_hsv(image / 255.0)
-  hsv[..., 0] = (hsv[..., 0] + hue_factor) % 1.0
+  hsv[..., 0] = _fraction(hsv[..., 0] + hue_factor)
   return _hsv_to_rgb(hsv) * 255.0
 
 

@@ -31,11 +31,21 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-  """Step rate and ETA over the training steps only (evaluation and checkpoint time excluded)."""
+  """Step rate and ETA over the training steps only (evaluation and checkpoint time excluded), and where the host's
+  time goes: waiting for the input pipeline (`waited_for_data`) or for the devices' results (`waited_for_device`).
+  The loop dispatches step n + 1 before it reads step n's results, so device time that is not waited for overlaps
+  the input pipeline and the host's work."""
 
   def __init__(self, total_steps: int, batch_size: int, start_step: int):
     self.total_steps, self.batch_size = total_steps, batch_size
     self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
+    self.data_seconds = self.device_seconds = 0.0
+
+  def waited_for_data(self, seconds: float) -> None:
+    self.data_seconds += seconds
+
+  def waited_for_device(self, seconds: float) -> None:
+    self.device_seconds += seconds
 
   def pause(self) -> None:
     self.paused_at = time.perf_counter()
@@ -54,7 +64,11 @@ class Progress:
     self.train_steps += steps
     rate = steps / max(seconds, 1e-9)
     mean_rate = self.train_steps / max(self.train_seconds, 1e-9)
+    waits = {'perf/data_wait_fraction': self.data_seconds / max(seconds, 1e-9),
+             'perf/device_wait_fraction': self.device_seconds / max(seconds, 1e-9)}
+    self.data_seconds = self.device_seconds = 0.0
     return {'perf/samples_per_sec': rate * self.batch_size, 'perf/steps_per_sec': rate,
+            'perf/step_seconds': seconds / steps, **waits,
             'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9)}
 
 
@@ -185,17 +199,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   try:
     with guards.PreemptionWatcher() as preemption:
       for step in range(start_step + 1, last_step + 1):
+        began = time.perf_counter()
         local_batch, status = pipeline.pop_status(next(data_iterator))
         record_stats.update(status)
         batch = parallel.global_batch(local_batch, mesh)
+        progress.waited_for_data(time.perf_counter() - began)
         state, metrics = step_fn(state, batch, step_rng)
         if step == start_step + 1:  # the first step compiles; keep it out of the throughput figures
           jax.block_until_ready(state)
           progress = Progress(config.total_steps, config.batch_size, step)
           print(f'Compiled and ran step {step}.', flush=True)
         to_check = ([previous] if previous else []) + ([(step, metrics)] if step == last_step else [])
+        began = time.perf_counter()
         for checked_step, checked in to_check:
           nonfinite.record(checked_step, bool(parallel.to_host(checked['nonfinite']) > 0))
+        progress.waited_for_device(time.perf_counter() - began)
         previous = (step, metrics)
         if nonfinite.exceeded():
           save(step)
@@ -206,7 +224,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
               f'in {checkpointer.directory}. Lower config.optim.lr, set config.optim.grad_clip_norm, or check the '
               'data.')
         if step % config.log_every_steps == 0 or step == config.total_steps:
+          began = time.perf_counter()
           metrics = {f'train/{k}': float(v) for k, v in parallel.to_host(metrics).items()}
+          progress.waited_for_device(time.perf_counter() - began)
           metrics['train/learning_rate'] = float(schedule(step - 1))
           metrics['train/nonfinite_steps'] = nonfinite.total
           try:
