@@ -43,3 +43,17 @@ def test_data_benchmark(tmp_path):
   assert [(r['pipeline'], r['workers']) for r in timed] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
   assert all(r['samples_per_sec'] > 0 and r['samples_per_cpu_sec'] > 0 for r in timed)
   assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}
+
+
+def test_train_step_benchmark():
+  env = {**os.environ}
+  env.pop('XLA_FLAGS', None)
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'train_step.py'), '--model=tiny',
+                           '--batch_size=8', '--objective=saco', '--precision=fp32', '--steps=1', '--warmup=0',
+                           '--peak_size=256'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+  assert [(r['objective'], r['batch_size']) for r in rows] == [('saco', 8)]  # a term on CLIP
+  for row in rows:
+    assert row['flops_per_step'] > 0 and row['samples_per_sec'] > 0 and row['peak_bytes'] > 0
+    assert row['utilisation'] == round(row['achieved_flops_per_sec'] / row['peak_flops_per_sec'], 4)

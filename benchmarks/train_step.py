@@ -1,0 +1,160 @@
+#!/usr/bin/env python
+"""Train-step speed and utilisation: one JSON line per (model, batch size, objective, precision).
+
+  python benchmarks/train_step.py --model=ViT-B-32 --batch_size=32 --objective=clip --precision=fp32
+  python benchmarks/train_step.py --model=tiny,ViT-B-32 --batch_size=32,128 --objective=clip,siglip,saco,slip,cosmos,zerovl
+
+Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
+XLA's cost analysis and the FLOP/s achieved, and the utilisation: achieved FLOP/s over the machine's peak, measured
+in the same run as the median time of a large matmul (--peak_size square; fp32 on CPU, bf16 on GPU). It also has
+the compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
+
+Models are the presets of vlp_jax.models (names as in open_clip: ViT-B-32, ViT-B-16, ...; and 'tiny'). Objectives
+are registered objective names or terms ('saco' adds the SaCo term to CLIP), with their default options. The batch
+is real: the objective's own views of embedded-dataset examples rendered at the model's image size, repeated to the
+batch size. The step runs on one device (on CPU, one device uses every core).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+_MODELS = flags.DEFINE_list('model', ['ViT-B-32'], 'Model presets (vlp_jax.models.PRESETS).')
+_BATCHES = flags.DEFINE_list('batch_size', ['32'], 'Global batch sizes.')
+_OBJECTIVES = flags.DEFINE_list('objective', ['clip'], 'Objectives (or the term saco).')
+_PRECISIONS = flags.DEFINE_list('precision', ['fp32'], 'fp32 and/or bf16 (the model dtype; parameters stay fp32).')
+_STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps.')
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compiling.')
+_PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Side of the peak matmul (0: 2048 on CPU, 8192 on GPU).')
+_REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block.')
+
+PRECISIONS = {'fp32': 'float32', 'bf16': 'bfloat16'}
+
+
+def median_seconds(fn, repeats: int) -> float:
+  """Median wall time of `fn()` (which must block until its result is ready)."""
+  times = []
+  for _ in range(repeats):
+    began = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - began)
+  return statistics.median(times)
+
+
+def matmul_peak(size: int, dtype) -> dict[str, float]:
+  """FLOP/s of a [size, size] x [size, size] matmul in `dtype`: the machine's practical peak for dense compute."""
+  import jax
+  import jax.numpy as jnp
+  a = jax.random.normal(jax.random.key(0), (size, size), dtype)
+  b = jax.random.normal(jax.random.key(1), (size, size), dtype)
+  matmul = jax.jit(lambda x, y: x @ y)
+  matmul(a, b).block_until_ready()
+  seconds = median_seconds(lambda: matmul(a, b).block_until_ready(), 7)
+  return {'peak_flops_per_sec': 2 * size**3 / seconds, 'peak_matmul_size': size}
+
+
+def build_config(model: str, batch_size: int, objective: str, precision: str, remat: bool):
+  import ml_collections
+  from vlp_jax import models, objectives
+  from vlp_jax.config import base_config, validate, with_term
+  config = base_config()
+  config.batch_size = batch_size
+  config.model = models.preset(model)
+  if precision not in PRECISIONS:
+    raise ValueError(f"--precision has '{precision}'; valid choices: {list(PRECISIONS)}")
+  config.model.dtype = PRECISIONS[precision]
+  config.model.remat = remat
+  objectives.names()  # discovers every objective and term module
+  if objective in objectives.term_registry():
+    config = with_term(config, objective)
+  else:
+    config.objective = ml_collections.ConfigDict({'name': objective, 'terms': ()})
+  validate(config, num_devices=1)
+  return config
+
+
+def real_batch(config, batch_size: int) -> dict:
+  """The objective's views of a few embedded-dataset examples at the model's image size, tiled to `batch_size`."""
+  import numpy as np
+  from vlp_jax import objectives
+  from vlp_jax.data import pipeline, records, synthetic
+  views = objectives.get(config.objective.name).views(config)
+  size = config.model.vision.image_size
+  rng = np.random.default_rng(0)
+  examples = [views.random_map(pipeline.DecodeRecord().map(records.serialize(
+      synthetic.make_example(0, 'train', synthetic.SOURCES[i % 3], i, size))), rng) for i in range(8)]
+  return {k: np.stack([examples[i % len(examples)][k] for i in range(batch_size)]) for k in examples[0]}
+
+
+def measure(model: str, batch_size: int, objective: str, precision: str, peak: dict) -> dict:
+  import jax
+  from benchmarks.common import compiled_memory
+  from vlp_jax import models, objectives, parallel
+  from vlp_jax.training import optim
+  from vlp_jax.training.state import create_train_state
+  from vlp_jax.training.step import train_step
+  config = build_config(model, batch_size, objective, precision, _REMAT.value)
+  net = models.build_model(config.model)
+  obj = objectives.build(config, net)
+  tx = optim.make_optimizer(config.optim, config.total_steps)
+  device = jax.devices()[0]
+  mesh = parallel.make_mesh(1, [device])
+  state = jax.device_put(create_train_state(obj, tx, jax.random.key(0)), device)
+  batch = jax.device_put(real_batch(config, batch_size), device)
+  rng = jax.random.key(1)
+  began = time.perf_counter()
+  with jax.set_mesh(mesh):
+    compiled = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).lower(state, batch,
+                                                                                             rng).compile()
+  compile_seconds = time.perf_counter() - began
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = float(cost.get('flops', 0.0))
+
+  def step():
+    nonlocal state
+    state, metrics = compiled(state, batch, rng)
+    jax.block_until_ready(metrics)
+
+  for _ in range(_WARMUP.value):
+    step()
+  seconds = median_seconds(step, _STEPS.value)
+  achieved = flops / seconds
+  return {
+      'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
+      'remat': _REMAT.value, 'device': device.device_kind, 'platform': device.platform,
+      'compile_seconds': round(compile_seconds, 2), 'step_seconds': round(seconds, 4),
+      'samples_per_sec': round(batch_size / seconds, 2), 'flops_per_step': flops,
+      'achieved_flops_per_sec': achieved, 'peak_flops_per_sec': peak['peak_flops_per_sec'],
+      'peak_matmul_size': peak['peak_matmul_size'], 'utilisation': round(achieved / peak['peak_flops_per_sec'], 4),
+      **{k: v for k, v in compiled_memory(compiled).items() if k == 'peak_bytes'},
+      'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+      'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
+  }
+
+
+def main(argv):
+  del argv
+  import jax
+  import jax.numpy as jnp
+  on_gpu = jax.devices()[0].platform == 'gpu'
+  # The peak is the machine's, whatever the step's precision: fp32 on CPU, bf16 on GPU (its tensor cores).
+  peak = matmul_peak(_PEAK_SIZE.value or (8192 if on_gpu else 2048), jnp.bfloat16 if on_gpu else jnp.float32)
+  for model in _MODELS.value:
+    for batch_size in (int(b) for b in _BATCHES.value):
+      for objective in _OBJECTIVES.value:
+        for precision in _PRECISIONS.value:
+          print(json.dumps(measure(model, batch_size, objective, precision, peak)), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
