@@ -55,11 +55,16 @@ def _configure(config, setup):
   return config
 
 
+_COMPILED = {}  # (objective, mode, num_micro) -> jitted loss and gradients: one compile per setup and mode
+
+
 def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
-  fn = accumulation.loss_and_grad_fn(mode, num_micro)
+  key = (objective, mode, num_micro)
+  if key not in _COMPILED:
+    fn = accumulation.loss_and_grad_fn(mode, num_micro)
+    _COMPILED[key] = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))
   with jax.set_mesh(mesh):
-    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
-        params, state, parallel.global_batch(batch, mesh), rng)
+    out = _COMPILED[key](params, state, parallel.global_batch(batch, mesh), rng)
   return parallel.to_host(out)
 
 
@@ -217,18 +222,18 @@ def test_remat_keeps_parameters_and_gradients(micro):
 
 def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
   objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = objective.init_variables(jax.random.key(0))
+  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
   micro.model.dtype = 'bfloat16'
   validate(micro)
   half = objectives.build(micro, models.build_model(micro.model))
-  h_params, _ = half.init_variables(jax.random.key(0))
+  h_params, _ = jax.jit(half.init_variables)(jax.random.key(0))
   chex.assert_trees_all_equal(h_params, params)  # float32 master weights
   batch, mesh = _batch(micro, size=16), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   h_loss, _, _, h_grads = _loss_and_grads(half, params, state, batch, jax.random.key(0), 'decoupled', 2, mesh)
   assert h_loss.dtype == np.float32 and all(g.dtype == np.float32 for g in jax.tree.leaves(h_grads))
   np.testing.assert_allclose(h_loss, loss, rtol=2e-2)
-  features, _ = half.forward(params, state, batch, jax.random.key(0))
+  features, _ = jax.jit(half.forward)(params, state, batch, jax.random.key(0))
   assert features['zi'].dtype == jnp.float32  # the loss math runs in float32
   towers = jax.jit(lambda p: half.encode_text(p, batch['text'])['tokens'])(params)
   assert towers.dtype == jnp.bfloat16

@@ -3,6 +3,7 @@ resume, SIGTERM, a torn checkpoint, NaN batches, and an unusable workdir."""
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from micro_config import micro_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
-STEPS, EVERY = 32, 4
+STEPS, EVERY = 24, 4
 LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
             f'--config.eval.every_steps={STEPS}']
 
@@ -102,23 +103,21 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
   assert losses(workdir) == losses(reference)
 
 
-def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(micro, tmp_path, capsys):
-  micro.eval.every_steps = 100
-  full = train_and_evaluate(micro, str(tmp_path / 'full'))
+def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(reference, data_cache, tmp_path, capsys):
   workdir = tmp_path / 'torn'
-  train_and_evaluate(micro, str(workdir))  # checkpoints at steps 3 and 6
+  shutil.copytree(reference, workdir)  # a finished run with checkpoints every EVERY steps
   # Tear the newest checkpoint as a crash mid-write would: its largest file loses its second half.
-  files = [os.path.join(r, f) for r, _, fs in os.walk(workdir / 'checkpoints' / '6') for f in fs]
+  files = [os.path.join(r, f) for r, _, fs in os.walk(workdir / 'checkpoints' / str(STEPS)) for f in fs]
   largest = max(files, key=os.path.getsize)
   with open(largest, 'r+b') as f:
     f.truncate(os.path.getsize(largest) // 2)
   capsys.readouterr()
-  again = train_and_evaluate(micro, str(workdir))
+  again = train_and_evaluate(_long_config(data_cache), str(workdir))
   out = capsys.readouterr().out
-  assert 'Checkpoint step 6 is incomplete or corrupt' in out and 'Resumed from step 3' in out
-  moved = [d for d in os.listdir(workdir / 'checkpoints') if d.startswith('corrupt-6-')]
+  assert f'Checkpoint step {STEPS} is incomplete or corrupt' in out and f'Resumed from step {STEPS - EVERY}' in out
+  moved = [d for d in os.listdir(workdir / 'checkpoints') if d.startswith(f'corrupt-{STEPS}-')]
   assert len(moved) == 1  # kept for inspection, not deleted
-  chex.assert_trees_all_equal(parallel.to_host(again['state'].params), parallel.to_host(full['state'].params))
+  chex.assert_trees_all_equal(parallel.to_host(again['state'].params), load_params(reference))
 
 
 def _inject_nan(monkeypatch, at_calls):
