@@ -1,0 +1,112 @@
+"""Compositionality (METHODS.md section 5, COSMOS): pick the true caption over hard negatives.
+
+  - SugarCrepe: each image has a positive and one hard negative caption; accuracy is the fraction of images whose
+    embedding is strictly closer to the positive (ties fail), as in the benchmark's `main_eval.py`.
+  - Winoground: two images and two captions per group; text, image and group scores.
+  - The embedded dataset: each image's canonical caption against all its hard negatives (swapped attributes or
+    relations, a replaced colour or shape). `compositional_acc` counts an image as correct only when the canonical
+    caption beats every one of its negatives; `compositional_pair_acc` is the fraction of (image, negative) pairs won,
+    the SugarCrepe measure pooled over all negatives.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+
+def text_retrieval_accuracy(image_emb: np.ndarray, pos_emb: np.ndarray, neg_emb: np.ndarray) -> float:
+  """image_emb, pos_emb, neg_emb [N, d] unit-norm -> fraction of rows with sim(image, pos) > sim(image, neg)."""
+  pos_score = np.sum(image_emb * pos_emb, axis=-1)
+  neg_score = np.sum(image_emb * neg_emb, axis=-1)
+  return float(np.mean(pos_score > neg_score))
+
+
+def winoground_similarity(image_emb: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
+  """image_emb [G, 2, d], text_emb [G, 2, d] unit-norm -> sim [G, 2, 2], sim[g, i, c] = <image i, caption c>."""
+  return np.einsum('gid,gcd->gic', image_emb, text_emb)
+
+
+def winoground_scores(sim: np.ndarray) -> dict[str, float]:
+  """sim [G, 2, 2] with sim[g, i, c] the similarity of image i and caption c (image i is described by caption i).
+
+  text: each image prefers its own caption; image: each caption prefers its own image; group: both. Strict
+  inequalities, as in the Winoground paper.
+  """
+  text = (sim[:, 0, 0] > sim[:, 0, 1]) & (sim[:, 1, 1] > sim[:, 1, 0])
+  image = (sim[:, 0, 0] > sim[:, 1, 0]) & (sim[:, 1, 1] > sim[:, 0, 1])
+  return {'text': float(np.mean(text)), 'image': float(np.mean(image)), 'group': float(np.mean(text & image))}
+
+
+def beats_negatives(image_emb: np.ndarray, pos_emb: np.ndarray, neg_emb: np.ndarray, neg_image: np.ndarray
+                    ) -> np.ndarray:
+  """image_emb, pos_emb [N, d]; neg_emb [M, d] with neg_image [M] the image each negative belongs to (all unit-norm)
+  -> [M] bool: the image's positive scores strictly above that negative."""
+  pos_score = np.sum(image_emb * pos_emb, axis=-1)
+  neg_score = np.sum(image_emb[neg_image] * neg_emb, axis=-1)
+  return pos_score[neg_image] > neg_score
+
+
+def hard_negative_accuracy(image_emb: np.ndarray, pos_emb: np.ndarray, neg_emb: np.ndarray, neg_image: np.ndarray
+                           ) -> tuple[float, float]:
+  """Shapes as in `beats_negatives` -> (all, pair): the fraction of images (those with at least one negative) whose
+  positive beats every negative, and the fraction of (image, negative) pairs won."""
+  wins = beats_negatives(image_emb, pos_emb, neg_emb, neg_image)
+  num_images = len(image_emb)
+  losses = np.bincount(neg_image, weights=(~wins).astype(np.float64), minlength=num_images)
+  has_negatives = np.bincount(neg_image, minlength=num_images) > 0
+  return float(np.mean(losses[has_negatives] == 0)), float(np.mean(wins))
+
+
+def flatten_negatives(hard_negatives: Sequence[Sequence[str]]) -> tuple[list[str], np.ndarray]:
+  """Per-image lists of negatives -> (M captions, [M] index of the image each belongs to)."""
+  counts = [len(negatives) for negatives in hard_negatives]
+  return [c for negatives in hard_negatives for c in negatives], np.repeat(np.arange(len(counts)), counts)
+
+
+def load_sugarcrepe(json_path: str, image_dir: str, image_size: int
+                    ) -> tuple[np.ndarray, list[str], list[str]]:
+  """A SugarCrepe file ({id: {"filename", "caption", "negative_caption"}}, e.g. add_att.json) with its COCO
+  val2017 images in `image_dir` -> (images [N, S, S, 3] float32 normalised as for evaluation, N positives,
+  N negatives), in the file's order. Images shared by several entries are decoded once."""
+  from vlp_jax.data import pipeline, records  # here: importing the evaluators (config.py does) stays light
+  with open(json_path, encoding='utf-8') as f:
+    entries = list(json.load(f).values())
+  decoded = {}
+  for filename in dict.fromkeys(entry['filename'] for entry in entries):
+    with open(os.path.join(image_dir, filename), 'rb') as f:
+      decoded[filename] = pipeline.normalize_image(pipeline.resize_image(records.decode_image(f.read()), image_size))
+  images = (np.stack([decoded[entry['filename']] for entry in entries]) if entries
+            else np.zeros((0, image_size, image_size, 3), np.float32))
+  return images, [entry['caption'] for entry in entries], [entry['negative_caption'] for entry in entries]
+
+
+def sugarcrepe_accuracy(encoder, json_path: str, image_dir: str, image_size: int) -> float:
+  """SugarCrepe accuracy of one file (one category) with an `Encoder`."""
+  images, positives, negatives = load_sugarcrepe(json_path, image_dir, image_size)
+  return text_retrieval_accuracy(encoder.images(images), encoder.texts(positives), encoder.texts(negatives))
+
+
+def compositional_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
+  """Canonical caption against its hard negatives, on an eval set with `canonical_captions` ([N] str) and
+  `hard_negatives` ([N] lists of str); {} otherwise. A SugarCrepe file fits too: its captions as the canonical
+  ones and [[negative] per entry] as the negatives make `compositional_acc` the SugarCrepe accuracy.
+
+  compositional_chance is the accuracy of random embeddings: the mean of 1 / (1 + negatives) over the images.
+  """
+  canonical = getattr(eval_set, 'canonical_captions', None)
+  hard_negatives = getattr(eval_set, 'hard_negatives', None)
+  if not canonical or hard_negatives is None:
+    return {}
+  if not len(canonical) == len(hard_negatives) == len(image_emb):
+    raise ValueError(f'{len(image_emb)} images, {len(canonical)} canonical captions and {len(hard_negatives)} '
+                     'hard-negative lists: each image needs one of each')
+  negatives, neg_image = flatten_negatives(hard_negatives)
+  if not negatives:
+    return {}
+  all_acc, pair_acc = hard_negative_accuracy(image_emb, encoder.texts(canonical), encoder.texts(negatives), neg_image)
+  counts = np.array([len(n) for n in hard_negatives if n])
+  return {'compositional_acc': all_acc, 'compositional_pair_acc': pair_acc,
+          'compositional_chance': float(np.mean(1.0 / (1 + counts)))}
