@@ -63,7 +63,7 @@ def test_loss_matches_naive_reference(micro):
   config = _cosmos(micro)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))
-  features, _ = objective.forward(params, state, _batch(config), jax.random.key(1))
+  features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
   loss, metrics = objective.loss(features, params, 0)
   f = jax.tree.map(lambda x: np.asarray(x, np.float64), features)
   t, tc = float(params['logit_scale']), float(params['cosmos_logit_scale'])
@@ -81,7 +81,7 @@ def test_zero_initialised_cross_attention_distills_the_cls_and_eot(micro):
   config = _cosmos(micro, zero_init=True)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))
-  features, _ = objective.forward(params, state, _batch(config), jax.random.key(1))
+  features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
   cls = np.concatenate([np.asarray(features['cls_global'])], axis=1)
   np.testing.assert_allclose(features['h_img'][:, :2], cls, atol=1e-6)  # h_I = cls for the global crops
   np.testing.assert_allclose(features['h_txt'], features['eot'], atol=1e-6)  # h_T = eot for every text crop
@@ -145,7 +145,7 @@ def test_saco_composes_with_cosmos(micro):
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))
-  features, _ = objective.forward(params, state, _batch(config), jax.random.key(1))
+  features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
   loss, metrics = objective.loss(features, params, 0)
   want = metrics['clip_loss'] + metrics['cosmos_loss'] + 0.5 * saco.saco_loss(features['zi'], features['zt'],
                                                                                normalization='mean')
