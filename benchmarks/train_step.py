@@ -2,7 +2,8 @@
 """Train-step speed and utilisation: one JSON line per (model, batch size, objective, precision).
 
   python benchmarks/train_step.py --model=ViT-B-32 --batch_size=32 --objective=clip --precision=fp32
-  python benchmarks/train_step.py --model=tiny,ViT-B-32 --batch_size=32,128 --objective=clip,siglip,saco,slip,cosmos,zerovl
+  python benchmarks/train_step.py --model=tiny,ViT-B-32 --batch_size=32,128 \
+      --objective=clip,siglip,saco,slip,cosmos,zerovl
 
 Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
 XLA's cost analysis and the FLOP/s achieved, and the utilisation: achieved FLOP/s over the machine's peak, measured
@@ -53,7 +54,6 @@ def median_seconds(fn, repeats: int) -> float:
 def matmul_peak(size: int, dtype) -> dict[str, float]:
   """FLOP/s of a [size, size] x [size, size] matmul in `dtype`: the machine's practical peak for dense compute."""
   import jax
-  import jax.numpy as jnp
   a = jax.random.normal(jax.random.key(0), (size, size), dtype)
   b = jax.random.normal(jax.random.key(1), (size, size), dtype)
   matmul = jax.jit(lambda x, y: x @ y)

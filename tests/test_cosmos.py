@@ -4,7 +4,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.data import synthetic

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 
-import jax
 import numpy as np
 from absl import app, flags, logging
 

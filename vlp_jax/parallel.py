@@ -9,7 +9,6 @@ import math
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
@@ -73,7 +72,8 @@ def global_batch(local: Any, mesh: Mesh) -> Any:
 def replicated_from_host(tree: Any, mesh: Mesh) -> Any:
   """Put a host pytree (identical on every process) on the mesh, replicated."""
   sharding = replicated(mesh)
-  return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda idx: np.asarray(x)[idx]), tree)
+  return jax.tree.map(
+      lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda idx: np.asarray(x)[idx]), tree)
 
 
 def sharded_from_host(x: np.ndarray, mesh: Mesh) -> jax.Array:

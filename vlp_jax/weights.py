@@ -325,7 +325,8 @@ def hf_config(model_config: ml_collections.ConfigDict) -> dict:
       'text_config': {
           'model_type': 'clip_text_model', 'hidden_size': t.width, 'intermediate_size': 4 * t.width,
           'num_attention_heads': t.heads, 'num_hidden_layers': t.layers, 'max_position_embeddings': t.context_length,
-          'vocab_size': t.vocab_size, 'hidden_act': act, 'layer_norm_eps': 1e-5, 'projection_dim': model_config.embed_dim,
+          'vocab_size': t.vocab_size, 'hidden_act': act, 'layer_norm_eps': 1e-5,
+          'projection_dim': model_config.embed_dim,
           # eos_token_id 2 makes transformers pool at the argmax of the ids, exactly as OpenAI CLIP does.
           'bos_token_id': 49406, 'eos_token_id': 2, 'pad_token_id': 1},
       'vision_config': {

@@ -1,7 +1,6 @@
 """The training loop: data -> sharded step -> metrics, evaluation and checkpoints; resumes from `workdir`."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
