@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from vlp_jax.data import datasets, digits, pipeline
-from vlp_jax.evaluation.linear_probe import (linear_probe, linear_probe_evaluator, mean_per_class_accuracy, ridge_fit,
-                                             stratified_holdout, train_softmax_classifier)
+from vlp_jax.evaluation.linear_probe import (classification_metrics, linear_probe, linear_probe_evaluator,
+                                             mean_per_class_accuracy, ridge_fit, stratified_holdout,
+                                             train_softmax_classifier)
 
 METHODS = ('adamw', 'ridge')
 
@@ -80,10 +81,12 @@ def test_adamw_probe_is_close_to_logistic_regression_on_digit_pixels(raw_digits)
   scaler = StandardScaler().fit(train_x)
   reference = LogisticRegression(max_iter=2000).fit(scaler.transform(train_x), train_y)
   want = reference.score(scaler.transform(test_x), test_y)
-  got = linear_probe(train_x, train_y, test_x, test_y, method='adamw')['linear_probe_top1']
+  # With 901 train examples the protocol's batch 1024 makes 90 steps at lr 5e-4, too few to converge (top-1 0.85);
+  # 15 steps an epoch at lr 5e-3 reach the logistic regression optimum.
+  got = linear_probe(train_x, train_y, test_x, test_y, method='adamw', batch_size=64, lr=5e-3)['linear_probe_top1']
   ridge = linear_probe(train_x, train_y, test_x, test_y, method='ridge')['linear_probe_top1']
-  assert want > 0.93 and got > 0.9 and ridge > 0.9
-  assert got == pytest.approx(want, abs=0.04)
+  assert want > 0.95 and got > 0.95 and ridge > 0.92
+  assert got == pytest.approx(want, abs=0.02)
 
 
 def test_adamw_probe_is_deterministic_given_a_seed(raw_digits):
@@ -103,10 +106,10 @@ def test_mean_per_class_on_an_imbalanced_case():
   predictions = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 2])  # all of class 0, none of 1, all of 2
   assert mean_per_class_accuracy(predictions, labels) == pytest.approx((1.0 + 0.0 + 1.0) / 3)
   assert np.mean(predictions == labels) == pytest.approx(0.9)
-  # The probe reports it: with logits that predict exactly `predictions`, top-1 is 0.9, mean-per-class 2/3.
-  metrics = linear_probe(np.eye(3)[predictions], predictions, np.eye(3)[predictions], labels, method='ridge')
+  metrics = classification_metrics(np.eye(3)[predictions], labels)  # logits whose argmax is `predictions`
   assert metrics['linear_probe_top1'] == pytest.approx(0.9)
   assert metrics['linear_probe_mean_per_class'] == pytest.approx(2 / 3)
+  assert metrics['linear_probe_top5'] == 1.0  # 3 classes: every label is among the top 5
 
 
 def test_stratified_holdout():
@@ -129,7 +132,7 @@ def test_linear_probe_rejects_bad_input():
 def test_digits_images_labels_and_metadata():
   eval_set = digits.load_digits_eval_set(16, 'test')
   assert eval_set.name == 'digits'
-  assert eval_set.images.shape == (898, 16, 16, 3) and eval_set.images.dtype == np.float32
+  assert eval_set.images.shape == (896, 16, 16, 3) and eval_set.images.dtype == np.float32
   assert eval_set.labels.dtype == np.int64 and set(eval_set.labels) == set(range(10))
   assert eval_set.class_names == tuple('0123456789') and all('{}' in t for t in eval_set.templates)
   assert eval_set.captions == [] and eval_set.caption_image.shape == (0,)
@@ -138,7 +141,7 @@ def test_digits_images_labels_and_metadata():
   assert rendered.min() == 0 and rendered.max() == 255 and np.all(rendered[..., 0] == rendered[..., 2])
   assert np.mean(rendered == 0) > 0.4  # a black background, white ink
   test_index = digits.split_indices(labels)['test']
-  for row in (0, 17, 897):
+  for row in (0, 17, 895):
     want = pipeline.normalize_image(pipeline.resize_image(rendered[test_index[row]], 16))
     np.testing.assert_array_equal(eval_set.images[row], want)
   np.testing.assert_array_equal(eval_set.labels, labels[test_index])
@@ -168,8 +171,8 @@ def test_digits_eval_set_carries_the_probe_train_split_when_evalset_has_the_fiel
   if 'train_images' not in {field.name for field in dataclasses.fields(datasets.EvalSet)}:
     assert not hasattr(eval_set, 'train_images')
     pytest.skip('datasets.EvalSet has no train_images field yet')
-  assert eval_set.train_images.shape == (899, 8, 8, 3) and eval_set.train_labels.shape == (899,)
-  assert digits.load_digits_eval_set(8, 'val').train_labels.shape == (899 - 178,)
+  assert eval_set.train_images.shape == (901, 8, 8, 3) and eval_set.train_labels.shape == (901,)
+  assert digits.load_digits_eval_set(8, 'val').train_labels.shape == (901 - 177,)
   assert digits.load_digits_eval_set(8, 'train').train_images is None
 
 
@@ -192,6 +195,7 @@ def test_evaluator_needs_a_train_split():
   without = with_train_split(eval_set, None, None)
   assert not linear_probe_evaluator(PixelEncoder(), without, image_emb)
   train_images, train_labels = digits.load_split(8, digits.PROBE_TRAIN_SPLITS['test'])
-  metrics = linear_probe_evaluator(PixelEncoder(), with_train_split(eval_set, train_images, train_labels), image_emb)
+  with_train = with_train_split(eval_set, train_images, train_labels)
+  metrics = linear_probe_evaluator(PixelEncoder(), with_train, image_emb, batch_size=64, lr=5e-3)
   assert set(metrics) == {'linear_probe_top1', 'linear_probe_top5', 'linear_probe_mean_per_class'}
   assert metrics['linear_probe_top1'] > 0.9 and metrics['linear_probe_top5'] > metrics['linear_probe_top1']

@@ -65,7 +65,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
   c.init = ml_collections.ConfigDict({'checkpoint': '', 'require_checkpoint': False})
   c.eval = ml_collections.ConfigDict({
-      'every_steps': 500, 'datasets': ('synthetic',), 'split': 'test', 'tasks': ('zeroshot', 'retrieval', 'affinity'),
+      'every_steps': 500, 'datasets': ('synthetic',), 'split': 'test',
+      # each task runs on the eval sets that have what it needs (evaluation.applies)
+      'tasks': ('zeroshot', 'retrieval', 'affinity', 'segmentation', 'compositional', 'linear_probe'),
       'batch_size': 256,
   })
   c.log_every_steps = 20

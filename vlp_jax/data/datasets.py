@@ -2,6 +2,7 @@
 
   synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
   array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
+  digits:       scikit-learn's bundled 8x8 handwritten digits (data/digits.py), offline; zero-shot and linear probe
   imagenet2012, cifar10, cifar100, coco_captions: evaluation sets through tensorflow-datasets (data/tfds.py),
                 prepared in `config.data.tfds_dir`
 """
@@ -14,7 +15,7 @@ import os
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import pipeline, records, synthetic
+from vlp_jax.data import digits, pipeline, records, synthetic
 from vlp_jax.data import tfds as tfds_sets
 
 # Until per-dataset template sets exist, the tfds class datasets use CLIP's single prompt.
@@ -41,6 +42,14 @@ class EvalSet:
   templates: tuple[str, ...]
   captions: list[str]
   caption_image: np.ndarray
+  # Optional: masks [N, S, S] uint8 (0 = background, c + 1 = class c) for zero-shot segmentation;
+  # canonical_captions [N] with hard_negatives [N] lists (swapped attributes / relations) for compositionality.
+  masks: np.ndarray | None = None
+  # Optional: train_images [N', S, S, 3] and train_labels [N']: a train split of the same dataset for the linear probe.
+  train_images: np.ndarray | None = None
+  train_labels: np.ndarray | None = None
+  canonical_captions: list[str] | None = None
+  hard_negatives: list[list[str]] | None = None
 
 
 def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
@@ -98,7 +107,7 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')
-EVAL_DATASETS = ('synthetic', *tfds_sets.DATASETS)
+EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS)
 
 
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int) -> EvalSet:
@@ -111,12 +120,20 @@ def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_
     eval_set = tfds_sets.load_eval_set(name, None if split == 'test' else split, data.tfds_dir or None, image_size,
                                        max_examples=data.eval_max_examples or None)
     return dataclasses.replace(eval_set, templates=DEFAULT_TEMPLATES if eval_set.class_names else ())
+  if name == digits.NAME:
+    return digits.load_digits_eval_set(image_size, split)
   if name != 'synthetic':
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
   examples = pipeline.read_all(synthetic.shard_paths(root, split, tuple(data.synthetic.sources)))
   images = np.stack([pipeline.normalize_image(pipeline.resize_image(records.decode_image(e['image']), image_size))
                      for e in examples])
+  has_masks = bool(examples) and all('mask' in e for e in examples)
+  has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
   return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
                  class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
-                 captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)))
+                 captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
+                 masks=(np.stack([pipeline.resize_mask(records.decode_mask(e['mask']), image_size) for e in examples])
+                        if has_masks else None),
+                 canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,
+                 hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None)

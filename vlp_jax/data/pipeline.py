@@ -38,6 +38,19 @@ def resize_image(image: np.ndarray, size: int) -> np.ndarray:
   return resized[top:top + size, left:left + size]
 
 
+def resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
+  """[H, W] uint8 class map -> [size, size] with `resize_image`'s geometry (shorter side, then a centre crop), by
+  nearest neighbour so that labels are never blended."""
+  height, width = mask.shape
+  if (height, width) == (size, size):
+    return mask
+  scale = size / min(height, width)
+  new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
+  resized = np.asarray(Image.fromarray(mask).resize((new_w, new_h), Image.Resampling.NEAREST))
+  top, left = (new_h - size) // 2, (new_w - size) // 2
+  return resized[top:top + size, left:left + size]
+
+
 def normalize_image(image: np.ndarray) -> np.ndarray:
   """[H, W, 3] uint8 -> float32 with the OpenAI CLIP mean and std."""
   return (image.astype(np.float32) / 255.0 - OPENAI_MEAN) / OPENAI_STD

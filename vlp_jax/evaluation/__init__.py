@@ -7,6 +7,9 @@ from typing import Callable
 import numpy as np
 
 from vlp_jax.evaluation.affinity import affinity_consistency
+from vlp_jax.evaluation.compositional import compositional_evaluator
+from vlp_jax.evaluation.linear_probe import linear_probe_evaluator
+from vlp_jax.evaluation.segmentation import segmentation_evaluator
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.evaluation.retrieval import retrieval_chance, retrieval_metrics
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
@@ -30,13 +33,21 @@ def affinity(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
   return {'affinity_consistency': affinity_consistency(image_emb, text_emb)}
 
 
-EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity}
+EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity,
+                                   'segmentation': segmentation_evaluator, 'compositional': compositional_evaluator,
+                                   'linear_probe': linear_probe_evaluator}
 
 
 def applies(task: str, eval_set) -> bool:
   """Whether the eval set has what `task` needs."""
   if task == 'zeroshot':
     return bool(eval_set.class_names and eval_set.templates)
+  if task == 'linear_probe':
+    return getattr(eval_set, 'train_images', None) is not None
+  if task == 'segmentation':
+    return getattr(eval_set, 'masks', None) is not None and bool(eval_set.class_names)
+  if task == 'compositional':
+    return bool(getattr(eval_set, 'canonical_captions', None) and getattr(eval_set, 'hard_negatives', None))
   return bool(len(eval_set.captions))
 
 

@@ -9,6 +9,7 @@ from jax.sharding import Mesh
 
 from vlp_jax import parallel
 from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.evaluation.segmentation import project_patch_tokens
 from vlp_jax.losses.contrastive import l2_normalize
 
 
@@ -33,6 +34,9 @@ class Encoder:
     self._texts = jax.jit(
         lambda v, t: l2_normalize(model.apply(v, t, method=model.encode_text)['embed']),
         out_shardings=out)
+    # Patch tokens live in the joint space only for ViT towers (segmentation.project_patch_tokens).
+    self.has_patch_embeddings = model.vision.type == 'vit'
+    self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
 
   def _chunked(self, fn: Callable, x: np.ndarray) -> np.ndarray:
     outputs = []
@@ -51,3 +55,9 @@ class Encoder:
   def texts(self, captions: Sequence[str]) -> np.ndarray:
     """N captions -> [N, d] unit-norm float32, tokenised by the project's tokenizer."""
     return self._chunked(self._texts, default_tokenizer()(list(captions), context_length=self.context_length))
+
+  def patch_embeddings(self, images: np.ndarray) -> np.ndarray:
+    """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""
+    if not self.has_patch_embeddings:
+      raise NotImplementedError('patch embeddings need a ViT image tower (model.vision.type == "vit")')
+    return self._chunked(self._patches, np.asarray(images, np.float32))

@@ -77,8 +77,10 @@ def print_summary(results: dict[str, float], header: str) -> None:
   for name in sorted(results):
     if name.endswith('_chance'):
       continue
-    chance = results.get(name.replace('zeroshot_top1', 'zeroshot_chance').replace('_r1', '_r1_chance'))
-    chance_text = f'   (chance {chance:.4f})' if chance is not None and name.endswith(('_top1', '_r1')) else ''
+    chance = {'zeroshot_top1': 'zeroshot_chance', 'compositional_acc': 'compositional_chance',
+              'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance'}.get(name.rsplit('/', 1)[-1])
+    chance = results.get(name.rsplit('/', 1)[0] + '/' + chance) if chance else None
+    chance_text = f'   (chance {chance:.4f})' if chance is not None else ''
     print(f'  {name:40s} {results[name]:.4f}{chance_text}')
   print(flush=True)
 
