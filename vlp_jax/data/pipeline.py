@@ -26,29 +26,27 @@ OPENAI_MEAN = np.array((0.48145466, 0.4578275, 0.40821073), np.float32)
 OPENAI_STD = np.array((0.26862954, 0.26130258, 0.27577711), np.float32)
 
 
-def resize_image(image: np.ndarray, size: int) -> np.ndarray:
-  """[H, W, 3] uint8 -> [size, size, 3] uint8: bicubic resize of the shorter side, then a centre crop."""
-  height, width = image.shape[:2]
+def _resize_and_centre_crop(array: np.ndarray, size: int, resample: Image.Resampling) -> np.ndarray:
+  """[H, W, ...] uint8 -> [size, size, ...]: resize so the shorter side is `size`, then a centre crop."""
+  height, width = array.shape[:2]
   if (height, width) == (size, size):
-    return image
+    return array
   scale = size / min(height, width)
   new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
-  resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BICUBIC))
+  resized = np.asarray(Image.fromarray(array).resize((new_w, new_h), resample))
   top, left = (new_h - size) // 2, (new_w - size) // 2
   return resized[top:top + size, left:left + size]
+
+
+def resize_image(image: np.ndarray, size: int) -> np.ndarray:
+  """[H, W, 3] uint8 -> [size, size, 3] uint8: bicubic resize of the shorter side, then a centre crop."""
+  return _resize_and_centre_crop(image, size, Image.Resampling.BICUBIC)
 
 
 def resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
-  """[H, W] uint8 class map -> [size, size] with `resize_image`'s geometry (shorter side, then a centre crop), by
-  nearest neighbour so that labels are never blended."""
-  height, width = mask.shape
-  if (height, width) == (size, size):
-    return mask
-  scale = size / min(height, width)
-  new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
-  resized = np.asarray(Image.fromarray(mask).resize((new_w, new_h), Image.Resampling.NEAREST))
-  top, left = (new_h - size) // 2, (new_w - size) // 2
-  return resized[top:top + size, left:left + size]
+  """[H, W] uint8 class map -> [size, size] with `resize_image`'s geometry, by nearest neighbour so that labels are
+  never blended."""
+  return _resize_and_centre_crop(mask, size, Image.Resampling.NEAREST)
 
 
 def normalize_image(image: np.ndarray) -> np.ndarray:
