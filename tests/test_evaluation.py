@@ -75,3 +75,29 @@ def test_affinity_consistency_against_pearson():
   assert affinity_consistency(images, images) == pytest.approx(1.0)
   with pytest.raises(ValueError, match='paired'):
     affinity_consistency(images, texts[:5])
+
+
+def test_retrieval_chunked_equals_unchunked():
+  """Chunking only bounds memory: any chunk size gives exactly the one-matrix result."""
+  rng = np.random.default_rng(4)
+  images = _unit(rng.normal(size=(23, 8)))
+  caption_image = rng.permutation(np.repeat(np.arange(23), 3))  # captions in any order
+  texts = _unit(images[caption_image] + rng.normal(size=(69, 8)))
+  whole = retrieval_metrics(images, texts, caption_image, chunk=10_000)
+  for chunk in (1, 4, 23, 50):
+    assert retrieval_metrics(images, texts, caption_image, chunk=chunk) == whole
+
+
+def test_unrelated_embeddings_score_at_chance():
+  """Images and captions (or classes) drawn independently: recall@K and accuracy sit at their chance levels."""
+  from vlp_jax.evaluation.retrieval import retrieval_chance
+  rng = np.random.default_rng(5)
+  n = 400
+  got = retrieval_metrics(_unit(rng.normal(size=(n, 16))), _unit(rng.normal(size=(n, 16))), np.arange(n))
+  i2t_chance, t2i_chance = retrieval_chance(n, n, 10)
+  sigma = np.sqrt(i2t_chance * (1 - i2t_chance) / n)
+  assert abs(got['i2t_r10'] - i2t_chance) < 4 * sigma and abs(got['t2i_r10'] - t2i_chance) < 4 * sigma
+  labels = rng.integers(0, 10, 4000)
+  metrics = zeroshot_metrics(_unit(rng.normal(size=(4000, 16))), _unit(rng.normal(size=(10, 16))), labels)
+  assert abs(metrics['zeroshot_top1'] - metrics['zeroshot_chance']) < 4 * np.sqrt(0.1 * 0.9 / 4000)
+  assert abs(metrics['zeroshot_top5'] - 0.5) < 4 * np.sqrt(0.25 / 4000)

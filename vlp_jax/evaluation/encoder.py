@@ -1,6 +1,7 @@
 """The `encode` functions every evaluator uses: images or captions -> L2-normalised embeddings on the host."""
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 import jax
@@ -11,6 +12,10 @@ from vlp_jax import parallel
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation.segmentation import project_patch_tokens
 from vlp_jax.losses.contrastive import l2_normalize
+
+
+# Embedding runs of at least this many chunks print their progress (every tenth).
+PROGRESS_MIN_CHUNKS = 20
 
 
 class Encoder:
@@ -38,19 +43,25 @@ class Encoder:
     self.has_patch_embeddings = model.vision.type == 'vit'
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
 
-  def _chunked(self, fn: Callable, x: np.ndarray) -> np.ndarray:
+  def _chunked(self, fn: Callable, x: np.ndarray, dtype=None) -> np.ndarray:
     outputs = []
-    for start in range(0, len(x), self.batch_size):
-      chunk = x[start:start + self.batch_size]
+    num_chunks = -(-len(x) // self.batch_size)
+    began = time.perf_counter()
+    for index, start in enumerate(range(0, len(x), self.batch_size)):
+      chunk = np.asarray(x[start:start + self.batch_size], dtype)  # a streamed image set decodes only this chunk
       padded = parallel.pad_rows(chunk, self.batch_size)
       with jax.set_mesh(self.mesh):
         out = fn(self.variables, parallel.sharded_from_host(padded, self.mesh))
       outputs.append(parallel.to_host(out)[:len(chunk)])
+      if num_chunks >= PROGRESS_MIN_CHUNKS and (index + 1) % (num_chunks // 10) == 0:
+        done, seconds = start + len(chunk), time.perf_counter() - began
+        print(f'  embedded {done}/{len(x)} ({done / seconds:.0f}/s, ETA {(len(x) - done) * seconds / done:.0f}s)',
+              flush=True)
     return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
 
   def images(self, images: np.ndarray) -> np.ndarray:
-    """[N, H, W, 3] normalised float32 -> [N, d] unit-norm float32."""
-    return self._chunked(self._images, np.asarray(images, np.float32))
+    """[N, H, W, 3] normalised float32 (an array, or data.streamed.StreamedImages) -> [N, d] unit-norm float32."""
+    return self._chunked(self._images, images, np.float32)
 
   def texts(self, captions: Sequence[str]) -> np.ndarray:
     """N captions -> [N, d] unit-norm float32, tokenised by the project's tokenizer."""
@@ -60,4 +71,4 @@ class Encoder:
     """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""
     if not self.has_patch_embeddings:
       raise NotImplementedError('patch embeddings need a ViT image tower (model.vision.type == "vit")')
-    return self._chunked(self._patches, np.asarray(images, np.float32))
+    return self._chunked(self._patches, images, np.float32)

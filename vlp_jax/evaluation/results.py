@@ -1,0 +1,57 @@
+"""Eval results as people read them: each score beside its chance level, as printed text or a markdown table.
+
+Results are flat {'eval/<dataset>/<metric>': value} dicts, the names of metrics.jsonl.
+"""
+from __future__ import annotations
+
+# The chance level a score is read against, when the evaluator reports one.
+CHANCE_OF = {'zeroshot_top1': 'zeroshot_chance', 'zeroshot_mean_per_class': 'zeroshot_chance',
+             'compositional_acc': 'compositional_chance', 'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance'}
+
+
+def split_name(name: str) -> tuple[str, str]:
+  """'eval/<dataset>/<metric>' -> (dataset, metric)."""
+  _, dataset, metric = name.split('/', 2)
+  return dataset, metric
+
+
+def chance_level(results: dict[str, float], name: str) -> float | None:
+  """The chance level of the metric `name` in `results`, None when it has none. A teacher's scores
+  ('teacher_zeroshot_top1') share the student's chance level."""
+  dataset, metric = split_name(name)
+  prefix, base = '', metric
+  for key in CHANCE_OF:
+    if metric.endswith(key):
+      prefix, base = metric[:-len(key)], key
+      break
+  if base not in CHANCE_OF:
+    return None
+  for candidate in (f'eval/{dataset}/{prefix}{CHANCE_OF[base]}', f'eval/{dataset}/{CHANCE_OF[base]}'):
+    if candidate in results:
+      return results[candidate]
+  return None
+
+
+def scores(results: dict[str, float]) -> list[str]:
+  """The eval metric names to show, sorted: every eval/* entry except the chance levels themselves."""
+  return sorted(n for n in results if n.startswith('eval/') and not n.endswith('_chance'))
+
+
+def summary_lines(results: dict[str, float]) -> list[str]:
+  """One aligned line per score, with its chance level where it has one."""
+  lines = []
+  for name in scores(results):
+    chance = chance_level(results, name)
+    lines.append(f'  {name:40s} {results[name]:.4f}' + (f'   (chance {chance:.4f})' if chance is not None else ''))
+  return lines
+
+
+def markdown_table(results: dict[str, float]) -> str:
+  """A markdown table with one row per (dataset, metric): value and chance level."""
+  rows = ['| dataset | metric | value | chance |', '|---|---|---:|---:|']
+  for name in scores(results):
+    dataset, metric = split_name(name)
+    chance = chance_level(results, name)
+    rows.append(f'| {dataset} | {metric} | {results[name]:.4f} | ' + (f'{chance:.4f} |' if chance is not None
+                                                                       else '|'))
+  return '\n'.join(rows) + '\n'
