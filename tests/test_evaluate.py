@@ -90,3 +90,18 @@ def test_cli_contract(trained, tmp_path):
                        timeout=300)
   assert bad.returncode == 2 and "--evals has 'nope'" in bad.stderr
   assert not (tmp_path / 'bad').exists()
+
+
+def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_defaults(trained, tmp_path):
+  """Keys added to the config since a checkpoint was written must not make it unreadable."""
+  import shutil
+  old = tmp_path / 'old' / 'checkpoints' / '3'
+  shutil.copytree(os.path.join(trained, 'checkpoints', '3'), old)
+  saved = json.loads((old / 'config' / 'metadata').read_text())
+  del saved['model']['vision']['type'], saved['data']['max_bad_fraction'], saved['eval']['tasks']
+  (old / 'config' / 'metadata').write_text(json.dumps(saved))
+  config = load_config(str(old))
+  assert config.model.vision.type == 'vit' and config.data.max_bad_fraction == 0.1
+  assert config.model.vision.width == saved['model']['vision']['width']  # saved values are kept
+  results = evaluate.run(str(old), evals=['zeroshot', 'retrieval'], output_dir=str(tmp_path / 'out'))
+  assert results == {k: v for k, v in latest_eval(trained).items() if 'affinity' not in k and 'compos' not in k}

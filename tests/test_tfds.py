@@ -6,6 +6,7 @@ with the real names, versions, configs and features, written as array_record. tf
 TensorFlow, so the fake examples give their images already encoded (PNG / JPEG bytes), as the real builders of
 imagenet2012 and coco_captions do with their image files.
 """
+import dataclasses
 import io
 import json
 
@@ -17,6 +18,7 @@ import tensorflow_datasets as tfds
 
 from vlp_jax.data import datasets, pipeline
 from vlp_jax.data import tfds as tfds_sets
+from vlp_jax.evaluation import templates
 
 CIFAR10_NAMES = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck']
 CIFAR100_NAMES = ['apple', 'aquarium_fish', 'baby', 'maple_tree', 'sweet_pepper']  # the first and some of the 100
@@ -162,7 +164,9 @@ def test_imagenet_grayscale_jpeg_becomes_rgb_and_names_are_readable(prepared):
   assert (gray[..., 0] == gray[..., 1]).all() and (gray[..., 1] == gray[..., 2]).all()
   names = tfds_sets.class_names('imagenet2012', source)
   assert len(names) == 1000
-  assert (names[0], names[1], names[999]) == ('tench', 'goldfish', 'toilet tissue')  # n01440764, n01443537, n15075141
+  # CLIP's curated names for n01440764, n01443537, n04008634 ('projectile, missile') and n15075141
+  assert (names[0], names[1], names[744], names[999]) == ('tench', 'goldfish', 'missile', 'toilet paper')
+  assert names == templates.IMAGENET_CLASS_NAMES
   eval_set = tfds_sets.load_eval_set('imagenet2012', 'validation', data_dir, image_size=16)
   assert eval_set.images.shape == (4, 16, 16, 3) and sorted(eval_set.labels.tolist()) == sorted(IMAGENET_LABELS)
 
@@ -194,17 +198,38 @@ def test_max_examples_keeps_the_first_examples(prepared):
     tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=16, max_examples=0)
 
 
-def test_memory_guard_refuses_and_suggests_max_examples(prepared):
+def test_sets_above_the_memory_limit_are_streamed_with_the_same_results(prepared, micro):
+  """Above memory_limit_bytes the images are decoded as they are read, chunk by chunk; every evaluator gives the
+  same numbers as on the in-memory images."""
+  from vlp_jax import models, parallel
+  from vlp_jax.data.streamed import StreamedImages
+  from vlp_jax.evaluation import Encoder, run_evaluations
+  import jax
   data_dir, _ = prepared
-  limit = 5 * 32 * 32 * 3 * 4  # five 32x32 float32 images
-  with pytest.raises(ValueError, match=r'pass max_examples=5 '):
-    tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=32, memory_limit_bytes=limit)
-  eval_set = tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=32, max_examples=5,
-                                     memory_limit_bytes=limit)
-  assert eval_set.images.shape == (5, 32, 32, 3)
-  assert tfds_sets.DEFAULT_MEMORY_LIMIT_BYTES == 8 * 2**30
-  with pytest.raises(ValueError, match='max_examples=14266 '):  # the ImageNet validation set at 224 does not fit
-    tfds_sets.check_memory(50_000, 224, tfds_sets.DEFAULT_MEMORY_LIMIT_BYTES)
+  limit = 2 * 16 * 16 * 3 * 4  # two 16x16 float32 images
+  for name in ('cifar10', 'coco_captions'):
+    in_memory = tfds_sets.load_eval_set(name, 'test', data_dir, image_size=16)
+    streamed = tfds_sets.load_eval_set(name, 'test', data_dir, image_size=16, memory_limit_bytes=limit)
+    assert isinstance(in_memory.images, np.ndarray) and isinstance(streamed.images, StreamedImages)
+    assert streamed.images.shape == in_memory.images.shape and len(streamed.images) == len(in_memory.images)
+    np.testing.assert_array_equal(streamed.images[1:3], in_memory.images[1:3])
+    np.testing.assert_array_equal(streamed.images[[2, 0]], in_memory.images[[2, 0]])
+    np.testing.assert_array_equal(streamed.images[-1], in_memory.images[-1])
+    assert streamed.captions == in_memory.captions and (streamed.labels == in_memory.labels).all()
+  with pytest.raises(TypeError, match='index it in chunks'):
+    np.asarray(streamed.images)  # converting it whole would defeat the purpose
+  with pytest.raises(IndexError, match='out of range'):
+    streamed.images[len(streamed.images)]
+  model = models.build_model(micro.model)
+  variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32),
+                                  np.zeros((1, 16), np.int32))
+  encoder = Encoder(model, variables, parallel.make_mesh(1), 2, micro.model.text.context_length)  # chunks of 2
+  micro.data.tfds_dir = data_dir
+  sets = [datasets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
+  streamed_sets = [dataclasses.replace(s, images=tfds_sets.load_eval_set(
+      s.name, 'test', data_dir, image_size=16, memory_limit_bytes=limit).images) for s in sets]
+  tasks = ('zeroshot', 'retrieval', 'affinity')
+  assert run_evaluations(encoder, streamed_sets, tasks) == run_evaluations(encoder, sets, tasks)
 
 
 def test_examples_dataset_streams_examples(prepared):
@@ -277,7 +302,8 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   micro.data.tfds_dir, micro.data.eval_max_examples = data_dir, 5
   sets = [datasets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
   assert [len(s.images) for s in sets] == [5, 3]  # the fake COCO test split has 3 images
-  assert sets[0].templates == datasets.DEFAULT_TEMPLATES
+  assert sets[0].templates == templates.CIFAR_TEMPLATES and sets[1].templates == ()
+  assert datasets.load_eval_set('cifar10', micro.data, 'test', 16, 'simple').templates == ('a photo of a {}.',)
   model = models.build_model(micro.model)
   variables = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32), np.zeros((1, 16), np.int32))
   encoder = Encoder(model, variables, parallel.make_mesh(1), 8, micro.model.text.context_length)

@@ -13,6 +13,7 @@ from vlp_jax import models, objectives
 from vlp_jax.data import datasets, mixing, synthetic
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.evaluation import EVALUATORS
+from vlp_jax.evaluation.templates import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.models.clip import DTYPES
 from vlp_jax.models.transformer import ACTIVATIONS
 from vlp_jax.training.accumulation import MODES as ACCUMULATION_MODES
@@ -69,6 +70,8 @@ def base_config() -> ml_collections.ConfigDict:
       # each task runs on the eval sets that have what it needs (evaluation.applies)
       'tasks': ('zeroshot', 'retrieval', 'affinity', 'segmentation', 'compositional', 'linear_probe'),
       'batch_size': 256,
+      # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evaluation/templates.py for every set
+      'templates': 'dataset',
   })
   c.log_every_steps = 20
   # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
@@ -119,6 +122,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     'optim.schedule': ('cosine', 'constant'),
     'accumulation.mode': ACCUMULATION_MODES,
     'eval.split': ('val', 'test'),
+    'eval.templates': TEMPLATE_CHOICES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
                   'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
@@ -153,8 +157,8 @@ def _check_keys(config: Any, reference: Any, prefix: str) -> None:
                         f'(got {value!r})')
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
-  """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled."""
+def _reference(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, type, dict[str, type]]:
+  """The base config with the defaults of `config`'s objective and terms: every key `config` may have."""
   reference = base_config()
   objective_config = config.get('objective', {})
   try:
@@ -164,6 +168,28 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     raise ConfigError(str(error)) from None
   reference.objective = ml_collections.ConfigDict(
       {**objective_cls.default_config(), **{name: term.default_config() for name, term in terms.items()}})
+  return reference, objective_cls, terms
+
+
+def _merge(defaults: dict, saved: dict) -> dict:
+  merged = dict(defaults)
+  for key, value in saved.items():
+    default = defaults.get(key)
+    merged[key] = _merge(default, value) if isinstance(default, dict) and isinstance(value, dict) else value
+  return merged
+
+
+def with_current_defaults(saved: dict | ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A config saved by an earlier version (a checkpoint's) with the keys added since at their defaults, so that
+  this version's code can read it. Saved values are kept as they are."""
+  saved = saved.to_dict() if isinstance(saved, ml_collections.ConfigDict) else saved
+  reference = _reference(ml_collections.ConfigDict(saved))[0]
+  return ml_collections.ConfigDict(_merge(reference.to_dict(), saved))
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled."""
+  reference, objective_cls, terms = _reference(config)
   _check_keys(config, reference, '')
   try:
     objective_cls.validate(objective_cls.options(config.objective), config)

@@ -112,7 +112,8 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   eval_sets = []
   for name in config.eval.datasets:
     began = time.perf_counter()
-    eval_sets.append(datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size))
+    eval_sets.append(datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
+                                            config.eval.templates))
     print(f'Loaded {name} ({config.eval.split}): {len(eval_sets[-1].images)} images, '
           f'{len(eval_sets[-1].captions)} captions in {time.perf_counter() - began:.1f}s', flush=True)
   encoder = None

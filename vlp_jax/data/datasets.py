@@ -17,11 +17,7 @@ import numpy as np
 
 from vlp_jax.data import digits, pipeline, records, synthetic
 from vlp_jax.data import tfds as tfds_sets
-
-# Until per-dataset template sets exist, the tfds class datasets use CLIP's single prompt.
-DEFAULT_TEMPLATES = ('a photo of a {}.',)
-SYNTHETIC_TEMPLATES = ('a photo of the {}.', 'a drawing of the {}.', 'the {}.', 'a picture of the {}.',
-                       'the {} on a background.', 'an image showing the {}.')
+from vlp_jax.evaluation import templates as templates_lib
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -110,18 +106,22 @@ TRAIN_DATASETS = ('synthetic', 'array_record')
 EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS)
 
 
-def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int) -> EvalSet:
+def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
+                  templates: str = 'dataset') -> EvalSet:
   """An evaluation split by dataset name, images preprocessed for the model's `image_size`.
 
   split: 'val' or 'test'. For the tfds sets 'test' is the dataset's evaluation split (ImageNet's validation set,
   the CIFAR test sets, COCO's Karpathy test split) and 'val' exists only for coco_captions.
+  templates: the zero-shot prompt set (`config.eval.templates`): 'dataset' for the set's own, or a set name of
+  evaluation/templates.py. Sets without class names get no templates.
   """
+  prompts = templates_lib.templates_for(name, templates)  # before loading: a bad choice fails fast
   if name in tfds_sets.DATASETS:
     eval_set = tfds_sets.load_eval_set(name, None if split == 'test' else split, data.tfds_dir or None, image_size,
                                        max_examples=data.eval_max_examples or None)
-    return dataclasses.replace(eval_set, templates=DEFAULT_TEMPLATES if eval_set.class_names else ())
+    return dataclasses.replace(eval_set, templates=prompts if eval_set.class_names else ())
   if name == digits.NAME:
-    return digits.load_digits_eval_set(image_size, split)
+    return dataclasses.replace(digits.load_digits_eval_set(image_size, split), templates=prompts)
   if name != 'synthetic':
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
@@ -131,7 +131,7 @@ def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_
   has_masks = bool(examples) and all('mask' in e for e in examples)
   has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
   return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
-                 class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
+                 class_names=synthetic.CLASS_NAMES, templates=prompts,
                  captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
                  masks=(np.stack([pipeline.resize_mask(records.decode_mask(e['mask']), image_size) for e in examples])
                         if has_masks else None),

@@ -6,7 +6,7 @@ that CLIP's MNIST evaluation uses, copied to 3 channels, then resized and normal
 Splits (deterministic, stratified, no randomness): within each class, in the dataset's order, odd positions are
 'test' (half); of the even positions, every fifth is 'val' (a tenth of the data) and the rest 'train'. The linear
 probe of 'test' trains on 'train' and 'val' together, that of 'val' on 'train' alone.
-Class names are CLIP's for MNIST ('0' .. '9'); the templates start with CLIP's MNIST prompt.
+Class names are CLIP's for MNIST ('0' .. '9'); the templates (evaluation/templates.py) start with CLIP's MNIST prompt.
 """
 from __future__ import annotations
 
@@ -15,15 +15,13 @@ import dataclasses
 import numpy as np
 
 from vlp_jax.data import pipeline
+from vlp_jax.evaluation.templates import DIGITS_TEMPLATES
 
 NAME = 'digits'
 SPLITS = ('train', 'val', 'test')
 # The splits the linear probe of an eval split trains on ('train' itself has none).
 PROBE_TRAIN_SPLITS = {'test': ('train', 'val'), 'val': ('train',)}
 CLASS_NAMES = tuple(str(digit) for digit in range(10))
-TEMPLATES = ('a photo of the number: "{}".', 'a handwritten digit {}.', 'a photo of the number {}.',
-             'a blurry photo of the digit {}.', 'a low resolution image of the number {}.',
-             'the number {} written by hand.')
 MAX_INK = 16  # load_digits counts ink in 0..16 per pixel
 
 
@@ -77,5 +75,5 @@ def load_digits_eval_set(image_size: int, split: str):
   field_names = {field.name for field in dataclasses.fields(datasets.EvalSet)}
   if split in PROBE_TRAIN_SPLITS and {'train_images', 'train_labels'} <= field_names:
     extra['train_images'], extra['train_labels'] = load_split(image_size, PROBE_TRAIN_SPLITS[split])
-  return datasets.EvalSet(name=NAME, images=images, labels=labels, class_names=CLASS_NAMES, templates=TEMPLATES,
+  return datasets.EvalSet(name=NAME, images=images, labels=labels, class_names=CLASS_NAMES, templates=DIGITS_TEMPLATES,
                           captions=[], caption_image=np.zeros(0, np.int64), **extra)

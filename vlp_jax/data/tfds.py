@@ -27,11 +27,12 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vlp_jax.data import pipeline, records
+from vlp_jax.evaluation import templates
 
 if TYPE_CHECKING:  # datasets imports this module: at run time it is imported where it is used
   from vlp_jax.data import datasets
 
-# The float32 image array of an eval set is held in memory; above this, load_eval_set asks for max_examples.
+# An eval set's float32 images are held in memory up to this size; larger sets are decoded as they are evaluated.
 DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
 # The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
 # keeps the first 5 of each image (25,000 captions).
@@ -187,38 +188,21 @@ def to_example(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
 
   Accepts the examples of `open_source` (encoded image, bytes strings) and tfds's fully decoded ones.
   """
-  spec = dataset_spec(name)
-  return {'image': rgb_image(features[spec.image_key]),
-          'label': int(features[spec.label_key]) if spec.label_key else -1,
-          'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
-          'key': _text(features[spec.key_feature])}
+  return {'image': rgb_image(features[dataset_spec(name).image_key]), **example_fields(name, features)}
 
 
 @functools.cache
-def imagenet_readable_names() -> dict[str, str]:
-  """WordNet id -> a readable ImageNet class name (its first synonym: 'n01440764' -> 'tench').
-
-  tfds has no such table for imagenet2012 (its label names are the WordNet ids), but it ships the 1,000 class
-  descriptions in the standard class order with the SI-Score dataset; they are paired here with tfds's own
-  imagenet2012 WordNet id list, which has that order. Empty if a tfds version lacks either.
-  """
-  try:
-    from tensorflow_datasets.datasets.siscore import labels as siscore_labels  # pylint: disable=g-import-not-at-top
-    wnids = epath.Path(tfds.core.tfds_path('datasets/imagenet2012/labels.txt')).read_text().split()
-  except (ImportError, OSError):
-    return {}
-  descriptions = getattr(siscore_labels, 'IMAGENET_LABELS_LIST', ())
-  if len(wnids) != 1000 or len(descriptions) != 1000:
-    return {}
-  return {wnid: text.split(',')[0].strip() for wnid, text in zip(wnids, descriptions)}
+def imagenet_wnids() -> tuple[str, ...]:
+  """tfds's imagenet2012 label names: the 1,000 WordNet ids in the standard class order ('n01440764', ...)."""
+  return tuple(epath.Path(tfds.core.tfds_path('datasets/imagenet2012/labels.txt')).read_text().split())
 
 
 def readable_class_names(name: str, label_names: Sequence[str]) -> tuple[str, ...]:
-  """tfds ClassLabel names -> words for prompts: underscores to spaces; ImageNet WordNet ids to class names (ids
-  without a known name are kept)."""
+  """tfds ClassLabel names -> words for prompts: ImageNet WordNet ids to OpenAI CLIP's curated class names
+  ('n01440764' -> 'tench'; ids outside the standard 1,000 are kept), other datasets' underscores to spaces."""
   if name == 'imagenet2012':
-    readable = imagenet_readable_names()
-    label_names = [readable.get(n, n) for n in label_names]
+    curated = dict(zip(imagenet_wnids(), templates.IMAGENET_CLASS_NAMES, strict=True))
+    return tuple(curated.get(n, n) for n in label_names)
   return tuple(n.replace('_', ' ') for n in label_names)
 
 
@@ -230,43 +214,54 @@ def class_names(name: str, source: Any) -> tuple[str, ...]:
   return readable_class_names(name, source.dataset_info.features[spec.label_key].names)
 
 
-def check_memory(num_examples: int, image_size: int, limit_bytes: int) -> None:
-  """Refuses an eval set whose [N, S, S, 3] float32 image array would exceed `limit_bytes`."""
-  per_image = image_size * image_size * 3 * 4
-  if num_examples * per_image > limit_bytes:
-    raise ValueError(
-        f'{num_examples} images at {image_size}x{image_size} take {num_examples * per_image / 2**30:.1f} GiB as '
-        f'float32, above the limit of {limit_bytes / 2**30:.1f} GiB; pass max_examples={limit_bytes // per_image} '
-        '(or fewer) to evaluate on the first examples, or raise memory_limit_bytes')
+def example_fields(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
+  """The label (-1 when unlabelled), captions and key of a tfds example of dataset `name`, without its image."""
+  spec = dataset_spec(name)
+  return {'label': int(features[spec.label_key]) if spec.label_key else -1,
+          'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
+          'key': _text(features[spec.key_feature])}
 
 
 def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
                   max_examples: int | None = None, *,
                   max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
                   memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> datasets.EvalSet:
-  """A split of a tfds dataset as an in-memory datasets.EvalSet, images resized and normalised for `image_size`.
+  """A split of a tfds dataset as a datasets.EvalSet, images resized and normalised for `image_size`.
 
+  The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
+  (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
+  read them, chunk by chunk, on every evaluation.
   max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
   Class datasets: labels, class names, no captions (captions [] and caption_image [0]); templates are left empty
   for the caller to set. Caption datasets: labels -1, no class names, the captions of every image flattened, the
   first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
   """
   from vlp_jax.data import datasets  # pylint: disable=redefined-outer-name
+  from vlp_jax.data.streamed import StreamedImages
   if max_examples is not None and max_examples < 1:
     raise ValueError(f'max_examples must be positive or None, got {max_examples}')
   source = open_source(name, split, data_dir)
+  spec = dataset_spec(name)
   count = len(source) if max_examples is None else min(len(source), max_examples)
-  check_memory(count, image_size, memory_limit_bytes)
-  images = np.empty((count, image_size, image_size, 3), np.float32)  # filled in place: no second copy
+  preprocess = lambda features: pipeline.normalize_image(  # noqa: E731
+      pipeline.resize_image(rgb_image(features[spec.image_key]), image_size))
+  streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
+  images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
   labels = np.empty(count, np.int64)
   captions, caption_image = [], []
   for index in range(count):
-    example = to_example(name, source[index])
-    images[index] = pipeline.normalize_image(pipeline.resize_image(example['image'], image_size))
-    labels[index] = example['label']
-    kept = example['captions'][:max_captions_per_image]
+    features = source[index]
+    fields = example_fields(name, features)
+    if images is not None:
+      images[index] = preprocess(features)
+    labels[index] = fields['label']
+    kept = fields['captions'][:max_captions_per_image]
     captions.extend(kept)
     caption_image.extend([index] * len(kept))
+  if streamed:
+    print(f'{name}: {count} images at {image_size}px take {count * image_size**2 * 12 / 2**30:.1f} GiB as float32, '
+          f'above {memory_limit_bytes / 2**30:.1f} GiB: they are decoded as they are evaluated', flush=True)
+    images = StreamedImages(lambda index: preprocess(source[index]), count, image_size)
   return datasets.EvalSet(name=name, images=images, labels=labels, class_names=class_names(name, source),
                           templates=(), captions=captions, caption_image=np.array(caption_image, np.int64))
 

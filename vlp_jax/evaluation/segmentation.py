@@ -22,11 +22,11 @@ from typing import Callable
 import jax
 import numpy as np
 
+from vlp_jax.evaluation.templates import SIMPLE_TEMPLATES
 from vlp_jax.evaluation.zeroshot import class_embeddings
 from vlp_jax.losses.contrastive import l2_normalize
 
 BACKGROUND_NAMES = ('background',)
-FALLBACK_TEMPLATES = ('a photo of a {}.',)
 
 
 def confusion_matrix(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None
@@ -181,7 +181,7 @@ def segmentation_evaluator(encoder, eval_set, image_emb) -> dict[str, float]:
   masks = getattr(eval_set, 'masks', None)
   if masks is None or not eval_set.class_names or not getattr(encoder, 'has_patch_embeddings', False):
     return {}
-  templates = tuple(eval_set.templates) or FALLBACK_TEMPLATES
+  templates = tuple(eval_set.templates) or SIMPLE_TEMPLATES
   class_emb = class_embeddings(encoder.texts, eval_set.class_names, templates)
   background = class_embeddings(encoder.texts, BACKGROUND_NAMES, templates)
 

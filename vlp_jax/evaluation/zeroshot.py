@@ -20,9 +20,20 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int) -> float:
   return float(np.mean(np.any(topk == labels[:, None], axis=1)))
 
 
+def mean_per_class_accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
+  """predictions [N], labels [N] (class ids) -> the mean over the classes present in `labels` of the fraction of
+  each class's examples predicted correctly (top-1 recall), so that every class weighs the same."""
+  predictions, labels = np.asarray(predictions), np.asarray(labels)
+  classes, index = np.unique(labels, return_inverse=True)
+  correct = np.bincount(index, weights=predictions == labels, minlength=len(classes))
+  return float(np.mean(correct / np.bincount(index, minlength=len(classes))))
+
+
 def zeroshot_metrics(image_emb: np.ndarray, classes: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-  """image_emb [N, d], classes [C, d] (both unit-norm), labels [N] -> top-1, top-5 and the chance level."""
+  """image_emb [N, d], classes [C, d] (both unit-norm), labels [N] -> top-1, top-5, mean-per-class accuracy and the
+  chance level of top-1 and mean-per-class accuracy (1 / C)."""
   logits = image_emb @ classes.T
   num_classes = classes.shape[0]
   return {'zeroshot_top1': topk_accuracy(logits, labels, 1), 'zeroshot_top5': topk_accuracy(logits, labels, 5),
+          'zeroshot_mean_per_class': mean_per_class_accuracy(np.argmax(logits, axis=1), labels),
           'zeroshot_chance': 1.0 / num_classes}

@@ -153,9 +153,11 @@ def resolve_checkpoint(path: str) -> str:
 
 
 def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
-  """The config saved beside a checkpoint (see `resolve_checkpoint`): enough to rebuild the model."""
+  """The config saved beside a checkpoint (see `resolve_checkpoint`): enough to rebuild the model. Keys added to
+  the config since the checkpoint was written get their defaults."""
+  from vlp_jax.config import with_current_defaults  # the config module imports the whole package
   with open(os.path.join(resolve_checkpoint(checkpoint_dir), 'config', 'metadata')) as f:
-    return ml_collections.ConfigDict(json.load(f))
+    return with_current_defaults(json.load(f))
 
 
 def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:

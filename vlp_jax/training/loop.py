@@ -13,6 +13,7 @@ from vlp_jax import models, objectives, parallel
 from vlp_jax.data import datasets, mixing, pipeline
 from vlp_jax.data.stats import RecordStats
 from vlp_jax.evaluation import Encoder, run_evaluations
+from vlp_jax.evaluation.results import summary_lines
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
@@ -73,16 +74,7 @@ class Progress:
 
 def print_summary(results: dict[str, float], header: str) -> None:
   """A readable table of eval metrics, with the chance levels beside the scores."""
-  print(header)
-  for name in sorted(results):
-    if name.endswith('_chance'):
-      continue
-    chance = {'zeroshot_top1': 'zeroshot_chance', 'compositional_acc': 'compositional_chance',
-              'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance'}.get(name.rsplit('/', 1)[-1])
-    chance = results.get(name.rsplit('/', 1)[0] + '/' + chance) if chance else None
-    chance_text = f'   (chance {chance:.4f})' if chance is not None else ''
-    print(f'  {name:40s} {results[name]:.4f}{chance_text}')
-  print(flush=True)
+  print('\n'.join([header, *summary_lines(results)]) + '\n', flush=True)
 
 
 def latest_eval(workdir: str) -> dict[str, float]:
@@ -164,7 +156,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
                                config_lib.num_micro_batches(config))
-  eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size)
+  eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
+                                      config.eval.templates)
                for name in config.eval.datasets]
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
