@@ -53,16 +53,22 @@ def _builder(dataset_name: str, version: str, config: str, features, splits: dic
   return FakeBuilder
 
 
-def _cifar(name: str, label_names: list[str], rng: np.random.Generator):
-  images = rng.integers(0, 256, (7, 32, 32, 3), dtype=np.uint8)
-  labels = [i % len(label_names) for i in range(7)]
+def _cifar(name: str, label_names: list[str], rng: np.random.Generator, num_train: int = 0):
+  """7 test examples, and `num_train` train examples when > 0 (cifar10 is prepared without its train split)."""
   extra = {'coarse_label': tfds.features.ClassLabel(names=['aquatic_mammals', 'fish'])} if name == 'cifar100' else {}
   features = tfds.features.FeaturesDict({
       'id': tfds.features.Text(), 'image': tfds.features.Image(shape=(32, 32, 3)),
       'label': tfds.features.ClassLabel(names=label_names), **extra})
-  examples = [{'id': f'test_{i:05d}', 'image': _encode(images[i], 'PNG'), 'label': labels[i],
-               **({'coarse_label': i % 2} if extra else {})} for i in range(7)]
-  return _builder(name, '3.0.2', '', features, {'test': examples}), {'images': images, 'labels': labels}
+  splits, truth = {}, {}
+  for split, count in (('test', 7), ('train', num_train)):
+    if not count:
+      continue
+    images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+    labels = [i % len(label_names) for i in range(count)]
+    splits[split] = [{'id': f'{split}_{i:05d}', 'image': _encode(images[i], 'PNG'), 'label': labels[i],
+                      **({'coarse_label': i % 2} if extra else {})} for i in range(count)]
+    truth.update({'images': images, 'labels': labels} if split == 'test' else {'train_labels': labels})
+  return _builder(name, '3.0.2', '', features, splits), truth
 
 
 def _imagenet(rng: np.random.Generator):
@@ -99,7 +105,7 @@ def prepared(tmp_path_factory):
   rng = np.random.default_rng(0)
   written = {}
   for name, (builder_cls, truth) in {'cifar10': _cifar('cifar10', CIFAR10_NAMES, rng),
-                                     'cifar100': _cifar('cifar100', CIFAR100_NAMES, rng),
+                                     'cifar100': _cifar('cifar100', CIFAR100_NAMES, rng, num_train=12),
                                      'imagenet2012': _imagenet(rng), 'coco_captions': _coco(rng)}.items():
     builder = builder_cls(data_dir=data_dir, file_format='array_record')
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
@@ -310,6 +316,32 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   metrics = run_evaluations(encoder, sets, ('zeroshot', 'retrieval', 'affinity'))
   assert 0 <= metrics['eval/cifar10/zeroshot_top1'] <= 1 and 'eval/cifar10/i2t_r1' not in metrics
   assert 0 <= metrics['eval/coco_captions/t2i_r5'] <= 1 and 'eval/coco_captions/zeroshot_top1' not in metrics
+
+
+def test_linear_probe_fits_on_the_train_split(prepared, micro):
+  """With linear_probe among the tasks, a class set brings the first data.probe_train_examples of its train split
+  (all with 0); the probe then fits on those and scores on the eval split."""
+  from vlp_jax.evaluation import applies, linear_probe
+  data_dir, written = prepared
+  micro.data.tfds_dir = data_dir
+  micro.eval.datasets, micro.eval.tasks = ('cifar100',), ('zeroshot', 'linear_probe')
+  (eval_set,) = datasets.load_eval_sets(micro)
+  assert eval_set.train_images.shape == (12, 16, 16, 3) and applies('linear_probe', eval_set)
+  assert sorted(eval_set.train_labels.tolist()) == sorted(written['cifar100']['train_labels'])  # tfds shuffled them
+
+  class PixelFeatures:  # an encoder whose features are the image's pixels, subsampled
+    images = staticmethod(lambda x: np.asarray(x[:, ::4, ::4]).reshape(len(x), -1))
+  metrics = linear_probe.linear_probe_evaluator(PixelFeatures(), eval_set, PixelFeatures.images(eval_set.images),
+                                                method='ridge')
+  assert 0 <= metrics['linear_probe_top1'] <= 1
+  micro.data.probe_train_examples = 5
+  assert datasets.load_eval_sets(micro)[0].train_images.shape == (5, 16, 16, 3)
+  micro.eval.tasks = ('zeroshot',)
+  assert datasets.load_eval_sets(micro)[0].train_images is None  # not loaded when no probe runs
+  micro.eval.datasets, micro.eval.tasks = ('cifar10',), ('linear_probe',)
+  with pytest.raises(datasets.DataNotFoundError, match='linear probe on cifar10 trains on its train split') as error:
+    datasets.load_eval_sets(micro)
+  assert "has the splits ['test'], not 'train'" in str(error.value)
 
 
 def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, micro, tmp_path):

@@ -44,6 +44,8 @@ def base_config() -> ml_collections.ConfigDict:
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
+      # the linear probe on a tfds class set fits on the first N examples of its train split (0 = all)
+      'probe_train_examples': 0,
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
       # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
@@ -129,6 +131,7 @@ _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_st
                   'data.synthetic.resolution', 'data.synthetic.num_train', 'data.synthetic.num_val',
                   'data.synthetic.num_test',
                   'data.synthetic.shards')
+_COUNTS = ('data.eval_max_examples', 'data.probe_train_examples')  # 0 = all
 
 
 def _get(config: ml_collections.ConfigDict, dotted: str) -> Any:
@@ -204,6 +207,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     value = _get(config, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ConfigError(f'config.{key} must be a positive integer, got {value!r}')
+  for key in _COUNTS:
+    value = _get(config, key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+      raise ConfigError(f'config.{key} must be 0 (all) or a positive integer, got {value!r}')
   for key, choices in _CHOICES.items():
     if _get(config, key) not in choices:
       raise ConfigError(f"config.{key}={_get(config, key)!r} is not valid; valid choices: {list(choices)}")

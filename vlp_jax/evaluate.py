@@ -109,13 +109,12 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   mesh = parallel.make_mesh()
-  eval_sets = []
-  for name in config.eval.datasets:
-    began = time.perf_counter()
-    eval_sets.append(datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
-                                            config.eval.templates))
-    print(f'Loaded {name} ({config.eval.split}): {len(eval_sets[-1].images)} images, '
-          f'{len(eval_sets[-1].captions)} captions in {time.perf_counter() - began:.1f}s', flush=True)
+  began = time.perf_counter()
+  eval_sets = datasets.load_eval_sets(config)
+  for eval_set in eval_sets:
+    print(f'{eval_set.name} ({config.eval.split}): {len(eval_set.images)} images, {len(eval_set.captions)} captions',
+          flush=True)
+  print(f'Loaded the eval sets in {time.perf_counter() - began:.1f}s', flush=True)
   encoder = None
   results = {}
   for prefix, variables in objective.eval_variants(params, model_state).items():

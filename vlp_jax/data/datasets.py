@@ -106,19 +106,29 @@ TRAIN_DATASETS = ('synthetic', 'array_record')
 EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS)
 
 
+def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
+  """Every set of `config.eval.datasets`, as the training loop and `vlp_jax.evaluate` evaluate them."""
+  return [load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size, config.eval.templates,
+                        linear_probe='linear_probe' in config.eval.tasks)
+          for name in config.eval.datasets]
+
+
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
-                  templates: str = 'dataset') -> EvalSet:
+                  templates: str = 'dataset', linear_probe: bool = False) -> EvalSet:
   """An evaluation split by dataset name, images preprocessed for the model's `image_size`.
 
   split: 'val' or 'test'. For the tfds sets 'test' is the dataset's evaluation split (ImageNet's validation set,
   the CIFAR test sets, COCO's Karpathy test split) and 'val' exists only for coco_captions.
   templates: the zero-shot prompt set (`config.eval.templates`): 'dataset' for the set's own, or a set name of
   evaluation/templates.py. Sets without class names get no templates.
+  linear_probe: also load the train examples the linear probe fits on, where a set has them (the tfds class sets'
+  train split, the first `data.probe_train_examples` of it or all with 0; digits always has its own).
   """
   prompts = templates_lib.templates_for(name, templates)  # before loading: a bad choice fails fast
   if name in tfds_sets.DATASETS:
     eval_set = tfds_sets.load_eval_set(name, None if split == 'test' else split, data.tfds_dir or None, image_size,
-                                       max_examples=data.eval_max_examples or None)
+                                       max_examples=data.eval_max_examples or None,
+                                       probe_train_examples=data.probe_train_examples if linear_probe else None)
     return dataclasses.replace(eval_set, templates=prompts if eval_set.class_names else ())
   if name == digits.NAME:
     return dataclasses.replace(digits.load_digits_eval_set(image_size, split), templates=prompts)

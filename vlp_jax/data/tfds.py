@@ -222,27 +222,12 @@ def example_fields(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
           'key': _text(features[spec.key_feature])}
 
 
-def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
-                  max_examples: int | None = None, *,
-                  max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
-                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> datasets.EvalSet:
-  """A split of a tfds dataset as a datasets.EvalSet, images resized and normalised for `image_size`.
-
-  The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
-  (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
-  read them, chunk by chunk, on every evaluation.
-  max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
-  Class datasets: labels, class names, no captions (captions [] and caption_image [0]); templates are left empty
-  for the caller to set. Caption datasets: labels -1, no class names, the captions of every image flattened, the
-  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
-  """
-  from vlp_jax.data import datasets  # pylint: disable=redefined-outer-name
+def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
+                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray]:
+  """The first `count` examples of an `open_source` split: images (an in-memory [count, S, S, 3] float32 array, or a
+  StreamedImages above `memory_limit_bytes`), labels [count], captions [T] and caption_image [T]."""
   from vlp_jax.data.streamed import StreamedImages
-  if max_examples is not None and max_examples < 1:
-    raise ValueError(f'max_examples must be positive or None, got {max_examples}')
-  source = open_source(name, split, data_dir)
   spec = dataset_spec(name)
-  count = len(source) if max_examples is None else min(len(source), max_examples)
   preprocess = lambda features: pipeline.normalize_image(  # noqa: E731
       pipeline.resize_image(rgb_image(features[spec.image_key]), image_size))
   streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
@@ -262,8 +247,44 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
     print(f'{name}: {count} images at {image_size}px take {count * image_size**2 * 12 / 2**30:.1f} GiB as float32, '
           f'above {memory_limit_bytes / 2**30:.1f} GiB: they are decoded as they are evaluated', flush=True)
     images = StreamedImages(lambda index: preprocess(source[index]), count, image_size)
+  return images, labels, captions, np.array(caption_image, np.int64)
+
+
+def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
+                  max_examples: int | None = None, *, probe_train_examples: int | None = None,
+                  max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
+                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> datasets.EvalSet:
+  """A split of a tfds dataset as a datasets.EvalSet, images resized and normalised for `image_size`.
+
+  The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
+  (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
+  read them, chunk by chunk, on every evaluation.
+  max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
+  probe_train_examples: for a class dataset, also attach the first N examples of its 'train' split as
+  train_images / train_labels for the linear probe (0: the whole split; None: none).
+  Class datasets: labels, class names, no captions (captions [] and caption_image [0]); templates are left empty
+  for the caller to set. Caption datasets: labels -1, no class names, the captions of every image flattened, the
+  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
+  """
+  from vlp_jax.data import datasets  # pylint: disable=redefined-outer-name
+  if max_examples is not None and max_examples < 1:
+    raise ValueError(f'max_examples must be positive or None, got {max_examples}')
+  source = open_source(name, split, data_dir)
+  count = len(source) if max_examples is None else min(len(source), max_examples)
+  images, labels, captions, caption_image = _split_arrays(name, source, count, image_size, max_captions_per_image,
+                                                          memory_limit_bytes)
+  probe = {}
+  if probe_train_examples is not None and dataset_spec(name).label_key:
+    try:
+      train = open_source(name, 'train', data_dir)
+    except FileNotFoundError as error:
+      raise _data_not_found(f'the linear probe on {name} trains on its train split: {error}\n(or leave linear_probe '
+                            'out of config.eval.tasks / --evals)') from None
+    train_count = min(len(train), probe_train_examples or len(train))
+    train_images, train_labels, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
+    probe = {'train_images': train_images, 'train_labels': train_labels}
   return datasets.EvalSet(name=name, images=images, labels=labels, class_names=class_names(name, source),
-                          templates=(), captions=captions, caption_image=np.array(caption_image, np.int64))
+                          templates=(), captions=captions, caption_image=caption_image, **probe)
 
 
 def training_record(name: str, features: Mapping[str, Any], class_names_: Sequence[str]) -> dict[str, Any]:

@@ -156,9 +156,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
                                config_lib.num_micro_batches(config))
-  eval_sets = [datasets.load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
-                                      config.eval.templates)
-               for name in config.eval.datasets]
+  eval_sets = datasets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
   writer = MetricWriter(workdir, resume_step=start_step)
