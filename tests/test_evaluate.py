@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from vlp_jax import evaluate, models, weights
+from vlp_jax.data import datasets
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.loop import latest_eval, train_and_evaluate
 
@@ -105,3 +106,67 @@ def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_default
   assert config.model.vision.width == saved['model']['vision']['width']  # saved values are kept
   results = evaluate.run(str(old), evals=['zeroshot', 'retrieval'], output_dir=str(tmp_path / 'out'))
   assert results == {k: v for k, v in latest_eval(trained).items() if 'affinity' not in k and 'compos' not in k}
+
+
+def _benchmark_files(root):
+  """A two-category SugarCrepe directory (with its images) and a two-group Winoground directory."""
+  import numpy as np
+  from PIL import Image
+  rng = np.random.default_rng(0)
+  (root / 'coco').mkdir()
+  (root / 'sugarcrepe').mkdir()
+  (root / 'winoground' / 'images').mkdir(parents=True)
+  for i in range(3):
+    Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(root / 'coco' / f'{i}.jpg')
+  for category, count in (('add_att', 3), ('swap_obj', 2)):
+    entries = {str(j): {'filename': f'{j % 3}.jpg', 'caption': f'a red circle {j}',
+                        'negative_caption': f'a circle red {j}'} for j in range(count)}
+    (root / 'sugarcrepe' / f'{category}.json').write_text(json.dumps(entries))
+  lines = []
+  for g in range(2):
+    for k in (0, 1):
+      Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(
+          root / 'winoground' / 'images' / f'ex_{g}_{k}.png')
+    lines.append(json.dumps({'id': g, 'image_0': f'ex_{g}_0', 'image_1': f'ex_{g}_1', 'caption_0': 'a star above a box',
+                             'caption_1': 'a box above a star'}))
+  (root / 'winoground' / 'examples.jsonl').write_text('\n'.join(lines) + '\n')
+
+
+def test_compositional_benchmarks_from_local_files(trained, tmp_path):
+  _benchmark_files(tmp_path)
+  overrides = [f'data.sugarcrepe_dir={tmp_path / "sugarcrepe"}', f'data.sugarcrepe_images={tmp_path / "coco"}',
+               f'data.winoground_dir={tmp_path / "winoground"}']
+  results = evaluate.run(trained, evals=['compositional', 'retrieval'], dataset_names=['sugarcrepe', 'winoground'],
+                         output_dir=str(tmp_path / 'out'), overrides=overrides)
+  sugarcrepe = {k.split('/')[-1]: v for k, v in results.items() if k.startswith('eval/sugarcrepe/')}
+  assert {'compositional_acc_add_att', 'compositional_acc_swap_obj', 'compositional_chance'} <= set(sugarcrepe)
+  pooled = (3 * sugarcrepe['compositional_acc_add_att'] + 2 * sugarcrepe['compositional_acc_swap_obj']) / 5
+  assert sugarcrepe['compositional_acc'] == pytest.approx(pooled)
+  assert {'eval/winoground/winoground_text', 'eval/winoground/winoground_group'} <= set(results)
+  assert not any('i2t' in k for k in results)  # neither set has retrieval captions
+  with pytest.raises(datasets.DataNotFoundError, match='github.com/RAIVNLab/sugar-crepe'):
+    evaluate.run(trained, dataset_names=['sugarcrepe'], output_dir=str(tmp_path / 'missing'))
+
+
+def test_set_overrides_are_typed_and_checked(trained):
+  config = load_config(trained)
+  assert evaluate.parse_override(config, 'data.eval_max_examples=100') == ('data.eval_max_examples', 100)
+  assert evaluate.parse_override(config, 'config.eval.datasets=synthetic, digits') == (
+      'eval.datasets', ('synthetic', 'digits'))
+  with pytest.raises(evaluate.EvaluateError, match='takes int values'):
+    evaluate.parse_override(config, 'data.eval_max_examples=many')
+  with pytest.raises(evaluate.EvaluateError, match='an existing config key'):
+    evaluate.parse_override(config, 'data.tfds_directory=/x')
+  with pytest.raises(evaluate.EvaluateError, match='eval_max_examples must be 0'):
+    evaluate.eval_config(config, overrides=['data.eval_max_examples=-1'])
+
+
+def test_plots_flag_writes_the_figures(trained, tmp_path):
+  out = tmp_path / 'plots'
+  evaluate.run(trained, evals=['zeroshot'], output_dir=str(out), plots=True)
+  written = sorted(os.listdir(out))
+  assert written == ['eval_results.json', 'eval_results.md', 'synthetic_affinity_hist.png', 'synthetic_retrieval.png',
+                     'synthetic_tsne.png']
+  for name in written[2:]:
+    assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert os.path.exists(os.path.join(trained, 'curves.png'))  # the training curves of the checkpoint's workdir

@@ -190,6 +190,43 @@ def test_compositional_evaluator_with_fake_encoder():
   assert comp.compositional_evaluator(FakeEncoder(), types.SimpleNamespace(), image_emb) == {}
 
 
+def test_per_category_and_winoground_evaluators_against_naive_loops():
+  """SugarCrepe categories and Winoground groups, scored with a python loop over the papers' definitions."""
+  rng = np.random.default_rng(7)
+  n, d = 60, 6
+  texts = {f'c{i}': _unit(rng.normal(size=d)) for i in range(3 * n)}
+
+  class TableEncoder:
+    def texts(self, captions):
+      return np.stack([texts[c] for c in captions])
+  image_emb = _unit(rng.normal(size=(n, d)))
+  positives, negatives = [f'c{i}' for i in range(n)], [[f'c{n + i}'] for i in range(n)]
+  categories = [('add_att', 'swap_obj', 'replace_rel')[i % 3] for i in range(n)]
+  eval_set = types.SimpleNamespace(canonical_captions=positives, hard_negatives=negatives, categories=categories)
+  got = comp.compositional_evaluator(TableEncoder(), eval_set, image_emb)
+  for category in ('add_att', 'swap_obj', 'replace_rel'):
+    wins = [image_emb[i] @ texts[positives[i]] > image_emb[i] @ texts[negatives[i][0]]
+            for i in range(n) if categories[i] == category]
+    assert got[f'compositional_acc_{category}'] == pytest.approx(np.mean(wins))
+  # one negative each: the pooled accuracy is the entry-weighted mean of the categories'
+  assert got['compositional_acc'] == pytest.approx(np.mean([got[f'compositional_acc_{c}'] for c in set(categories)]))
+
+  captions = [f'c{i}' for i in range(n)]  # 30 groups of two images and two captions
+  got = comp.compositional_evaluator(TableEncoder(), types.SimpleNamespace(winoground_captions=captions), image_emb)
+  text = image = group = 0
+  for g in range(n // 2):
+    s = [[image_emb[2 * g + i] @ texts[captions[2 * g + c]] for c in (0, 1)] for i in (0, 1)]
+    t_ok = s[0][0] > s[0][1] and s[1][1] > s[1][0]
+    i_ok = s[0][0] > s[1][0] and s[1][1] > s[0][1]
+    text, image, group = text + t_ok, image + i_ok, group + (t_ok and i_ok)
+  assert (got['winoground_text'], got['winoground_image'], got['winoground_group']) == pytest.approx(
+      (text / 30, image / 30, group / 30))
+  assert got['winoground_group_chance'] == pytest.approx(1 / 6)
+  with pytest.raises(ValueError, match='two images and two captions per group'):
+    comp.compositional_evaluator(TableEncoder(), types.SimpleNamespace(winoground_captions=captions[:5]),
+                                 image_emb[:5])
+
+
 def test_load_sugarcrepe(tmp_path):
   from vlp_jax.data import pipeline
   colours = {'a.png': (255, 0, 0), 'b.png': (0, 0, 255)}

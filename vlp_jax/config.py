@@ -46,6 +46,8 @@ def base_config() -> ml_collections.ConfigDict:
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
       # the linear probe on a tfds class set fits on the first N examples of its train split (0 = all)
       'probe_train_examples': 0,
+      # local copies of the compositionality benchmarks (data/compositional_sets.py), for eval.datasets
+      'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
       # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py

@@ -1,13 +1,14 @@
 """Evaluate any checkpoint (trained, or imported with vlp_jax.weights) on any eval sets:
 
   python -m vlp_jax.evaluate --checkpoint=CKPT [--evals=zeroshot,retrieval,...] [--datasets=synthetic,digits]
-      [--split=test] [--output_dir=DIR] [--plots]
+      [--split=test] [--output_dir=DIR] [--plots] [--set=data.tfds_dir=/data/tfds ...]
 
 CKPT is a workdir (its latest checkpoint), a checkpoint step directory, or an imported checkpoint. Everything not
-given comes from the config saved with the checkpoint, so that the numbers equal the in-training evaluation of that
-step. Writes DIR/eval_results.json ({'metrics': {'eval/<dataset>/<metric>': value}, and what was evaluated}) and
-DIR/eval_results.md (a markdown table), and with --plots the PNG figures of evaluation/plots.py. DIR defaults to
-WORKDIR/eval/<step> for a training checkpoint and to CKPT-eval beside any other checkpoint.
+given (or changed with --set KEY=VALUE) comes from the config saved with the checkpoint, so that the numbers equal
+the in-training evaluation of that step. Writes DIR/eval_results.json ({'metrics': {'eval/<dataset>/<metric>':
+value}, and what was evaluated}) and DIR/eval_results.md (a markdown table), and with --plots the PNG figures of
+evaluation/plots.py. DIR defaults to WORKDIR/eval/<step> for a training checkpoint and to CKPT-eval beside any
+other checkpoint.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Where to write the result
 _PLOTS = flags.DEFINE_bool('plots', False, 'Also write PNG plots (t-SNE, affinity histogram, retrieval examples, '
                            'cross-attention maps, training curves).')
 _BATCH = flags.DEFINE_integer('batch_size', None, 'Examples per forward pass (default: the config\'s).')
-_TFDS_DIR = flags.DEFINE_string('tfds_dir', None, 'tfds data dir of the tfds eval sets.')
-_MAX_EXAMPLES = flags.DEFINE_integer('max_examples', None, 'Evaluate on the first N examples of each set (0 = all).')
+_SET = flags.DEFINE_multi_string('set', [], 'KEY=VALUE: override a value of the checkpoint\'s config, e.g. '
+                                  'data.tfds_dir=/data/tfds, data.eval_max_examples=1000 or '
+                                  'data.sugarcrepe_dir=/data/sugarcrepe (repeat the flag for several).')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.')
 
 RESULTS_JSON = 'eval_results.json'
@@ -57,9 +59,35 @@ def default_output_dir(checkpoint_dir: str) -> str:
   return checkpoint_dir + '-eval'
 
 
-def eval_config(config: ml_collections.ConfigDict, evals: list[str] | None = None, dataset_names: list[str] | None = None,
-                split: str | None = None, batch_size: int | None = None, tfds_dir: str | None = None,
-                max_examples: int | None = None) -> ml_collections.ConfigDict:
+def parse_override(config: ml_collections.ConfigDict, assignment: str) -> tuple[str, Any]:
+  """'data.tfds_dir=/x' -> ('data.tfds_dir', '/x'), the value converted to the type the key has in `config`
+  (tuples from comma-separated lists)."""
+  key, sep, text = assignment.partition('=')
+  key = key.strip().removeprefix('config.')
+  node = config
+  parts = key.split('.')
+  for part in parts[:-1]:
+    node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+  if not sep or not isinstance(node, ml_collections.ConfigDict) or parts[-1] not in node:
+    raise EvaluateError(f"--set {assignment!r}: expected KEY=VALUE with KEY an existing config key such as "
+                        "data.tfds_dir (see vlp_jax/config.py)")
+  current = node[parts[-1]]
+  try:
+    if isinstance(current, bool):
+      if text.lower() not in ('true', 'false', '1', '0'):
+        raise ValueError(text)
+      return key, text.lower() in ('true', '1')
+    if isinstance(current, (tuple, list)):
+      return key, tuple(item.strip() for item in text.split(',') if item.strip())
+    return key, type(current)(text) if current is not None else text
+  except ValueError:
+    raise EvaluateError(f'--set {assignment!r}: config.{key} takes {type(current).__name__} values, '
+                        f'got {text!r}') from None
+
+
+def eval_config(config: ml_collections.ConfigDict, evals: list[str] | None = None,
+                dataset_names: list[str] | None = None, split: str | None = None, batch_size: int | None = None,
+                overrides: list[str] | None = None) -> ml_collections.ConfigDict:
   """The checkpoint's config with the requested overrides, checked before anything is loaded or compiled."""
   from vlp_jax import config as config_lib
   from vlp_jax.data import datasets
@@ -75,16 +103,14 @@ def eval_config(config: ml_collections.ConfigDict, evals: list[str] | None = Non
     raise EvaluateError(f"--split={split!r} is not valid; valid choices: ['val', 'test']")
   if batch_size is not None and batch_size < 1:
     raise EvaluateError(f'--batch_size must be positive, got {batch_size}')
-  if max_examples is not None and max_examples < 0:
-    raise EvaluateError(f'--max_examples must be 0 (all) or positive, got {max_examples}')
   config.eval.tasks = tuple(evals) if evals else tuple(config.eval.tasks)
   config.eval.datasets = tuple(dataset_names) if dataset_names else tuple(config.eval.datasets)
   config.eval.split = split or config.eval.split
   config.eval.batch_size = batch_size or config.eval.batch_size
-  if tfds_dir is not None:
-    config.data.tfds_dir = tfds_dir
-  if max_examples is not None:
-    config.data.eval_max_examples = max_examples
+  for assignment in overrides or ():
+    key, value = parse_override(config, assignment)
+    parent, _, leaf = key.rpartition('.')
+    (config[parent] if parent else config)[leaf] = value
   try:
     config_lib.validate(config)
   except config_lib.ConfigError as error:
@@ -97,8 +123,6 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   """Run `config.eval.tasks` on `config.eval.datasets` (default: the checkpoint's config) for every eval variant of
   the checkpoint's objective (the trained model, and a teacher where there is one), exactly as the training loop
   does. Returns ({'eval/<dataset>/<metric>': value}, a description of what was evaluated)."""
-  import jax
-
   from vlp_jax import models, objectives, parallel
   from vlp_jax.data import datasets
   from vlp_jax.evaluation import Encoder, run_evaluations
@@ -126,7 +150,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
     results.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix))
     print(f'Evaluated {"the " + prefix.rstrip("_") if prefix else "the model"} in '
           f'{time.perf_counter() - began:.1f}s', flush=True)
-    if plots_dir and not prefix and jax.process_index() == 0:
+    if plots_dir and not prefix:
       write_plots(plots_dir, checkpoint, encoder, eval_sets, objective, params, model_state)
   info = {'checkpoint': checkpoint, 'step': checkpoint_step(checkpoint), 'split': config.eval.split,
           'datasets': list(config.eval.datasets), 'evals': list(config.eval.tasks), 'model': config.model.name,
@@ -137,15 +161,24 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
 def write_plots(out_dir: str, checkpoint: str, encoder, eval_sets: list, objective, params: dict,
                 model_state: dict) -> list[str]:
   """The evaluation figures of every eval set, COSMOS cross-attention maps where the objective has them, and the
-  training curves of the checkpoint's workdir."""
+  training curves of the checkpoint's workdir. Every process embeds (the encoder runs over the whole mesh); process
+  0 draws and writes."""
+  import jax
+
   from vlp_jax.evaluation import plots
   from vlp_jax.training.plots import plot_curves
-  os.makedirs(out_dir, exist_ok=True)
   paths = []
   for eval_set in eval_sets:
-    paths += plots.write_eval_plots(encoder, eval_set, out_dir)
+    image_emb = encoder.images(eval_set.images)
+    text_emb = encoder.texts(eval_set.captions) if len(eval_set.captions) else None
+    if jax.process_index() != 0:
+      continue
+    os.makedirs(out_dir, exist_ok=True)
+    paths += plots.write_eval_plots(encoder, eval_set, out_dir, image_emb, text_emb)
     cross_attention = plots.write_cross_attention_plot(objective, params, model_state, eval_set, out_dir)
     paths += [cross_attention] if cross_attention else []
+  if jax.process_index() != 0:
+    return paths
   if checkpoint_step(checkpoint) is not None:
     workdir = os.path.dirname(os.path.dirname(os.path.normpath(checkpoint)))
     curves = plot_curves(workdir)
@@ -186,7 +219,7 @@ def write_results(out_dir: str, results: dict[str, float], info: dict[str, Any])
 
 def run(checkpoint: str, evals: list[str] | None = None, dataset_names: list[str] | None = None,
         split: str | None = None, output_dir: str | None = None, plots: bool = False, batch_size: int | None = None,
-        tfds_dir: str | None = None, max_examples: int | None = None, overwrite: bool = False
+        overrides: list[str] | None = None, overwrite: bool = False
         ) -> dict[str, float]:
   """The command: check the request, evaluate, write the results (process 0) and print them."""
   import jax
@@ -194,7 +227,7 @@ def run(checkpoint: str, evals: list[str] | None = None, dataset_names: list[str
   from vlp_jax.evaluation.results import summary_lines
   from vlp_jax.training.checkpoint import load_config, resolve_checkpoint
   checkpoint = resolve_checkpoint(checkpoint)
-  config = eval_config(load_config(checkpoint), evals, dataset_names, split, batch_size, tfds_dir, max_examples)
+  config = eval_config(load_config(checkpoint), evals, dataset_names, split, batch_size, overrides)
   out_dir = output_dir or default_output_dir(checkpoint)
   check_output_dir(out_dir, overwrite)
   results, info = evaluate(checkpoint, config, out_dir if plots else None)
@@ -213,7 +246,7 @@ def main(argv):
   parallel.initialize_distributed()
   try:
     run(_CHECKPOINT.value, _EVALS.value, _DATASETS.value, _SPLIT.value, _OUTPUT_DIR.value, _PLOTS.value, _BATCH.value,
-        _TFDS_DIR.value, _MAX_EXAMPLES.value, _OVERWRITE.value)
+        _SET.value, _OVERWRITE.value)
   except (EvaluateError, DataNotFoundError, FileNotFoundError) as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)

@@ -5,6 +5,7 @@
   digits:       scikit-learn's bundled 8x8 handwritten digits (data/digits.py), offline; zero-shot and linear probe
   imagenet2012, cifar10, cifar100, coco_captions: evaluation sets through tensorflow-datasets (data/tfds.py),
                 prepared in `config.data.tfds_dir`
+  sugarcrepe, winoground: the compositionality benchmarks from local files (data/compositional_sets.py)
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import digits, pipeline, records, synthetic
+from vlp_jax.data import compositional_sets, digits, pipeline, records, synthetic
 from vlp_jax.data import tfds as tfds_sets
 from vlp_jax.evaluation import templates as templates_lib
 
@@ -26,10 +27,11 @@ class DataNotFoundError(FileNotFoundError):
 
 @dataclasses.dataclass
 class EvalSet:
-  """A held-out split, fully in memory.
+  """A held-out split.
 
-  images: [N, S, S, 3] float32, normalised; labels: [N] int (-1 where unlabelled);
-  captions: [T] strings with caption_image: [T] index of the image each caption describes.
+  images: [N, S, S, 3] float32, normalised (an array, or a streamed.StreamedImages that decodes as it is read);
+  labels: [N] int (-1 where unlabelled); captions: [T] strings with caption_image: [T] index of the image each
+  caption describes.
   """
   name: str
   images: np.ndarray
@@ -46,6 +48,10 @@ class EvalSet:
   train_labels: np.ndarray | None = None
   canonical_captions: list[str] | None = None
   hard_negatives: list[list[str]] | None = None
+  # Optional: categories [N] (SugarCrepe's files) for per-category compositional accuracy; winoground_captions [N]
+  # for Winoground (images and captions in groups of two, caption k of a group describing its image k).
+  categories: list[str] | None = None
+  winoground_captions: list[str] | None = None
 
 
 def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
@@ -103,7 +109,7 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')
-EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS)
+EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS, 'sugarcrepe', 'winoground')
 
 
 def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
@@ -132,6 +138,10 @@ def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_
     return dataclasses.replace(eval_set, templates=prompts if eval_set.class_names else ())
   if name == digits.NAME:
     return dataclasses.replace(digits.load_digits_eval_set(image_size, split), templates=prompts)
+  if name == 'sugarcrepe':  # test-only benchmarks: the same set for either split
+    return compositional_sets.sugarcrepe_eval_set(data.sugarcrepe_dir, data.sugarcrepe_images, image_size)
+  if name == 'winoground':
+    return compositional_sets.winoground_eval_set(data.winoground_dir, image_size)
   if name != 'synthetic':
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)

@@ -54,6 +54,12 @@ def normalize_image(image: np.ndarray) -> np.ndarray:
   return (image.astype(np.float32) / 255.0 - OPENAI_MEAN) / OPENAI_STD
 
 
+def denormalize_image(image: np.ndarray) -> np.ndarray:
+  """The inverse of `normalize_image`, for display: [..., 3] normalised float -> uint8 [..., 3] (rounded, clipped)."""
+  pixels = (np.asarray(image, np.float32) * OPENAI_STD + OPENAI_MEAN) * 255.0
+  return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+
+
 class DataError(RuntimeError):
   """Too many bad records: the message names the shard(s)."""
 

@@ -47,7 +47,8 @@ def applies(task: str, eval_set) -> bool:
   if task == 'segmentation':
     return getattr(eval_set, 'masks', None) is not None and bool(eval_set.class_names)
   if task == 'compositional':
-    return bool(getattr(eval_set, 'canonical_captions', None) and getattr(eval_set, 'hard_negatives', None))
+    return bool(getattr(eval_set, 'canonical_captions', None) and getattr(eval_set, 'hard_negatives', None)
+                or getattr(eval_set, 'winoground_captions', None))
   return bool(len(eval_set.captions))
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> float:
-  """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> mean Pearson in [-1, 1]."""
+def per_query_affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> np.ndarray:
+  """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> [N] Pearson(SI_i, ST_i),
+  each in [-1, 1]."""
   if image_emb.shape[0] != text_emb.shape[0]:
     raise ValueError(f'affinity consistency needs paired rows, got {image_emb.shape[0]} images and '
                      f'{text_emb.shape[0]} captions')
@@ -17,4 +18,9 @@ def affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int
     si = si - si.mean(axis=1, keepdims=True)
     st = st - st.mean(axis=1, keepdims=True)
     rhos.append(np.sum(si * st, axis=1) / np.sqrt(np.sum(si * si, axis=1) * np.sum(st * st, axis=1) + 1e-12))
-  return float(np.mean(np.concatenate(rhos)))
+  return np.concatenate(rhos)
+
+
+def affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> float:
+  """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> mean Pearson in [-1, 1]."""
+  return float(np.mean(per_query_affinity_consistency(image_emb, text_emb, chunk)))

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Sequence
 
@@ -72,15 +71,15 @@ def load_sugarcrepe(json_path: str, image_dir: str, image_size: int
   val2017 images in `image_dir` -> (images [N, S, S, 3] float32 normalised as for evaluation, N positives,
   N negatives), in the file's order. Images shared by several entries are decoded once."""
   from vlp_jax.data import pipeline, records  # here: importing the evaluators (config.py does) stays light
-  with open(json_path, encoding='utf-8') as f:
-    entries = list(json.load(f).values())
+  from vlp_jax.data.compositional_sets import read_sugarcrepe
+  filenames, positives, negatives = read_sugarcrepe(json_path)
   decoded = {}
-  for filename in dict.fromkeys(entry['filename'] for entry in entries):
+  for filename in dict.fromkeys(filenames):
     with open(os.path.join(image_dir, filename), 'rb') as f:
       decoded[filename] = pipeline.normalize_image(pipeline.resize_image(records.decode_image(f.read()), image_size))
-  images = (np.stack([decoded[entry['filename']] for entry in entries]) if entries
+  images = (np.stack([decoded[filename] for filename in filenames]) if filenames
             else np.zeros((0, image_size, image_size, 3), np.float32))
-  return images, [entry['caption'] for entry in entries], [entry['negative_caption'] for entry in entries]
+  return images, positives, negatives
 
 
 def sugarcrepe_accuracy(encoder, json_path: str, image_dir: str, image_size: int) -> float:
@@ -89,13 +88,35 @@ def sugarcrepe_accuracy(encoder, json_path: str, image_dir: str, image_size: int
   return text_retrieval_accuracy(encoder.images(images), encoder.texts(positives), encoder.texts(negatives))
 
 
+# Scores of random embeddings (the Winoground paper): each of the two comparisons of text and image is a coin flip;
+# the group score's chance, 1/6, is the paper's.
+WINOGROUND_CHANCE = {'winoground_text_chance': 0.25, 'winoground_image_chance': 0.25,
+                     'winoground_group_chance': 1 / 6}
+
+
+def winoground_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
+  """Winoground text, image and group scores on an eval set with `winoground_captions` [2G] (images [2G]: member k
+  of group g at 2g + k)."""
+  captions = eval_set.winoground_captions
+  if len(captions) != len(image_emb) or len(captions) % 2:
+    raise ValueError(f'Winoground needs two images and two captions per group: got {len(image_emb)} images and '
+                     f'{len(captions)} captions')
+  text_emb = encoder.texts(captions)
+  sim = winoground_similarity(image_emb.reshape(-1, 2, image_emb.shape[-1]),
+                              text_emb.reshape(-1, 2, text_emb.shape[-1]))
+  return {**{f'winoground_{k}': v for k, v in winoground_scores(sim).items()}, **WINOGROUND_CHANCE}
+
+
 def compositional_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
   """Canonical caption against its hard negatives, on an eval set with `canonical_captions` ([N] str) and
-  `hard_negatives` ([N] lists of str); {} otherwise. A SugarCrepe file fits too: its captions as the canonical
-  ones and [[negative] per entry] as the negatives make `compositional_acc` the SugarCrepe accuracy.
+  `hard_negatives` ([N] lists of str), or Winoground's scores on one with `winoground_captions`; {} otherwise.
+  SugarCrepe is the first kind (one negative per image), with `compositional_acc_<category>` per category file
+  where the set has `categories` [N].
 
   compositional_chance is the accuracy of random embeddings: the mean of 1 / (1 + negatives) over the images.
   """
+  if getattr(eval_set, 'winoground_captions', None):
+    return winoground_evaluator(encoder, eval_set, image_emb)
   canonical = getattr(eval_set, 'canonical_captions', None)
   hard_negatives = getattr(eval_set, 'hard_negatives', None)
   if not canonical or hard_negatives is None:
@@ -106,7 +127,17 @@ def compositional_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[st
   negatives, neg_image = flatten_negatives(hard_negatives)
   if not negatives:
     return {}
-  all_acc, pair_acc = hard_negative_accuracy(image_emb, encoder.texts(canonical), encoder.texts(negatives), neg_image)
+  pos_emb, neg_emb = encoder.texts(canonical), encoder.texts(negatives)
+  all_acc, pair_acc = hard_negative_accuracy(image_emb, pos_emb, neg_emb, neg_image)
   counts = np.array([len(n) for n in hard_negatives if n])
-  return {'compositional_acc': all_acc, 'compositional_pair_acc': pair_acc,
-          'compositional_chance': float(np.mean(1.0 / (1 + counts)))}
+  metrics = {'compositional_acc': all_acc, 'compositional_pair_acc': pair_acc,
+             'compositional_chance': float(np.mean(1.0 / (1 + counts)))}
+  categories = np.asarray(getattr(eval_set, 'categories', None) or [], dtype=object)
+  for category in dict.fromkeys(categories.tolist()):
+    rows = np.flatnonzero(categories == category)
+    negative_rows = np.flatnonzero(np.isin(neg_image, rows))
+    remap = np.full(len(image_emb), -1)
+    remap[rows] = np.arange(len(rows))
+    metrics[f'compositional_acc_{category}'] = hard_negative_accuracy(
+        image_emb[rows], pos_emb[rows], neg_emb[negative_rows], remap[neg_image[negative_rows]])[0]
+  return metrics

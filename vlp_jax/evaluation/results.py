@@ -6,7 +6,9 @@ from __future__ import annotations
 
 # The chance level a score is read against, when the evaluator reports one.
 CHANCE_OF = {'zeroshot_top1': 'zeroshot_chance', 'zeroshot_mean_per_class': 'zeroshot_chance',
-             'compositional_acc': 'compositional_chance', 'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance'}
+             'compositional_acc': 'compositional_chance', 'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance',
+             'winoground_text': 'winoground_text_chance', 'winoground_image': 'winoground_image_chance',
+             'winoground_group': 'winoground_group_chance'}
 
 
 def split_name(name: str) -> tuple[str, str]:

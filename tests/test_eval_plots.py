@@ -1,0 +1,233 @@
+"""Evaluation plots: per-query affinity consistency, t-SNE, histogram, retrieval examples and COSMOS cross-attention
+maps, each written as a valid PNG; then everything that applies to the embedded eval set through a micro COSMOS."""
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+from scipy import stats
+
+from vlp_jax.data.pipeline import denormalize_image, normalize_image
+from vlp_jax.evaluation import plots
+from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
+from vlp_jax.models.cross_attention import CrossAttention
+
+
+def _unit(x):
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def assert_png(path, min_size=(100, 100)):
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  with Image.open(path) as image:
+    image.verify()
+  with Image.open(path) as image:
+    assert image.size[0] >= min_size[0] and image.size[1] >= min_size[1]
+
+
+def _images(n, size=16, seed=0):
+  return normalize_image(np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8))
+
+
+# ------------------------------------------------------------------------------------------ affinity and images
+
+
+def test_per_query_affinity_against_pearson():
+  rng = np.random.default_rng(0)
+  images = _unit(rng.normal(size=(25, 6)))
+  texts = _unit(images + 0.7 * rng.normal(size=(25, 6)))
+  si, st = images @ images.T, texts @ texts.T
+  want = [stats.pearsonr(si[i], st[i])[0] for i in range(25)]
+  got = per_query_affinity_consistency(images, texts, chunk=6)
+  assert got.shape == (25,)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+  assert affinity_consistency(images, texts, chunk=6) == pytest.approx(np.mean(want), rel=1e-6)
+  np.testing.assert_allclose(per_query_affinity_consistency(images, images), 1.0)
+
+
+def test_denormalize_inverts_normalize():
+  pixels = np.random.default_rng(1).integers(0, 256, (2, 5, 7, 3), dtype=np.uint8)
+  back = denormalize_image(normalize_image(pixels))
+  assert back.dtype == np.uint8
+  np.testing.assert_array_equal(back, pixels)
+  np.testing.assert_array_equal(denormalize_image(normalize_image(pixels[0])), pixels[0])
+  np.testing.assert_array_equal(denormalize_image(np.full((1, 1, 3), 99.0)), 255)  # out of range: clipped
+
+
+# ------------------------------------------------------------------------------------------------------- plots
+
+
+def test_tsne_subsampling_is_deterministic():
+  a = plots.subsample_indices(100, 30, seed=3)
+  assert len(a) == 30 and len(np.unique(a)) == 30 and np.all(np.diff(a) > 0)
+  np.testing.assert_array_equal(a, plots.subsample_indices(100, 30, seed=3))
+  assert not np.array_equal(a, plots.subsample_indices(100, 30, seed=4))
+  np.testing.assert_array_equal(plots.subsample_indices(20, 30), np.arange(20))
+  emb = _unit(np.random.default_rng(2).normal(size=(60, 8)))
+  keep, points = plots.tsne_points(emb, max_points=25, seed=1)
+  keep2, points2 = plots.tsne_points(emb, max_points=25, seed=1)
+  np.testing.assert_array_equal(keep, plots.subsample_indices(60, 25, seed=1))
+  np.testing.assert_array_equal(keep, keep2)
+  np.testing.assert_array_equal(points, points2)
+  assert points.shape == (25, 2) and np.all(np.isfinite(points))
+  assert plots.tsne_points(emb[:2])[1].shape == (2, 2)  # too few points for t-SNE: still plottable
+
+
+def test_plot_tsne_with_more_classes_than_the_legend(tmp_path):
+  rng = np.random.default_rng(3)
+  labels = rng.integers(-1, 25, 80)  # 25 classes > MAX_LEGEND, some unlabelled
+  emb = _unit(rng.normal(size=(25, 8))[np.maximum(labels, 0)] + 0.3 * rng.normal(size=(80, 8)))
+  path = plots.plot_tsne(emb, labels, [f'class {i}' for i in range(25)], str(tmp_path / 'sub' / 't.png'),
+                         max_points=60)
+  assert path == str(tmp_path / 'sub' / 't.png')
+  assert_png(path)
+
+
+def test_plot_affinity_histogram(tmp_path):
+  per_query = np.random.default_rng(4).uniform(-0.2, 0.9, 50)
+  assert_png(plots.plot_affinity_histogram(per_query, str(tmp_path / 'h.png'), label='synthetic'))
+  assert_png(plots.plot_affinity_histogram(per_query, str(tmp_path / 'h2.png')))
+
+
+def test_plot_retrieval_examples(tmp_path):
+  rng = np.random.default_rng(5)
+  image_emb = _unit(rng.normal(size=(6, 8)))
+  caption_image = np.repeat(np.arange(6), 2)
+  text_emb = _unit(image_emb[caption_image] + 0.8 * rng.normal(size=(12, 8)))
+  captions = [f'caption {j} of image {i}, ' + 'long ' * (j % 3) * 20 for j, i in enumerate(caption_image)]
+  np.testing.assert_array_equal(plots.query_indices(6, 4), [0, 2, 3, 5])
+  np.testing.assert_array_equal(plots.query_indices(2, 4), [0, 1])
+  path = plots.plot_retrieval_examples(_images(6), captions, caption_image, image_emb, text_emb,
+                                       str(tmp_path / 'r.png'), num_queries=4, k=3)
+  assert_png(path, (300, 300))
+
+
+def test_plot_cross_attention_and_token_strings(tmp_path):
+  from vlp_jax.data.tokenizer import default_tokenizer
+  tokens = default_tokenizer()(['a red circle on white!', 'wow !!'], context_length=16)
+  strings = [plots.token_strings(row) for row in tokens]
+  assert strings[0] == ['<sot>', 'a', 'red', 'circle', 'on', 'white', '!', '<eot>']
+  assert ''.join(strings[1][1:-1]) == 'wow!!'  # id 0 ('!' inside a word) is a token, not padding
+  rng = np.random.default_rng(6)
+  image_attention, text_attention = rng.dirichlet(np.ones(16), 2), rng.dirichlet(np.ones(16), 2)
+  path = plots.plot_cross_attention(_images(2), ['a red circle on white!', 'wow !!'], image_attention,
+                                    text_attention, strings, str(tmp_path / 'x.png'))
+  assert_png(path)
+  assert_png(plots.plot_cross_attention(_images(2, 8), ['a', 'b'], rng.dirichlet(np.ones(8), 2), text_attention,
+                                        strings, str(tmp_path / 'y.png'), grid=(2, 4)))
+  with pytest.raises(ValueError, match='square'):
+    plots.plot_cross_attention(_images(2), ['a', 'b'], image_attention[:, :15], text_attention, strings,
+                               str(tmp_path / 'z.png'))
+
+
+# ------------------------------------------------------------------------------------- cross-attention weights
+
+
+def test_cross_attention_weights_leave_the_output_unchanged():
+  import flax.linen as nn
+  from vlp_jax.models.transformer import LN_EPS
+  query = jax.random.normal(jax.random.key(0), (2, 3, 16))
+  tokens = jax.random.normal(jax.random.key(1), (2, 5, 8))
+  mask = jnp.array([[True, True, True, False, False], [True] * 5])
+  module = CrossAttention(16, heads=4)
+  params = jax.jit(module.init)(jax.random.key(2), query, tokens)['params']
+  apply = jax.jit(module.apply, static_argnames='return_weights')  # eager flax is slower than compiling
+  out = apply({'params': params}, query, tokens, mask)
+  same, weights = apply({'params': params}, query, tokens, mask, return_weights=True)
+  np.testing.assert_array_equal(same, out)
+  assert weights.shape == (2, 4, 3, 5) and weights.dtype == jnp.float32
+  assert np.all(weights >= 0) and np.all(weights[0, ..., 3:] == 0)  # masked tokens get no weight
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+  # They are the weights the output is made of: out = query + out_proj(weights @ v).
+  dense = lambda name, x: nn.Dense(16).apply({'params': params[name]}, x)  # noqa: E731
+  kv = nn.LayerNorm(epsilon=LN_EPS).apply({'params': params['ln_kv']}, dense('token_proj', tokens))
+  v = dense('v_proj', kv).reshape(2, 5, 4, 4)
+  mixed = jnp.einsum('bhqt,bthd->bqhd', weights, v).reshape(2, 3, 16)
+  np.testing.assert_allclose(query + dense('out_proj', mixed), out, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------- through a micro COSMOS model
+
+
+@pytest.fixture(scope='module')
+def cosmos(data_cache):
+  """One micro COSMOS (student parameters, model state, objective), an Encoder of its towers and the embedded
+  validation set."""
+  from micro_config import micro_config
+  from vlp_jax import models, objectives, parallel
+  from vlp_jax.data import datasets
+  from vlp_jax.evaluation.encoder import Encoder
+  from vlp_jax.objectives.base import tower_variables
+  config = micro_config(data_cache)
+  config.objective.update(name='cosmos', num_local_crops=1, num_local_texts=1, local_crop_size=8,
+                          local_text_context_length=8, cross_attention_heads=4)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  encoder = Encoder(objective.model, tower_variables(params, state), parallel.make_mesh(), batch_size=16,
+                    context_length=config.model.text.context_length)
+  eval_set = datasets.load_eval_set('synthetic', config.data, 'val', config.model.vision.image_size)
+  return config, objective, params, state, encoder, eval_set
+
+
+def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
+  from vlp_jax.data.tokenizer import default_tokenizer
+  config, objective, params, state, _, eval_set = cosmos
+  images = eval_set.images[:4]
+  tokens = default_tokenizer()(eval_set.captions[:4], context_length=config.model.text.context_length)
+  out = plots.cross_attention_outputs(objective, params, state, images, tokens)
+  image_attention, text_attention = out['image_attention'], out['text_attention']
+  patches = (config.model.vision.image_size // config.model.vision.patch_size) ** 2
+  assert image_attention.shape == (4, patches) and text_attention.shape == (4, tokens.shape[1])
+  for weights in (image_attention, text_attention):
+    assert np.all(weights >= 0)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+  after_eot = np.arange(tokens.shape[1])[None] > np.argmax(tokens, axis=1)[:, None]
+  assert after_eot.any() and np.all(text_attention[after_eot] == 0)
+  # The same modules on the same inputs as `features`, where this image and caption are the first global crops.
+  rng = np.random.default_rng(0)
+  batch = {'global_images': np.stack([images, images[::-1]], axis=1),
+           'local_images': rng.normal(size=(4, 1, 8, 8, 3)).astype(np.float32),
+           'texts': np.stack([tokens, tokens[::-1]], axis=1),
+           'local_texts': default_tokenizer()(['a shape.'] * 4, context_length=8)[:, None]}
+  features, _ = jax.jit(objective.features, static_argnums=4)(params, state, batch, jax.random.key(1), False)
+  np.testing.assert_allclose(_unit(out['h_img']), features['h_img'][:, 0], atol=1e-5)
+  np.testing.assert_allclose(_unit(out['h_txt']), features['h_txt'][:, 0], atol=1e-5)
+
+
+def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
+  _, _, _, _, encoder, eval_set = cosmos
+  paths = plots.write_eval_plots(encoder, eval_set, str(tmp_path))
+  names = ('synthetic_tsne.png', 'synthetic_affinity_hist.png', 'synthetic_retrieval.png')
+  assert paths == [str(tmp_path / name) for name in names]
+  for path in paths:
+    assert_png(path)
+
+  class NoEncoder:  # embeddings given: nothing is encoded again
+    def images(self, x):
+      raise AssertionError('encoded the images again')
+    texts = images
+  image_emb, text_emb = encoder.images(eval_set.images), encoder.texts(eval_set.captions)
+  again = plots.write_eval_plots(NoEncoder(), eval_set, str(tmp_path / 'again'), image_emb, text_emb)
+  assert [os.path.basename(p) for p in again] == list(names)
+  classes_only = dataclasses.replace(eval_set, captions=[], caption_image=np.zeros(0, int))
+  assert [os.path.basename(p) for p in plots.write_eval_plots(NoEncoder(), classes_only, str(tmp_path / 'c'),
+                                                              image_emb)] == ['synthetic_tsne.png']
+  bare = dataclasses.replace(classes_only, class_names=())
+  assert plots.write_eval_plots(NoEncoder(), bare, str(tmp_path / 'none')) == []
+
+
+def test_write_cross_attention_plot(cosmos, tmp_path):
+  from vlp_jax import objectives
+  config, objective, params, state, _, eval_set = cosmos
+  path = plots.write_cross_attention_plot(objective, params, state, eval_set, str(tmp_path), num_examples=4)
+  assert path == str(tmp_path / 'synthetic_cross_attention.png')
+  assert_png(path, (300, 300))
+  clip_config = config.copy_and_resolve_references()
+  clip_config.objective.name = 'clip'
+  clip = objectives.build(clip_config, objective.model)
+  assert plots.write_cross_attention_plot(clip, params, state, eval_set, str(tmp_path)) is None
+  assert plots.cosmos_objective(clip) is None

@@ -1,0 +1,342 @@
+"""Evaluation plots as PNG files: a t-SNE of the image embeddings coloured by class (SaCo supplementary Fig. 1), the
+histogram of per-query affinity consistency, image -> caption retrieval examples, and COSMOS's cross-attention maps.
+
+Every `plot_*` function takes host arrays, writes one PNG and returns its path; `write_eval_plots` and
+`write_cross_attention_plot` choose what applies to an eval set and name the files `<dataset>_<plot>.png`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import textwrap
+from typing import Sequence
+
+import numpy as np
+
+from vlp_jax.data.pipeline import denormalize_image
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.evaluation.affinity import per_query_affinity_consistency
+
+MAX_LEGEND = 20  # classes named in the t-SNE legend; the rest are coloured but not named
+UNLABELLED = (0.6, 0.6, 0.6, 1.0)
+EXACT_TSNE_POINTS = 500  # up to this many points t-SNE runs with exact gradients, beyond with Barnes-Hut
+
+
+def _pyplot():
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def _save(fig, path: str) -> str:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=100, bbox_inches='tight')
+  _pyplot().close(fig)
+  return path
+
+
+# ------------------------------------------------------------------------------------------------------------ t-SNE
+
+
+def subsample_indices(n: int, max_points: int, seed: int = 0) -> np.ndarray:
+  """[M] sorted row indices, M = min(n, max_points): all rows, or a random subset that depends only on the seed."""
+  if n <= max_points:
+    return np.arange(n)
+  return np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False))
+
+
+def tsne_points(image_emb: np.ndarray, max_points: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """[N, d] -> (indices [M] of the rows kept, points [M, 2]); deterministic for a seed."""
+  from sklearn.manifold import TSNE
+  keep = subsample_indices(len(image_emb), max_points, seed)
+  x = np.asarray(image_emb, np.float32)[keep]
+  if len(x) < 3:  # t-SNE needs perplexity < M and a PCA init of 2 components: too few points to embed
+    return keep, np.zeros((len(x), 2), np.float32)
+  # sklearn's default perplexity (30) must stay below the number of points; ~M / 3 keeps small sets meaningful.
+  perplexity = float(min(30.0, max(1.0, (len(x) - 1) / 3)))
+  # Exact gradients are faster than Barnes-Hut below a few hundred points (3x at 500 on 2 cores).
+  tsne = TSNE(n_components=2, perplexity=perplexity, init='pca', learning_rate='auto', random_state=seed,
+              method='exact' if len(x) <= EXACT_TSNE_POINTS else 'barnes_hut')
+  return keep, tsne.fit_transform(x).astype(np.float32)
+
+
+def class_colours(num_classes: int) -> np.ndarray:
+  """[K, 4] RGBA: tab10 / tab20 when they have enough colours, else evenly spaced hues of 'turbo'."""
+  plt = _pyplot()
+  for name, size in (('tab10', 10), ('tab20', 20)):
+    if num_classes <= size:
+      return plt.get_cmap(name)(np.arange(num_classes))
+  return plt.get_cmap('turbo')(np.linspace(0.0, 1.0, num_classes))
+
+
+def plot_tsne(image_emb: np.ndarray, labels: np.ndarray, class_names: Sequence[str], path: str,
+              max_points: int = 2000, seed: int = 0, title: str = '') -> str:
+  """image_emb [N, d], labels [N] (-1: unlabelled) -> a scatter of the t-SNE of at most `max_points` images,
+  coloured by class; the legend names the `MAX_LEGEND` most frequent classes among the points shown."""
+  plt = _pyplot()
+  from matplotlib.lines import Line2D
+  keep, points = tsne_points(image_emb, max_points, seed)
+  labels = np.asarray(labels)[keep]
+  colours = class_colours(len(class_names))
+  point_colours = np.array([colours[label] if 0 <= label < len(colours) else UNLABELLED for label in labels])
+  fig, ax = plt.subplots(figsize=(7, 6))
+  ax.scatter(points[:, 0], points[:, 1], c=point_colours, s=12, linewidths=0, alpha=0.85)
+  present, counts = np.unique(labels[(labels >= 0) & (labels < len(class_names))], return_counts=True)
+  named = present[np.argsort(-counts, kind='stable')][:MAX_LEGEND]
+  handles = [Line2D([], [], marker='o', linestyle='', color=colours[c], label=str(class_names[c])) for c in named]
+  if np.any((labels < 0) | (labels >= len(class_names))):
+    handles.append(Line2D([], [], marker='o', linestyle='', color=UNLABELLED, label='unlabelled'))
+  if handles:
+    more = len(present) - len(named)
+    ax.legend(handles=handles, loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              title=f'{len(named)} of {len(present)} classes' if more else None, title_fontsize=8)
+  title = f'{title or "t-SNE of image embeddings"} ({len(keep)} of {len(image_emb)} images)'
+  ax.set(xticks=[], yticks=[], title=title)
+  return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------ affinity histogram
+
+
+def plot_affinity_histogram(per_query: np.ndarray, path: str, label: str | None = None) -> str:
+  """per_query [N] affinity consistency (Pearson, in [-1, 1]) -> its histogram on fixed bins over [-1, 1], so that
+  checkpoints compare at a glance, with the mean (the reported metric) marked."""
+  plt = _pyplot()
+  per_query = np.asarray(per_query, np.float64)
+  mean = float(np.mean(per_query)) if per_query.size else float('nan')
+  fig, ax = plt.subplots(figsize=(6, 3.8))
+  ax.hist(per_query, bins=np.linspace(-1.0, 1.0, 41), color='tab:blue', alpha=0.8, label=label)
+  ax.axvline(mean, color='tab:red', linestyle='--', linewidth=1.5, label=f'mean {mean:.3f}')
+  ax.set(xlim=(-1, 1), xlabel='Pearson(image affinities, caption affinities) per query', ylabel='queries',
+         title='affinity consistency' + (f': {label}' if label else '') + f' (N = {per_query.size})')
+  ax.legend(fontsize=8)
+  return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------ retrieval examples
+
+
+def query_indices(num_images: int, num_queries: int) -> np.ndarray:
+  """[Q] image indices spread evenly over the set (deterministic), Q = min(num_images, num_queries)."""
+  return np.unique(np.linspace(0, num_images - 1, min(num_images, num_queries)).round().astype(int))
+
+
+def _rows_figure(num_rows: int, row_height: float, width_ratios: tuple[float, float]):
+  """A figure of `num_rows` (image, text) axes pairs, room left on top for the title above the first row's titles."""
+  fig, axes = _pyplot().subplots(num_rows, 2, figsize=(10, row_height * num_rows), squeeze=False,
+                                 gridspec_kw={'width_ratios': width_ratios})
+  fig.subplots_adjust(top=1.0 - 0.75 / fig.get_figheight(), wspace=0.05)
+  return fig, axes
+
+
+def _show_image(ax, image: np.ndarray) -> None:
+  ax.imshow(denormalize_image(image), interpolation='nearest')
+  ax.set(xticks=[], yticks=[])
+
+
+def plot_retrieval_examples(images: np.ndarray, captions: Sequence[str], caption_image: np.ndarray,
+                            image_emb: np.ndarray, text_emb: np.ndarray, path: str, num_queries: int = 4,
+                            k: int = 3, title: str = '') -> str:
+  """images [N, S, S, 3] normalised, captions [T] with caption_image [T], image_emb [N, d], text_emb [T, d] unit-norm
+  -> for a few image queries, the image and its top-k captions by cosine: green where the caption is the image's."""
+  caption_image = np.asarray(caption_image)
+  queries = query_indices(len(images), num_queries)
+  k = min(k, len(captions))
+  fig, axes = _rows_figure(len(queries), 2.2, (1, 4))
+  for row, (image_ax, text_ax) in zip(queries, axes):
+    _show_image(image_ax, images[row])
+    image_ax.set_title(f'image {row}', fontsize=9)
+    scores = np.asarray(text_emb) @ np.asarray(image_emb)[row]  # [T]
+    top = np.argsort(-scores, kind='stable')[:k]
+    text_ax.axis('off')
+    lines = [(f'{rank + 1}. ({scores[j]:.2f}) {textwrap.shorten(captions[j], 90)}',
+              'tab:green' if caption_image[j] == row else 'tab:red') for rank, j in enumerate(top)]
+    own = np.flatnonzero(caption_image == row)
+    if len(own) and not np.isin(own, top).any():
+      lines.append((f'truth: {textwrap.shorten(captions[own[0]], 90)}', 'dimgray'))
+    for i, (line, colour) in enumerate(lines):
+      text_ax.text(0.02, 1.0 - (i + 0.5) / (k + 1), line, color=colour, fontsize=9, va='center',
+                   transform=text_ax.transAxes)
+  fig.suptitle(f'{title or "image -> caption retrieval"}: top {k} (green: a caption of the image)', fontsize=10)
+  return _save(fig, path)
+
+
+# --------------------------------------------------------------------------------------- COSMOS cross-attention maps
+
+
+def cosmos_objective(objective):
+  """The COSMOS objective inside `objective` (a Composite wraps it with its terms), or None."""
+  from vlp_jax.objectives.cosmos import CosmosObjective
+  base = getattr(objective, 'base', objective)
+  return base if isinstance(base, CosmosObjective) else None
+
+
+def _cross_attention(cosmos, params, model_state, images, tokens) -> dict:
+  """COSMOS's two cross-attention modules as `features` applies them, on one image and one caption per example:
+  h_img = CrossAttn_image(q=CLS, kv=text tokens up to the EOT), h_txt = CrossAttn_text(q=EOT, kv=patch tokens)."""
+  import jax.numpy as jnp
+  image_out, _ = cosmos.encode_image(params, model_state, images, False)
+  text_out = cosmos.encode_text(params, tokens)
+  text_mask = jnp.arange(tokens.shape[1])[None, :] <= jnp.argmax(tokens, axis=1)[:, None]  # as in features
+  xattn = cosmos._cross_attention()
+  h_img, text_weights = xattn.apply({'params': params['cosmos_xattn_image']}, image_out['embed'][:, None],
+                                    text_out['tokens'], text_mask, return_weights=True)
+  h_txt, image_weights = xattn.apply({'params': params['cosmos_xattn_text']}, text_out['embed'][:, None],
+                                     image_out['tokens'], return_weights=True)
+  # [B, heads, 1 query, T] -> [B, T]: the mean over heads still sums to 1.
+  return {'h_img': h_img[:, 0], 'h_txt': h_txt[:, 0], 'image_attention': jnp.mean(image_weights, axis=1)[:, 0],
+          'text_attention': jnp.mean(text_weights, axis=1)[:, 0]}
+
+
+def cross_attention_outputs(objective, params: dict, model_state: dict, images: np.ndarray, tokens: np.ndarray
+                            ) -> dict[str, np.ndarray]:
+  """images [N, S, S, 3] normalised, tokens [N, L] (caption i describes image i) -> {'h_img', 'h_txt': [N, d] (not
+  normalised), 'image_attention': [N, P], 'text_attention': [N, L]}, numpy; the student's `params`."""
+  import jax
+  cosmos = cosmos_objective(objective)
+  if cosmos is None:
+    raise ValueError(f"objective '{objective.name}' has no cross-attention modules (only COSMOS has)")
+  out = _jitted_cross_attention(cosmos)(params, model_state, np.asarray(images, np.float32),
+                                       np.asarray(tokens, np.int32))
+  return jax.tree.map(lambda x: np.asarray(jax.device_get(x), np.float32), out)
+
+
+@functools.lru_cache(maxsize=4)
+def _jitted_cross_attention(cosmos):
+  """One compiled `_cross_attention` per objective (a fresh partial per call would compile again)."""
+  import jax
+  return jax.jit(functools.partial(_cross_attention, cosmos))
+
+
+def cross_attention_maps(objective, params: dict, model_state: dict, images: np.ndarray, tokens: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+  """COSMOS's attention weights, mean over heads, each row summing to 1: (image_attention [N, P]: the text-conditioned
+  module (query: caption i's EOT embedding) over image i's patch tokens, row-major; text_attention [N, L]: the
+  image-conditioned module (query: image i's CLS embedding) over caption i's tokens, 0 after the EOT)."""
+  out = cross_attention_outputs(objective, params, model_state, images, tokens)
+  return out['image_attention'], out['text_attention']
+
+
+def token_strings(tokens: np.ndarray) -> list[str]:
+  """[L] ids of one tokenised caption -> the text of each token up to and including the EOT ('<sot>', ..., '<eot>')."""
+  tokenizer = default_tokenizer()
+  special = {tokenizer.sot_token: '<sot>', tokenizer.eot_token: '<eot>'}
+  ids = np.asarray(tokens).tolist()[:int(np.argmax(tokens)) + 1]
+  # decode drops trailing id 0 as padding though 0 is also the symbol '!'; an EOT after it (dropped too) keeps it.
+  return [special.get(i) or tokenizer.decode([i, tokenizer.eot_token]) for i in ids]
+
+
+def _patch_grid(num_patches: int, grid: tuple[int, int] | None) -> tuple[int, int]:
+  if grid is None:
+    side = math.isqrt(num_patches)
+    if side * side != num_patches:
+      raise ValueError(f'{num_patches} patches are not a square grid: pass grid=(rows, cols)')
+    grid = (side, side)
+  if grid[0] * grid[1] != num_patches:
+    raise ValueError(f'grid {grid} does not hold {num_patches} patches')
+  return tuple(grid)
+
+
+def _shaded_tokens(ax, tokens: Sequence[str], weights: np.ndarray, fontsize: float = 8.0) -> None:
+  """Writes the tokens left to right in a monospace font (so widths follow from lengths), wrapping lines, each on
+  a background shaded by its weight relative to the largest."""
+  plt = _pyplot()
+  fig = ax.figure
+  bbox = ax.get_position()
+  width_pt, height_pt = bbox.width * fig.get_figwidth() * 72, bbox.height * fig.get_figheight() * 72
+  char_w, line_h = 0.6 * fontsize / width_pt, 2.0 * fontsize / height_pt  # in axes fractions
+  cmap = plt.get_cmap('Reds')
+  top = max(float(np.max(weights)), 1e-12) if len(weights) else 1.0
+  x, y = 0.0, 1.0 - line_h / 2
+  for token, weight in zip(tokens, weights):
+    width = (len(token) + 1) * char_w
+    if x > 0 and x + width > 1.0:
+      x, y = 0.0, y - line_h
+    ax.text(x, y, token, family='monospace', fontsize=fontsize, va='center', transform=ax.transAxes,
+            bbox={'facecolor': cmap(0.85 * float(weight) / top), 'edgecolor': 'none', 'pad': 1.5})
+    x += width
+
+
+def plot_cross_attention(images: np.ndarray, captions: Sequence[str], image_attention: np.ndarray,
+                         text_attention: np.ndarray, tokens: Sequence[Sequence[str]], path: str,
+                         grid: tuple[int, int] | None = None) -> str:
+  """images [N, S, S, 3] normalised, captions [N], image_attention [N, P] (P = rows * cols patches, row-major),
+  text_attention [N, L], tokens: [N] lists of token strings (`token_strings`; attention past their length is left
+  out) -> per example, the image with the caption's attention over its patches as a heatmap, and the caption's
+  tokens shaded by the image's attention over them. grid: the patch grid, None for a square one."""
+  grid = _patch_grid(np.shape(image_attention)[1], grid)
+  fig, axes = _rows_figure(len(images), 2.6, (1, 3))
+  for i, (image_ax, text_ax) in enumerate(axes):
+    height, width = images[i].shape[:2]
+    _show_image(image_ax, images[i])
+    image_ax.imshow(np.reshape(image_attention[i], grid), cmap='jet', alpha=0.45, interpolation='bilinear',
+                    extent=(-0.5, width - 0.5, height - 0.5, -0.5))
+    image_ax.set_title(f'example {i}', fontsize=9)
+    text_ax.axis('off')
+    text_ax.set_title(textwrap.shorten(captions[i], 90), fontsize=9, loc='left')
+    _shaded_tokens(text_ax, tokens[i], np.asarray(text_attention[i])[:len(tokens[i])])
+  fig.suptitle('COSMOS cross-attention, mean over heads. Left: the patches the caption attends to; right: the '
+               'tokens the image attends to', fontsize=10)
+  return _save(fig, path)
+
+
+# --------------------------------------------------------------------------------------------------- per eval set
+
+
+def first_captions(caption_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """caption_image [T] -> (images [M] that have a caption, ascending; captions [M]: the first caption of each)."""
+  return np.unique(np.asarray(caption_image), return_index=True)
+
+
+def write_eval_plots(encoder, eval_set, out_dir: str, image_emb: np.ndarray | None = None,
+                     text_emb: np.ndarray | None = None) -> list[str]:
+  """Every plot that applies to `eval_set`, as `out_dir/<dataset>_{tsne,affinity_hist,retrieval}.png`; returns the
+  paths written. t-SNE needs labels and class names, the other two captions.
+
+  image_emb [N, d] = encoder.images(eval_set.images) and text_emb [T, d] = encoder.texts(eval_set.captions) (every
+  caption) when the caller already has them; otherwise they are computed.
+  """
+  class_names = tuple(eval_set.class_names or ())
+  labels = None if eval_set.labels is None else np.asarray(eval_set.labels)
+  has_labels = bool(class_names) and labels is not None and bool(np.any(labels >= 0))
+  has_captions = bool(len(eval_set.captions))
+  if not (has_labels or has_captions):
+    return []
+  if image_emb is None:
+    image_emb = encoder.images(eval_set.images)
+  name = getattr(eval_set, 'name', 'eval')
+  paths = []
+  if has_labels:
+    paths.append(plot_tsne(image_emb, labels, class_names, os.path.join(out_dir, f'{name}_tsne.png'),
+                           title=f'{name}: t-SNE of image embeddings'))
+  if has_captions:
+    if text_emb is None:
+      text_emb = encoder.texts(eval_set.captions)
+    # As the affinity evaluator: each image paired with its first caption.
+    images, captions = first_captions(eval_set.caption_image)
+    per_query = per_query_affinity_consistency(image_emb[images], text_emb[captions])
+    paths.append(plot_affinity_histogram(per_query, os.path.join(out_dir, f'{name}_affinity_hist.png'), label=name))
+    paths.append(plot_retrieval_examples(eval_set.images, eval_set.captions, eval_set.caption_image, image_emb,
+                                         text_emb, os.path.join(out_dir, f'{name}_retrieval.png'),
+                                         title=f'{name}: image -> caption retrieval'))
+  return paths
+
+
+def write_cross_attention_plot(objective, params: dict, model_state: dict, eval_set, out_dir: str,
+                               num_examples: int = 4) -> str | None:
+  """`out_dir/<dataset>_cross_attention.png` for the first `num_examples` images with a caption (each with its first
+  caption), from the student's `params`; None when the objective has no cross-attention or the set no captions."""
+  cosmos = cosmos_objective(objective)
+  if cosmos is None or not len(eval_set.captions):
+    return None
+  images, first = (x[:num_examples] for x in first_captions(eval_set.caption_image))
+  captions = [eval_set.captions[j] for j in first]
+  tokens = default_tokenizer()(captions, context_length=cosmos.model.text.context_length)
+  image_attention, text_attention = cross_attention_maps(objective, params, model_state, eval_set.images[images],
+                                                         tokens)
+  name = getattr(eval_set, 'name', 'eval')
+  return plot_cross_attention(eval_set.images[images], captions, image_attention, text_attention,
+                              [token_strings(row) for row in tokens],
+                              os.path.join(out_dir, f'{name}_cross_attention.png'))
