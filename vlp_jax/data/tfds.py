@@ -32,6 +32,8 @@ from vlp_jax.evaluation import templates
 if TYPE_CHECKING:  # datasets imports this module: at run time it is imported where it is used
   from vlp_jax.data import datasets
 
+# Reading a split of at least this many examples prints its progress.
+LOAD_PROGRESS_MIN = 20_000
 # An eval set's float32 images are held in memory up to this size; larger sets are decoded as they are evaluated.
 DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
 # The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
@@ -234,7 +236,10 @@ def _split_arrays(name: str, source: Any, count: int, image_size: int, max_capti
   images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
   labels = np.empty(count, np.int64)
   captions, caption_image = [], []
+  report_every = max(count // 10, 1) if count >= LOAD_PROGRESS_MIN else 0
   for index in range(count):
+    if report_every and index % report_every == 0:
+      print(f'{name}: read {index}/{count} examples', flush=True)
     features = source[index]
     fields = example_fields(name, features)
     if images is not None:
