@@ -42,9 +42,10 @@ def scores(results: dict[str, float]) -> list[str]:
 def summary_lines(results: dict[str, float]) -> list[str]:
   """One aligned line per score, with its chance level where it has one."""
   lines = []
+  width = max([40, *map(len, scores(results))])
   for name in scores(results):
     chance = chance_level(results, name)
-    lines.append(f'  {name:40s} {results[name]:.4f}' + (f'   (chance {chance:.4f})' if chance is not None else ''))
+    lines.append(f'  {name:{width}s} {results[name]:.4f}' + (f'   (chance {chance:.4f})' if chance is not None else ''))
   return lines
 
 
