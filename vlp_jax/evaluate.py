@@ -21,19 +21,6 @@ from typing import Any
 import ml_collections
 from absl import app, flags, logging
 
-_CHECKPOINT = flags.DEFINE_string('checkpoint', None, 'Workdir, checkpoint step dir, or imported checkpoint.')
-_EVALS = flags.DEFINE_list('evals', [], 'Evaluators to run (default: the config\'s eval.tasks).')
-_DATASETS = flags.DEFINE_list('datasets', [], 'Eval sets (default: the config\'s eval.datasets).')
-_SPLIT = flags.DEFINE_string('split', None, "'val' or 'test' (default: the config's eval.split).")
-_OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Where to write the results (see above for the default).')
-_PLOTS = flags.DEFINE_bool('plots', False, 'Also write PNG plots (t-SNE, affinity histogram, retrieval examples, '
-                           'cross-attention maps, training curves).')
-_BATCH = flags.DEFINE_integer('batch_size', None, 'Examples per forward pass (default: the config\'s).')
-_SET = flags.DEFINE_multi_string('set', [], 'KEY=VALUE: override a value of the checkpoint\'s config, e.g. '
-                                  'data.tfds_dir=/data/tfds, data.eval_max_examples=1000 or '
-                                  'data.sugarcrepe_dir=/data/sugarcrepe (repeat the flag for several).')
-_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.')
-
 RESULTS_JSON = 'eval_results.json'
 RESULTS_MARKDOWN = 'eval_results.md'
 
@@ -238,6 +225,22 @@ def run(checkpoint: str, evals: list[str] | None = None, dataset_names: list[str
   return results
 
 
+def define_flags() -> None:
+  """The command's flags, defined only when it runs as a command: other tools (embed) define --checkpoint too."""
+  flags.DEFINE_string('checkpoint', None, 'Workdir, checkpoint step dir, or imported checkpoint.')
+  flags.DEFINE_list('evals', [], 'Evaluators to run (default: the config\'s eval.tasks).')
+  flags.DEFINE_list('datasets', [], 'Eval sets (default: the config\'s eval.datasets).')
+  flags.DEFINE_string('split', None, "'val' or 'test' (default: the config's eval.split).")
+  flags.DEFINE_string('output_dir', None, 'Where to write the results (see above for the default).')
+  flags.DEFINE_bool('plots', False, 'Also write PNG plots (t-SNE, affinity histogram, retrieval examples, '
+                    'cross-attention maps, training curves).')
+  flags.DEFINE_integer('batch_size', None, 'Examples per forward pass (default: the config\'s).')
+  flags.DEFINE_multi_string('set', [], 'KEY=VALUE: override a value of the checkpoint\'s config, e.g. '
+                            'data.tfds_dir=/data/tfds, data.eval_max_examples=1000 or '
+                            'data.sugarcrepe_dir=/data/sugarcrepe (repeat the flag for several).')
+  flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.')
+
+
 def main(argv):
   del argv
   from vlp_jax import parallel
@@ -245,13 +248,14 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
   try:
-    run(_CHECKPOINT.value, _EVALS.value, _DATASETS.value, _SPLIT.value, _OUTPUT_DIR.value, _PLOTS.value, _BATCH.value,
-        _SET.value, _OVERWRITE.value)
+    f = flags.FLAGS
+    run(f.checkpoint, f.evals, f.datasets, f.split, f.output_dir, f.plots, f.batch_size, f.set, f.overwrite)
   except (EvaluateError, DataNotFoundError, FileNotFoundError) as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['checkpoint'])
   app.run(main)
