@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vlp_jax.data.compositional_sets import sugarcrepe_eval_set
 from vlp_jax.evaluation import compositional as comp
 from vlp_jax.evaluation import segmentation as seg
 
@@ -133,17 +134,22 @@ def test_evaluator_skips_without_masks_or_patches():
 # ------------------------------------------------------------------------------------------------ compositionality
 
 
-def test_text_retrieval_accuracy():
+def test_one_negative_each_is_sugarcrepe_accuracy():
+  """With one negative per image, `all` and `pair` are both SugarCrepe's accuracy: sim(image, pos) > sim(image, neg)."""
+  def accuracy(image, pos, neg):
+    all_acc, pair_acc = comp.hard_negative_accuracy(image, pos, neg, np.arange(len(image)))
+    assert all_acc == pair_acc
+    return all_acc
   rng = np.random.default_rng(4)
   images = _unit(rng.normal(size=(8, 6)))
   others = _unit(rng.normal(size=(8, 6)))
-  assert comp.text_retrieval_accuracy(images, images, others) == 1.0
-  assert comp.text_retrieval_accuracy(images, others, images) == 0.0
-  assert comp.text_retrieval_accuracy(images, images, images) == 0.0  # ties fail
+  assert accuracy(images, images, others) == 1.0
+  assert accuracy(images, others, images) == 0.0
+  assert accuracy(images, images, images) == 0.0  # ties fail
   image = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
   pos = np.array([[0.8, 0.6], [1.0, 0.0], [0.0, 1.0]])
   neg = np.array([[0.6, 0.8], [0.6, 0.8], [1.0, 0.0]])
-  assert comp.text_retrieval_accuracy(image, pos, neg) == pytest.approx(2 / 3)  # 0.8 > 0.6, 0 < 0.8, 0.8 > 0.6
+  assert accuracy(image, pos, neg) == pytest.approx(2 / 3)  # 0.8 > 0.6, 0 < 0.8, 0.8 > 0.6
 
 
 def test_winoground_scores():
@@ -236,9 +242,12 @@ def test_load_sugarcrepe(tmp_path):
           '1': {'filename': 'b.png', 'caption': 'a blue box', 'negative_caption': 'a red box'},
           '2': {'filename': 'a.png', 'caption': 'red', 'negative_caption': 'blue'}}
   (tmp_path / 'add_att.json').write_text(json.dumps(data))
-  images, positives, negatives = comp.load_sugarcrepe(str(tmp_path / 'add_att.json'), str(tmp_path), 4)
+  eval_set = sugarcrepe_eval_set(str(tmp_path), str(tmp_path), 4)
+  images = eval_set.images[:]
   assert images.shape == (3, 4, 4, 3) and images.dtype == np.float32
-  assert positives == ['a red box', 'a blue box', 'red'] and negatives == ['a blue box', 'a red box', 'blue']
+  assert eval_set.canonical_captions == ['a red box', 'a blue box', 'red']
+  assert eval_set.hard_negatives == [['a blue box'], ['a red box'], ['blue']]
+  assert eval_set.categories == ['add_att'] * 3
   np.testing.assert_allclose(images[0], pipeline.normalize_image(np.full((4, 4, 3), colours['a.png'], np.uint8)),
                              atol=1e-6)
   np.testing.assert_array_equal(images[0], images[2])
@@ -252,7 +261,12 @@ def test_load_sugarcrepe(tmp_path):
 
     def texts(self, captions):
       return self.images(np.stack([images[0] if 'red' in c.split()[:2] else images[1] for c in captions]))
-  assert comp.sugarcrepe_accuracy(ColourEncoder(), str(tmp_path / 'add_att.json'), str(tmp_path), 4) == 1.0
+  encoder = ColourEncoder()
+  got = comp.compositional_evaluator(encoder, eval_set, encoder.images(images))
+  assert got['compositional_acc'] == got['compositional_acc_add_att'] == 1.0
+  (tmp_path / 'bad.json').write_text(json.dumps({'0': {'file': 'a.png'}}))
+  with pytest.raises(ValueError, match='bad.json is not in the SugarCrepe format'):
+    sugarcrepe_eval_set(str(tmp_path), str(tmp_path), 4)
 
 
 # ----------------------------------------------------------------------------------- through a micro ViT model

@@ -1,7 +1,8 @@
 """Compositionality (METHODS.md section 5, COSMOS): pick the true caption over hard negatives.
 
-  - SugarCrepe: each image has a positive and one hard negative caption; accuracy is the fraction of images whose
-    embedding is strictly closer to the positive (ties fail), as in the benchmark's `main_eval.py`.
+  - SugarCrepe (data/compositional_sets.py): each image has a positive and one hard negative caption; accuracy is
+    the fraction of images whose embedding is strictly closer to the positive (ties fail), as in the benchmark's
+    `main_eval.py`, per category file and pooled.
   - Winoground: two images and two captions per group; text, image and group scores.
   - The embedded dataset: each image's canonical caption against all its hard negatives (swapped attributes or
     relations, a replaced colour or shape). `compositional_acc` counts an image as correct only when the canonical
@@ -10,17 +11,9 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import numpy as np
-
-
-def text_retrieval_accuracy(image_emb: np.ndarray, pos_emb: np.ndarray, neg_emb: np.ndarray) -> float:
-  """image_emb, pos_emb, neg_emb [N, d] unit-norm -> fraction of rows with sim(image, pos) > sim(image, neg)."""
-  pos_score = np.sum(image_emb * pos_emb, axis=-1)
-  neg_score = np.sum(image_emb * neg_emb, axis=-1)
-  return float(np.mean(pos_score > neg_score))
 
 
 def winoground_similarity(image_emb: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
@@ -63,29 +56,6 @@ def flatten_negatives(hard_negatives: Sequence[Sequence[str]]) -> tuple[list[str
   """Per-image lists of negatives -> (M captions, [M] index of the image each belongs to)."""
   counts = [len(negatives) for negatives in hard_negatives]
   return [c for negatives in hard_negatives for c in negatives], np.repeat(np.arange(len(counts)), counts)
-
-
-def load_sugarcrepe(json_path: str, image_dir: str, image_size: int
-                    ) -> tuple[np.ndarray, list[str], list[str]]:
-  """A SugarCrepe file ({id: {"filename", "caption", "negative_caption"}}, e.g. add_att.json) with its COCO
-  val2017 images in `image_dir` -> (images [N, S, S, 3] float32 normalised as for evaluation, N positives,
-  N negatives), in the file's order. Images shared by several entries are decoded once."""
-  from vlp_jax.data import pipeline, records  # here: importing the evaluators (config.py does) stays light
-  from vlp_jax.data.compositional_sets import read_sugarcrepe
-  filenames, positives, negatives = read_sugarcrepe(json_path)
-  decoded = {}
-  for filename in dict.fromkeys(filenames):
-    with open(os.path.join(image_dir, filename), 'rb') as f:
-      decoded[filename] = pipeline.normalize_image(pipeline.resize_image(records.decode_image(f.read()), image_size))
-  images = (np.stack([decoded[filename] for filename in filenames]) if filenames
-            else np.zeros((0, image_size, image_size, 3), np.float32))
-  return images, positives, negatives
-
-
-def sugarcrepe_accuracy(encoder, json_path: str, image_dir: str, image_size: int) -> float:
-  """SugarCrepe accuracy of one file (one category) with an `Encoder`."""
-  images, positives, negatives = load_sugarcrepe(json_path, image_dir, image_size)
-  return text_retrieval_accuracy(encoder.images(images), encoder.texts(positives), encoder.texts(negatives))
 
 
 # Scores of random embeddings (the Winoground paper): each of the two comparisons of text and image is a coin flip;
