@@ -97,6 +97,19 @@ def _coco(rng: np.random.Generator):
   return _builder('coco_captions', '1.1.0', '2014', features, {'test': examples}), {}
 
 
+PET_NAMES = ['Abyssinian', 'american_bulldog', 'beagle']
+PET_LABELS = (0, 0, 0, 0, 1, 2)  # imbalanced: mean-per-class accuracy differs from top-1
+
+
+def _pets(rng: np.random.Generator):
+  features = tfds.features.FeaturesDict({  # the real one also has species, a mask and a head box, not read
+      'image': tfds.features.Image(encoding_format='jpeg'), 'label': tfds.features.ClassLabel(names=PET_NAMES),
+      'file_name': tfds.features.Text()})
+  examples = [{'image': _encode(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8), 'JPEG'), 'label': label,
+               'file_name': f'{PET_NAMES[label]}_{i}.jpg'} for i, label in enumerate(PET_LABELS)]
+  return _builder('oxford_iiit_pet', '4.0.0', '', features, {'test': examples}), {}
+
+
 @pytest.fixture(scope='module')
 def prepared(tmp_path_factory):
   """(data_dir, {dataset: what was written}) with the four datasets prepared as array_record."""
@@ -106,17 +119,41 @@ def prepared(tmp_path_factory):
   written = {}
   for name, (builder_cls, truth) in {'cifar10': _cifar('cifar10', CIFAR10_NAMES, rng),
                                      'cifar100': _cifar('cifar100', CIFAR100_NAMES, rng, num_train=12),
-                                     'imagenet2012': _imagenet(rng), 'coco_captions': _coco(rng)}.items():
+                                     'imagenet2012': _imagenet(rng), 'coco_captions': _coco(rng),
+                                     'oxford_iiit_pet': _pets(rng)}.items():
     builder = builder_cls(data_dir=data_dir, file_format='array_record')
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     written[name] = truth
   return data_dir, written
 
 
-def test_table_names_the_four_datasets_and_their_eval_splits():
+def test_table_names_the_datasets_and_their_eval_splits():
   assert {n: s.eval_split for n, s in tfds_sets.DATASETS.items()} == {
-      'imagenet2012': 'validation', 'cifar10': 'test', 'cifar100': 'test', 'coco_captions': 'test'}
+      'imagenet2012': 'validation', 'cifar10': 'test', 'cifar100': 'test', 'caltech101': 'test',
+      'oxford_iiit_pet': 'test', 'oxford_flowers102': 'test', 'coco_captions': 'test'}
   assert tfds_sets.DATASETS['coco_captions'].caption_path == ('captions', 'text')
+  # every class dataset has its own prompt set
+  assert all(n in templates.DATASET_TEMPLATES for n, s in tfds_sets.DATASETS.items() if s.label_key)
+  assert tfds_sets.readable_class_names('caltech101', ['faces_easy', 'car_side', 'background_google']) == (
+      'centered face', 'car side', 'background')
+
+
+def test_pets_report_mean_per_class_accuracy(prepared, micro):
+  """A class set where the protocol reads mean-per-class accuracy: a model that calls every image an Abyssinian
+  gets top-1 4/6 on the imbalanced fake split, but mean-per-class 1/3."""
+  from vlp_jax.evaluation import EVALUATORS
+  data_dir, _ = prepared
+  micro.data.tfds_dir = data_dir
+  eval_set = datasets.load_eval_set('oxford_iiit_pet', micro.data, 'test', 16)
+  assert eval_set.class_names == ('Abyssinian', 'american bulldog', 'beagle')
+  assert eval_set.templates == templates.PETS_TEMPLATES and sorted(eval_set.labels.tolist()) == sorted(PET_LABELS)
+
+  class NamesEncoder:  # a prompt embeds as the one-hot of the class it names
+    def texts(self, prompts):
+      return np.eye(3)[[next(i for i, n in enumerate(eval_set.class_names) if n in p) for p in prompts]]
+  metrics = EVALUATORS['zeroshot'](NamesEncoder(), eval_set, np.tile([[1.0, 0.0, 0.0]], (6, 1)))
+  assert metrics['zeroshot_top1'] == pytest.approx(4 / 6)
+  assert metrics['zeroshot_mean_per_class'] == pytest.approx(1 / 3)
 
 
 def test_cifar10_examples_are_the_written_pixels_and_labels(prepared):

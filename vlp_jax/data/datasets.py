@@ -3,8 +3,8 @@
   synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
   array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
   digits:       scikit-learn's bundled 8x8 handwritten digits (data/digits.py), offline; zero-shot and linear probe
-  imagenet2012, cifar10, cifar100, coco_captions: evaluation sets through tensorflow-datasets (data/tfds.py),
-                prepared in `config.data.tfds_dir`
+  imagenet2012, cifar10, cifar100, caltech101, oxford_iiit_pet, oxford_flowers102, coco_captions: evaluation sets
+                through tensorflow-datasets (data/tfds.py), prepared in `config.data.tfds_dir`
   sugarcrepe, winoground: the compositionality benchmarks from local files (data/compositional_sets.py)
 """
 from __future__ import annotations

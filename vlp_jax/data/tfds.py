@@ -9,6 +9,9 @@ the exact command.
   imagenet2012   -       validation  image   label  -              file_name   train, validation, test (unlabelled)
   cifar10        -       test        image   label  -              id          train, test
   cifar100       -       test        image   label  -              id          train, test
+  caltech101     -       test        image   label  -        image/file_name   train, test
+  oxford_iiit_pet -      test        image   label  -              file_name   train, test
+  oxford_flowers102 -    test        image   label  -              file_name   train, validation, test
   coco_captions  2014    test        image   -      captions/text  image/id    train, val, test, restval (Karpathy)
 
 Examples come out in the schema of `to_example`: {'image': [H, W, 3] uint8 RGB, 'label': int (-1 when unlabelled),
@@ -69,6 +72,16 @@ DATASETS: dict[str, TfdsDataset] = {
     'cifar100': TfdsDataset(
         name='cifar100', config='', eval_split='test', splits=('train', 'test'), image_key='image',
         label_key='label', caption_path=(), key_feature='id'),
+    # METHODS.md section 5 reports mean-per-class accuracy on these three (zeroshot_mean_per_class).
+    'caltech101': TfdsDataset(
+        name='caltech101', config='', eval_split='test', splits=('train', 'test'), image_key='image',
+        label_key='label', caption_path=(), key_feature='image/file_name'),
+    'oxford_iiit_pet': TfdsDataset(
+        name='oxford_iiit_pet', config='', eval_split='test', splits=('train', 'test'), image_key='image',
+        label_key='label', caption_path=(), key_feature='file_name'),
+    'oxford_flowers102': TfdsDataset(
+        name='oxford_flowers102', config='', eval_split='test', splits=('train', 'validation', 'test'),
+        image_key='image', label_key='label', caption_path=(), key_feature='file_name'),
     'coco_captions': TfdsDataset(
         name='coco_captions', config='2014', eval_split='test', splits=('train', 'val', 'test', 'restval'),
         image_key='image', label_key='', caption_path=('captions', 'text'), key_feature='image/id'),
@@ -201,11 +214,13 @@ def imagenet_wnids() -> tuple[str, ...]:
 
 def readable_class_names(name: str, label_names: Sequence[str]) -> tuple[str, ...]:
   """tfds ClassLabel names -> words for prompts: ImageNet WordNet ids to OpenAI CLIP's curated class names
-  ('n01440764' -> 'tench'; ids outside the standard 1,000 are kept), other datasets' underscores to spaces."""
+  ('n01440764' -> 'tench'; ids outside the standard 1,000 are kept), Caltech-101's folder names that are not words
+  as CLIP names them, other datasets' underscores to spaces."""
   if name == 'imagenet2012':
     curated = dict(zip(imagenet_wnids(), templates.IMAGENET_CLASS_NAMES, strict=True))
     return tuple(curated.get(n, n) for n in label_names)
-  return tuple(n.replace('_', ' ') for n in label_names)
+  renames = templates.CALTECH101_RENAMES if name == 'caltech101' else {}
+  return tuple(renames.get(n, n.replace('_', ' ')) for n in label_names)
 
 
 def class_names(name: str, source: Any) -> tuple[str, ...]:

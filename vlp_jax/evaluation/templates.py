@@ -44,6 +44,22 @@ CIFAR_TEMPLATES = (
     'a low contrast photo of the {}.', 'a high contrast photo of the {}.', 'a bad photo of the {}.',
     'a good photo of the {}.', 'a photo of the small {}.', 'a photo of the big {}.',
 )
+# OpenAI CLIP (MIT licence): the prompts of its zero-shot evaluation of Caltech-101, Oxford pets and flowers.
+CALTECH101_TEMPLATES = (
+    'a photo of a {}.', 'a painting of a {}.', 'a plastic {}.', 'a sculpture of a {}.', 'a sketch of a {}.',
+    'a tattoo of a {}.', 'a toy {}.', 'a rendition of a {}.', 'a embroidered {}.', 'a cartoon {}.',
+    'a {} in a video game.', 'a plushie {}.', 'a origami {}.', 'art of a {}.', 'graffiti of a {}.',
+    'a drawing of a {}.', 'a doodle of a {}.', 'a photo of the {}.', 'a painting of the {}.', 'the plastic {}.',
+    'a sculpture of the {}.', 'a sketch of the {}.', 'a tattoo of the {}.', 'the toy {}.', 'a rendition of the {}.',
+    'the embroidered {}.', 'the cartoon {}.', 'the {} in a video game.', 'the plushie {}.', 'the origami {}.',
+    'art of the {}.', 'graffiti of the {}.', 'a drawing of the {}.', 'a doodle of the {}.',
+)
+# Caltech-101 folder names (tfds's labels) that are not what they show, as OpenAI CLIP's class list words them; the
+# others only lose their underscores. 'faces' holds loosely cropped faces, 'faces_easy' tightly centred ones.
+CALTECH101_RENAMES = {'background_google': 'background', 'faces': 'off-center face', 'faces_easy': 'centered face',
+                      'leopards': 'leopard', 'motorbikes': 'motorbike', 'airplanes': 'airplane'}
+PETS_TEMPLATES = ('a photo of a {}, a type of pet.',)
+FLOWERS_TEMPLATES = ('a photo of a {}, a type of flower.',)
 SIMPLE_TEMPLATES = ('a photo of a {}.',)
 SYNTHETIC_TEMPLATES = ('a photo of the {}.', 'a drawing of the {}.', 'the {}.', 'a picture of the {}.',
                        'the {} on a background.', 'an image showing the {}.')
@@ -53,10 +69,12 @@ DIGITS_TEMPLATES = ('a photo of the number: "{}".', 'a handwritten digit {}.', '
 
 TEMPLATE_SETS: dict[str, tuple[str, ...]] = {
     'openai_imagenet': OPENAI_IMAGENET_TEMPLATES, 'cifar': CIFAR_TEMPLATES, 'simple': SIMPLE_TEMPLATES,
+    'caltech101': CALTECH101_TEMPLATES, 'pets': PETS_TEMPLATES, 'flowers': FLOWERS_TEMPLATES,
     'synthetic': SYNTHETIC_TEMPLATES, 'digits': DIGITS_TEMPLATES,
 }
 # Each dataset's own set for the choice 'dataset'; a dataset not listed (it has no class names) gets 'simple'.
 DATASET_TEMPLATES = {'imagenet2012': 'openai_imagenet', 'cifar10': 'cifar', 'cifar100': 'cifar',
+                     'caltech101': 'caltech101', 'oxford_iiit_pet': 'pets', 'oxford_flowers102': 'flowers',
                      'synthetic': 'synthetic', 'digits': 'digits'}
 CHOICES = ('dataset', *TEMPLATE_SETS)
 
