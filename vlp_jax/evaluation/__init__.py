@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
-from vlp_jax.evaluation.affinity import affinity_consistency
+from vlp_jax.evaluation.affinity import affinity_consistency, first_captions
 from vlp_jax.evaluation.compositional import compositional_evaluator
 from vlp_jax.evaluation.linear_probe import linear_probe_evaluator
 from vlp_jax.evaluation.segmentation import segmentation_evaluator
@@ -28,9 +26,9 @@ def retrieval(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
 
 def affinity(encoder: Encoder, eval_set, image_emb) -> dict[str, float]:
   """SaCo's affinity consistency between each image and its first caption."""
-  first_caption = np.unique(eval_set.caption_image, return_index=True)[1]
-  text_emb = encoder.texts([eval_set.captions[i] for i in first_caption])
-  return {'affinity_consistency': affinity_consistency(image_emb, text_emb)}
+  images, first = first_captions(eval_set.caption_image)
+  text_emb = encoder.texts([eval_set.captions[i] for i in first])
+  return {'affinity_consistency': affinity_consistency(image_emb[images], text_emb)}
 
 
 EVALUATORS: dict[str, Callable] = {'zeroshot': zeroshot, 'retrieval': retrieval, 'affinity': affinity,

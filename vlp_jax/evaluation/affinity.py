@@ -24,3 +24,9 @@ def per_query_affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, 
 def affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> float:
   """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> mean Pearson in [-1, 1]."""
   return float(np.mean(per_query_affinity_consistency(image_emb, text_emb, chunk)))
+
+
+def first_captions(caption_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """caption_image [T] -> (images [M] that have a caption, ascending; captions [M]: the first caption of each): the
+  pairs affinity consistency is measured on."""
+  return np.unique(np.asarray(caption_image), return_index=True)

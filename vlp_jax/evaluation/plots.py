@@ -16,7 +16,7 @@ import numpy as np
 
 from vlp_jax.data.pipeline import denormalize_image
 from vlp_jax.data.tokenizer import default_tokenizer
-from vlp_jax.evaluation.affinity import per_query_affinity_consistency
+from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
 MAX_LEGEND = 20  # classes named in the t-SNE legend; the rest are coloured but not named
 UNLABELLED = (0.6, 0.6, 0.6, 1.0)
@@ -179,12 +179,9 @@ def _cross_attention(cosmos, params, model_state, images, tokens) -> dict:
   import jax.numpy as jnp
   image_out, _ = cosmos.encode_image(params, model_state, images, False)
   text_out = cosmos.encode_text(params, tokens)
-  text_mask = jnp.arange(tokens.shape[1])[None, :] <= jnp.argmax(tokens, axis=1)[:, None]  # as in features
-  xattn = cosmos._cross_attention()
-  h_img, text_weights = xattn.apply({'params': params['cosmos_xattn_image']}, image_out['embed'][:, None],
-                                    text_out['tokens'], text_mask, return_weights=True)
-  h_txt, image_weights = xattn.apply({'params': params['cosmos_xattn_text']}, text_out['embed'][:, None],
-                                     image_out['tokens'], return_weights=True)
+  (h_img, text_weights), (h_txt, image_weights) = cosmos.cross_attend(
+      params, image_out['embed'][:, None], text_out['embed'][:, None], text_out['tokens'], tokens,
+      image_out['tokens'], return_weights=True)
   # [B, heads, 1 query, T] -> [B, T]: the mean over heads still sums to 1.
   return {'h_img': h_img[:, 0], 'h_txt': h_txt[:, 0], 'image_attention': jnp.mean(image_weights, axis=1)[:, 0],
           'text_attention': jnp.mean(text_weights, axis=1)[:, 0]}
@@ -283,11 +280,6 @@ def plot_cross_attention(images: np.ndarray, captions: Sequence[str], image_atte
 
 
 # --------------------------------------------------------------------------------------------------- per eval set
-
-
-def first_captions(caption_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """caption_image [T] -> (images [M] that have a caption, ascending; captions [M]: the first caption of each)."""
-  return np.unique(np.asarray(caption_image), return_index=True)
 
 
 def write_eval_plots(encoder, eval_set, out_dir: str, image_emb: np.ndarray | None = None,

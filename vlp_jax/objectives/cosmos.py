@@ -157,6 +157,19 @@ class CosmosObjective(Objective):
     out = self.encode_text(params, tokens.reshape(b * c, length))
     return {'embed': out['embed'].reshape(b, c, -1), 'tokens': out['tokens'].reshape(b, c, length, -1)}
 
+  def cross_attend(self, params: dict, cls: jax.Array, eot: jax.Array, text_tokens: jax.Array,
+                   caption_ids: jax.Array, patch_tokens: jax.Array, return_weights: bool = False):
+    """The two cross-attention modules: h_img = CrossAttn_image(q=cls [B, Q, d], kv=text_tokens [B, L, w], the
+    caption's token states up to its EOT in caption_ids [B, L]) and h_txt = CrossAttn_text(q=eot [B, Q', d],
+    kv=patch_tokens [B, P, w]) -> (h_img [B, Q, d], h_txt [B, Q', d]); with `return_weights` each is a pair with its
+    attention weights ([B, heads, Q, L], [B, heads, Q', P]), for plots."""
+    text_mask = jnp.arange(caption_ids.shape[1])[None, :] <= jnp.argmax(caption_ids, axis=1)[:, None]
+    xattn = self._cross_attention()
+    h_img = xattn.apply({'params': params['cosmos_xattn_image']}, cls, text_tokens, text_mask,
+                        return_weights=return_weights)
+    h_txt = xattn.apply({'params': params['cosmos_xattn_text']}, eot, patch_tokens, return_weights=return_weights)
+    return h_img, h_txt
+
   def features(self, params, model_state, batch, rng, train=True):
     del rng
     glob, model_state = self._embed_images(params, model_state, batch['global_images'], train)
@@ -165,11 +178,8 @@ class CosmosObjective(Objective):
     local_texts = self._embed_texts(params, batch['local_texts'])
     cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
     eot = jnp.concatenate([texts['embed'], local_texts['embed']], axis=1)  # [B, 2 + M, d]
-    first_text = batch['texts'][:, 0]  # [B, L]
-    text_mask = jnp.arange(first_text.shape[1])[None, :] <= jnp.argmax(first_text, axis=1)[:, None]
-    xattn = self._cross_attention()
-    h_img = xattn.apply({'params': params['cosmos_xattn_image']}, cls, texts['tokens'][:, 0], text_mask)
-    h_txt = xattn.apply({'params': params['cosmos_xattn_text']}, eot, glob['tokens'][:, 0])
+    h_img, h_txt = self.cross_attend(params, cls, eot, texts['tokens'][:, 0], batch['texts'][:, 0],
+                                     glob['tokens'][:, 0])
     # The teacher sees the global crops only, without gradient (its batch statistics are the student's).
     teacher = jax.lax.stop_gradient(model_state['ema'])
     t_glob, _ = self._embed_images(teacher, model_state, batch['global_images'], train=False)
