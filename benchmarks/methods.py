@@ -1,20 +1,28 @@
 #!/usr/bin/env python
-"""Train every `configs/<method>_shapes.py` under the same budget and seed, then tabulate the final eval metrics,
-the step time and the compiled memory of the train step relative to CLIP, all measured in this one run.
+"""Train each method on the embedded dataset under one budget, over several seeds, and tabulate mean +- std of the
+metrics its paper reports beside CLIP's, with affinity consistency on every row.
 
-python benchmarks/methods.py [--methods=clip,siglip,saco] [--workdir=/tmp/methods] [--steps=400]
+python benchmarks/methods.py --seeds=0,1,2 [--methods=table] [--steps=N] [--jobs=1] [--workdir=/tmp/vlp_methods]
+                             [--output=table.md] [--memory]
 
-Prints one JSON line per method, then a Markdown table. Each training run is `python -m vlp_jax.main` in a
-subprocess, exactly as a user runs it; memory is XLA's compiled memory analysis of the same train step
-(arguments + outputs + temporaries of one device, benchmarks/common.py), step time the mean of the logged
-`perf/samples_per_sec`.
+--methods takes run names (below), groups of them ('table', 'ablate_saco', 'ablate_zerovl', ...) or 'all'. Each
+run is `python -m vlp_jax.main --config=configs/<config>.py --config.seed=S [overrides]` in a subprocess, exactly as
+a user runs it, into WORKDIR/<run>/seed<S>; a finished run is not trained again, so an interrupted table resumes.
+A continue-pre-training run starts from the checkpoint of the run it continues (same seed); a SaCo run with the
+pseudo-affinity mimic uses as its frozen teacher a CLIP trained with another seed (seed + 1000) on the train split.
+
+Prints one JSON line per finished run, then the Markdown table (also written to --output).
 """
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,20 +30,195 @@ sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
-_METHODS = flags.DEFINE_list('methods', None, 'Methods to run (default: every configs/*_shapes.py).')
-_WORKDIR = flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (reruns resume / skip).')
-_STEPS = flags.DEFINE_integer('steps', None, 'Override total_steps for every method (default: the configs\').')
-REPORTED = ('zeroshot_top1', 'i2t_r1', 't2i_r1', 'affinity_consistency')
+TEACHER_SEED_OFFSET = 1000
 
 
-def available_methods() -> list[str]:
-  names = sorted(f[:-len('_shapes.py')] for f in os.listdir(os.path.join(ROOT, 'configs')) if f.endswith('_shapes.py'))
-  return ['clip'] + [n for n in names if n != 'clip']
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One row of the table: a config file of configs/ (without .py) and command-line overrides.
+
+  after: the run (same seed) whose final checkpoint initialises this one (continue pre-training).
+  teacher: the run whose checkpoint, trained with seed + TEACHER_SEED_OFFSET, is SaCo's frozen mimic teacher.
+  """
+  config: str
+  label: str
+  overrides: tuple[str, ...] = ()
+  after: str | None = None
+  teacher: str | None = None
 
 
-def load_config(method: str):
-  from vlp_jax.config import from_file
-  return from_file(os.path.join(ROOT, 'configs', f'{method}_shapes.py'))
+RUNS: dict[str, Run] = {
+    # The shipped recipes.
+    'clip': Run('clip_shapes', 'CLIP'),
+    'saco': Run('saco_shapes', 'CLIP + SaCo (from scratch)'),
+    'clip_continue': Run('clip_continue_shapes', 'CLIP, continued (control for SaCo continue)', after='clip'),
+    'saco_continue': Run('saco_continue_shapes', 'CLIP + SaCo, continued (Algorithm 2)', after='clip'),
+    'slip': Run('slip_shapes', 'SLIP'),
+    'cosmos': Run('cosmos_shapes', 'COSMOS'),
+    'zerovl': Run('zerovl_shapes', 'ZeroVL'),
+    'siglip': Run('siglip_shapes', 'SigLIP'),
+    # A CLIP with another seed: the mimic teacher of saco_mimic.
+    'clip_teacher': Run('clip_shapes', 'CLIP (teacher seed)'),
+    # SaCo ablations: the normalisation of the affinity distance, the remedies.
+    'saco_sum': Run('saco_shapes', 'SaCo, alpha 5 on the sum over B^2 entries (pseudocode literally)',
+                    ('--config.objective.saco.normalization=sum', '--config.objective.saco.ramp=constant')),
+    'saco_no_ramp': Run('saco_shapes', 'SaCo, no ramp', ('--config.objective.saco.ramp=constant',)),
+    'saco_mimic': Run('saco_shapes', 'SaCo + pseudo-affinity mimic (beta 5, separately seeded CLIP teacher)',
+                      ('--config.objective.saco.beta=5.0', '--config.objective.saco.teacher=checkpoint'),
+                      teacher='clip_teacher'),
+    'saco_masking': Run('saco_shapes', 'SaCo + hard sample-wise masking (cosine > 0.5)',
+                        ('--config.objective.saco.masking=hard',)),
+    # ZeroVL ablations: one component at a time.
+    'zerovl_no_text_augment': Run('zerovl_shapes', 'ZeroVL without text augmentation',
+                                  ('--config.objective.text_augment=False',)),
+    'zerovl_text_augment': Run('zerovl_shapes', 'ZeroVL with text augmentation',
+                               ('--config.objective.text_augment=True',)),
+    'zerovl_mixed_batches': Run('zerovl_shapes', 'ZeroVL with mixed (not single-source) batches',
+                                ('--config.data.mixing=mixed',)),
+    'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup', ('--config.objective.mixup=False',)),
+    'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', ('--config.data.mixing=single_source',)),
+    # COSMOS ablations.
+    'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only',
+                             ('--config.objective.caption_in_text_crops=False',)),
+    'cosmos_no_distill': Run('cosmos_shapes', 'COSMOS without L_cosmos (CLIP on its crops)',
+                             ('--config.objective.distill_weight=0.0',)),
+    # SLIP ablations.
+    'slip_no_ssl': Run('slip_shapes', 'SLIP views, SimCLR weight 0', ('--config.objective.ssl_scale=0.0',)),
+}
+GROUPS = {
+    'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'slip', 'cosmos', 'zerovl'),
+    'ablate_saco': ('clip', 'saco', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
+    'ablate_zerovl': ('clip', 'zerovl', 'zerovl_no_text_augment', 'zerovl_text_augment', 'zerovl_mixed_batches',
+                      'zerovl_no_mixup', 'clip_single_source'),
+    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_no_caption', 'cosmos_no_distill'),
+    'ablate_slip': ('clip', 'slip', 'slip_no_ssl'),
+}
+# The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
+COLUMNS = (
+    ('synthetic/zeroshot_top1', 'zero-shot top-1'),
+    ('synthetic/mean_r1', 'mean R@1, short captions'),
+    ('synthetic_long/mean_r1', 'mean R@1, long captions'),
+    ('synthetic/linear_probe_top1', 'linear probe top-1'),
+    ('synthetic/affinity_consistency', 'affinity consistency'),
+    ('synthetic/compositional_acc', 'compositional acc.'),
+)
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Only when run as a script, so that tests can import the functions beside vlp_jax.main (which has --workdir)."""
+  flags.DEFINE_list('methods', ['table'], f'Runs or groups: {sorted(RUNS)}; groups {sorted(GROUPS)}; all.')
+  flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (config.seed) to run every method with.')
+  flags.DEFINE_integer('steps', None, "Override total_steps of every from-scratch run (default: the configs').")
+  flags.DEFINE_integer('jobs', 1, 'Runs trained at once (each uses every core; step times are then shared).')
+  flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
+  flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
+  flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
+
+
+def expand(names: list[str]) -> list[str]:
+  """Run and group names -> run names, in order, without repeats, dependencies first."""
+  out: list[str] = []
+
+  def add(name: str) -> None:
+    if name in out:
+      return
+    if name not in RUNS:
+      raise ValueError(f"--methods has '{name}'; valid runs: {sorted(RUNS)}, groups: {sorted(GROUPS)}, 'all'")
+    for needed in (RUNS[name].after, RUNS[name].teacher):
+      if needed:
+        add(needed)
+    out.append(name)
+
+  for name in names:
+    for run in (RUNS if name == 'all' else GROUPS.get(name, (name,))):
+      add(run)
+  return out
+
+
+def run_dir(workdir: str, name: str, seed: int) -> str:
+  return os.path.join(workdir, name, f'seed{seed}')
+
+
+def command(workdir: str, name: str, seed: int, steps: int | None) -> list[str]:
+  """The `python -m vlp_jax.main` command line of run `name` with `seed`."""
+  run = RUNS[name]
+  args = [sys.executable, '-m', 'vlp_jax.main', f'--config=configs/{run.config}.py',
+          f'--workdir={run_dir(workdir, name, seed)}', f'--config.seed={seed}', *run.overrides]
+  if run.after:
+    args.append(f'--config.init.checkpoint={run_dir(workdir, run.after, seed)}')
+  elif steps:  # a continue phase keeps its own (short) budget
+    args.append(f'--config.total_steps={steps}')
+  if run.teacher:
+    teacher = run_dir(workdir, run.teacher, seed + TEACHER_SEED_OFFSET)
+    args.append(f'--config.objective.saco.teacher_checkpoint={teacher}')
+  return args
+
+
+def final_metrics(workdir: str) -> dict:
+  """The last logged value of every eval metric ('<set>/<metric>'), plus mean R@1 per set, the mean samples/s
+  and the run's wall time."""
+  metrics, rates = {}, []
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    for line in f:
+      record = json.loads(line)
+      metrics.update({k[len('eval/'):]: v for k, v in record.items() if k.startswith('eval/')})
+      if 'perf/samples_per_sec' in record:
+        rates.append(record['perf/samples_per_sec'])
+  for key in [k for k in metrics if k.endswith('/i2t_r1')]:
+    prefix = key[:-len('i2t_r1')]
+    metrics[f'{prefix}mean_r1'] = (metrics[key] + metrics[f'{prefix}t2i_r1']) / 2
+  metrics['samples_per_sec'] = sum(rates) / max(len(rates), 1)
+  return metrics
+
+
+def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock) -> dict:
+  workdir = run_dir(root, name, seed)
+  done = os.path.join(workdir, 'run_result.json')
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
+  began = time.time()
+  result = subprocess.run(command(root, name, seed, steps), cwd=ROOT, capture_output=True, text=True)
+  if result.returncode != 0:
+    raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
+  row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1)}
+  with open(done, 'w') as f:
+    json.dump(row, f)
+  with lock:
+    print(json.dumps(row), flush=True)
+  return row
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+  """Mean and sample standard deviation (0 for one value)."""
+  mean = sum(values) / len(values)
+  var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+  return mean, math.sqrt(var)
+
+
+def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
+  """Markdown: one line per run name, mean +- std over its seeds for every column, wall time, step time vs CLIP."""
+  by_name = {name: [r for r in rows if r['run'] == name] for name in names}
+  base = by_name.get('clip') or next(iter(by_name.values()))
+  base_rate = sum(r['samples_per_sec'] for r in base) / len(base)
+  heads = [h for _, h in COLUMNS] + ['wall per run', 'step time vs CLIP'] + (['step memory vs CLIP'] if memory else [])
+  lines = ['| run | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
+  for name, runs in by_name.items():
+    if not runs or name == 'clip_teacher':
+      continue
+    cells = []
+    for key, _ in COLUMNS:
+      values = [r[key] for r in runs if r.get(key) is not None]
+      cells.append(f'{mean_std(values)[0]:.3f} ± {mean_std(values)[1]:.3f}' if values else '-')
+    rate = sum(r['samples_per_sec'] for r in runs) / len(runs)
+    cells += [f"{sum(r['wall_seconds'] for r in runs) / len(runs):.0f} s", f'{base_rate / rate:.2f}x']
+    if memory:
+      cells.append(f"{memory[name] / memory.get('clip', memory[name]):.2f}x" if name in memory else '-')
+    seeds = ','.join(str(r['seed']) for r in runs)
+    lines.append(f'| {RUNS[name].label} (`{name}`, seeds {seeds}) | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
 
 
 def step_memory_bytes(config) -> int:
@@ -62,46 +245,46 @@ def step_memory_bytes(config) -> int:
   return compiled_memory(compiled)['peak_bytes']
 
 
-def train(method: str, steps: int | None) -> dict:
-  workdir = os.path.join(_WORKDIR.value, method)
-  args = [sys.executable, '-m', 'vlp_jax.main', f'--config=configs/{method}_shapes.py', f'--workdir={workdir}',
-          '--config.seed=0']
-  if steps:
-    args.append(f'--config.total_steps={steps}')
-  began = time.time()
-  result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-  if result.returncode != 0:
-    raise RuntimeError(f'{method} failed:\n{result.stderr[-3000:]}')
-  records = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
-  final = {}
-  for record in records:
-    final.update({k.split('/')[-1]: v for k, v in record.items() if k.startswith('eval/synthetic/')})
-  rates = [r['perf/samples_per_sec'] for r in records if 'perf/samples_per_sec' in r]
-  return {'method': method, **{k: final.get(k) for k in REPORTED}, 'zeroshot_chance': final.get('zeroshot_chance'),
-          'samples_per_sec': sum(rates) / max(len(rates), 1), 'wall_seconds': round(time.time() - began, 1)}
-
-
 def main(argv):
   del argv
-  methods = _METHODS.value or available_methods()
-  rows = []
-  for method in methods:
-    row = train(method, _STEPS.value)
-    config = load_config(method)
-    row['step_seconds'] = config.batch_size / row['samples_per_sec']
-    row['step_memory_bytes'] = step_memory_bytes(config)
-    rows.append(row)
-    print(json.dumps(row), flush=True)
-  base = next((r for r in rows if r['method'] == 'clip'), rows[0])
-  print(f'\n| method | zero-shot top-1 | I2T R@1 | T2I R@1 | affinity consistency | step time vs {base["method"]} '
-        f'| step memory vs {base["method"]} |')
-  print('|---|---|---|---|---|---|---|')
-  for r in rows:
-    fmt = lambda v: '-' if v is None else f'{v:.3f}'  # noqa: E731
-    print(f'| {r["method"]} | {fmt(r["zeroshot_top1"])} | {fmt(r["i2t_r1"])} | {fmt(r["t2i_r1"])} | '
-          f'{fmt(r["affinity_consistency"])} | {r["step_seconds"] / base["step_seconds"]:.2f}x | '
-          f'{r["step_memory_bytes"] / base["step_memory_bytes"]:.2f}x |')
+  names = expand(FLAGS.methods)
+  seeds = [int(s) for s in FLAGS.seeds]
+  root, steps = FLAGS.workdir, FLAGS.steps
+  lock = threading.Lock()
+  began = time.time()
+  futures: dict[tuple[str, int], concurrent.futures.Future] = {}
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(FLAGS.jobs, 1)) as pool:
+
+    def job(name: str, seed: int) -> dict:
+      run = RUNS[name]
+      if run.after:  # submitted earlier, so already running or done: no deadlock with a FIFO pool
+        futures[(run.after, seed)].result()
+      if run.teacher:
+        futures[(run.teacher, seed + TEACHER_SEED_OFFSET)].result()
+      return train(root, name, seed, steps, lock)
+
+    for seed in seeds:
+      for name in names:
+        if RUNS[name].teacher:
+          teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
+          if teacher not in futures:
+            futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock)
+        futures[(name, seed)] = pool.submit(job, name, seed)
+    rows = [f.result() for f in futures.values()]
+  memory = {}
+  if FLAGS.memory:
+    from vlp_jax.config import from_file
+    for name in names:
+      memory[name] = step_memory_bytes(from_file(os.path.join(ROOT, 'configs', f'{RUNS[name].config}.py')))
+  markdown = table(rows, names, memory)
+  footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, {FLAGS.jobs} at a time: '
+            f'{(time.time() - began) / 60:.1f} min wall.')
+  print('\n' + markdown + footer)
+  if FLAGS.output:
+    with open(FLAGS.output, 'w') as f:
+      f.write(markdown + footer + '\n')
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

@@ -19,4 +19,6 @@ def get_config():
   config.objective.num_local_texts = 1
   config.objective.local_crop_size = 16
   config.objective.local_text_context_length = 16  # a sentence of the embedded captions is at most 14 tokens
+  config.objective.caption_in_text_crops = False
+  config.objective.distill_weight = 1.0
   return config

@@ -12,4 +12,4 @@ from vlp_jax.config import from_file, with_term
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'clip_continue.py'))
-  return with_term(config, 'saco', alpha=5.0, beta=0.0, normalization='sum')
+  return with_term(config, 'saco', alpha=5.0, beta=0.0, normalization='mean')

@@ -48,3 +48,13 @@ def test_cross_attention_zero_init_returns_the_query_and_masks_padding():
   changed = tokens.at[:, 2:].set(100.0)  # masked-out tokens do not matter
   np.testing.assert_allclose(module.apply({'params': params}, query, changed, mask), out, rtol=1e-5, atol=1e-5)
   assert set(params) == {'token_proj', 'ln_q', 'ln_kv', 'q_proj', 'k_proj', 'v_proj', 'out_proj'}
+
+
+def test_text_crops_can_include_the_short_caption():
+  caption = 'S1 one. S2 two. S3 three.'
+  pool = set(split_sentences(caption)) | {'the short one'}
+  rng = np.random.default_rng(0)
+  local = [text_crops(caption, 'the short one', rng, include_caption=True)[2:] for _ in range(300)]
+  drawn = {crop for crops in local for crop in crops}
+  assert drawn == pool  # the short caption is one more sentence of the pool, drawn like the others
+  assert all('the short one' not in c for _ in range(100) for c in text_crops(caption, 'the short one', rng))

@@ -70,11 +70,22 @@ def test_affinity_consistency_against_pearson():
   images = _unit(rng.normal(size=(30, 6)))
   texts = _unit(images + 0.5 * rng.normal(size=(30, 6)))
   si, st = images @ images.T, texts @ texts.T
-  want = np.mean([np.corrcoef(si[i], st[i])[0, 1] for i in range(30)])
+  want = np.mean([np.corrcoef(np.delete(si[i], i), np.delete(st[i], i))[0, 1] for i in range(30)])  # j != i
   assert affinity_consistency(images, texts, chunk=7) == pytest.approx(want, rel=1e-6)
   assert affinity_consistency(images, images) == pytest.approx(1.0)
   with pytest.raises(ValueError, match='paired'):
     affinity_consistency(images, texts[:5])
+
+
+def test_affinity_consistency_of_unrelated_embeddings_is_near_zero():
+  """SaCo compares a query with the OTHER samples: the pair's own SI_ii = ST_ii = 1 must not count. With it, two
+  independent sets of 128 embeddings would score about 0.33."""
+  from vlp_jax.evaluation.affinity import affinity_consistency
+  from vlp_jax.losses.saco import affinity_consistency as in_batch
+  rng = np.random.default_rng(0)
+  images, texts = _unit(rng.normal(size=(128, 64))), _unit(rng.normal(size=(128, 64)))
+  assert abs(affinity_consistency(images, texts)) < 0.03
+  assert abs(float(in_batch(images.astype(np.float32), texts.astype(np.float32)))) < 0.03
 
 
 def test_retrieval_chunked_equals_unchunked():

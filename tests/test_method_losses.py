@@ -34,8 +34,10 @@ def naive_saco(zi, zt, weights=None):
 
 
 def naive_affinity_consistency(zi, zt):
+  """SaCo Eq. 3-4: per query, Pearson over the other samples j != i."""
   si, st = zi @ zi.T, zt @ zt.T
-  return np.mean([np.corrcoef(si[i], st[i])[0, 1] for i in range(len(zi))])
+  others = lambda row, i: np.delete(row, i)  # noqa: E731
+  return np.mean([np.corrcoef(others(si[i], i), others(st[i], i))[0, 1] for i in range(len(zi))])
 
 
 def _grad(fn, *args):
@@ -68,8 +70,9 @@ def test_siglip_matches_naive_reference_values_and_gradients():
 def test_saco_matches_algorithm_1_values_and_gradients():
   rng = np.random.default_rng(1)
   zi, zt = _unit(rng, (6, 4)), _unit(rng, (6, 4))
-  np.testing.assert_allclose(saco.saco_loss(jnp.asarray(zi), jnp.asarray(zt)), naive_saco(zi, zt), rtol=1e-5)
-  grads = _grad(lambda a, c: saco.saco_loss(a, c), zi, zt)
+  np.testing.assert_allclose(saco.saco_loss(jnp.asarray(zi), jnp.asarray(zt), normalization='sum'),
+                             naive_saco(zi, zt), rtol=1e-5)  # the pseudocode's np.sum
+  grads = _grad(lambda a, c: saco.saco_loss(a, c, normalization='sum'), zi, zt)
   for index, got in enumerate(grads):
     np.testing.assert_allclose(got, _numeric_grad(naive_saco, [zi, zt], index), rtol=1e-4, atol=1e-5)
 
@@ -98,7 +101,7 @@ def test_mimic_matches_reference_and_stops_teacher_gradient():
   rng = np.random.default_rng(4)
   zi, teacher = _unit(rng, (6, 4)), rng.normal(size=(6, 3)) * 3  # teacher of another width, not normalised
   e = teacher / np.linalg.norm(teacher, axis=-1, keepdims=True)
-  want = np.sum(np.abs(zi @ zi.T - e @ e.T))
+  want = np.mean(np.abs(zi @ zi.T - e @ e.T))  # the per-entry mean, the default
   np.testing.assert_allclose(saco.mimic_loss(jnp.asarray(zi), jnp.asarray(teacher)), want, rtol=1e-5)
   teacher_grad = jax.grad(lambda t: saco.mimic_loss(jnp.asarray(zi, jnp.float32), t))(jnp.asarray(teacher,
                                                                                                   jnp.float32))
@@ -112,7 +115,7 @@ def test_masking_weights():
   np.testing.assert_allclose(saco.pair_weights(zi, zt, 'soft', 0.7), [1.0, 0.6, 0.0])
   assert saco.pair_weights(zi, zt, 'none', 0.7) is None
   weights = np.asarray(saco.pair_weights(zi, zt, 'hard', 0.7))
-  np.testing.assert_allclose(saco.saco_loss(zi, zt, weights), naive_saco(zi, zt, weights), rtol=1e-6)
+  np.testing.assert_allclose(saco.saco_loss(zi, zt, weights, 'sum'), naive_saco(zi, zt, weights), rtol=1e-6)
 
 
 @pytest.mark.parametrize('ramp,half', [('constant', 5.0), ('linear', 2.5), ('polynomial', 1.25),

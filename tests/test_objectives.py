@@ -33,9 +33,20 @@ def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
   params, f, (loss, metrics), _ = _features_and_loss(micro)
   clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
   weights_ = saco.pair_weights(f['zi'], f['zt'], 'soft', 0.0)
-  want = clip + 2.0 * 0.5 * saco.saco_loss(f['zi'], f['zt'], weights_)  # linear ramp at step 10 of 20
+  want = clip + 2.0 * 0.5 * saco.saco_loss(f['zi'], f['zt'], weights_, 'mean')  # linear ramp at step 10 of 20
   np.testing.assert_allclose(loss, want, rtol=1e-5)
   assert {'clip_loss', 'saco_loss', 'saco_alpha', 'affinity_consistency', 'saco_kept_fraction'} <= set(metrics)
+
+
+def test_saco_ramp_over_the_whole_run_by_default(micro):
+  """ramp_steps 0 follows config.total_steps, so overriding the run length keeps the ramp over the whole run."""
+  micro.total_steps = 40
+  with_term(micro, 'saco', alpha=2.0, ramp='linear')
+  _, _, (_, metrics), _ = _features_and_loss(micro)  # at step 10 of 40
+  np.testing.assert_allclose(metrics['saco_alpha'], 2.0 * 10 / 40, rtol=1e-6)
+  micro.objective.saco.ramp_steps = -1
+  with pytest.raises(ConfigError, match='ramp_steps'):
+    validate(micro)
 
 
 def test_saco_with_mimic_adds_beta_times_mimic(micro):
@@ -43,7 +54,8 @@ def test_saco_with_mimic_adds_beta_times_mimic(micro):
   with_term(micro, 'saco', alpha=1.0, beta=3.0)
   params, f, (loss, metrics), _ = _features_and_loss(micro)
   clip = clip_infonce(f['zi'], f['zt'], params['logit_scale'])[0]
-  want = clip + saco.saco_loss(f['zi'], f['zt']) + 3.0 * saco.mimic_loss(f['zi'], f['teacher'])
+  want = (clip + saco.saco_loss(f['zi'], f['zt'], None, 'mean') +
+          3.0 * saco.mimic_loss(f['zi'], f['teacher'], 'mean'))  # the term's default normalisation
   np.testing.assert_allclose(loss, want, rtol=1e-5)
   assert 'mimic_loss' in metrics
 

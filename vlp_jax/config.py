@@ -44,7 +44,8 @@ def base_config() -> ml_collections.ConfigDict:
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
-      # the linear probe on a tfds class set fits on the first N examples of its train split (0 = all)
+      # the linear probe fits on the first N examples of a set's train split (0 = all; the embedded dataset takes
+      # N / 3 of each source)
       'probe_train_examples': 0,
       # local copies of the compositionality benchmarks (data/compositional_sets.py), for eval.datasets
       'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
@@ -103,6 +104,9 @@ def shapes_baseline() -> ml_collections.ConfigDict:
   config.batch_size = 128
   config.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.1)
   config.eval.every_steps = 100
+  # the embedded dataset's long captions beside the short ones (retrieval and affinity consistency on both)
+  config.eval.datasets = ('synthetic', 'synthetic_long')
+  config.data.probe_train_examples = 6000  # the linear probe fits on 2000 train images of each source
   config.checkpoint.every_steps = 200
   config.log_every_steps = 20
   return config

@@ -1,6 +1,7 @@
 """Datasets by name: where the training shards are, and how to load an evaluation set.
 
   synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
+  synthetic_long: the same images with their long, multi-sentence captions (retrieval and affinity only)
   array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
   digits:       scikit-learn's bundled 8x8 handwritten digits (data/digits.py), offline; zero-shot and linear probe
   imagenet2012, cifar10, cifar100, caltech101, oxford_iiit_pet, oxford_flowers102, coco_captions: evaluation sets
@@ -109,7 +110,7 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')
-EVAL_DATASETS = ('synthetic', digits.NAME, *tfds_sets.DATASETS, 'sugarcrepe', 'winoground')
+EVAL_DATASETS = ('synthetic', 'synthetic_long', digits.NAME, *tfds_sets.DATASETS, 'sugarcrepe', 'winoground')
 
 
 def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
@@ -142,18 +143,42 @@ def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_
     return compositional_sets.sugarcrepe_eval_set(data.sugarcrepe_dir, data.sugarcrepe_images, image_size)
   if name == 'winoground':
     return compositional_sets.winoground_eval_set(data.winoground_dir, image_size)
-  if name != 'synthetic':
+  if name not in ('synthetic', 'synthetic_long'):
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
-  examples = pipeline.read_all(synthetic.shard_paths(root, split, tuple(data.synthetic.sources)))
-  images = np.stack([pipeline.normalize_image(pipeline.resize_image(records.decode_image(e['image']), image_size))
-                     for e in examples])
+  sources = tuple(data.synthetic.sources)
+  examples = pipeline.read_all(synthetic.shard_paths(root, split, sources))
+  images = np.stack([_synthetic_image(e, image_size) for e in examples])
+  if name == 'synthetic_long':  # the long captions: retrieval and affinity consistency only
+    return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
+                   captions=[e['long_caption'] for e in examples], caption_image=np.arange(len(examples)))
   has_masks = bool(examples) and all('mask' in e for e in examples)
   has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
+  train_images = train_labels = None
+  if linear_probe:
+    train = _balanced_train_examples(root, sources, data.probe_train_examples)
+    train_images = np.stack([_synthetic_image(e, image_size) for e in train])
+    train_labels = np.array([e['label'] for e in train])
   return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
                  class_names=synthetic.CLASS_NAMES, templates=prompts,
                  captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
                  masks=(np.stack([pipeline.resize_mask(records.decode_mask(e['mask']), image_size) for e in examples])
                         if has_masks else None),
+                 train_images=train_images, train_labels=train_labels,
                  canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,
                  hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None)
+
+
+def _synthetic_image(example: dict, image_size: int) -> np.ndarray:
+  """A record of the embedded dataset -> [S, S, 3] float32, resized and normalised as the eval images are."""
+  return pipeline.normalize_image(pipeline.resize_image(records.decode_image(example['image']), image_size))
+
+
+def _balanced_train_examples(root: str, sources: tuple[str, ...], count: int) -> list[dict]:
+  """The linear probe's fitting set on the embedded dataset: the first count / len(sources) train examples of each
+  source (count 0 = the whole train split), so that no source dominates."""
+  per_source = -(-count // len(sources)) if count else None
+  examples = []
+  for source in sources:
+    examples += pipeline.read_all(synthetic.shard_paths(root, 'train', (source,)))[:per_source]
+  return examples

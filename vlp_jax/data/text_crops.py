@@ -1,5 +1,6 @@
 """COSMOS text crops from long, multi-sentence captions: a global crop is 1 to 5 sentences sampled without
-replacement and joined; a local crop is one sentence."""
+replacement and joined; a local crop is one sentence. Optionally the original (short) caption is one more sentence
+of the pool, as DreamLIP, whose long captions COSMOS trains on, samples the raw caption beside the sub-captions."""
 from __future__ import annotations
 
 import re
@@ -24,10 +25,13 @@ def local_crop(sentences: list[str], rng: np.random.Generator) -> str:
   return sentences[int(rng.integers(len(sentences)))]
 
 
-def text_crops(long_caption: str, fallback: str, rng: np.random.Generator, num_global: int = 2,
-               num_local: int = 6) -> list[str]:
-  """num_global global crops then num_local local crops, sampled independently. Examples without a long caption
-  use `fallback` (the short caption) as their only sentence."""
-  sentences = split_sentences(long_caption) or [fallback]
+def text_crops(long_caption: str, caption: str, rng: np.random.Generator, num_global: int = 2,
+               num_local: int = 6, include_caption: bool = False) -> list[str]:
+  """num_global global crops then num_local local crops, sampled independently from the sentences of
+  `long_caption`, plus `caption` (the short one) as one more sentence when `include_caption`. Examples without a
+  long caption use `caption` as their only sentence."""
+  sentences = split_sentences(long_caption)
+  if include_caption or not sentences:
+    sentences = sentences + [caption]
   return ([global_crop(sentences, rng) for _ in range(num_global)] +
           [local_crop(sentences, rng) for _ in range(num_local)])

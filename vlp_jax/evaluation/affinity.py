@@ -1,5 +1,6 @@
 """Affinity consistency over a dataset (SaCo Eq. 3 and 4): the mean over queries i of Pearson(SI_i, ST_i), where
-SI_i and ST_i are query i's cosine affinities to every image and to every caption. Computed in row chunks."""
+SI_i and ST_i are query i's cosine affinities to every other image and to every other caption. Computed in row
+chunks."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,16 +8,19 @@ import numpy as np
 
 def per_query_affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> np.ndarray:
   """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> [N] Pearson(SI_i, ST_i),
-  each in [-1, 1]."""
+  each in [-1, 1], over the other samples j != i (SaCo: "the query and all the other samples"). Keeping j = i would
+  put the same 1 in both rows and inflate the correlation: 0.33 instead of 0 for unrelated embeddings at N = 128."""
   if image_emb.shape[0] != text_emb.shape[0]:
     raise ValueError(f'affinity consistency needs paired rows, got {image_emb.shape[0]} images and '
                      f'{text_emb.shape[0]} captions')
+  n = len(image_emb)
   rhos = []
-  for start in range(0, len(image_emb), chunk):
-    si = image_emb[start:start + chunk] @ image_emb.T  # [n, N]
+  for start in range(0, n, chunk):
+    si = image_emb[start:start + chunk] @ image_emb.T  # [c, N]
     st = text_emb[start:start + chunk] @ text_emb.T
-    si = si - si.mean(axis=1, keepdims=True)
-    st = st - st.mean(axis=1, keepdims=True)
+    others = np.arange(n)[None, :] != np.arange(start, start + len(si))[:, None]  # [c, N], False at j = i
+    si = np.where(others, si - np.sum(si * others, axis=1, keepdims=True) / (n - 1), 0.0)
+    st = np.where(others, st - np.sum(st * others, axis=1, keepdims=True) / (n - 1), 0.0)
     rhos.append(np.sum(si * st, axis=1) / np.sqrt(np.sum(si * si, axis=1) * np.sum(st * st, axis=1) + 1e-12))
   return np.concatenate(rhos)
 

@@ -3,7 +3,8 @@
 Affinities inside the batch, SI = zi zi^T and ST = zt zt^T ([B, B], row-sharded over the mesh), and
   L_saco  = sum_ij w_i |SI_ij - ST_ij|                  (w_i = 1 unless sample-wise masking is on)
   L_mimic = sum_ij |SI_ij - S~I_ij|,  S~I = e e^T       (e: L2-normalised embeddings of a frozen teacher)
-The paper's pseudocode sums over all B*B entries ('sum', the default). 'row_mean' divides by B and 'mean' by B*B,
+The pseudocode sums over all B*B entries ('sum'); 'row_mean' divides by B and 'mean' (the default, the scale of the
+paper's Figure 3b; see objectives/saco.py) by B*B,
 so alpha_sum * L_sum == (alpha_sum * B) * L_row_mean == (alpha_sum * B^2) * L_mean: alpha multiplies the
 normalised value, and keeping its effect when switching normalisation means scaling alpha by B or B^2.
 """
@@ -46,7 +47,7 @@ def _normalize(total: jax.Array, batch: int, normalization: str) -> jax.Array:
   raise ValueError(f"normalization '{normalization}' is not valid; valid choices: {list(NORMALIZATIONS)}")
 
 
-def saco_loss(zi: jax.Array, zt: jax.Array, weights: jax.Array | None = None, normalization: str = 'sum'
+def saco_loss(zi: jax.Array, zt: jax.Array, weights: jax.Array | None = None, normalization: str = 'mean'
               ) -> jax.Array:
   """zi, zt: [B, d] unit-norm; weights: optional [B] per-query weights -> [] L1 distance of the affinity rows."""
   per_row = jnp.sum(_off_diagonal_abs(affinity(zi), affinity(zt)), axis=1)  # [B]
@@ -55,7 +56,7 @@ def saco_loss(zi: jax.Array, zt: jax.Array, weights: jax.Array | None = None, no
   return _normalize(jnp.sum(per_row), zi.shape[0], normalization)
 
 
-def mimic_loss(zi: jax.Array, teacher: jax.Array, normalization: str = 'sum') -> jax.Array:
+def mimic_loss(zi: jax.Array, teacher: jax.Array, normalization: str = 'mean') -> jax.Array:
   """zi: [B, d] student image embeddings; teacher: [B, d_t] teacher embeddings (normalised here, no gradient)."""
   e = jax.lax.stop_gradient(teacher.astype(jnp.float32))
   e = e / jnp.linalg.norm(e, axis=-1, keepdims=True)
@@ -92,9 +93,13 @@ def ramp_weight(step: jax.Array, alpha: float, ramp: str, ramp_steps: int, power
 
 
 def affinity_consistency(zi: jax.Array, zt: jax.Array) -> jax.Array:
-  """Mean over queries i of Pearson(SI_i, ST_i) (SaCo Eq. 3 and 4) over the given set: [] in [-1, 1]."""
+  """Mean over queries i of Pearson(SI_i, ST_i) over the other samples j != i (SaCo Eq. 3 and 4; the shared
+  SI_ii = ST_ii = 1 would inflate it) of the given set: [] in [-1, 1]. zi, zt: [B, d] unit-norm."""
   si, st = affinity(zi), affinity(zt)
-  si = si - si.mean(axis=1, keepdims=True)
-  st = st - st.mean(axis=1, keepdims=True)
+  rows = jax.lax.broadcasted_iota(jnp.int32, si.shape, 0)
+  others = rows != jax.lax.broadcasted_iota(jnp.int32, si.shape, 1)
+  count = si.shape[0] - 1
+  si = jnp.where(others, si - jnp.sum(jnp.where(others, si, 0.0), axis=1, keepdims=True) / count, 0.0)
+  st = jnp.where(others, st - jnp.sum(jnp.where(others, st, 0.0), axis=1, keepdims=True) / count, 0.0)
   rho = jnp.sum(si * st, axis=1) * jax.lax.rsqrt(jnp.sum(si * si, axis=1) * jnp.sum(st * st, axis=1) + 1e-12)
   return jnp.mean(rho)

@@ -43,7 +43,7 @@ def build(config: ml_collections.ConfigDict, model) -> Objective:
   """The objective named by `config.objective.name`, bound to `model`, plus the terms in `config.objective.terms`."""
   objective_cls = get(config.objective.name)
   objective = objective_cls(model, objective_cls.options(config.objective))
-  terms = [get_term(name)(with_defaults(get_term(name).default_config(), config.objective.get(name, {})))
+  terms = [get_term(name)(with_defaults(get_term(name).default_config(), config.objective.get(name, {})), config)
            for name in config.objective.terms]
   return Composite(objective, terms) if terms else objective
 

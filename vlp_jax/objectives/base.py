@@ -177,8 +177,11 @@ class Term:
   name: str = ''
   per_example_loss: bool = False  # as Objective.per_example_loss
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, run_config: ml_collections.ConfigDict | None = None):
+    """config: the term's options (`config.objective.<name>` with defaults); run_config: the whole config, for
+    options that follow the run (a ramp over `total_steps`)."""
     self.config = config
+    self.run_config = run_config
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:

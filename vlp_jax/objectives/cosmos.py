@@ -66,6 +66,7 @@ class CosmosViews(grain.transforms.RandomMap):
   num_text_local: int = 6
   global_scale: tuple[float, float] = (0.4, 1.0)
   local_scale: tuple[float, float] = (0.05, 0.4)
+  caption_in_text_crops: bool = False
 
   def _augment(self, crop: np.ndarray, rng: np.random.Generator, blur_p: float, solarize_p: float) -> np.ndarray:
     crop = transforms.horizontal_flip(crop, rng)
@@ -84,7 +85,7 @@ class CosmosViews(grain.transforms.RandomMap):
     local_views = [self._augment(transforms.random_resized_crop(image, self.local_size, self.local_scale, rng),
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
-                       self.num_text_local)
+                       self.num_text_local, include_caption=self.caption_in_text_crops)
     tokenize = default_tokenizer()
     return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
             'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
@@ -103,7 +104,12 @@ class CosmosObjective(Objective):
             # Local text crops are single sentences: a shorter context saves text-tower compute. 0 = the model's.
             'local_text_context_length': 0,
             'global_crop_scale': (0.4, 1.0), 'local_crop_scale': (0.05, 0.4),
-            'cross_attention_heads': 8, 'zero_init_cross_attention': False}
+            'cross_attention_heads': 8, 'zero_init_cross_attention': False,
+            # The short caption as one more sentence of the text-crop pool (DreamLIP's sampling; the paper crops
+            # the long caption only).
+            'caption_in_text_crops': False,
+            # Weight of L_cosmos (1 in the paper; 0 leaves CLIP on COSMOS's crops, an ablation).
+            'distill_weight': 1.0}
 
   @classmethod
   def validate(cls, options, config):
@@ -114,6 +120,8 @@ class CosmosObjective(Objective):
     if not 0 <= options.local_text_context_length <= context:
       raise ValueError(f'config.objective.local_text_context_length={options.local_text_context_length} must be in '
                        f'[0, config.model.text.context_length={context}] (0 uses the model context length)')
+    if options.distill_weight < 0:
+      raise ValueError(f'config.objective.distill_weight={options.distill_weight} must be >= 0')
     if not 0.0 <= options.ema_momentum <= 1.0:
       raise ValueError(f'config.objective.ema_momentum={options.ema_momentum} must be in [0, 1]')
 
@@ -126,7 +134,8 @@ class CosmosObjective(Objective):
     return CosmosViews(config.model.vision.image_size, c.local_crop_size, context,
                        c.local_text_context_length or context, num_local=c.num_local_crops,
                        num_text_local=c.num_local_texts,
-                       global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale))
+                       global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
+                       caption_in_text_crops=c.caption_in_text_crops)
 
   def _cross_attention(self) -> CrossAttention:
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,
@@ -199,8 +208,9 @@ class CosmosObjective(Objective):
     terms = [pairwise_sym_nce(features[s], features[t], scale)
              for s in ('h_img', 'h_txt') for t in ('teacher_cls', 'teacher_eot')]
     cosmos = sum(terms) / 4
-    return clip + cosmos, {'clip_loss': clip, 'cosmos_loss': cosmos, 'logit_scale': jnp.exp(params['logit_scale']),
-                           'cosmos_logit_scale': jnp.exp(scale)}
+    metrics = {'clip_loss': clip, 'cosmos_loss': cosmos, 'logit_scale': jnp.exp(params['logit_scale']),
+               'cosmos_logit_scale': jnp.exp(scale)}
+    return clip + self.config.distill_weight * cosmos, metrics
 
   def after_step(self, params, model_state, step):
     del step

@@ -1,0 +1,68 @@
+"""benchmarks/methods.py: which runs a request expands to, their command lines, and the mean +- std table."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import methods  # noqa: E402
+
+
+def test_expand_puts_dependencies_first_and_rejects_unknown_names():
+  assert methods.expand(['saco_continue']) == ['clip', 'saco_continue']
+  assert methods.expand(['saco_mimic', 'clip']) == ['clip_teacher', 'saco_mimic', 'clip']
+  table = methods.expand(['table'])
+  assert table.index('clip') < table.index('saco_continue') and len(table) == len(set(table))
+  with pytest.raises(ValueError, match='valid runs'):
+    methods.expand(['nope'])
+
+
+def test_every_run_names_a_config_that_validates():
+  from vlp_jax.config import from_file, validate
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for name, run in methods.RUNS.items():
+    config = from_file(os.path.join(root, 'configs', f'{run.config}.py'))
+    for override in run.overrides:  # '--config.a.b=value' onto the config, typed by the current value
+      key, value = override[len('--config.'):].split('=', 1)
+      *path, leaf = key.split('.')
+      node = config
+      for part in path:
+        node = node[part]
+      old = node[leaf]
+      node[leaf] = (value == 'True') if isinstance(old, bool) else type(old)(value)
+    if run.after:
+      config.init.checkpoint = '/some/run'
+    if run.teacher:
+      config.objective.saco.teacher_checkpoint = '/some/teacher'
+    validate(config)
+
+
+def test_commands_chain_continue_runs_and_teachers():
+  cmd = methods.command('/w', 'saco_continue', 3, steps=800)
+  assert '--config=configs/saco_continue_shapes.py' in cmd and '--config.seed=3' in cmd
+  assert '--config.init.checkpoint=/w/clip/seed3' in cmd
+  assert not any(a.startswith('--config.total_steps') for a in cmd)  # a continue phase keeps its budget
+  assert '--config.total_steps=800' in methods.command('/w', 'clip', 3, steps=800)
+  mimic = methods.command('/w', 'saco_mimic', 3, steps=None)
+  assert f'--config.objective.saco.teacher_checkpoint=/w/clip_teacher/seed{3 + methods.TEACHER_SEED_OFFSET}' in mimic
+
+
+def test_final_metrics_and_the_table(tmp_path):
+  rows = []
+  for seed, (zeroshot, i2t, t2i) in enumerate([(0.2, 0.1, 0.3), (0.4, 0.3, 0.5)]):
+    workdir = tmp_path / f'seed{seed}'
+    workdir.mkdir()
+    with open(workdir / 'metrics.jsonl', 'w') as f:
+      f.write(json.dumps({'step': 100, 'eval/synthetic/zeroshot_top1': 0.01, 'perf/samples_per_sec': 100.0}) + '\n')
+      f.write(json.dumps({'step': 200, 'eval/synthetic/zeroshot_top1': zeroshot, 'eval/synthetic/i2t_r1': i2t,
+                          'eval/synthetic/t2i_r1': t2i, 'perf/samples_per_sec': 300.0}) + '\n')
+    metrics = methods.final_metrics(str(workdir))
+    assert metrics['synthetic/zeroshot_top1'] == zeroshot  # the last eval, not the first
+    assert metrics['synthetic/mean_r1'] == pytest.approx((i2t + t2i) / 2)
+    assert metrics['samples_per_sec'] == 200.0
+    rows.append({'run': 'clip', 'seed': seed, **metrics, 'wall_seconds': 10.0})
+  line = methods.table(rows, ['clip'], {}).splitlines()[2]
+  assert '0.300 ± 0.141' in line  # zero-shot mean and sample std of 0.2 and 0.4
+  assert '0.300 ± 0.141' in line.split('|')[3]  # mean R@1: 0.2 and 0.4
+  assert 'seeds 0,1' in line and '1.00x' in line
