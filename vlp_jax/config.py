@@ -97,7 +97,8 @@ def from_file(path: str) -> ml_collections.ConfigDict:
 
 def shapes_baseline() -> ml_collections.ConfigDict:
   """The shared setting of the `configs/*_shapes.py` files: the tiny model on the embedded dataset, 400 steps of
-  batch 128 (about 3.5 minutes for CLIP on a 2-core CPU), so that methods compare under one budget and seed."""
+  batch 128 (about 4 minutes for CLIP on a 2-core CPU, evaluations included), so that methods compare under one
+  budget and seed."""
   config = base_config()
   config.seed = 0
   config.total_steps = 400
