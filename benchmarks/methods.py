@@ -31,6 +31,7 @@ sys.path.insert(0, ROOT)
 from absl import app, flags  # noqa: E402
 
 TEACHER_SEED_OFFSET = 1000
+NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,11 +99,13 @@ COLUMNS = (
     ('synthetic/zeroshot_top1', 'zero-shot top-1'),
     ('synthetic/mean_r1', 'mean R@1, short captions'),
     ('synthetic_long/mean_r1', 'mean R@1, long captions'),
+    ('within_source/mean_r1', 'mean R@1 within a source'),
     ('synthetic/linear_probe_top1', 'linear probe top-1'),
     ('synthetic/affinity_consistency', 'affinity consistency'),
     ('synthetic/compositional_acc', 'compositional acc.'),
 )
 
+SOURCE_SETS = ('synthetic_studio', 'synthetic_web', 'synthetic_sketch')  # averaged into 'within_source'
 FLAGS = flags.FLAGS
 
 
@@ -115,6 +118,8 @@ def define_flags() -> None:
   flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
   flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
+  flags.DEFINE_integer('eval_every', 0, 'Evaluate every N steps as well as at the end (0: at the end only, which '
+                       'the table reads; the configs evaluate every 100 steps for their curves).')
 
 
 def expand(names: list[str]) -> list[str]:
@@ -141,11 +146,12 @@ def run_dir(workdir: str, name: str, seed: int) -> str:
   return os.path.join(workdir, name, f'seed{seed}')
 
 
-def command(workdir: str, name: str, seed: int, steps: int | None) -> list[str]:
-  """The `python -m vlp_jax.main` command line of run `name` with `seed`."""
+def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0) -> list[str]:
+  """The `python -m vlp_jax.main` command line of run `name` with `seed`; eval_every 0 evaluates at the end only."""
   run = RUNS[name]
   args = [sys.executable, '-m', 'vlp_jax.main', f'--config=configs/{run.config}.py',
-          f'--workdir={run_dir(workdir, name, seed)}', f'--config.seed={seed}', *run.overrides]
+          f'--workdir={run_dir(workdir, name, seed)}', f'--config.seed={seed}', *run.overrides,
+          f'--config.eval.every_steps={eval_every or NEVER}']
   if run.after:
     args.append(f'--config.init.checkpoint={run_dir(workdir, run.after, seed)}')
   elif steps:  # a continue phase keeps its own (short) budget
@@ -169,18 +175,21 @@ def final_metrics(workdir: str) -> dict:
   for key in [k for k in metrics if k.endswith('/i2t_r1')]:
     prefix = key[:-len('i2t_r1')]
     metrics[f'{prefix}mean_r1'] = (metrics[key] + metrics[f'{prefix}t2i_r1']) / 2
+  per_source = [metrics[f'{name}/mean_r1'] for name in SOURCE_SETS if f'{name}/mean_r1' in metrics]
+  if len(per_source) == len(SOURCE_SETS):
+    metrics['within_source/mean_r1'] = sum(per_source) / len(per_source)
   metrics['samples_per_sec'] = sum(rates) / max(len(rates), 1)
   return metrics
 
 
-def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock) -> dict:
+def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0) -> dict:
   workdir = run_dir(root, name, seed)
   done = os.path.join(workdir, 'run_result.json')
   if os.path.exists(done):
     with open(done) as f:
       return json.load(f)
   began = time.time()
-  result = subprocess.run(command(root, name, seed, steps), cwd=ROOT, capture_output=True, text=True)
+  result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True)
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1)}
@@ -261,14 +270,15 @@ def main(argv):
         futures[(run.after, seed)].result()
       if run.teacher:
         futures[(run.teacher, seed + TEACHER_SEED_OFFSET)].result()
-      return train(root, name, seed, steps, lock)
+      return train(root, name, seed, steps, lock, FLAGS.eval_every)
 
     for seed in seeds:
       for name in names:
         if RUNS[name].teacher:
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           if teacher not in futures:
-            futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock)
+            futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock,
+                                             FLAGS.eval_every)
         futures[(name, seed)] = pool.submit(job, name, seed)
     rows = [f.result() for f in futures.values()]
   memory = {}

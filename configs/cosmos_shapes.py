@@ -20,5 +20,7 @@ def get_config():
   config.objective.local_crop_size = 16
   config.objective.local_text_context_length = 16  # a sentence of the embedded captions is at most 14 tokens
   config.objective.caption_in_text_crops = False
+  config.objective.crop_color_jitter = (0.4, 0.4, 0.2, 0.1)
+  config.objective.crop_grayscale_prob = 0.2
   config.objective.distill_weight = 1.0
   return config

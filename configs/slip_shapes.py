@@ -16,4 +16,7 @@ def get_config():
   config.objective.head_mlp_dim = 512
   config.objective.head_out_dim = 128
   config.objective.clip_crop_scale = (0.5, 1.0)
+  config.objective.ssl_crop_scale = (0.08, 1.0)
+  config.objective.ssl_color_jitter = (0.4, 0.4, 0.4, 0.1)
+  config.objective.ssl_grayscale_prob = 0.2
   return config

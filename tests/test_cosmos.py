@@ -150,3 +150,41 @@ def test_saco_composes_with_cosmos(micro):
                                                                                normalization='mean')
   np.testing.assert_allclose(loss, want, rtol=1e-5)
   assert 'saco_loss' in metrics and 'teacher_' in objective.eval_variants(params, state)
+
+
+def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
+  import colorsys
+
+  import pytest
+
+  from vlp_jax.data.pipeline import denormalize_image
+
+  orange = np.broadcast_to(np.array([250, 127, 14], np.uint8), (16, 16, 3)).copy()
+  example = {'image': orange, 'caption': 'an orange square', 'long_caption': 'There is an orange square.',
+             'label': 0, 'key': 'k', 'source': 'studio'}
+  want = colorsys.rgb_to_hsv(250 / 255, 127 / 255, 14 / 255)[0]
+
+  def hue_errors(config):
+    views, errors = objectives.get('cosmos').views(config), []
+    for seed in range(12):
+      out = views.random_map(dict(example), np.random.default_rng(seed))
+      # not the second global view: DINO solarises it (p 0.2), which no colour option turns off
+      for crop in [out['global_images'][0], *out['local_images']]:
+        pixels = denormalize_image(crop).reshape(-1, 3).astype(np.float64) / 255
+        if (pixels.max(axis=1) - pixels.min(axis=1)).max() < 0.05:  # grey: no hue left
+          errors.append(1.0)
+          continue
+        hues = np.array([colorsys.rgb_to_hsv(*p)[0] for p in pixels])
+        errors.append(float(np.abs((hues - want + 0.5) % 1.0 - 0.5).max()))
+    return np.array(errors)
+
+  config = _cosmos(micro)
+  assert (hue_errors(config) > 0.05).sum() >= 6  # DINO's hue jitter and grayscale move many crops' colour
+  config.objective.crop_color_jitter = (0.4, 0.4, 0.2, 0.0)
+  config.objective.crop_grayscale_prob = 0.0
+  assert hue_errors(config).max() < 0.04  # up to clipping at 0 and 255
+  from vlp_jax.config import ConfigError, validate
+  validate(config)
+  config.objective.crop_grayscale_prob = 1.5
+  with pytest.raises(ConfigError, match='config.objective.crop_grayscale_prob'):
+    validate(config)

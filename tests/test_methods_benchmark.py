@@ -44,6 +44,9 @@ def test_commands_chain_continue_runs_and_teachers():
   assert '--config.init.checkpoint=/w/clip/seed3' in cmd
   assert not any(a.startswith('--config.total_steps') for a in cmd)  # a continue phase keeps its budget
   assert '--config.total_steps=800' in methods.command('/w', 'clip', 3, steps=800)
+  # the table reads the final eval only: no run evaluates on the way unless asked
+  assert f'--config.eval.every_steps={methods.NEVER}' in cmd
+  assert methods.command('/w', 'clip', 3, steps=None, eval_every=100)[-1] == '--config.eval.every_steps=100'
   mimic = methods.command('/w', 'saco_mimic', 3, steps=None)
   assert f'--config.objective.saco.teacher_checkpoint=/w/clip_teacher/seed{3 + methods.TEACHER_SEED_OFFSET}' in mimic
 
@@ -55,9 +58,12 @@ def test_final_metrics_and_the_table(tmp_path):
     workdir.mkdir()
     with open(workdir / 'metrics.jsonl', 'w') as f:
       f.write(json.dumps({'step': 100, 'eval/synthetic/zeroshot_top1': 0.01, 'perf/samples_per_sec': 100.0}) + '\n')
+      per_source = {f'eval/{name}/{d}_r1': (k + 1) / 10 + (d == 't2i') / 20
+                    for k, name in enumerate(methods.SOURCE_SETS) for d in ('i2t', 't2i')}
       f.write(json.dumps({'step': 200, 'eval/synthetic/zeroshot_top1': zeroshot, 'eval/synthetic/i2t_r1': i2t,
-                          'eval/synthetic/t2i_r1': t2i, 'perf/samples_per_sec': 300.0}) + '\n')
+                          'eval/synthetic/t2i_r1': t2i, 'perf/samples_per_sec': 300.0, **per_source}) + '\n')
     metrics = methods.final_metrics(str(workdir))
+    assert metrics['within_source/mean_r1'] == pytest.approx((0.125 + 0.225 + 0.325) / 3)
     assert metrics['synthetic/zeroshot_top1'] == zeroshot  # the last eval, not the first
     assert metrics['synthetic/mean_r1'] == pytest.approx((i2t + t2i) / 2)
     assert metrics['samples_per_sec'] == 200.0

@@ -198,6 +198,13 @@ def test_invalid_options_name_the_key(micro):
     objectives.get('slip').views(micro)
   micro.objective.ssl_temperature = 0.1
   validate(micro)
+  micro.objective.ssl_color_jitter = (0.4, 0.4, 0.4)  # the hue is missing
+  with pytest.raises(ConfigError, match=r'config.objective.ssl_color_jitter=\(0.4, 0.4, 0.4\)'):
+    validate(micro)
+  micro.objective.ssl_color_jitter = (0.4, 0.4, 0.4, 0.0)
+  micro.objective.ssl_crop_scale = (0.0, 1.0)
+  with pytest.raises(ConfigError, match='config.objective.ssl_crop_scale'):
+    validate(micro)
 
 
 def test_views(micro):

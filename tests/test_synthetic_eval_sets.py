@@ -32,3 +32,21 @@ def test_linear_probe_fits_on_a_balanced_slice_of_the_train_split(micro):
   full = datasets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
   assert len(full.train_labels) == micro.data.synthetic.num_train * len(micro.data.synthetic.sources)
   assert datasets.load_eval_set('synthetic', micro.data, 'test', 16).train_images is None
+
+
+def test_per_source_sets_split_the_test_split_by_source(micro):
+  pooled = datasets.load_eval_set('synthetic', micro.data, 'test', 16)
+  parts = [datasets.load_eval_set(name, micro.data, 'test', 16, linear_probe=True)
+           for name in datasets.SYNTHETIC_SOURCE_SETS]
+  # the sources in the pooled set's order, each with its own captions and no probe of its own
+  np.testing.assert_array_equal(np.concatenate([p.images for p in parts]), pooled.images)
+  assert sum((p.captions for p in parts), []) == pooled.captions
+  assert all(p.train_images is None for p in parts)
+  assert [t for t in evaluation.EVALUATORS if evaluation.applies(t, parts[0])] == ['retrieval', 'affinity']
+  micro.data.synthetic.sources = ('studio',)
+  try:
+    datasets.load_eval_set('synthetic_web', micro.data, 'test', 16)
+  except ValueError as error:
+    assert "needs the source 'web'" in str(error)
+  else:
+    raise AssertionError('a source outside config.data.synthetic.sources must be refused')

@@ -118,3 +118,22 @@ def test_gaussian_blur():
   np.testing.assert_allclose(blurred[..., 0], blurred[..., 0].T)  # the same blur along both axes
   np.testing.assert_allclose(blurred.sum(), 3 * 255, rtol=0.05)  # mass preserved, up to rounding
   np.testing.assert_array_equal(transforms.gaussian_blur(impulse, _rng(0), p=0.0), impulse)
+
+
+def _hues(image):
+  """Hue of every pixel, as a fraction of a turn."""
+  return np.array([colorsys.rgb_to_hsv(*(p / 255.0))[0] for p in image.reshape(-1, 3).astype(np.float64)])
+
+
+def test_simclr_view_keeps_colours_without_hue_jitter_and_grayscale():
+  # A flat orange image: crops, blur and flips leave it flat, so only the colour ops can change its hue.
+  orange = np.broadcast_to(np.array([250, 127, 14], np.uint8), (32, 32, 3)).copy()
+  want = colorsys.rgb_to_hsv(250 / 255, 127 / 255, 14 / 255)[0]
+  kept, moved = [], []
+  for seed in range(40):
+    view = transforms.simclr_view(orange, 16, _rng(seed), jitter=(0.4, 0.4, 0.4, 0.0), grayscale_p=0.0)
+    kept.append(np.abs(_hues(view) - want).max())
+    slip = transforms.simclr_view(orange, 16, _rng(seed))  # SLIP's defaults: hue 0.1, grayscale 0.2
+    moved.append(np.abs(_hues(slip) - want).max() if slip.std(axis=-1).max() > 0 else 1.0)  # grey: no hue
+  assert max(kept) < 0.04  # brightness, contrast, saturation keep the hue, but for clipping at 0 and 255
+  assert sum(m > 0.05 for m in moved) >= 20  # about 0.8 x 3/4 jittered by more than 0.05 of a turn, plus greys

@@ -260,3 +260,146 @@ def test_export_keeps_only_the_towers(tmp_path):
   keys = set(weights.read_state_dict(out))
   assert 'logit_bias' not in keys and not any(k.startswith(('simclr_head', 'ema')) for k in keys)
   assert 'visual.proj' in keys and 'logit_scale' in keys
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A model's own config.json decides the activation: the HF importer checks it against --model.
+
+_TINY_VIT = dict(type='vit', image_size=16, patch_size=8, width=32, layers=1, heads=2, stages=())
+_TINY_TEXT = dict(vocab_size=49408, context_length=12, width=32, layers=1, heads=2)
+
+
+@pytest.fixture
+def tiny_presets(monkeypatch):
+  """'ViT-T-8' (GELU) and 'ViT-T-8-quickgelu', registered as presets for the test only."""
+  spec = dict(embed_dim=16, vision=dict(_TINY_VIT), text=dict(_TINY_TEXT))
+  monkeypatch.setitem(models.PRESETS, 'ViT-T-8', spec)
+  monkeypatch.setitem(models.PRESETS, 'ViT-T-8-quickgelu', dict(spec, act='quick_gelu'))
+  return 'ViT-T-8'
+
+
+def _hf_clip_folder(folder, transformers, torch):
+  """A random transformers CLIPModel of the ViT-T-8 sizes saved with save_pretrained, its activation left at
+  transformers' default (quick_gelu, as on every OpenAI CLIP of the hub)."""
+  config = transformers.CLIPConfig(
+      projection_dim=16,
+      text_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                       max_position_embeddings=12),
+      vision_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                         image_size=16, patch_size=8))
+  torch.manual_seed(0)
+  model = _randomize(transformers.CLIPModel(config))
+  model.save_pretrained(str(folder))
+  return model
+
+
+@pytest.mark.parametrize('input_is_folder', [True, False])
+def test_hf_import_follows_the_models_config_json(input_is_folder, tiny_presets, tmp_path, capsys):
+  torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
+  transformers = pytest.importorskip('transformers', reason='transformers is needed for the HF import test')
+  folder = tmp_path / 'hf_model'
+  reference = _hf_clip_folder(folder, transformers, torch)
+  source = str(folder if input_is_folder else folder / 'model.safetensors')
+
+  # The GELU preset is refused: both activations are listed, the quickgelu preset is suggested, nothing is written.
+  refused = str(tmp_path / 'refused')
+  assert weights.main(['import', '--format=hf', '--model=ViT-T-8', f'--input={source}', f'--output={refused}']) == 2
+  err = capsys.readouterr().err
+  assert "act (vision_config.hidden_act): file 'quick_gelu', --model=ViT-T-8 'gelu'" in err
+  assert "act (text_config.hidden_act): file 'quick_gelu', --model=ViT-T-8 'gelu'" in err
+  assert '2 mismatches' in err and 'Use --model=ViT-T-8-quickgelu' in err
+  assert not os.path.exists(refused)
+
+  ckpt = str(tmp_path / 'ckpt')
+  assert weights.main(['import', '--format=hf', '--model=ViT-T-8-quickgelu', f'--input={source}',
+                       f'--output={ckpt}']) == 0
+  assert 'note:' not in capsys.readouterr().err  # the file was checked: nothing to warn about
+  config = load_config(ckpt).model
+  assert config.act == 'quick_gelu'
+  images, _ = _inputs(16, seed=2)
+  tokens = default_tokenizer()(CAPTIONS, context_length=12)
+  attention = torch.ones(tokens.shape, dtype=torch.long)
+  with torch.no_grad():
+    out = reference(input_ids=torch.from_numpy(tokens).long(), attention_mask=attention,
+                    pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)))
+  got_i, got_t = _our_embeddings(config, *load_variables(ckpt), images, tokens)
+  np.testing.assert_allclose(got_i, out.image_embeds.numpy(), atol=PARITY_ATOL)
+  np.testing.assert_allclose(got_t, out.text_embeds.numpy(), atol=PARITY_ATOL)
+
+
+def test_hf_config_mismatches_are_all_listed(tiny_presets, tmp_path):
+  folder = tmp_path / 'hf_model'
+  folder.mkdir()
+  hf = weights.hf_config(models.preset('ViT-T-8'))
+  hf['projection_dim'] = 24
+  hf['vision_config'].update(num_hidden_layers=3, patch_size=4, image_size=32)
+  hf['text_config'].update(hidden_size=48, num_attention_heads=4, max_position_embeddings=20, hidden_act='quick_gelu')
+  (folder / 'config.json').write_text(json.dumps(hf))
+  (folder / 'model.safetensors').write_bytes(b'')  # refused before the weights are read
+  with pytest.raises(weights.WeightsError) as error:
+    weights.import_weights('hf', 'ViT-T-8', str(folder), str(tmp_path / 'ckpt'))
+  message = str(error.value)
+  for field, got, want in [('embed_dim (projection_dim)', 24, 16),
+                           ('vision.layers (vision_config.num_hidden_layers)', 3, 1),
+                           ('vision.patch_size (vision_config.patch_size)', 4, 8),
+                           ('vision.image_size (vision_config.image_size)', 32, 16),
+                           ('text.width (text_config.hidden_size)', 48, 32),
+                           ('text.heads (text_config.num_attention_heads)', 4, 2),
+                           ('text.context_length (text_config.max_position_embeddings)', 20, 12),
+                           ('act (text_config.hidden_act)', "'quick_gelu'", "'gelu'")]:
+    assert f'{field}: file {got}, --model=ViT-T-8 {want}' in message, field
+  assert '8 mismatches' in message and 'No preset matches the file' in message
+  assert not os.path.exists(tmp_path / 'ckpt')
+
+
+def test_hf_config_fields_left_out_take_transformers_defaults(tiny_presets):
+  """save_pretrained may write only the values that differ from transformers' defaults; an OpenAI ViT-B/32 config
+  reduced to those fits ViT-B-32-quickgelu and nothing else."""
+  assert weights.hf_matching_presets({'model_type': 'clip'}) == ['ViT-B-32-quickgelu']
+  assert weights.hf_matching_presets(weights.hf_config(models.preset('ViT-T-8'))) == ['ViT-T-8']
+  mismatches = weights.hf_config_mismatches({'vision_config': {'patch_size': 16}}, models.preset('ViT-B-32'))
+  assert [field for field, _, _ in mismatches] == ['act (vision_config.hidden_act)', 'act (text_config.hidden_act)',
+                                                  'vision.patch_size (vision_config.patch_size)']
+  early = {'text_config_dict': {'hidden_act': 'gelu'}, 'vision_config_dict': {'hidden_act': 'gelu'}}
+  assert weights.hf_matching_presets(early) == ['ViT-B-32']  # early transformers' keys
+
+
+def test_hf_defaults_are_transformers_defaults():
+  transformers = pytest.importorskip('transformers', reason='transformers is needed to read its defaults')
+  assert transformers.CLIPConfig().projection_dim == weights.HF_CLIP_DEFAULTS['projection_dim']
+  for section, cls in (('text_config', transformers.CLIPTextConfig), ('vision_config', transformers.CLIPVisionConfig)):
+    defaults = cls()
+    for key, value in weights.HF_CLIP_DEFAULTS[section].items():
+      assert getattr(defaults, key) == value, f'{section}.{key}'
+
+
+def test_hf_import_rejects_other_models_and_folders_without_weights(tmp_path):
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'siglip'}))
+  (tmp_path / 'model.safetensors').write_bytes(b'')
+  with pytest.raises(weights.WeightsError, match="'siglip' model"):
+    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  with pytest.raises(FileNotFoundError, match='without model.safetensors'):
+    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(empty), str(tmp_path / 'ckpt'))
+
+
+def test_imports_without_a_config_say_which_activation_to_use(tiny_presets, tmp_path, capsys):
+  config = models.preset('ViT-T-8')
+  params, state = jax.jit(lambda rng: models.init_variables(models.build_model(config), rng))(jax.random.key(0))
+  state_dict = weights.variables_to_openai(jax.tree.map(np.asarray, params), state)
+  from safetensors.numpy import save_file
+  save_file(state_dict, str(tmp_path / 'open_clip.safetensors'))
+  save_file(weights.openai_to_hf(state_dict), str(tmp_path / 'hf.safetensors'))
+
+  def notes(fmt, name, source, output):
+    assert weights.main(['import', f'--format={fmt}', f'--model={name}', f'--input={tmp_path / source}',
+                         f'--output={tmp_path / output}']) == 0
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith('note:')]
+
+  (note,) = notes('open_clip', 'ViT-T-8', 'open_clip.safetensors', 'a')
+  assert 'OpenAI' in note and '--model=ViT-T-8-quickgelu' in note
+  assert notes('open_clip', 'ViT-T-8-quickgelu', 'open_clip.safetensors', 'b') == []
+  assert notes('openai', 'ViT-T-8', 'open_clip.safetensors', 'c') == []  # QuickGELU is set for OpenAI weights
+  (note,) = notes('hf', 'ViT-T-8', 'hf.safetensors', 'd')
+  assert 'no config.json' in note and 'quickgelu' in note

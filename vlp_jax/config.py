@@ -105,8 +105,9 @@ def shapes_baseline() -> ml_collections.ConfigDict:
   config.batch_size = 128
   config.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.1)
   config.eval.every_steps = 100
-  # the embedded dataset's long captions beside the short ones (retrieval and affinity consistency on both)
-  config.eval.datasets = ('synthetic', 'synthetic_long')
+  # the embedded dataset's long captions beside the short ones, and each source alone (retrieval and affinity
+  # consistency on all)
+  config.eval.datasets = ('synthetic', 'synthetic_long', *datasets.SYNTHETIC_SOURCE_SETS)
   config.data.probe_train_examples = 6000  # the linear probe fits on 2000 train images of each source
   config.checkpoint.every_steps = 200
   config.log_every_steps = 20

@@ -16,11 +16,10 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
-from vlp_jax import models, parallel
 from vlp_jax.data import datasets, pipeline, records
 from vlp_jax.evaluation.encoder import Encoder
-from vlp_jax.objectives.base import tower_variables
-from vlp_jax.training.checkpoint import load_config, load_variables, resolve_checkpoint
+from vlp_jax.loader import encoder_for_checkpoint, pixel_size_problem
+from vlp_jax.training.checkpoint import resolve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir.')
 _PIXELS = flags.DEFINE_string('pixels', None, '.npy of normalised float32 images [N, H, W, 3].')
@@ -93,13 +92,7 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     raise EmbedError(f'--output {output} must end in .npz')
   if os.path.exists(output) and not overwrite:
     raise EmbedError(f'{output} exists; pass --overwrite to replace it')
-  checkpoint = resolve_checkpoint(checkpoint)
-  config = load_config(checkpoint)
-  params, model_state = load_variables(checkpoint)
-  model = models.build_model(config.model)
-  mesh = parallel.make_mesh()
-  encoder = Encoder(model, parallel.replicated_from_host(tower_variables(params, model_state), mesh), mesh, batch_size,
-                    config.model.text.context_length)
+  config, encoder = encoder_for_checkpoint(resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load does
   if dataset:
     data = config.data
     data.name = dataset
@@ -110,10 +103,8 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     arrays = {}
     if pixels:
       images = load_pixels(pixels)
-      stride = config.model.vision.patch_size if config.model.vision.type == 'vit' else 32
-      if images.shape[1] % stride or images.shape[2] % stride:
-        raise EmbedError(f'--pixels images are {images.shape[1]}x{images.shape[2]}; this model needs sides that are '
-                         f'multiples of {stride} (it was trained at {config.model.vision.image_size})')
+      if problem := pixel_size_problem(images.shape[1], images.shape[2], config.model.vision):
+        raise EmbedError(f'--pixels {problem}')
       arrays['image_embeddings'] = encoder.images(images)
     if texts:
       arrays['text_embeddings'] = encoder.texts(load_texts(texts))

@@ -18,6 +18,19 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metr
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
+def report_backend(config) -> None:
+  """Print where jax runs (stdout) and, on stderr, one line per mismatch with the config or the visible hardware."""
+  import jax
+
+  from vlp_jax import hardware
+  backend_line, *warnings = hardware.startup_lines(
+      jax.default_backend(), jax.device_count(), jax.process_count(), config.model.dtype, config.mesh.fsdp,
+      hardware.visible_accelerators())
+  print(backend_line, flush=True)
+  for warning in warnings:
+    print(warning, file=sys.stderr, flush=True)
+
+
 def main(argv):
   del argv
   from vlp_jax import config as config_lib, parallel
@@ -28,6 +41,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
   config = _CONFIG.value
+  report_backend(config)
   try:
     config_lib.validate(config)
     train_and_evaluate(config, _WORKDIR.value)

@@ -9,7 +9,9 @@ Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip s
     `in_proj_weight` / `in_proj_bias` <-> `in_proj/kernel` / `in_proj/bias`; LayerNorm/BatchNorm `weight` <-> `scale`;
   - BatchNorm `running_mean` / `running_var` <-> model state `batch_stats/.../mean` / `var`;
   - everything else (class_embedding, positional_embedding, proj, text_projection, logit_scale) keeps its name.
-Hugging Face `CLIPModel` names are translated to OpenAI's first (q/k/v projections packed into `in_proj`).
+Hugging Face `CLIPModel` names are translated to OpenAI's first (q/k/v projections packed into `in_proj`), and the
+model's config.json (`--input` may be the model folder) must agree with --model: activation, widths, depths, heads,
+patch and image size, context length and projection dim, or nothing is imported.
 
 Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
 """
@@ -338,6 +340,115 @@ def hf_config(model_config: ml_collections.ConfigDict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# A Hugging Face model's config.json against the --model preset
+
+# transformers' CLIPConfig / CLIPTextConfig / CLIPVisionConfig defaults, for the fields a config.json leaves out
+# (save_pretrained may write only what differs from them); tests/test_weights.py checks them against transformers.
+HF_CLIP_DEFAULTS = {
+    'projection_dim': 512,
+    'text_config': {'hidden_act': 'quick_gelu', 'hidden_size': 512, 'num_hidden_layers': 12, 'num_attention_heads': 8,
+                    'max_position_embeddings': 77, 'vocab_size': 49408},
+    'vision_config': {'hidden_act': 'quick_gelu', 'hidden_size': 768, 'num_hidden_layers': 12,
+                      'num_attention_heads': 12, 'image_size': 224, 'patch_size': 32},
+}
+# (our model config field, section of the CLIPConfig or None for its top level, key in that section). Both towers'
+# activations are checked: ours share one `act`. transformers' 'gelu' is the exact (erf) GELU, as ours.
+HF_CONFIG_FIELDS = (
+    ('act', 'vision_config', 'hidden_act'), ('act', 'text_config', 'hidden_act'),
+    ('embed_dim', None, 'projection_dim'),
+    ('vision.width', 'vision_config', 'hidden_size'), ('vision.layers', 'vision_config', 'num_hidden_layers'),
+    ('vision.heads', 'vision_config', 'num_attention_heads'), ('vision.patch_size', 'vision_config', 'patch_size'),
+    ('vision.image_size', 'vision_config', 'image_size'),
+    ('text.width', 'text_config', 'hidden_size'), ('text.layers', 'text_config', 'num_hidden_layers'),
+    ('text.heads', 'text_config', 'num_attention_heads'),
+    ('text.context_length', 'text_config', 'max_position_embeddings'), ('text.vocab_size', 'text_config', 'vocab_size'),
+)
+
+
+def hf_input_files(input_path: str) -> tuple[str, str | None]:
+  """--input of `--format=hf` -> (weights file, its config.json or None).
+
+  input_path: a transformers model folder (its `model.safetensors` is read) or a weights file; the config.json is
+  the one in that folder, or beside that file.
+  """
+  if os.path.isdir(input_path):
+    weights_path = os.path.join(input_path, 'model.safetensors')
+    if not os.path.isfile(weights_path):
+      raise FileNotFoundError(f'{input_path} is a folder without model.safetensors (it holds '
+                              f'{sorted(os.listdir(input_path))[:20]}); pass the weights file as --input')
+  else:
+    weights_path = input_path
+  config_path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), 'config.json')
+  return weights_path, config_path if os.path.isfile(config_path) else None
+
+
+def read_hf_config(path: str) -> dict:
+  """A transformers CLIPModel config.json as a dict; WeightsError if it is unreadable or not a CLIP config."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      hf = json.load(f)
+  except (OSError, ValueError) as error:
+    raise WeightsError(f'{path} could not be read as JSON: {error}') from None
+  if not isinstance(hf, dict) or hf.get('model_type', 'clip') != 'clip':
+    kind = hf.get('model_type') if isinstance(hf, dict) else type(hf).__name__
+    raise WeightsError(f"{path} describes a {kind!r} model; --format=hf imports a transformers CLIPModel "
+                       "(model_type 'clip')")
+  return hf
+
+
+def _hf_value(hf: dict, section: str | None, key: str) -> Any:
+  """A field of a CLIPConfig dict, or transformers' default when the file leaves it out. Files written by early
+  transformers versions may hold a tower's settings under `text_config_dict` / `vision_config_dict` instead."""
+  if section is None:
+    return hf.get(key, HF_CLIP_DEFAULTS[key])
+  values = hf.get(section) or hf.get(f'{section}_dict') or {}
+  return values.get(key, HF_CLIP_DEFAULTS[section][key])
+
+
+def hf_config_mismatches(hf: dict, model_config: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+  """Every field where a CLIPConfig dict and `model_config` disagree: [(field, file value, model value)], field
+  named as 'ours (section.key)', e.g. ('act (vision_config.hidden_act)', 'quick_gelu', 'gelu'). [] when they fit."""
+  mismatches = []
+  for ours, section, key in HF_CONFIG_FIELDS:
+    want = model_config
+    for part in ours.split('.'):
+      want = want[part]
+    got = _hf_value(hf, section, key)
+    if got != want:
+      mismatches.append((f'{ours} ({section + "." if section else ""}{key})', got, want))
+  return mismatches
+
+
+def hf_matching_presets(hf: dict) -> list[str]:
+  """The names of the ViT presets a CLIPConfig dict fits in every checked field (sorted)."""
+  return [name for name in sorted(models.PRESETS)
+          if models.PRESETS[name]['vision']['type'] == 'vit'
+          and not hf_config_mismatches(hf, model_config_for(name, 'hf'))]
+
+
+def check_hf_config(hf: dict, config_path: str, name: str, model_config: ml_collections.ConfigDict) -> None:
+  """Raise WeightsError listing every mismatch between the model's config.json and the --model preset, with the
+  preset that fits the file when there is one; return quietly when they agree."""
+  mismatches = hf_config_mismatches(hf, model_config)
+  if not mismatches:
+    return
+  lines = [f'{config_path} does not match --model={name} ({len(mismatches)} '
+           f'mismatch{"es" if len(mismatches) > 1 else ""}; importing anyway would give wrong embeddings):']
+  lines += [f'  {field}: file {got!r}, --model={name} {want!r}' for field, got, want in mismatches]
+  fitting = hf_matching_presets(hf)
+  if fitting:
+    lines.append(f'Use --model={fitting[0]}' + (f' (or {", ".join(fitting[1:])})' if fitting[1:] else '')
+                 + ', which matches the file.')
+  else:
+    lines.append(f'No preset matches the file; valid choices: {sorted(models.PRESETS)}.')
+  raise WeightsError('\n'.join(lines))
+
+
+def _note(message: str) -> None:
+  print(f'note: {message}', file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Checkpoints
 
 
@@ -366,9 +477,25 @@ def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_colle
 
 
 def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
+  """Import a state dict of format `fmt` for preset `name` from `input_path` into a new checkpoint at `output`.
+
+  For 'hf', `input_path` may be the model folder; its config.json (in the folder, or beside the weights file) must
+  agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch).
+  """
   if fmt not in IMPORT_FORMATS:
     raise ValueError(f"--format={fmt} is not valid; valid choices: {list(IMPORT_FORMATS)}")
   model_config = model_config_for(name, fmt)
+  quickgelu_variant = f'{name}-quickgelu'
+  if fmt == 'hf':
+    input_path, config_path = hf_input_files(input_path)
+    if config_path:
+      check_hf_config(read_hf_config(config_path), config_path, name, model_config)
+    else:
+      _note(f'no config.json beside {input_path}, so --model={name} (act={model_config.act!r}) was not checked '
+            'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
+  elif fmt == 'open_clip' and quickgelu_variant in models.PRESETS:
+    _note(f'--model={name} uses GELU; weights trained by OpenAI (open_clip\'s "openai" tags) need '
+          f'--model={quickgelu_variant} (or --format=openai)')
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict)
@@ -415,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
   imp = commands.add_parser('import', help='OpenAI / open_clip / HF weights -> vlp_jax checkpoint')
   imp.add_argument('--format', required=True, choices=IMPORT_FORMATS)
   imp.add_argument('--model', required=True, help=f'open_clip model name: {sorted(models.PRESETS)}')
-  imp.add_argument('--input', required=True, help='.safetensors, or a torch state dict (read with weights_only)')
+  imp.add_argument('--input', required=True, help='.safetensors, or a torch state dict (read with weights_only); '
+                   'for --format=hf also the model folder (its config.json is checked against --model)')
   imp.add_argument('--output', required=True, help='checkpoint directory to create')
   exp = commands.add_parser('export', help='vlp_jax checkpoint -> open_clip safetensors / HF folder')
   exp.add_argument('--format', required=True, choices=EXPORT_FORMATS)

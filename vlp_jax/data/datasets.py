@@ -2,6 +2,10 @@
 
   synthetic:    the embedded dataset (generated on first use into `config.data.cache_dir`)
   synthetic_long: the same images with their long, multi-sentence captions (retrieval and affinity only)
+  synthetic_studio, synthetic_web, synthetic_sketch: the images of one source only, with their short captions;
+                retrieval and affinity only (zero-shot, segmentation and compositionality per image would only
+                split the pooled set's). Retrieval inside one domain is how ZeroVL evaluates (COCO, Flickr30k): a
+                downstream set never asks a model to tell its training sources apart.
   array_record: shards in the vlp_jax record format (records.py) under `config.data.path`
   digits:       scikit-learn's bundled 8x8 handwritten digits (data/digits.py), offline; zero-shot and linear probe
   imagenet2012, cifar10, cifar100, caltech101, oxford_iiit_pet, oxford_flowers102, coco_captions: evaluation sets
@@ -110,7 +114,8 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
 
 
 TRAIN_DATASETS = ('synthetic', 'array_record')
-EVAL_DATASETS = ('synthetic', 'synthetic_long', digits.NAME, *tfds_sets.DATASETS, 'sugarcrepe', 'winoground')
+SYNTHETIC_SOURCE_SETS = tuple(f'synthetic_{source}' for source in synthetic.SOURCES)
+EVAL_DATASETS = ('synthetic', 'synthetic_long', *SYNTHETIC_SOURCE_SETS, digits.NAME, *tfds_sets.DATASETS, 'sugarcrepe', 'winoground')
 
 
 def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
@@ -143,15 +148,22 @@ def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_
     return compositional_sets.sugarcrepe_eval_set(data.sugarcrepe_dir, data.sugarcrepe_images, image_size)
   if name == 'winoground':
     return compositional_sets.winoground_eval_set(data.winoground_dir, image_size)
-  if name not in ('synthetic', 'synthetic_long'):
+  if name not in ('synthetic', 'synthetic_long', *SYNTHETIC_SOURCE_SETS):
     raise ValueError(f"eval dataset '{name}' is not known; valid choices: {list(EVAL_DATASETS)}")
   root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
   sources = tuple(data.synthetic.sources)
+  if name in SYNTHETIC_SOURCE_SETS:
+    source = name[len('synthetic_'):]
+    if source not in sources:
+      raise ValueError(f"eval dataset '{name}' needs the source '{source}', but config.data.synthetic.sources is "
+                       f'{sources}')
+    sources = (source,)
   examples = pipeline.read_all(synthetic.shard_paths(root, split, sources))
   images = np.stack([_synthetic_image(e, image_size) for e in examples])
-  if name == 'synthetic_long':  # the long captions: retrieval and affinity consistency only
+  if name != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
+    field = 'long_caption' if name == 'synthetic_long' else 'caption'
     return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
-                   captions=[e['long_caption'] for e in examples], caption_image=np.arange(len(examples)))
+                   captions=[e[field] for e in examples], caption_image=np.arange(len(examples)))
   has_masks = bool(examples) and all('mask' in e for e in examples)
   has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
   train_images = train_labels = None

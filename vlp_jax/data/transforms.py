@@ -135,6 +135,17 @@ def color_jitter(image: np.ndarray, rng: np.random.Generator, brightness: float 
   return _to_uint8(out)
 
 
+def check_color_options(jitter_key: str, jitter: tuple, grayscale_key: str, grayscale_p: float) -> None:
+  """Raise ValueError naming the config key unless `jitter` is (brightness, contrast, saturation, hue), each >= 0
+  with hue <= 0.5 (a half turn), and `grayscale_p` is a probability."""
+  jitter = tuple(jitter)
+  if len(jitter) != 4 or min(jitter) < 0 or jitter[3] > 0.5:
+    raise ValueError(f'{jitter_key}={jitter!r} must be (brightness, contrast, saturation, hue), each >= 0, with '
+                     'hue <= 0.5')
+  if not 0 <= grayscale_p <= 1:
+    raise ValueError(f'{grayscale_key}={grayscale_p!r} must be in [0, 1]')
+
+
 def random_grayscale(image: np.ndarray, rng: np.random.Generator, p: float) -> np.ndarray:
   """[H, W, 3] uint8 -> uint8: with probability p, the luma replicated over the three channels."""
   if rng.random() >= p:
@@ -191,13 +202,18 @@ def horizontal_flip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5)
   return np.ascontiguousarray(image[:, ::-1])
 
 
-def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator,
+                crop_scale: tuple[float, float] = (0.08, 1.0),
+                jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
+                grayscale_p: float = 0.2) -> np.ndarray:
   """[H, W, 3] uint8 -> [size, size, 3] uint8: the SimCLR view of SLIP (METHODS.md section 2), in SLIP's order:
-  RandomResizedCrop(scale (0.08, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8, grayscale with p 0.2, Gaussian
-  blur (sigma in [0.1, 2]) with p 0.5, horizontal flip with p 0.5."""
-  image = random_resized_crop(image, size, (0.08, 1.0), rng)
+  RandomResizedCrop(scale `crop_scale`), ColorJitter(*`jitter`) (brightness, contrast, saturation, hue) with p 0.8,
+  grayscale with p `grayscale_p`, Gaussian blur (sigma in [0.1, 2]) with p 0.5, horizontal flip with p 0.5. The
+  defaults are SLIP's; a hue of 0 and no grayscale keep the colours, for data whose classes are colours."""
+  image = random_resized_crop(image, size, tuple(crop_scale), rng)
   if rng.random() < 0.8:
-    image = color_jitter(image, rng, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
-  image = random_grayscale(image, rng, p=0.2)
+    brightness, contrast, saturation, hue = jitter
+    image = color_jitter(image, rng, brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
+  image = random_grayscale(image, rng, p=grayscale_p)
   image = gaussian_blur(image, rng, sigma=(0.1, 2.0), p=0.5)
   return horizontal_flip(image, rng, p=0.5)

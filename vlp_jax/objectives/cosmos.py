@@ -67,12 +67,16 @@ class CosmosViews(grain.transforms.RandomMap):
   global_scale: tuple[float, float] = (0.4, 1.0)
   local_scale: tuple[float, float] = (0.05, 0.4)
   caption_in_text_crops: bool = False
+  color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)  # brightness, contrast, saturation, hue
+  grayscale_prob: float = 0.2
 
   def _augment(self, crop: np.ndarray, rng: np.random.Generator, blur_p: float, solarize_p: float) -> np.ndarray:
     crop = transforms.horizontal_flip(crop, rng)
     if rng.random() < 0.8:
-      crop = transforms.color_jitter(crop, rng, brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)
-    crop = transforms.random_grayscale(crop, rng, p=0.2)
+      brightness, contrast, saturation, hue = self.color_jitter
+      crop = transforms.color_jitter(crop, rng, brightness=brightness, contrast=contrast, saturation=saturation,
+                                     hue=hue)
+    crop = transforms.random_grayscale(crop, rng, p=self.grayscale_prob)
     crop = transforms.gaussian_blur(crop, rng, p=blur_p)
     return normalize_image(transforms.solarize(crop, rng, p=solarize_p))
 
@@ -108,6 +112,11 @@ class CosmosObjective(Objective):
             # The short caption as one more sentence of the text-crop pool (DreamLIP's sampling; the paper crops
             # the long caption only).
             'caption_in_text_crops': False,
+            # DINO's colour augmentation of every crop. Hue jitter and grayscale teach invariance to colour, which
+            # erases half the label of the embedded dataset's classes ('red circle'); (0.4, 0.4, 0.2, 0.0) and 0
+            # keep the colours (but for DINO's solarisation of the second global view, p 0.2).
+            'crop_color_jitter': (0.4, 0.4, 0.2, 0.1),  # brightness, contrast, saturation, hue
+            'crop_grayscale_prob': 0.2,
             # Weight of L_cosmos (1 in the paper; 0 leaves CLIP on COSMOS's crops, an ablation).
             'distill_weight': 1.0}
 
@@ -120,6 +129,8 @@ class CosmosObjective(Objective):
     if not 0 <= options.local_text_context_length <= context:
       raise ValueError(f'config.objective.local_text_context_length={options.local_text_context_length} must be in '
                        f'[0, config.model.text.context_length={context}] (0 uses the model context length)')
+    transforms.check_color_options('config.objective.crop_color_jitter', options.crop_color_jitter,
+                                   'config.objective.crop_grayscale_prob', options.crop_grayscale_prob)
     if options.distill_weight < 0:
       raise ValueError(f'config.objective.distill_weight={options.distill_weight} must be >= 0')
     if not 0.0 <= options.ema_momentum <= 1.0:
@@ -135,7 +146,9 @@ class CosmosObjective(Objective):
                        c.local_text_context_length or context, num_local=c.num_local_crops,
                        num_text_local=c.num_local_texts,
                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
-                       caption_in_text_crops=c.caption_in_text_crops)
+                       caption_in_text_crops=c.caption_in_text_crops,
+                       color_jitter=tuple(float(x) for x in c.crop_color_jitter),
+                       grayscale_prob=float(c.crop_grayscale_prob))
 
   def _cross_attention(self) -> CrossAttention:
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,

@@ -38,13 +38,17 @@ class SlipViews(grain.transforms.RandomMap):
   context_length: int
   caption_field: str = 'caption'
   clip_crop_scale: tuple[float, float] = (0.5, 1.0)
+  ssl_crop_scale: tuple[float, float] = (0.08, 1.0)
+  ssl_color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
+  ssl_grayscale_prob: float = 0.2
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']
     out = {'image': normalize_image(transforms.random_resized_crop(image, self.image_size,
                                                                    tuple(self.clip_crop_scale), rng))}
     for view in SSL_VIEWS:
-      out[view] = normalize_image(transforms.simclr_view(image, self.image_size, rng))
+      out[view] = normalize_image(transforms.simclr_view(image, self.image_size, rng, self.ssl_crop_scale,
+                                                         self.ssl_color_jitter, self.ssl_grayscale_prob))
     out['text'] = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
     return {**out, **passthrough(example)}
 
@@ -68,6 +72,11 @@ class SlipObjective(ClipObjective):
         'head_mlp_dim': 4096,
         'head_out_dim': 256,
         'clip_crop_scale': (0.5, 1.0),  # RandomResizedCrop scale of the CLIP view
+        # The SimCLR views (SLIP's defaults). Hue jitter and grayscale teach invariance to colour, which is fine for
+        # natural images but erases half the label of the embedded dataset's classes ('red circle').
+        'ssl_crop_scale': (0.08, 1.0),
+        'ssl_color_jitter': (0.4, 0.4, 0.4, 0.1),  # brightness, contrast, saturation, hue
+        'ssl_grayscale_prob': 0.2,
     }
 
   @classmethod
@@ -86,9 +95,12 @@ class SlipObjective(ClipObjective):
       raise ValueError(f'config.objective.ssl_temperature must be positive, got {options.ssl_temperature!r}')
     if not options.ssl_scale >= 0:
       raise ValueError(f'config.objective.ssl_scale must be >= 0, got {options.ssl_scale!r}')
-    scale = tuple(options.clip_crop_scale)
-    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
-      raise ValueError(f'config.objective.clip_crop_scale={scale!r} must be (low, high) with 0 < low <= high <= 1')
+    for key in ('clip_crop_scale', 'ssl_crop_scale'):
+      scale = tuple(options[key])
+      if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        raise ValueError(f'config.objective.{key}={scale!r} must be (low, high) with 0 < low <= high <= 1')
+    transforms.check_color_options('config.objective.ssl_color_jitter', options.ssl_color_jitter,
+                                   'config.objective.ssl_grayscale_prob', options.ssl_grayscale_prob)
 
   uses_data_augment = False  # its views follow its own options
 
@@ -97,7 +109,8 @@ class SlipObjective(ClipObjective):
     options = cls.options(config.objective)
     cls.check_options(options)
     return SlipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                     tuple(float(s) for s in options.clip_crop_scale))
+                     tuple(float(s) for s in options.clip_crop_scale), tuple(float(s) for s in options.ssl_crop_scale),
+                     tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob))
 
   def _cls_width(self, params: dict, model_state: dict) -> int:
     """Width of the vision tower's 'cls' output (the ViT width; the embedding width for a ResNet tower)."""
