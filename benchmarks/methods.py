@@ -69,35 +69,45 @@ RUNS: dict[str, Run] = {
                       teacher='clip_teacher'),
     'saco_masking': Run('saco_shapes', 'SaCo + hard sample-wise masking (cosine > 0.5)',
                         ('--config.objective.saco.masking=hard',)),
-    # ZeroVL ablations: one component at a time.
-    'zerovl_no_text_augment': Run('zerovl_shapes', 'ZeroVL without text augmentation',
-                                  ('--config.objective.text_augment=False',)),
-    'zerovl_text_augment': Run('zerovl_shapes', 'ZeroVL with text augmentation',
+    # ZeroVL ablations: one component at a time, from the recipe (mixup on mixed batches) and from the paper's three.
+    'zerovl_debiased': Run('zerovl_debiased_shapes', "ZeroVL with the paper's three components (single-source "
+                           'batches, mixup, text augmentation)'),
+    'zerovl_single_source': Run('zerovl_shapes', 'ZeroVL (mixup) on single-source batches',
+                                ('--config.data.mixing=single_source',)),
+    'zerovl_text_augment': Run('zerovl_shapes', 'ZeroVL (mixup) with text augmentation',
                                ('--config.objective.text_augment=True',)),
-    'zerovl_mixed_batches': Run('zerovl_shapes', 'ZeroVL with mixed (not single-source) batches',
-                                ('--config.data.mixing=mixed',)),
-    'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup', ('--config.objective.mixup=False',)),
+    'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup (CLIP through the ZeroVL objective)',
+                           ('--config.objective.mixup=False',)),
     'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', ('--config.data.mixing=single_source',)),
     # COSMOS ablations.
-    'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only',
+    'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',
                              ('--config.objective.caption_in_text_crops=False',)),
     'cosmos_no_distill': Run('cosmos_shapes', 'COSMOS without L_cosmos (CLIP on its crops)',
                              ('--config.objective.distill_weight=0.0',)),
+    'cosmos_keep_colour': Run('cosmos_shapes', 'COSMOS, crops without hue jitter and grayscale',
+                              ("--config.objective.crop_color_jitter=(0.4,0.4,0.2,0.0)",
+                               '--config.objective.crop_grayscale_prob=0.0')),
     # SLIP ablations.
     'slip_no_ssl': Run('slip_shapes', 'SLIP views, SimCLR weight 0', ('--config.objective.ssl_scale=0.0',)),
+    'slip_keep_colour': Run('slip_shapes', 'SLIP, SimCLR views without hue jitter and grayscale',
+                            ("--config.objective.ssl_color_jitter=(0.4,0.4,0.4,0.0)",
+                             '--config.objective.ssl_grayscale_prob=0.0')),
+    'clip_crop': Run('clip_shapes', "CLIP on SLIP's CLIP view (RandomResizedCrop, scale 0.5-1)",
+                     ("--config.data.crop_scale=(0.5,1.0)",)),
 }
 GROUPS = {
     'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'slip', 'cosmos', 'zerovl'),
     'ablate_saco': ('clip', 'saco', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
-    'ablate_zerovl': ('clip', 'zerovl', 'zerovl_no_text_augment', 'zerovl_text_augment', 'zerovl_mixed_batches',
+    'ablate_zerovl': ('clip', 'zerovl', 'zerovl_debiased', 'zerovl_single_source', 'zerovl_text_augment',
                       'zerovl_no_mixup', 'clip_single_source'),
-    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_no_caption', 'cosmos_no_distill'),
-    'ablate_slip': ('clip', 'slip', 'slip_no_ssl'),
+    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_no_caption', 'cosmos_no_distill', 'cosmos_keep_colour'),
+    'ablate_slip': ('clip', 'slip', 'slip_no_ssl', 'slip_keep_colour', 'clip_crop'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
 COLUMNS = (
     ('synthetic/zeroshot_top1', 'zero-shot top-1'),
     ('synthetic/mean_r1', 'mean R@1, short captions'),
+    ('synthetic/rsum', 'RSUM, short captions'),
     ('synthetic_long/mean_r1', 'mean R@1, long captions'),
     ('within_source/mean_r1', 'mean R@1 within a source'),
     ('synthetic/linear_probe_top1', 'linear probe top-1'),
@@ -175,6 +185,9 @@ def final_metrics(workdir: str) -> dict:
   for key in [k for k in metrics if k.endswith('/i2t_r1')]:
     prefix = key[:-len('i2t_r1')]
     metrics[f'{prefix}mean_r1'] = (metrics[key] + metrics[f'{prefix}t2i_r1']) / 2
+    recalls = [f'{prefix}{d}_r{k}' for d in ('i2t', 't2i') for k in (1, 5, 10)]
+    if all(r in metrics for r in recalls):  # ZeroVL's retrieval figure: the six recalls in percent, summed
+      metrics[f'{prefix}rsum'] = 100 * sum(metrics[r] for r in recalls)
   per_source = [metrics[f'{name}/mean_r1'] for name in SOURCE_SETS if f'{name}/mean_r1' in metrics]
   if len(per_source) == len(SOURCE_SETS):
     metrics['within_source/mean_r1'] = sum(per_source) / len(per_source)
@@ -220,7 +233,8 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
     cells = []
     for key, _ in COLUMNS:
       values = [r[key] for r in runs if r.get(key) is not None]
-      cells.append(f'{mean_std(values)[0]:.3f} ± {mean_std(values)[1]:.3f}' if values else '-')
+      digits = 1 if key.endswith('rsum') else 3  # RSUM is in percent
+      cells.append(f'{mean_std(values)[0]:.{digits}f} ± {mean_std(values)[1]:.{digits}f}' if values else '-')
     rate = sum(r['samples_per_sec'] for r in runs) / len(runs)
     cells += [f"{sum(r['wall_seconds'] for r in runs) / len(runs):.0f} s", f'{base_rate / rate:.2f}x']
     if memory:

@@ -1,7 +1,17 @@
-"""ZeroVL on the embedded dataset with the tiny model: debiased sampling (every global batch from one of the three
-synthetic sources, studio / web / sketch, drawn in proportion to size), coin-flipping mixup (alpha 0.1) and text
-augmentation. The same model, data, budget and optimizer as configs/clip_shapes.py (a learned temperature, as there,
-so that only ZeroVL's components differ; configs/zerovl_multisource.py has the paper's constant 0.02).
+"""ZeroVL on the embedded dataset with the tiny model, in the setting where it works here: coin-flipping mixup
+(lambda ~ Beta(0.1, 0.1), a fair coin per step between pixel mixup of the images and mixup of the projected text
+embeddings) with its two-target loss, on mixed batches and without text augmentation. The same model, data, budget
+and optimizer as configs/clip_shapes.py (a learned temperature, as there, so that only ZeroVL's components differ;
+configs/zerovl_multisource.py has the paper's constant 0.02 and all three components).
+
+The paper's other two components are switched off because of what the embedded data is, not because they are wrong
+(benchmarks/RESULTS.md, the ZeroVL ablations; configs/zerovl_debiased_shapes.py runs all three):
+  - debiased (single-source) batches: each source's alt-text captions come from a few templates over 36 classes
+    (web: 2023 distinct captions in 10000, sketch: 2330), so a batch of one source holds 2.4x more exact duplicate
+    captions than a mixed batch (28.6% of its rows against 11.9%), each a false negative that the contrastive loss
+    pushes apart. ZeroVL's sources (SBU, VG, CC3M, CC12M) have millions of distinct captions.
+  - text augmentation: 20% of the tokens of a 5-10 token caption whose class is two words (a colour and a shape)
+    drops or replaces a class word in about a third of the captions.
 
 python -m vlp_jax.main --config=configs/zerovl_shapes.py --workdir=/tmp/zerovl
 """
@@ -10,9 +20,9 @@ from vlp_jax.config import shapes_baseline
 
 def get_config():
   config = shapes_baseline()
-  config.data.mixing = 'single_source'
+  config.data.mixing = 'mixed'
   config.objective.name = 'zerovl'
   config.objective.mixup = True
   config.objective.mixup_alpha = 0.1
-  config.objective.text_augment = True
+  config.objective.text_augment = False
   return config

@@ -83,6 +83,7 @@ def _assert_close_at_scale(got, want, rtol=1e-5):
 SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos+saco', 'zerovl']  # cosmos+saco covers COSMOS and composition
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('setup', SETUPS)
 def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
   config = _configure(micro, setup)
@@ -103,8 +104,12 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
                                                             num_micro, mesh)
       np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
       chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
-      _assert_close_at_scale(d_state, new_state)
-      _assert_close_at_scale(d_grads, grads)
+      # SLIP's head has BatchNorm: its backward sums O(1) per-row terms that cancel (normalised rows have zero mean)
+      # and divides by each channel's batch std, small for some channels of 32 rows. That amplifies float32
+      # rounding to ~1e-5 of a leaf on some CPUs (AMD EPYC), in the head and in everything upstream of it.
+      rtol = 1e-4 if setup == 'slip' else 1e-5
+      _assert_close_at_scale(d_state, new_state, rtol)
+      _assert_close_at_scale(d_grads, grads, rtol)
   # The loss's own parameters get their gradient too (it is not zero, so the check above means something).
   own = {'clip': ['logit_scale'], 'siglip': ['logit_scale', 'logit_bias'], 'saco': ['logit_scale'],
          'slip': ['logit_scale', 'simclr_head'], 'cosmos+saco': ['logit_scale', 'cosmos_logit_scale'],
@@ -113,6 +118,7 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
     assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key
 
 
+@pytest.mark.slow
 def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
   """The naive average of micro-batch gradients differs for CLIP: the test above could fail."""
   objective = objectives.build(micro, models.build_model(micro.model))
@@ -134,6 +140,7 @@ class _CosineMatching(ClipObjective):
     return loss, {'cosine_loss': loss}
 
 
+@pytest.mark.slow
 def test_microbatch_mode_is_exact_for_a_per_example_loss(micro):
   objective = _CosineMatching(models.build_model(micro.model), ClipObjective.options(micro.objective))
   params, state = objective.init_variables(jax.random.key(0))
@@ -182,6 +189,7 @@ def test_micro_batches_take_a_slice_of_every_device(micro):
     accumulation.split_micro_batches(rows, 3, num_shards=8)
 
 
+@pytest.mark.slow
 def test_decoupled_train_step_trains_like_the_whole_batch(micro):
   """Three optimizer steps through the compiled train step: the same parameters either way."""
   micro.batch_size = BATCH
@@ -204,6 +212,7 @@ def test_decoupled_train_step_trains_like_the_whole_batch(micro):
   chex.assert_trees_all_close(d_params, params, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_remat_keeps_parameters_and_gradients(micro):
   objective = objectives.build(micro, models.build_model(micro.model))
   params, state = objective.init_variables(jax.random.key(0))
@@ -220,6 +229,7 @@ def test_remat_keeps_parameters_and_gradients(micro):
   assert 'remat' in str(jax.make_jaxpr(text)(params)) or 'checkpoint' in str(jax.make_jaxpr(text)(params))
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
   objective = objectives.build(micro, models.build_model(micro.model))
   params, state = jax.jit(objective.init_variables)(jax.random.key(0))

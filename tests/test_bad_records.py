@@ -161,6 +161,7 @@ def test_a_shard_of_mostly_bad_records_stops_with_its_name():
   assert lenient.metrics()['train/data/skipped/empty_image'] == n // 2
 
 
+@pytest.mark.slow
 def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   _write_shards(str(tmp_path / 'data'), {'studio': 6, 'web': 0, 'sketch': 2}, per_shard=32)
   micro.data.name, micro.data.path = 'array_record', str(tmp_path / 'data')

@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
+import pytest
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ def _run(script, data_cache, *args):
   return [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
 
 
+@pytest.mark.slow
 def test_accumulation_benchmark(data_cache):
   rows = _run('accumulation.py', data_cache, '--batches=64,1024', '--micro_batch=32', '--loss_batch=64')
   table = [r for r in rows if 'mode' in r]
@@ -30,6 +32,7 @@ def test_accumulation_benchmark(data_cache):
   assert loss['devices'] == 8 and [8, 64] in loss['logit_shapes_per_device'] and not loss['holds_a_full_matrix']
 
 
+@pytest.mark.slow
 def test_data_benchmark(tmp_path):
   env = {**os.environ}
   env.pop('XLA_FLAGS', None)
@@ -45,6 +48,7 @@ def test_data_benchmark(tmp_path):
   assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}
 
 
+@pytest.mark.slow
 def test_train_step_benchmark():
   env = {**os.environ}
   env.pop('XLA_FLAGS', None)

@@ -379,6 +379,7 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, capsys):
   assert err.startswith("error: --format 'parquet' is not known") and 'Traceback' not in err
 
 
+@pytest.mark.slow
 def test_img2dataset_output_to_training(tmp_path, micro):
   """The README's path: webdataset tars as img2dataset writes them -> convert -> train on the shards."""
   from vlp_jax.data import synthetic

@@ -1,5 +1,6 @@
 """COSMOS: the loss against a naive numpy reference, the EMA teacher, the zero-initialised cross-attention special
 case, multi-crop views, and training identically on 8 devices and on 1."""
+import pytest
 import chex
 import jax
 import jax.numpy as jnp
@@ -58,6 +59,7 @@ def test_views_shapes_and_determinism(micro):
   assert not np.array_equal(batch['global_images'][:, 0], batch['global_images'][:, 1])  # two different crops
 
 
+@pytest.mark.slow
 def test_loss_matches_naive_reference(micro):
   config = _cosmos(micro)
   objective = objectives.build(config, models.build_model(config.model))
@@ -76,6 +78,7 @@ def test_loss_matches_naive_reference(micro):
   np.testing.assert_allclose(features['teacher_cls'], features['cls_global'], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_zero_initialised_cross_attention_distills_the_cls_and_eot(micro):
   config = _cosmos(micro, zero_init=True)
   objective = objectives.build(config, models.build_model(config.model))
@@ -109,6 +112,7 @@ def _train(config, mesh, steps=2):
   return state, losses
 
 
+@pytest.mark.slow
 def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro):
   config = _cosmos(micro)
   config.objective.ema_momentum = 0.5  # a visible teacher step
@@ -124,6 +128,7 @@ def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro
   assert 0 < gap  # the teacher lags the student
 
 
+@pytest.mark.slow
 def test_end_to_end_logs_cosmos_and_teacher_metrics(micro, tmp_path):
   from vlp_jax.training.loop import train_and_evaluate
   from vlp_jax.training.writer import read_metrics
@@ -136,6 +141,7 @@ def test_end_to_end_logs_cosmos_and_teacher_metrics(micro, tmp_path):
           'eval/synthetic/teacher_zeroshot_top1'} <= names
 
 
+@pytest.mark.slow
 def test_saco_composes_with_cosmos(micro):
   """The SaCo term adds to COSMOS on the first global crops (features 'zi', 'zt'), as the SaCo paper suggests."""
   from vlp_jax.config import validate, with_term

@@ -1,4 +1,5 @@
 """COSMOS building blocks: text crops from long captions and the cross-attention module."""
+import pytest
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +35,7 @@ def test_text_crops_sample_sentences_of_the_caption():
   assert a == b
 
 
+@pytest.mark.slow
 def test_cross_attention_zero_init_returns_the_query_and_masks_padding():
   query = jax.random.normal(jax.random.key(0), (2, 3, 16))
   tokens = jax.random.normal(jax.random.key(1), (2, 5, 8))

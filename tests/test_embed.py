@@ -16,6 +16,7 @@ def checkpoint(micro, tmp_path):
   return weights.save_checkpoint(str(tmp_path / 'ckpt'), jax.tree.map(np.asarray, params), state, micro), params
 
 
+@pytest.mark.slow
 def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
   path, params = checkpoint
   pixels = np.random.default_rng(0).normal(size=(5, 16, 16, 3)).astype(np.float32)
@@ -68,6 +69,7 @@ def test_embed_never_overwrites_silently(checkpoint, tmp_path):
     embed.run(checkpoint[0], str(tmp_path / 'p.npz'))
 
 
+@pytest.mark.slow
 def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_path):
   path, imported = checkpoint
   micro.init.checkpoint = path
@@ -81,6 +83,7 @@ def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_
   assert np.abs(np.asarray(fresh['visual']['proj']) - trained['visual']['proj']).max() > 1e-2
 
 
+@pytest.mark.slow
 def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_path):
   micro.init.checkpoint = checkpoint[0]
   micro.model.act = 'quick_gelu'
@@ -92,6 +95,7 @@ def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_
     train_and_evaluate(micro, str(tmp_path / 'b'))
 
 
+@pytest.mark.slow
 def test_embed_cli_contract(checkpoint, tmp_path):
   import os
   import subprocess

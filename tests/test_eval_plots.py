@@ -173,6 +173,7 @@ def cosmos(data_cache):
   return config, objective, params, state, encoder, eval_set
 
 
+@pytest.mark.slow
 def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   from vlp_jax.data.tokenizer import default_tokenizer
   config, objective, params, state, _, eval_set = cosmos
@@ -198,6 +199,7 @@ def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   np.testing.assert_allclose(_unit(out['h_txt']), features['h_txt'][:, 0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
   _, _, _, _, encoder, eval_set = cosmos
   paths = plots.write_eval_plots(encoder, eval_set, str(tmp_path))

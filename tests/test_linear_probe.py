@@ -89,6 +89,7 @@ def test_adamw_probe_is_close_to_logistic_regression_on_digit_pixels(raw_digits)
   assert got == pytest.approx(want, abs=0.02)
 
 
+@pytest.mark.slow
 def test_adamw_probe_is_deterministic_given_a_seed(raw_digits):
   train_x, train_y, test_x, test_y = raw_digits
   x, y = jnp.asarray(train_x[:300] / 16), jnp.asarray(train_y[:300])

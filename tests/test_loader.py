@@ -59,6 +59,7 @@ def _embed_cli(checkpoint, tmp_path, name, pixels=None, texts=None) -> dict:
   return embed.run(str(checkpoint), str(tmp_path / f'{name}.npz'), **args)
 
 
+@pytest.mark.slow
 def test_image_embeddings_equal_embeds_for_pil_uint8_and_float(loaded, workdir, tmp_path):
   rng = np.random.default_rng(0)
   raw = rng.integers(0, 256, size=(3, 24, 20, 3), dtype=np.uint8)  # not square, not the model's 16px

@@ -50,6 +50,7 @@ def test_clip_loss_matches_naive_reference(batch, dim, t):
   np.testing.assert_allclose(metrics['logit_scale'], np.exp(t), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_clip_loss_gradients_match_closed_form():
   rng = np.random.default_rng(0)
   zi, zt, t = _unit(rng, (12, 16)), _unit(rng, (12, 16)), 2.0
@@ -59,6 +60,7 @@ def test_clip_loss_gradients_match_closed_form():
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_clip_loss_numerical_gradients():
   rng = np.random.default_rng(1)
   zi, zt = jnp.asarray(_unit(rng, (6, 4))), jnp.asarray(_unit(rng, (6, 4)))

@@ -1,5 +1,6 @@
 """The train CLI end to end: metrics.jsonl and TensorBoard names follow the contract, checkpoints hold state, data
 iterator and config, a rerun resumes or reports that training finished, and missing data gives instructions."""
+import pytest
 import json
 import os
 import struct
@@ -44,6 +45,7 @@ def _tensorboard_tags(workdir):
   return tags
 
 
+@pytest.mark.slow
 def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   workdir = tmp_path / 'run'
   first = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS,

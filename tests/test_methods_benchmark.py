@@ -1,4 +1,5 @@
 """benchmarks/methods.py: which runs a request expands to, their command lines, and the mean +- std table."""
+import ast
 import json
 import os
 import sys
@@ -30,7 +31,10 @@ def test_every_run_names_a_config_that_validates():
       for part in path:
         node = node[part]
       old = node[leaf]
-      node[leaf] = (value == 'True') if isinstance(old, bool) else type(old)(value)
+      if isinstance(old, bool):
+        node[leaf] = value == 'True'
+      else:
+        node[leaf] = tuple(ast.literal_eval(value)) if isinstance(old, tuple) else type(old)(value)
     if run.after:
       config.init.checkpoint = '/some/run'
     if run.teacher:
@@ -60,10 +64,13 @@ def test_final_metrics_and_the_table(tmp_path):
       f.write(json.dumps({'step': 100, 'eval/synthetic/zeroshot_top1': 0.01, 'perf/samples_per_sec': 100.0}) + '\n')
       per_source = {f'eval/{name}/{d}_r1': (k + 1) / 10 + (d == 't2i') / 20
                     for k, name in enumerate(methods.SOURCE_SETS) for d in ('i2t', 't2i')}
+      per_source.update({f'eval/synthetic_studio/{d}_r{n}': 0.0 for d in ('i2t', 't2i') for n in (5, 10)})
       f.write(json.dumps({'step': 200, 'eval/synthetic/zeroshot_top1': zeroshot, 'eval/synthetic/i2t_r1': i2t,
                           'eval/synthetic/t2i_r1': t2i, 'perf/samples_per_sec': 300.0, **per_source}) + '\n')
     metrics = methods.final_metrics(str(workdir))
     assert metrics['within_source/mean_r1'] == pytest.approx((0.125 + 0.225 + 0.325) / 3)
+    assert 'synthetic/rsum' not in metrics  # only R@1 logged: no RSUM
+    assert metrics['synthetic_studio/rsum'] == pytest.approx(100 * (0.1 + 0.15))
     assert metrics['synthetic/zeroshot_top1'] == zeroshot  # the last eval, not the first
     assert metrics['synthetic/mean_r1'] == pytest.approx((i2t + t2i) / 2)
     assert metrics['samples_per_sec'] == 200.0

@@ -22,6 +22,7 @@ def micro_model():
   return model, models.init_variables(model, jax.random.key(0))[0]
 
 
+@pytest.mark.slow
 def test_parameter_names_follow_openai_layout(micro_model):
   _, params = micro_model
   names = _flat_names(params)
@@ -45,6 +46,7 @@ def test_preset_parameter_counts_match_openai(name, millions):
   assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) == round(millions * 1e6)
 
 
+@pytest.mark.slow
 def test_text_feature_is_causal_and_read_at_eot(micro_model):
   model, params = micro_model
   tokens = np.zeros((2, 12), np.int32)
@@ -64,6 +66,7 @@ def test_too_long_text_is_rejected(micro_model):
     model.apply({'params': params}, np.ones((1, 13), np.int32), method=model.encode_text)
 
 
+@pytest.mark.slow
 def test_image_tower_shapes_and_other_resolutions(micro_model):
   model, params = micro_model
   out = model.apply({'params': params}, np.zeros((3, 16, 16, 3), np.float32), method=model.encode_image)

@@ -1,5 +1,6 @@
 """Multi-host training on this machine: 2 processes x 4 CPU devices (jax.distributed, gloo collectives, host-local
 data, one orbax checkpoint written by both) train exactly as 1 process with 8 devices."""
+import pytest
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one(micro, data_cache, tmp_path):
   micro.accumulation.update(mode='decoupled', micro_batch_size=8)  # the pod path with accumulation on
   single = tmp_path / 'single'
@@ -38,7 +40,12 @@ def test_two_processes_train_like_one(micro, data_cache, tmp_path):
   # Process 0 alone writes the metrics; the losses and eval results match the single process's.
   single_records, multi_records = list(read_metrics(str(single))), list(read_metrics(str(multi)))
   assert [r['step'] for r in multi_records] == [r['step'] for r in single_records]
+  # Parameters equal to 2e-5 can still swap two near-tied similarities, which moves a recall or an accuracy by one
+  # query: those fractions of the 96 test images may differ by one of them, every other value by rounding only.
+  one_query = 1 / (micro.data.synthetic.num_test * len(micro.data.synthetic.sources))
   for got, want in zip(multi_records, single_records):
     for key in want:
       if key.startswith(('train/loss', 'eval/')):
-        np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-5, err_msg=key)
+        counted = key.startswith('eval/') and key.rsplit('_', 1)[-1] in ('r1', 'r5', 'r10', 'top1', 'top5')
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=one_query + 1e-6 if counted else 1e-5,
+                                   err_msg=key)

@@ -44,6 +44,7 @@ def _normalize(x) -> np.ndarray:
   return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings('ignore:.*non-interactive:UserWarning')  # plt.show() under Agg
 def test_notebook_runs_on_a_tiny_checkpoint(micro, tmp_path, monkeypatch):
   model = models.build_model(micro.model)

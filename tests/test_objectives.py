@@ -28,6 +28,7 @@ def _features_and_loss(config, batch_size=8):
   return params, features, objective.loss(features, params, np.int32(10)), batch
 
 
+@pytest.mark.slow
 def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
   with_term(micro, 'saco', alpha=2.0, ramp='linear', ramp_steps=20, masking='soft', mask_threshold=0.0)
   params, f, (loss, metrics), _ = _features_and_loss(micro)
@@ -49,6 +50,7 @@ def test_saco_ramp_over_the_whole_run_by_default(micro):
     validate(micro)
 
 
+@pytest.mark.slow
 def test_saco_with_mimic_adds_beta_times_mimic(micro):
   micro.data.teacher_embeddings = '/unused/by/this/test.npz'
   with_term(micro, 'saco', alpha=1.0, beta=3.0)
@@ -68,6 +70,7 @@ def test_siglip_objective_owns_a_learnable_bias(micro):
   assert 'siglip_loss' in metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('setup', ['siglip', 'saco'])
 def test_methods_train_identically_on_eight_devices_and_one(micro, setup):
   if setup == 'siglip':
@@ -96,6 +99,7 @@ def test_term_validation(micro):
     validate(micro)
 
 
+@pytest.mark.slow
 def test_mimic_end_to_end_with_pre_extracted_teacher(micro, tmp_path):
   """Embed the training split with a 'teacher' checkpoint, then train CLIP + SaCo + mimic on it."""
   params, state = models.init_variables(models.build_model(micro.model), jax.random.key(9))

@@ -1,4 +1,5 @@
 """The grain pipeline: batch layout, exact resumption from the iterator state, and per-process slicing."""
+import pytest
 import numpy as np
 
 from vlp_jax.data import datasets, pipeline
@@ -55,6 +56,7 @@ def test_processes_read_blocks_of_one_global_order(micro):
       np.testing.assert_array_equal(np.concatenate([p[key] for p in local]), expected[key])
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_batches_and_resume(micro):
   inline, workers = _iterator(micro), _iterator(micro, num_workers=2)
   for _ in range(3):

@@ -71,6 +71,7 @@ def _finish(workdir, data_cache):
   return out
 
 
+@pytest.mark.slow
 def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(reference, data_cache, tmp_path):
   """One run, interrupted twice: preempted by SIGTERM (it finishes the step, checkpoints it and exits 75 in bounded
   time), restarted, killed by SIGKILL at a random later step, restarted again: bit-identical to the reference."""
@@ -103,6 +104,7 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
   assert losses(workdir) == losses(reference)
 
 
+@pytest.mark.slow
 def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(reference, data_cache, tmp_path, capsys):
   workdir = tmp_path / 'torn'
   shutil.copytree(reference, workdir)  # a finished run with checkpoints every EVERY steps
@@ -132,6 +134,7 @@ def _inject_nan(monkeypatch, at_calls):
   monkeypatch.setattr(parallel, 'global_batch', poisoned)
 
 
+@pytest.mark.slow
 def test_a_nan_batch_skips_its_update_and_is_counted(micro, tmp_path, monkeypatch, capsys):
   micro.eval.every_steps = 100
   _inject_nan(monkeypatch, {3})
@@ -144,6 +147,7 @@ def test_a_nan_batch_skips_its_update_and_is_counted(micro, tmp_path, monkeypatc
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(parallel.to_host(result['state'].params)))
 
 
+@pytest.mark.slow
 def test_nan_update_leaves_params_and_optimizer_unchanged(micro):
   from vlp_jax import models, objectives
   from vlp_jax.training import optim
@@ -172,6 +176,7 @@ def test_nan_update_leaves_params_and_optimizer_unchanged(micro):
   assert float(metrics['nonfinite']) == 0.0
 
 
+@pytest.mark.slow
 def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, tmp_path, monkeypatch):
   micro.eval.every_steps = 100
   micro.max_nonfinite_steps = 2
@@ -186,6 +191,7 @@ def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, t
   chex.assert_trees_all_equal(load_params(str(tmp_path / 'bad')), parallel.to_host(good['state'].params))
 
 
+@pytest.mark.slow
 def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path):
   datasets.train_paths(micro.data)  # the data exists: only the workdir is wrong
   blocker = tmp_path / 'a_file'

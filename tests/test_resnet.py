@@ -21,6 +21,7 @@ def small():
   return model, jax.jit(model.init)(jax.random.key(0, impl='rbg'), images), images
 
 
+@pytest.mark.slow
 def test_output_shapes_and_layout(small):
   model, variables, images = small
   out = jax.jit(model.apply)(variables, images)
@@ -133,6 +134,7 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     dict(layers=(2, 1, 1, 2), width=8, heads=2, output_dim=16, image_size=64),
     dict(layers=(3, 4, 6, 3), width=64, heads=32, output_dim=1024, image_size=224),  # RN50
 ], ids=['small', 'RN50'])
+@pytest.mark.slow
 def test_parity_with_open_clip(config):
   torch = pytest.importorskip('torch', reason='torch is needed for the open_clip parity test')
   reference_module = import_open_clip_module('modified_resnet')

@@ -1,4 +1,5 @@
 """N steps in one run == N/2 steps, stop, resume, N/2 more: same parameters, optimizer state and data order."""
+import pytest
 import json
 
 import chex
@@ -13,6 +14,7 @@ def _train_losses(workdir):
   return {r['step']: r['train/loss'] for r in read_metrics(workdir) if 'train/loss' in r}
 
 
+@pytest.mark.slow
 def test_resume_is_exact(micro, tmp_path, capsys):
   micro.eval.every_steps = 100  # evaluate only at the end
   full = train_and_evaluate(micro, str(tmp_path / 'full'))

@@ -272,6 +272,7 @@ def test_load_sugarcrepe(tmp_path):
 # ----------------------------------------------------------------------------------- through a micro ViT model
 
 
+@pytest.mark.slow
 def test_evaluators_through_micro_model(micro):
   from vlp_jax import models, parallel
   from vlp_jax.data import pipeline, records, synthetic

@@ -144,6 +144,7 @@ def _batches(config, n, seed=0):
   return out
 
 
+@pytest.mark.slow
 def test_variables_loss_and_metrics(micro):
   _slip(micro, ssl_scale=0.5, ssl_temperature=0.2)
   with_term(micro, 'saco', alpha=0.01, normalization='mean')  # composes: SaCo reads the CLIP view's zi, zt
@@ -240,6 +241,7 @@ def _without_key_biases(params):
   return jax.tree_util.tree_map_with_path(drop, params)
 
 
+@pytest.mark.slow
 def test_trains_identically_on_eight_devices_and_one(micro):
   _slip(micro)
   micro.mesh.fsdp_min_size = 256
@@ -262,6 +264,7 @@ def test_trains_identically_on_eight_devices_and_one(micro):
   assert want_losses[-1] < want_losses[0]
 
 
+@pytest.mark.slow
 def test_end_to_end_logs_the_ssl_loss(micro, tmp_path):
   _slip(micro)
   micro.total_steps = 2

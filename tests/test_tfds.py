@@ -241,6 +241,7 @@ def test_max_examples_keeps_the_first_examples(prepared):
     tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=16, max_examples=0)
 
 
+@pytest.mark.slow
 def test_sets_above_the_memory_limit_are_streamed_with_the_same_results(prepared, micro):
   """Above memory_limit_bytes the images are decoded as they are read, chunk by chunk; every evaluator gives the
   same numbers as on the in-memory images."""
@@ -336,6 +337,7 @@ def test_to_example_accepts_tfds_decoded_examples():
   assert gray.shape == (4, 5, 3) and (gray == 7).all()
 
 
+@pytest.mark.slow
 def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   """Through the config: data.tfds_dir, eval.datasets and the runner; CIFAR gets zero-shot, COCO retrieval."""
   from vlp_jax import models, parallel

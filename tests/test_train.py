@@ -58,6 +58,7 @@ def _resnet(config):
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('fsdp,tower', [(1, 'vit'), (2, 'vit'), (1, 'resnet')])
 def test_eight_devices_equal_one(micro, fsdp, tower):
   if tower == 'resnet':
@@ -83,6 +84,7 @@ def test_eight_devices_equal_one(micro, fsdp, tower):
     assert want_losses[-1] < want_losses[0]  # it learns
 
 
+@pytest.mark.slow
 def test_logit_scale_is_clamped_after_each_step(micro):
   micro.model.init_logit_scale = float(np.log(100.0))
   micro.optim.lr = 0.5  # a huge step would push the scale past ln(100) without the clamp

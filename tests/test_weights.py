@@ -86,6 +86,7 @@ def _shallow(monkeypatch, name):
 
 @pytest.mark.parametrize('name,fmt,shallow', [('ViT-B-32', 'open_clip', False),
                                               ('ViT-B-32-quickgelu', 'open_clip', True), ('RN50', 'openai', True)])
+@pytest.mark.slow
 def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
   torch = pytest.importorskip('torch', reason='torch is needed for the open_clip parity tests')
   if shallow:
@@ -127,6 +128,7 @@ def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
     np.testing.assert_array_equal(fresh.state_dict()[key].numpy(), value.numpy(), err_msg=key)
 
 
+@pytest.mark.slow
 def test_hf_parity_and_export(tmp_path, monkeypatch):
   torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the HF parity test')
@@ -174,6 +176,7 @@ def _micro_config():
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('fmt', ['open_clip', 'hf'])
 def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
   config = _micro_config()
@@ -249,6 +252,7 @@ def test_key_mapping_rules():
                                                                                       'same')
 
 
+@pytest.mark.slow
 def test_export_keeps_only_the_towers(tmp_path):
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))
@@ -293,6 +297,7 @@ def _hf_clip_folder(folder, transformers, torch):
   return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('input_is_folder', [True, False])
 def test_hf_import_follows_the_models_config_json(input_is_folder, tiny_presets, tmp_path, capsys):
   torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
@@ -384,6 +389,7 @@ def test_hf_import_rejects_other_models_and_folders_without_weights(tmp_path):
     weights.import_weights('hf', 'ViT-B-32-quickgelu', str(empty), str(tmp_path / 'ckpt'))
 
 
+@pytest.mark.slow
 def test_imports_without_a_config_say_which_activation_to_use(tiny_presets, tmp_path, capsys):
   config = models.preset('ViT-T-8')
   params, state = jax.jit(lambda rng: models.init_variables(models.build_model(config), rng))(jax.random.key(0))

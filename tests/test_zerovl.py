@@ -218,6 +218,7 @@ def test_options_are_validated(micro):
     validate(micro)
 
 
+@pytest.mark.slow
 def test_trains_identically_on_eight_devices_and_one(micro):
   micro.objective.name = 'zerovl'
   micro.objective.mixup_alpha = 1.0
@@ -227,6 +228,7 @@ def test_trains_identically_on_eight_devices_and_one(micro):
   chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_short_single_source_run_logs_mixup(micro, tmp_path):
   micro.objective.name = 'zerovl'
   micro.data.mixing = 'single_source'
