@@ -8,6 +8,9 @@ from vlp_jax.data import datasets, pipeline
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.training.loop import train_and_evaluate
 
+# Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def checkpoint(micro, tmp_path):
@@ -16,7 +19,6 @@ def checkpoint(micro, tmp_path):
   return weights.save_checkpoint(str(tmp_path / 'ckpt'), jax.tree.map(np.asarray, params), state, micro), params
 
 
-@pytest.mark.slow
 def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
   path, params = checkpoint
   pixels = np.random.default_rng(0).normal(size=(5, 16, 16, 3)).astype(np.float32)
@@ -69,7 +71,6 @@ def test_embed_never_overwrites_silently(checkpoint, tmp_path):
     embed.run(checkpoint[0], str(tmp_path / 'p.npz'))
 
 
-@pytest.mark.slow
 def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_path):
   path, imported = checkpoint
   micro.init.checkpoint = path
@@ -83,7 +84,6 @@ def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_
   assert np.abs(np.asarray(fresh['visual']['proj']) - trained['visual']['proj']).max() > 1e-2
 
 
-@pytest.mark.slow
 def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_path):
   micro.init.checkpoint = checkpoint[0]
   micro.model.act = 'quick_gelu'
@@ -95,7 +95,6 @@ def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_
     train_and_evaluate(micro, str(tmp_path / 'b'))
 
 
-@pytest.mark.slow
 def test_embed_cli_contract(checkpoint, tmp_path):
   import os
   import subprocess

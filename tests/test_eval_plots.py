@@ -15,6 +15,9 @@ from vlp_jax.evaluation import plots
 from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
 from vlp_jax.models.cross_attention import CrossAttention
 
+# Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def _unit(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)
@@ -173,7 +176,6 @@ def cosmos(data_cache):
   return config, objective, params, state, encoder, eval_set
 
 
-@pytest.mark.slow
 def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   from vlp_jax.data.tokenizer import default_tokenizer
   config, objective, params, state, _, eval_set = cosmos
@@ -199,7 +201,6 @@ def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   np.testing.assert_allclose(_unit(out['h_txt']), features['h_txt'][:, 0], atol=1e-5)
 
 
-@pytest.mark.slow
 def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
   _, _, _, _, encoder, eval_set = cosmos
   paths = plots.write_eval_plots(encoder, eval_set, str(tmp_path))

@@ -12,6 +12,9 @@ from vlp_jax.data import datasets
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.loop import latest_eval, train_and_evaluate
 
+# Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,7 +30,6 @@ def trained(data_cache, tmp_path_factory):
   return workdir
 
 
-@pytest.mark.slow
 def test_evaluate_equals_the_in_training_evaluation(trained, tmp_path):
   in_training = {k: v for k, v in latest_eval(trained).items()}
   assert {'eval/synthetic/zeroshot_top1', 'eval/synthetic/compositional_acc'} <= set(in_training)
@@ -75,7 +77,6 @@ def test_default_output_dir():
   assert evaluate.default_output_dir('/w/imported/') == '/w/imported-eval'
 
 
-@pytest.mark.slow
 def test_cli_contract(trained, tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT}
   env.pop('XLA_FLAGS', None)  # the CLI as a user runs it: one CPU device
@@ -134,7 +135,6 @@ def _benchmark_files(root):
   (root / 'winoground' / 'examples.jsonl').write_text('\n'.join(lines) + '\n')
 
 
-@pytest.mark.slow
 def test_compositional_benchmarks_from_local_files(trained, tmp_path):
   _benchmark_files(tmp_path)
   overrides = [f'data.sugarcrepe_dir={tmp_path / "sugarcrepe"}', f'data.sugarcrepe_images={tmp_path / "coco"}',
@@ -164,7 +164,6 @@ def test_set_overrides_are_typed_and_checked(trained):
     evaluate.eval_config(config, overrides=['data.eval_max_examples=-1'])
 
 
-@pytest.mark.slow
 def test_plots_flag_writes_the_figures(trained, tmp_path):
   out = tmp_path / 'plots'
   evaluate.run(trained, evals=['zeroshot'], output_dir=str(out), plots=True)

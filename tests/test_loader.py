@@ -14,6 +14,9 @@ from vlp_jax.data.tokenizer import default_tokenizer
 
 from micro_config import micro_config
 
+# Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 CAPTIONS = ['a red circle', 'a drawing of a blue star', '', 'two green triangles ' * 10]
 FLOAT_TOLERANCE = dict(rtol=0, atol=1e-6)  # float32: the same encoder, possibly another chunk size
 
@@ -59,7 +62,6 @@ def _embed_cli(checkpoint, tmp_path, name, pixels=None, texts=None) -> dict:
   return embed.run(str(checkpoint), str(tmp_path / f'{name}.npz'), **args)
 
 
-@pytest.mark.slow
 def test_image_embeddings_equal_embeds_for_pil_uint8_and_float(loaded, workdir, tmp_path):
   rng = np.random.default_rng(0)
   raw = rng.integers(0, 256, size=(3, 24, 20, 3), dtype=np.uint8)  # not square, not the model's 16px

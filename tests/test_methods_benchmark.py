@@ -79,3 +79,15 @@ def test_final_metrics_and_the_table(tmp_path):
   assert '0.300 ± 0.141' in line  # zero-shot mean and sample std of 0.2 and 0.4
   assert '0.300 ± 0.141' in line.split('|')[3]  # mean R@1: 0.2 and 0.4
   assert 'seeds 0,1' in line and '1.00x' in line
+
+
+def test_batch_duplicates_counts_rows_that_share_a_caption():
+  from benchmarks import batch_duplicates as dup
+  assert dup.duplicated_fraction(['a', 'b', 'a', 'c']) == 0.5
+  assert dup.duplicated_fraction(['a', 'b']) == 0.0
+  pools = {'a': [f'a {i}' for i in range(100)], 'b': [f'b {i}' for i in range(100)],
+           'templated': [f'template {i % 3}' for i in range(100)]}  # 3 captions, about 33 copies each
+  result = dup.batch_duplicates(pools, batch_size=10, batches=400, seed=0)
+  assert result['per_source']['a'] == result['per_source']['b'] == 0.0 and result['per_source']['templated'] > 0.9
+  # a third of single-source batches are templated (about 1/3 x 0.97); a mixed batch holds ~3 templated rows
+  assert 0.25 < result['single_source'] < 0.42 and result['mixed'] < result['single_source'] - 0.05

@@ -39,6 +39,7 @@ def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
   assert {'clip_loss', 'saco_loss', 'saco_alpha', 'affinity_consistency', 'saco_kept_fraction'} <= set(metrics)
 
 
+@pytest.mark.slow
 def test_saco_ramp_over_the_whole_run_by_default(micro):
   """ramp_steps 0 follows config.total_steps, so overriding the run length keeps the ramp over the whole run."""
   micro.total_steps = 40

@@ -38,6 +38,7 @@ def test_output_shapes_and_layout(small):
   assert not np.any(params['layer4_0']['bn3']['scale']) and np.all(params['bn3']['scale'] == 1)
 
 
+@pytest.mark.slow
 def test_other_resolution_interpolates_positional_embedding(small):
   model, variables, _ = small
   out = jax.jit(model.apply)(variables, jax.random.normal(jax.random.key(2), (3, 96, 96, 3)))
@@ -46,6 +47,7 @@ def test_other_resolution_interpolates_positional_embedding(small):
   assert np.all(np.isfinite(out['embed']))
 
 
+@pytest.mark.slow
 def test_train_updates_batch_stats_and_eval_does_not(small):
   model, variables, images = small
   train_apply = jax.jit(functools.partial(model.apply, train=True, mutable=['batch_stats']))

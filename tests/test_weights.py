@@ -198,6 +198,7 @@ def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_mismatched_weights_list_every_problem():
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))

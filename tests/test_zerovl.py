@@ -102,6 +102,7 @@ def _rng_with_coin(objective, heads):
   return rngs[good[0]], float(lams[good[0]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('heads', [True, False])
 def test_features_mix_images_or_text_embeddings(micro, heads):
   objective, params, state, batch = _zerovl(micro, mixup_alpha=2.0)  # lam mostly inside (0, 1)
