@@ -1,4 +1,5 @@
-"""ZeroVL on the embedded dataset with the tiny model, in the setting where it works here: coin-flipping mixup
+"""ZeroVL on the embedded dataset with the tiny model, in the setting where it does best here (seed 0: above CLIP on
+zero-shot and the probe, RSUM equal; seed 1: below CLIP, so not yet shown over seeds): coin-flipping mixup
 (lambda ~ Beta(0.1, 0.1), a fair coin per step between pixel mixup of the images and mixup of the projected text
 embeddings) with its two-target loss, on mixed batches and without text augmentation. The same model, data, budget
 and optimizer as configs/clip_shapes.py (a learned temperature, as there, so that only ZeroVL's components differ;
