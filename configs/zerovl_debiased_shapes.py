@@ -9,14 +9,13 @@ configs/zerovl_shapes.py is the setting where ZeroVL's mixup works here.
 
 python -m vlp_jax.main --config=configs/zerovl_debiased_shapes.py --workdir=/tmp/zerovl_debiased
 """
-from vlp_jax.config import shapes_baseline
+import os
+
+from vlp_jax.config import from_file
 
 
 def get_config():
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'zerovl_shapes.py'))
   config.data.mixing = 'single_source'
-  config.objective.name = 'zerovl'
-  config.objective.mixup = True
-  config.objective.mixup_alpha = 0.1
   config.objective.text_augment = True
   return config
