@@ -178,10 +178,14 @@ def test_digits_eval_set_carries_the_probe_train_split_when_evalset_has_the_fiel
 
 
 class PixelEncoder:
-  """Stands in for evaluation.Encoder: the grey channel of each image as its embedding."""
+  """Stands in for evaluation.Encoder: the grey channel of each image as its tower feature, and a joint-space
+  embedding that carries nothing (so that a probe reading the embedding fails)."""
+
+  def image_features(self, images):
+    return np.asarray(images)[..., 0].reshape(len(images), -1)
 
   def images(self, images):
-    return np.asarray(images)[..., 0].reshape(len(images), -1)
+    return np.ones((len(images), 4), np.float32) / 2
 
 
 def with_train_split(eval_set, train_images, train_labels):
@@ -192,7 +196,7 @@ def with_train_split(eval_set, train_images, train_labels):
 
 def test_evaluator_needs_a_train_split():
   eval_set = digits.load_digits_eval_set(8, 'test')
-  image_emb = PixelEncoder().images(eval_set.images)
+  image_emb = PixelEncoder().images(eval_set.images)  # constant: the probe must not read it
   without = with_train_split(eval_set, None, None)
   assert not linear_probe_evaluator(PixelEncoder(), without, image_emb)
   train_images, train_labels = digits.load_split(8, digits.PROBE_TRAIN_SPLITS['test'])

@@ -309,6 +309,10 @@ def test_evaluators_through_micro_model(micro):
   out = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image))(variables, images)
   proj = np.asarray(params['visual']['proj'])
   np.testing.assert_allclose(_unit(np.asarray(out['cls']) @ proj), encoder.images(images), atol=1e-5)
+  # The linear probe's features are the class token before the projection (CLIP's and SLIP's protocols).
+  features = encoder.image_features(images)
+  assert features.shape == (12, micro.model.vision.width)
+  np.testing.assert_allclose(features, np.asarray(out['cls']), atol=1e-5)
   patches = encoder.patch_embeddings(images)
   assert patches.shape == (12, (size // micro.model.vision.patch_size) ** 2, micro.model.embed_dim)
   np.testing.assert_allclose(patches, _unit(np.asarray(out['tokens']) @ proj), atol=1e-5)

@@ -369,8 +369,8 @@ def test_linear_probe_fits_on_the_train_split(prepared, micro):
   assert sorted(eval_set.train_labels.tolist()) == sorted(written['cifar100']['train_labels'])  # tfds shuffled them
 
   class PixelFeatures:  # an encoder whose features are the image's pixels, subsampled
-    images = staticmethod(lambda x: np.asarray(x[:, ::4, ::4]).reshape(len(x), -1))
-  metrics = linear_probe.linear_probe_evaluator(PixelFeatures(), eval_set, PixelFeatures.images(eval_set.images),
+    image_features = staticmethod(lambda x: np.asarray(x[:, ::4, ::4]).reshape(len(x), -1))
+  metrics = linear_probe.linear_probe_evaluator(PixelFeatures(), eval_set, None,
                                                 method='ridge')
   assert 0 <= metrics['linear_probe_top1'] <= 1
   micro.data.probe_train_examples = 5

@@ -39,6 +39,7 @@ class Encoder:
     self._texts = jax.jit(
         lambda v, t: l2_normalize(model.apply(v, t, method=model.encode_text)['embed']),
         out_shardings=out)
+    self._features = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image)['cls'], out_shardings=out)
     # Patch tokens live in the joint space only for ViT towers (segmentation.project_patch_tokens).
     self.has_patch_embeddings = model.vision.type == 'vit'
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
@@ -62,6 +63,15 @@ class Encoder:
   def images(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 (an array, or data.streamed.StreamedImages) -> [N, d] unit-norm float32."""
     return self._chunked(self._images, images, np.float32)
+
+  def image_features(self, images: np.ndarray) -> np.ndarray:
+    """[N, H, W, 3] normalised float32 -> [N, w] float32, the image tower's feature before the projection into the
+    joint space (ViT: the class token after ln_post; ResNet: the attention pool's output), not normalised.
+
+    Linear probes read these, as CLIP's (appendix A.3) and SLIP's (MoCo v3's) protocols do: the projection is
+    trained for the contrastive task alone, and SLIP's SimCLR head branches off before it.
+    """
+    return self._chunked(self._features, images, np.float32)
 
   def texts(self, captions: Sequence[str]) -> np.ndarray:
     """N captions -> [N, d] unit-norm float32, tokenised by the project's tokenizer."""

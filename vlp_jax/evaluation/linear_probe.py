@@ -1,4 +1,4 @@
-"""Linear probe on frozen image features (SaCo's protocol, METHODS.md section 5).
+"""Linear probe on frozen image features (SaCo's protocol, METHODS.md section 5), read before the projection.
 
 Features are extracted once; a linear classifier (weights and bias) is then fitted on the train features and scored
 on the test features. Two fitters:
@@ -176,14 +176,18 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, t
 
 
 def linear_probe_evaluator(encoder, eval_set, image_emb: np.ndarray, **probe_kwargs) -> dict[str, float]:
-  """The registry's evaluator: embeds `eval_set.train_images`, fits on them and scores on `image_emb` [M, d].
+  """The registry's evaluator: fits on `encoder.image_features` of `eval_set.train_images` and scores on those of
+  `eval_set.images`.
 
-  Needs the eval set's optional `train_images` [N, S, S, 3] and `train_labels` [N] (a train split of the same
-  dataset); returns {} without them. probe_kwargs go to `linear_probe`.
+  The probe reads the tower's features before the projection (CLIP's and SLIP's protocols), not the joint-space
+  `image_emb` [M, d] that the other evaluators share, which it ignores. Needs the eval set's optional `train_images`
+  [N, S, S, 3] and `train_labels` [N] (a train split of the same dataset); returns {} without them. probe_kwargs go
+  to `linear_probe`.
   """
+  del image_emb
   train_images = getattr(eval_set, 'train_images', None)
   train_labels = getattr(eval_set, 'train_labels', None)
   if train_images is None or train_labels is None or not len(train_labels):
     return {}
-  train_emb = encoder.images(train_images)
-  return linear_probe(train_emb, train_labels, image_emb, eval_set.labels, **probe_kwargs)
+  return linear_probe(encoder.image_features(train_images), train_labels, encoder.image_features(eval_set.images),
+                      eval_set.labels, **probe_kwargs)
