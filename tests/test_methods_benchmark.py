@@ -81,6 +81,21 @@ def test_final_metrics_and_the_table(tmp_path):
   assert 'seeds 0,1' in line and '1.00x' in line
 
 
+def test_paired_table_subtracts_the_control_of_the_same_seed():
+  def row(run, seed, zeroshot):
+    return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot}
+  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_crop', 0, 0.1), row('clip_crop', 1, 0.3),
+          row('slip', 0, 0.15), row('slip', 1, 0.5), row('slip', 2, 0.9)]  # seed 2 has no control: left out
+  lines = methods.paired_table(rows, ['clip', 'clip_crop', 'slip']).splitlines()
+  assert len(lines) == 2 + 3  # clip_crop - clip, slip - clip, slip - clip_crop
+  vs_clip, vs_crop = lines[3], lines[4]
+  assert '`slip` − `clip` (seeds 0,1)' in vs_clip
+  assert vs_clip.split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # differences -0.05 and +0.1
+  assert '`slip` − `clip_crop` (seeds 0,1)' in vs_crop
+  assert vs_crop.split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # differences 0.05 and 0.2
+  assert vs_crop.split('|')[3].strip() == '-'  # a metric the rows do not have
+
+
 def test_batch_duplicates_counts_rows_that_share_a_caption():
   from benchmarks import batch_duplicates as dup
   assert dup.duplicated_fraction(['a', 'b', 'a', 'c']) == 0.5

@@ -36,16 +36,23 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
                     opt_state=keep(opt_state, state.opt_state)), metrics
 
 
-def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                       mode: str = 'none', num_micro: int = 1
-                       ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
-  """jit with explicit shardings: the state as given (replicated or fsdp), the batch split over every device,
-  metrics replicated. The input state is donated."""
-  jitted = jax.jit(
+def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
+                   mode: str = 'none', num_micro: int = 1):
+  """The jitted step with explicit shardings: the state as given (replicated or fsdp), the batch split over every
+  device, metrics replicated; the input state is donated. Call, lower or compile it under `jax.set_mesh(mesh)`
+  (benchmarks/aot.py lowers it for TPU topologies without running it)."""
+  return jax.jit(
       lambda state, batch, rng: train_step(objective, tx, state, batch, rng, mode, num_micro),
       in_shardings=(state_shardings, parallel.batch_sharding(mesh), parallel.replicated(mesh)),
       out_shardings=(state_shardings, parallel.replicated(mesh)),
       donate_argnums=0)
+
+
+def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
+                       mode: str = 'none', num_micro: int = 1
+                       ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
+  """`jit_train_step` as a function that runs under the mesh."""
+  jitted = jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro)
 
   def step(state, batch, rng):
     with jax.set_mesh(mesh):  # lets the losses place row-sharding constraints on logit matrices

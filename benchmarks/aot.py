@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Ahead-of-time compilation of the real train step for a TPU pod, on a machine without one.
+
+  pip install -e ".[tpu]"   # libtpu: the TPU compiler, which runs on any x86 CPU
+  python benchmarks/aot.py --config=configs/saco_cc3m.py --topology=v5p:4x4x4 [--config.key=value ...]
+
+libtpu describes a TPU topology (`jax.experimental.topologies`) without the chips being there; the step that
+`python -m vlp_jax.main` would run (the config's model, objective, accumulation, FSDP mesh, dtype and remat, at the
+config's global batch) is lowered and compiled for it. Nothing runs: the batch and the state are shapes only.
+
+Prints one JSON line per topology:
+  - per-chip HBM from the compiler's memory analysis: arguments, temporaries, total (arguments + outputs not
+    aliased to the donated state + temporaries), and total as a fraction of the chip's HBM; `fits` says whether it
+    fits, and a config that does not fit gets `advice` naming the knobs that would make it fit;
+  - FLOPs and HBM bytes per chip per step, from the compiler's cost analysis (rematerialised recomputation
+    included);
+  - the bytes each kind of collective moves per chip per step, read from the compiled HLO;
+  - `bxb_arrays`: arrays in the compiled program with two dimensions of the global batch size (a [B, B] logit
+    matrix on one chip; row-sharded losses keep this at 0);
+  - a ROOFLINE ESTIMATE, not a measurement: step time = max(FLOPs / the chip's published bf16 peak, HBM bytes / its
+    published HBM bandwidth), collectives over ICI left out; and the MFU that step time would give.
+
+With TPU_SKIP_MDS_QUERY=1 (set here) libtpu's warnings about the missing TPU metadata server are harmless.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+
+os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+# Published per-chip figures (Cloud TPU system architecture pages): HBM in GiB, dense bf16 FLOP/s, HBM bytes/s.
+CHIPS = {
+    'v4': {'hbm_gib': 32, 'bf16_flops': 275e12, 'hbm_bytes_per_sec': 1228e9},
+    'v5e': {'hbm_gib': 16, 'bf16_flops': 197e12, 'hbm_bytes_per_sec': 819e9},
+    'v5p': {'hbm_gib': 95, 'bf16_flops': 459e12, 'hbm_bytes_per_sec': 2765e9},
+    'v6e': {'hbm_gib': 32, 'bf16_flops': 918e12, 'hbm_bytes_per_sec': 1640e9},
+}
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute')
+DTYPE_BYTES = {'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 'f8e4m3fn': 1, 'f8e5m2': 1, 'bf16': 2, 'f16': 2,
+               's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4, 'f64': 8, 's64': 8, 'u64': 8, 'c64': 8, 'c128': 16}
+_ARRAY = re.compile(r'\b([a-z]+[0-9]+[a-z0-9]*|pred)\[([0-9,]*)\]')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?[\w.\-]+ = (.+?) (' + '|'.join(COLLECTIVES) + r')(-start|-done)?\(')
+
+
+def chip_of(topology: str) -> dict:
+  """'v5p:4x4x4' -> that chip's figures, with 'chip' and 'chips' (the product of the topology's dims)."""
+  name, _, dims = topology.partition(':')
+  if name not in CHIPS or not re.fullmatch(r'[0-9]+(x[0-9]+)+', dims):
+    raise ValueError(f"--topology='{topology}' is not '<chip>:<dims>' (e.g. v5e:4x4, v5p:4x4x4); valid chips: "
+                     f'{sorted(CHIPS)}')
+  return {'chip': name, 'chips': math.prod(int(d) for d in dims.split('x')), **CHIPS[name]}
+
+
+def tpu_devices(topology: str) -> list:
+  """The devices of a TPU topology described by libtpu (no TPU needed), hosts of 2x2 chips."""
+  try:
+    from jax.experimental import topologies
+    desc = topologies.get_topology_desc(platform='tpu', topology_name=topology, chip_config_name='default',
+                                        chips_per_host_bounds=(2, 2, 1), num_slices=1)
+  except Exception as error:  # libtpu missing, or a topology it does not know
+    raise RuntimeError(f'cannot describe TPU topology {topology}: {error}. Install the TPU compiler with '
+                       '`pip install -e ".[tpu]"`.') from error
+  return list(desc.devices)
+
+
+def array_bytes(shape_text: str) -> float:
+  """Bytes of every array in an HLO shape, e.g. '(f32[512,512]{1,0}, bf16[8]{0})' -> 1048592."""
+  total = 0.0
+  for dtype, dims in _ARRAY.findall(shape_text):
+    total += DTYPE_BYTES.get(dtype, 4) * math.prod(int(d) for d in dims.split(',') if d)
+  return total
+
+
+def collective_bytes(hlo_text: str) -> dict[str, float]:
+  """{kind: bytes of the results of that kind of collective, per chip per step} from compiled HLO text.
+
+  Asynchronous pairs count once, at their `-done` (whose result is the collective's output alone). Ops inside a
+  loop body (accumulation's micro-batches) count once per appearance in the text, not per iteration.
+  """
+  out = {kind: 0.0 for kind in COLLECTIVES}
+  for line in hlo_text.splitlines():
+    match = _INSTRUCTION.match(line)
+    if match and match.group(3) != '-start':
+      out[match.group(2)] += array_bytes(match.group(1))
+  return out
+
+
+def bxb_arrays(hlo_text: str, batch_size: int) -> int:
+  """Distinct array shapes in the HLO with at least two dimensions >= the global batch size ([B, B] logits)."""
+  shapes = set()
+  for _, dims in _ARRAY.findall(hlo_text):
+    sizes = [int(d) for d in dims.split(',') if d]
+    if sum(size >= batch_size for size in sizes) >= 2:
+      shapes.add(dims)
+  return len(shapes)
+
+
+def needs_teacher_vectors(config) -> bool:
+  """Whether the batch carries pre-extracted mimic targets (SaCo with beta > 0 and teacher='embeddings')."""
+  saco = config.objective.get('saco')
+  return bool(saco is not None and saco.get('beta', 0.0) > 0 and saco.get('teacher', 'embeddings') == 'embeddings')
+
+
+def abstract_batch(config, teacher_dim: int) -> dict:
+  """{name: ShapeDtypeStruct [global batch, ...]}: the objective's views of one embedded-dataset example at the
+  model's image size, as the data pipeline would stack them."""
+  import jax
+  import numpy as np
+  from vlp_jax import objectives
+  from vlp_jax.data import pipeline, records, synthetic
+  example = synthetic.make_example(0, 'train', synthetic.SOURCES[0], 0, config.model.vision.image_size)
+  decoded = pipeline.DecodeRecord().map(records.serialize(example))
+  if needs_teacher_vectors(config):
+    decoded['teacher'] = np.zeros(teacher_dim, np.float32)
+  views = objectives.get(config.objective.name).views(config).random_map(decoded, np.random.default_rng(0))
+  return {k: jax.ShapeDtypeStruct((config.batch_size, *np.shape(v)), np.asarray(v).dtype) for k, v in views.items()}
+
+
+def fit_advice(config, chip: dict) -> list[str]:
+  """The knobs not yet turned that lower per-chip memory, most effective first."""
+  advice = []
+  if config.accumulation.mode == 'none':
+    advice.append('--config.accumulation.mode=decoupled (or exact) with --config.accumulation.micro_batch_size='
+                  f'{max(config.batch_size // 8, chip["chips"])}: activations of one micro-batch at a time')
+  elif config.accumulation.micro_batch_size > chip['chips']:
+    advice.append(f'a smaller --config.accumulation.micro_batch_size (now {config.accumulation.micro_batch_size})')
+  if not config.model.get('remat', False):
+    advice.append('--config.model.remat=True: recompute each block in the backward pass')
+  if config.model.dtype == 'float32':
+    advice.append('--config.model.dtype=bfloat16: half the activation memory')
+  if config.mesh.fsdp < chip['chips']:
+    advice.append(f'--config.mesh.fsdp={chip["chips"]} (now {config.mesh.fsdp}): shard parameters and optimizer '
+                  'state over the chips')
+  return advice
+
+
+def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -> dict:
+  """Compile `config`'s train step for `topology`; the report described in the module docstring."""
+  import jax
+  from vlp_jax import config as config_lib, models, objectives, parallel
+  from vlp_jax.training.optim import make_optimizer
+  from vlp_jax.training.state import create_train_state
+  from vlp_jax.training.step import jit_train_step
+  chip = chip_of(topology)
+  devices = tpu_devices(topology)
+  config = config.copy_and_resolve_references()
+  if needs_teacher_vectors(config) and not config.data.teacher_embeddings:
+    config.data.teacher_embeddings = f'(aot: teacher vectors of {teacher_dim} dims)'  # shapes only, never read
+  config_lib.validate(config, num_devices=len(devices))
+  mesh = parallel.make_mesh(config.mesh.fsdp, devices)
+  objective = objectives.build(config, models.build_model(config.model))
+  tx = make_optimizer(config.optim, config.total_steps)
+  rng = jax.random.key(config.seed)
+  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), rng)
+  shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
+  state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings)
+  batch = abstract_batch(config, teacher_dim)
+  step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, config_lib.num_micro_batches(config))
+  began = time.perf_counter()
+  with jax.set_mesh(mesh):
+    compiled = step.lower(state, batch, jax.ShapeDtypeStruct(rng.shape, rng.dtype)).compile()
+  compile_seconds = time.perf_counter() - began
+  memory = compiled.memory_analysis()
+  args, out, alias, temp = (int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                            int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes))
+  total, hbm = args + out - alias + temp, chip['hbm_gib'] * 2**30
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops, hbm_traffic = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
+  hlo = compiled.as_text()
+  roofline = max(flops / chip['bf16_flops'], hbm_traffic / chip['hbm_bytes_per_sec'])
+  num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state.params))
+  row = {
+      'config': name, 'model': config.model.name, 'objective': ' + '.join(
+          (config.objective.name, *config.objective.terms)),
+      'topology': topology, 'device_kind': devices[0].device_kind, 'chips': len(devices),
+      'mesh': dict(mesh.shape), 'global_batch': config.batch_size,
+      'micro_batch': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else None,
+      'accumulation': config.accumulation.mode, 'dtype': config.model.dtype,
+      'remat': bool(config.model.get('remat', False)), 'params_millions': round(num_params / 1e6, 2),
+      'compile_seconds': round(compile_seconds, 1),
+      'hbm_per_chip': {'arguments_gib': round(args / 2**30, 3), 'temporaries_gib': round(temp / 2**30, 3),
+                       'total_gib': round(total / 2**30, 3), 'fraction_of_chip': round(total / hbm, 3),
+                       'chip_gib': chip['hbm_gib']},
+      'fits': total <= hbm,
+      'flops_per_chip': flops, 'hbm_bytes_per_chip': hbm_traffic,
+      'collective_bytes_per_chip': {k: v for k, v in collective_bytes(hlo).items() if v},
+      'bxb_arrays': bxb_arrays(hlo, config.batch_size),
+      'roofline_estimate': {
+          'step_seconds': round(roofline, 4),
+          'mfu': round(flops / (roofline * chip['bf16_flops']), 3) if roofline else None,
+          'samples_per_sec': round(config.batch_size / roofline, 1) if roofline else None,
+          'xla_optimal_seconds': cost.get('optimal_seconds'),  # the TPU compiler's own estimate, where it gives one
+          'basis': f'max(FLOPs / {chip["bf16_flops"] / 1e12:.0f} TFLOP/s, HBM bytes / '
+                   f'{chip["hbm_bytes_per_sec"] / 1e9:.0f} GB/s) per chip; collectives not included'},
+  }
+  if not row['fits']:
+    row['advice'] = (f'needs {total / 2**30:.1f} GiB per chip, the chip has {chip["hbm_gib"]} GiB; try: '
+                     + '; '.join(fit_advice(config, chip)))
+  return row
+
+
+def define_flags() -> None:
+  config_flags.DEFINE_config_file('config', None, 'Path to a config file with get_config().', lock_config=False)
+  flags.DEFINE_list('topology', ['v5e:4x4'], 'TPU topologies, e.g. v5e:4x4,v5p:4x4x4 (chips: ' +
+                    ', '.join(sorted(CHIPS)) + ').')
+  flags.DEFINE_integer('teacher_dim', 512, "Width of SaCo's pre-extracted mimic targets (512: a ViT-B/32 teacher).")
+  flags.mark_flags_as_required(['config'])
+
+
+def main(argv):
+  del argv
+  config = flags.FLAGS.config
+  name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
+  for topology in flags.FLAGS.topology:
+    row = compile_for(config, topology, flags.FLAGS.teacher_dim, name)
+    print(json.dumps(row), flush=True)
+
+
+if __name__ == '__main__':
+  define_flags()
+  app.run(main)

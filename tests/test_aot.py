@@ -1,0 +1,50 @@
+"""benchmarks/aot.py: the real train step compiled for a TPU topology by libtpu, on this CPU."""
+import importlib.util
+
+import pytest
+
+from benchmarks import aot
+
+
+def test_collective_bytes_and_bxb_arrays_read_hlo_text():
+  hlo = '\n'.join([
+      '  %all-reduce-start.1 = f32[512,512]{1,0} all-reduce-start(f32[512,512]{1,0} %p), to_apply=%add',
+      '  %all-reduce-done.1 = f32[512,512]{1,0} all-reduce-done(f32[512,512]{1,0} %all-reduce-start.1)',
+      '  ROOT all-gather.2 = (bf16[64,128]{1,0}, s32[4]{0}) all-gather(bf16[16,128]{1,0} a, s32[1]{0} b), '
+      'dimensions={0}',
+      '  %fusion.3 = f32[256,1024]{1,0} fusion(f32[256,64]{1,0} %x), kind=kLoop',
+      '  %dot.4 = f32[1024,1024]{1,0} dot(f32[1024,64]{1,0} %x, f32[64,1024]{1,0} %y)',
+  ])
+  got = aot.collective_bytes(hlo)
+  assert got['all-reduce'] == 512 * 512 * 4  # the -start is not counted a second time
+  assert got['all-gather'] == 64 * 128 * 2 + 4 * 4
+  assert got['reduce-scatter'] == 0
+  assert aot.bxb_arrays(hlo, 1024) == 1  # the [1024, 1024] dot; [256, 1024] is a row shard
+  assert aot.bxb_arrays(hlo, 2048) == 0
+
+
+def test_chip_of_names_the_valid_chips():
+  assert aot.chip_of('v5p:4x4x4')['chips'] == 64
+  with pytest.raises(ValueError, match=r"--topology='v9:4x4'.*valid chips: \['v4', 'v5e', 'v5p', 'v6e'\]"):
+    aot.chip_of('v9:4x4')
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                    reason='libtpu is not installed (pip install -e ".[tpu]")')
+def test_micro_config_compiles_for_v5e_2x2(micro):
+  micro.batch_size = 64  # above every model dimension, so that a [B, B] array could not be mistaken
+  row = aot.compile_for(micro, 'v5e:2x2', name='micro')
+  assert row['device_kind'] == 'TPU v5 lite' and row['chips'] == 4 and row['mesh'] == {'data': 4, 'fsdp': 1}
+  assert row['fits'] and 0 < row['hbm_per_chip']['total_gib'] < 1
+  assert row['flops_per_chip'] > 0 and row['roofline_estimate']['step_seconds'] > 0
+  # Replicated parameters: their gradients are summed over the chips.
+  assert row['collective_bytes_per_chip']['all-reduce'] > 0
+  assert row['bxb_arrays'] == 0  # the logits are row-sharded: [B / 4, B] per chip
+  # FSDP over the 4 chips: the parameters are gathered and their gradients scattered instead.
+  micro.mesh.update(fsdp=4, fsdp_min_size=1024)
+  fsdp = aot.compile_for(micro, 'v5e:2x2', name='micro')
+  assert fsdp['mesh'] == {'data': 1, 'fsdp': 4}
+  assert fsdp['hbm_per_chip']['arguments_gib'] < row['hbm_per_chip']['arguments_gib']
+  assert fsdp['collective_bytes_per_chip'].get('all-gather', 0) > row['collective_bytes_per_chip'].get(
+      'all-gather', 0)
