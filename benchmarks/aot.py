@@ -21,6 +21,7 @@ Prints one JSON line per topology:
     published HBM bandwidth), collectives over ICI left out; and the MFU that step time would give.
 
 With TPU_SKIP_MDS_QUERY=1 (set here) libtpu's warnings about the missing TPU metadata server are harmless.
+ALLOW_MULTIPLE_LIBTPU_LOAD=1 (also set here) lets it run beside other jax processes.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ import sys
 import time
 
 os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+# Every jax process on a machine with libtpu takes libtpu's lockfile (even where no TPU is found, as here); without
+# this a training run or a test worker beside this script would stop it from describing the topology.
+os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
