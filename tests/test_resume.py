@@ -6,6 +6,7 @@ import chex
 import numpy as np
 
 from vlp_jax import parallel
+from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
@@ -17,7 +18,10 @@ def _train_losses(workdir):
 @pytest.mark.slow
 def test_resume_is_exact(micro, tmp_path, capsys):
   micro.eval.every_steps = 100  # evaluate only at the end
-  full = train_and_evaluate(micro, str(tmp_path / 'full'))
+  assert micro.checkpoint.async_save  # the default: the split run saves asynchronously, the full run does not
+  synchronous = micro.copy_and_resolve_references()
+  synchronous.checkpoint.async_save = False
+  full = train_and_evaluate(synchronous, str(tmp_path / 'full'))
   first = train_and_evaluate(micro, str(tmp_path / 'split'), stop_at_step=3)
   assert first['step'] == 3 and not first['eval']
   second = train_and_evaluate(micro, str(tmp_path / 'split'))
@@ -33,6 +37,11 @@ def test_resume_is_exact(micro, tmp_path, capsys):
   data_state = json.loads((tmp_path / 'split' / 'checkpoints' / '6' / 'data' / 'process_0-of-1.json').read_text())
   assert data_state == json.loads((tmp_path / 'full' / 'checkpoints' / '6' / 'data' /
                                    'process_0-of-1.json').read_text())
+  # Both ways of saving leave complete checkpoints: every file written, and the manifest that lists them.
+  for run in ('full', 'split'):
+    checkpointer = Checkpointer(str(tmp_path / run))
+    assert checkpointer.latest_complete_step() == 6 and checkpointer.check(3) is None
+    checkpointer.close()
   # A third run finds the training finished and does nothing.
   third = train_and_evaluate(micro, str(tmp_path / 'split'))
   assert third['state'] is None and third['step'] == 6

@@ -45,11 +45,18 @@ class Checkpointer:
   Each saved step gets a manifest of its files (sizes and CRC32s), written last. `restore_latest` checks the
   manifest before loading, so a checkpoint torn by a crash, a full disk or a partial copy is never loaded: it is
   moved aside to `checkpoints/corrupt-<step>-<time>` (kept, not deleted) and the previous complete step is used.
+
+  With `async_save`, `save` returns once the state is copied to host memory and the data iterator's position is
+  taken; orbax writes the files in a background thread. The manifest follows once they are committed: `poll` (every
+  step) writes it when the write is seen to be done, and the next `save`, `wait` and `close` wait for a write still
+  running and then write it.
   """
 
-  def __init__(self, workdir: str, keep: int = 3):
+  def __init__(self, workdir: str, keep: int = 3, async_save: bool = False):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
     self.keep = keep
+    self.async_save = async_save
+    self._writing: int | None = None  # the step whose files an async save is writing
     self._open()
 
   def _open(self) -> None:
@@ -58,7 +65,8 @@ class Checkpointer:
         item_names=('state', 'data', 'config'),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'data': grain.checkpoint.CheckpointHandler(),
                        'config': ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True, enable_async_checkpointing=False))
+        options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True,
+                                             enable_async_checkpointing=self.async_save))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -68,20 +76,49 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, data_iterator: grain.DatasetIterator,
            config: ml_collections.ConfigDict) -> None:
+    self._finish_write()
     self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state),
         data=grain.checkpoint.CheckpointSave(data_iterator),
         config=ocp.args.JsonSave(config.to_dict())), force=True)
+    if self.async_save:
+      self._writing = step
+      return
     self.manager.wait_until_finished()
-    if jax.process_index() == 0 and _is_local(self.directory):
-      directory = self.step_directory(step)
-      manifest = {'step': step, 'files': file_digests(directory)}
-      tmp = os.path.join(directory, MANIFEST + '.tmp')
-      with open(tmp, 'w') as f:
-        json.dump(manifest, f)
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(tmp, os.path.join(directory, MANIFEST))
+    self._write_manifest(step)
+    _sync('vlp_jax_checkpoint_saved')
+
+  def poll(self) -> None:
+    """Write the manifest of an async save whose files are committed; cheap, call it every step."""
+    if (self._writing is not None and not self.manager.is_saving_in_progress()
+        and os.path.isdir(self.step_directory(self._writing))):  # renamed into place: committed
+      step, self._writing = self._writing, None
+      self._write_manifest(step)
+
+  def _finish_write(self) -> None:
+    """Wait for an async save still writing, then write its manifest. Every process waits, whether or not its
+    `poll` saw the write end, so that they all make the same calls."""
+    if self.async_save:
+      self.manager.wait_until_finished()
+    if self._writing is not None:
+      step, self._writing = self._writing, None
+      self._write_manifest(step)
+
+  def _write_manifest(self, step: int) -> None:
+    if jax.process_index() != 0 or not _is_local(self.directory):
+      return
+    directory = self.step_directory(step)
+    manifest = {'step': step, 'files': file_digests(directory)}
+    tmp = os.path.join(directory, MANIFEST + '.tmp')
+    with open(tmp, 'w') as f:
+      json.dump(manifest, f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, MANIFEST))
+
+  def wait(self) -> None:
+    """Block until every save has its files and manifest written."""
+    self._finish_write()
     _sync('vlp_jax_checkpoint_saved')
 
   def check(self, step: int) -> str | None:
@@ -129,6 +166,7 @@ class Checkpointer:
     return restored['state']
 
   def close(self) -> None:
+    self._finish_write()
     self.manager.close()
 
 

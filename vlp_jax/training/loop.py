@@ -106,7 +106,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   config_lib.validate(config, num_devices=jax.device_count())
   paths = datasets.train_paths(config.data)  # fails early, with instructions, when the data is missing
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
-  checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep)
+  checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
   latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded
   if latest is not None and latest >= config.total_steps:
     results = latest_eval(workdir)
@@ -207,6 +207,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
           nonfinite.record(checked_step, bool(parallel.to_host(checked['nonfinite']) > 0))
         progress.waited_for_device(time.perf_counter() - began)
         previous = (step, metrics)
+        checkpointer.poll()  # the manifest of an async save that has finished writing
         if nonfinite.exceeded():
           save(step)
           raise guards.NonFiniteError(
