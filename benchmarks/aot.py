@@ -203,7 +203,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
           'step_seconds': round(roofline, 4),
           'mfu': round(flops / (roofline * chip['bf16_flops']), 3) if roofline else None,
           'samples_per_sec': round(config.batch_size / roofline, 1) if roofline else None,
-          'xla_optimal_seconds': cost.get('optimal_seconds'),  # the TPU compiler's own estimate, where it gives one
+          # the TPU compiler's own estimate, where it gives a usable one (it reports negative values for some steps)
+          'xla_optimal_seconds': cost['optimal_seconds'] if cost.get('optimal_seconds', -1) > 0 else None,
           'basis': f'max(FLOPs / {chip["bf16_flops"] / 1e12:.0f} TFLOP/s, HBM bytes / '
                    f'{chip["hbm_bytes_per_sec"] / 1e9:.0f} GB/s) per chip; collectives not included'},
   }
