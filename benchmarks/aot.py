@@ -129,6 +129,19 @@ def abstract_batch(config, teacher_dim: int) -> dict:
   return {k: jax.ShapeDtypeStruct((config.batch_size, *np.shape(v)), np.asarray(v).dtype) for k, v in views.items()}
 
 
+def out_of_memory(message: str) -> tuple[float, float] | None:
+  """(bytes needed, bytes available) from the TPU compiler's out-of-HBM error, None for any other error.
+
+  'RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (21.86G) exceeds
+  available HBM (15.75G).' -> (21.86 GiB, 15.75 GiB) in bytes.
+  """
+  match = re.search(r'Ran out of memory.*?\(([0-9.]+)([KMGT])\).*?\(([0-9.]+)([KMGT])\)', message, re.S)
+  if 'RESOURCE_EXHAUSTED' not in message or not match:
+    return None
+  scale = {'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
+  return float(match.group(1)) * scale[match.group(2)], float(match.group(3)) * scale[match.group(4)]
+
+
 def fit_advice(config, chip: dict) -> list[str]:
   """The knobs not yet turned that lower per-chip memory, most effective first."""
   advice = []
@@ -169,19 +182,6 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings)
   batch = abstract_batch(config, teacher_dim)
   step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, config_lib.num_micro_batches(config))
-  began = time.perf_counter()
-  with jax.set_mesh(mesh):
-    compiled = step.lower(state, batch, jax.ShapeDtypeStruct(rng.shape, rng.dtype)).compile()
-  compile_seconds = time.perf_counter() - began
-  memory = compiled.memory_analysis()
-  args, out, alias, temp = (int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
-                            int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes))
-  total, hbm = args + out - alias + temp, chip['hbm_gib'] * 2**30
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops, hbm_traffic = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
-  hlo = compiled.as_text()
-  roofline = max(flops / chip['bf16_flops'], hbm_traffic / chip['hbm_bytes_per_sec'])
   num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state.params))
   row = {
       'config': name, 'model': config.model.name, 'objective': ' + '.join(
@@ -191,6 +191,32 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'micro_batch': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else None,
       'accumulation': config.accumulation.mode, 'dtype': config.model.dtype,
       'remat': bool(config.model.get('remat', False)), 'params_millions': round(num_params / 1e6, 2),
+  }
+  hbm = chip['hbm_gib'] * 2**30
+  began = time.perf_counter()
+  try:
+    with jax.set_mesh(mesh):
+      compiled = step.lower(state, batch, jax.ShapeDtypeStruct(rng.shape, rng.dtype)).compile()
+  except jax.errors.JaxRuntimeError as error:
+    needed = out_of_memory(str(error))
+    if needed is None:
+      raise
+    return {**row, 'compile_seconds': round(time.perf_counter() - began, 1), 'fits': False,
+            'hbm_per_chip': {'temporaries_gib': round(needed[0] / 2**30, 2), 'chip_gib': chip['hbm_gib'],
+                             'available_gib': round(needed[1] / 2**30, 2)},
+            'advice': (f'the TPU compiler stops: the temporaries alone need {needed[0] / 2**30:.1f} GiB per chip, '
+                       f'{needed[1] / 2**30:.1f} GiB are available; try: ' + '; '.join(fit_advice(config, chip)))}
+  compile_seconds = time.perf_counter() - began
+  memory = compiled.memory_analysis()
+  args, out, alias, temp = (int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                            int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes))
+  total = args + out - alias + temp
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops, hbm_traffic = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
+  hlo = compiled.as_text()
+  roofline = max(flops / chip['bf16_flops'], hbm_traffic / chip['hbm_bytes_per_sec'])
+  row.update({
       'compile_seconds': round(compile_seconds, 1),
       'hbm_per_chip': {'arguments_gib': round(args / 2**30, 3), 'temporaries_gib': round(temp / 2**30, 3),
                        'total_gib': round(total / 2**30, 3), 'fraction_of_chip': round(total / hbm, 3),
@@ -207,7 +233,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
           'xla_optimal_seconds': cost['optimal_seconds'] if cost.get('optimal_seconds', -1) > 0 else None,
           'basis': f'max(FLOPs / {chip["bf16_flops"] / 1e12:.0f} TFLOP/s, HBM bytes / '
                    f'{chip["hbm_bytes_per_sec"] / 1e9:.0f} GB/s) per chip; collectives not included'},
-  }
+  })
   if not row['fits']:
     row['advice'] = (f'needs {total / 2**30:.1f} GiB per chip, the chip has {chip["hbm_gib"]} GiB; try: '
                      + '; '.join(fit_advice(config, chip)))

@@ -23,6 +23,13 @@ def test_collective_bytes_and_bxb_arrays_read_hlo_text():
   assert aot.bxb_arrays(hlo, 2048) == 0
 
 
+def test_out_of_memory_reads_the_compilers_figures():
+  message = ('RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (21.86G) '
+             'exceeds available HBM (15.75G).')
+  assert aot.out_of_memory(message) == pytest.approx((21.86 * 2**30, 15.75 * 2**30))
+  assert aot.out_of_memory('INTERNAL: something else') is None
+
+
 def test_chip_of_names_the_valid_chips():
   assert aot.chip_of('v5p:4x4x4')['chips'] == 64
   with pytest.raises(ValueError, match=r"--topology='v9:4x4'.*valid chips: \['v4', 'v5e', 'v5p', 'v6e'\]"):
