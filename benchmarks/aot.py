@@ -13,7 +13,8 @@ Prints one JSON line per topology:
     aliased to the donated state + temporaries), and total as a fraction of the chip's HBM; `fits` says whether it
     fits, and a config that does not fit gets `advice` naming the knobs that would make it fit;
   - FLOPs and HBM bytes per chip per step, from the compiler's cost analysis (rematerialised recomputation
-    included);
+    included). The analysis counts a loop body once, so with accumulation they are multiplied by the number of
+    micro-batches (the loops over them hold nearly all the work; `cost_scaled_by_micro_batches` says by how much);
   - the bytes each kind of collective moves per chip per step, read from the compiled HLO;
   - `bxb_arrays`: arrays in the compiled program with two dimensions of the global batch size (a [B, B] logit
     matrix on one chip; row-sharded losses keep this at 0);
@@ -214,6 +215,9 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   flops, hbm_traffic = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
+  num_micro = config_lib.num_micro_batches(config)
+  if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
+    flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro
   hlo = compiled.as_text()
   roofline = max(flops / chip['bf16_flops'], hbm_traffic / chip['hbm_bytes_per_sec'])
   row.update({
@@ -223,6 +227,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
                        'chip_gib': chip['hbm_gib']},
       'fits': total <= hbm,
       'flops_per_chip': flops, 'hbm_bytes_per_chip': hbm_traffic,
+      'cost_scaled_by_micro_batches': num_micro,
       'collective_bytes_per_chip': {k: v for k, v in collective_bytes(hlo).items() if v},
       'bxb_arrays': bxb_arrays(hlo, config.batch_size),
       'roofline_estimate': {
