@@ -16,8 +16,8 @@ Prints one JSON line per topology:
     included). The analysis counts a loop body once, so with accumulation they are multiplied by the number of
     micro-batches (the loops over them hold nearly all the work; `cost_scaled_by_micro_batches` says by how much);
   - the bytes each kind of collective moves per chip per step, read from the compiled HLO;
-  - `bxb_arrays`: arrays in the compiled program with two dimensions of the global batch size (a [B, B] logit
-    matrix on one chip; row-sharded losses keep this at 0);
+  - `bxb_arrays`: arrays in the compiled program, other than parameter-shaped ones, with two dimensions of at least
+    the global batch size (a [B, B] logit matrix on one chip; row-sharded losses keep this at 0);
   - a ROOFLINE ESTIMATE, not a measurement: step time = max(FLOPs / the chip's published bf16 peak, HBM bytes / its
     published HBM bandwidth), collectives over ICI left out; and the MFU that step time would give.
 
@@ -99,13 +99,14 @@ def collective_bytes(hlo_text: str) -> dict[str, float]:
   return out
 
 
-def bxb_arrays(hlo_text: str, batch_size: int) -> int:
-  """Distinct array shapes in the HLO with at least two dimensions >= the global batch size ([B, B] logits)."""
+def bxb_arrays(hlo_text: str, batch_size: int, parameter_shapes: frozenset = frozenset()) -> int:
+  """Distinct array shapes in the HLO with at least two dimensions >= the global batch size ([B, B] logits), other
+  than the shapes in `parameter_shapes` (sorted dimension tuples: a 4096 x 4096 weight is not a logit matrix)."""
   shapes = set()
   for _, dims in _ARRAY.findall(hlo_text):
-    sizes = [int(d) for d in dims.split(',') if d]
-    if sum(size >= batch_size for size in sizes) >= 2:
-      shapes.add(dims)
+    sizes = tuple(int(d) for d in dims.split(',') if d)
+    if sum(size >= batch_size for size in sizes) >= 2 and tuple(sorted(sizes)) not in parameter_shapes:
+      shapes.add(sizes)
   return len(shapes)
 
 
@@ -229,7 +230,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'flops_per_chip': flops, 'hbm_bytes_per_chip': hbm_traffic,
       'cost_scaled_by_micro_batches': num_micro,
       'collective_bytes_per_chip': {k: v for k, v in collective_bytes(hlo).items() if v},
-      'bxb_arrays': bxb_arrays(hlo, config.batch_size),
+      'bxb_arrays': bxb_arrays(hlo, config.batch_size, frozenset(
+          tuple(sorted(x.shape)) for x in jax.tree.leaves(abstract_state))),
       'roofline_estimate': {
           'step_seconds': round(roofline, 4),
           'mfu': round(flops / (roofline * chip['bf16_flops']), 3) if roofline else None,

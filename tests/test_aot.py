@@ -21,6 +21,7 @@ def test_collective_bytes_and_bxb_arrays_read_hlo_text():
   assert got['reduce-scatter'] == 0
   assert aot.bxb_arrays(hlo, 1024) == 1  # the [1024, 1024] dot; [256, 1024] is a row shard
   assert aot.bxb_arrays(hlo, 2048) == 0
+  assert aot.bxb_arrays(hlo, 1024, frozenset({(1024, 1024)})) == 0  # a weight of that shape is not a logit matrix
 
 
 def test_out_of_memory_reads_the_compilers_figures():
