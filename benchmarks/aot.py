@@ -148,8 +148,9 @@ def fit_advice(config, chip: dict) -> list[str]:
   """The knobs not yet turned that lower per-chip memory, most effective first."""
   advice = []
   if config.accumulation.mode == 'none':
-    advice.append('--config.accumulation.mode=decoupled (the exact full-batch gradient) with --config.accumulation.micro_batch_size='
-                  f'{max(config.batch_size // 8, chip["chips"])}: activations of one micro-batch at a time')
+    advice.append('--config.accumulation.mode=decoupled (the exact full-batch gradient) with '
+                  f'--config.accumulation.micro_batch_size={max(config.batch_size // 8, chip["chips"])}: activations '
+                  'of one micro-batch at a time')
   elif config.accumulation.micro_batch_size > chip['chips']:
     advice.append(f'a smaller --config.accumulation.micro_batch_size (now {config.accumulation.micro_batch_size})')
   if not config.model.get('remat', False):
