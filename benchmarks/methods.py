@@ -66,6 +66,7 @@ RUNS: dict[str, Run] = {
     # SaCo ablations: the normalisation of the affinity distance, the remedies.
     'saco_sum': Run('saco_shapes', 'SaCo, alpha 5 on the sum over B^2 entries (pseudocode literally)',
                     ('--config.objective.saco.normalization=sum', '--config.objective.saco.ramp=constant')),
+    'saco_alpha10': Run('saco_shapes', 'SaCo, alpha 10 (twice the recipe)', ('--config.objective.saco.alpha=10.0',)),
     'saco_no_ramp': Run('saco_shapes', 'SaCo, no ramp', ('--config.objective.saco.ramp=constant',)),
     'saco_mimic': Run('saco_shapes', 'SaCo + pseudo-affinity mimic (beta 5, separately seeded CLIP teacher)',
                       ('--config.objective.saco.beta=5.0', '--config.objective.saco.teacher=checkpoint'),
@@ -84,7 +85,10 @@ RUNS: dict[str, Run] = {
     'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', ('--config.data.mixing=single_source',)),
     # COSMOS ablations.
     'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',
-                             ('--config.objective.caption_in_text_crops=False',)),
+                             ('--config.objective.caption_in_text_crops=False',
+                              '--config.objective.caption_first_global=False')),
+    'cosmos_caption_pool': Run('cosmos_shapes', 'COSMOS, the short caption only as one more sentence of the pool',
+                               ('--config.objective.caption_first_global=False',)),
     'cosmos_no_distill': Run('cosmos_shapes', 'COSMOS without L_cosmos (CLIP on its crops)',
                              ('--config.objective.distill_weight=0.0',)),
     'cosmos_keep_colour': Run('cosmos_shapes', 'COSMOS, crops without hue jitter and grayscale',
@@ -100,10 +104,11 @@ RUNS: dict[str, Run] = {
 }
 GROUPS = {
     'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_crop', 'slip', 'cosmos', 'zerovl'),
-    'ablate_saco': ('clip', 'saco', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
+    'ablate_saco': ('clip', 'saco', 'saco_alpha10', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
     'ablate_zerovl': ('clip', 'zerovl', 'zerovl_debiased', 'zerovl_single_source', 'zerovl_text_augment',
                       'zerovl_no_mixup', 'clip_single_source'),
-    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_no_caption', 'cosmos_no_distill', 'cosmos_keep_colour'),
+    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_caption_pool', 'cosmos_no_caption', 'cosmos_no_distill',
+                      'cosmos_keep_colour'),
     'ablate_slip': ('clip', 'clip_crop', 'slip', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.

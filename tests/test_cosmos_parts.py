@@ -60,3 +60,15 @@ def test_text_crops_can_include_the_short_caption():
   drawn = {crop for crops in local for crop in crops}
   assert drawn == pool  # the short caption is one more sentence of the pool, drawn like the others
   assert all('the short one' not in c for _ in range(100) for c in text_crops(caption, 'the short one', rng))
+
+
+def test_text_crops_can_start_with_the_short_caption():
+  caption = 'S1 one. S2 two. S3 three.'
+  rng = np.random.default_rng(0)
+  for _ in range(50):
+    crops = text_crops(caption, 'the short one', rng, num_global=2, num_local=3, caption_first=True)
+    assert len(crops) == 5 and crops[0] == 'the short one'
+    assert all('the short one' not in c for c in crops[1:])  # the rest come from the long caption's sentences
+  pool = set(split_sentences(caption))
+  drawn = {c for _ in range(100) for c in text_crops(caption, 'x', rng, num_global=1, num_local=2, caption_first=True)[1:]}
+  assert drawn == pool

@@ -26,12 +26,14 @@ def local_crop(sentences: list[str], rng: np.random.Generator) -> str:
 
 
 def text_crops(long_caption: str, caption: str, rng: np.random.Generator, num_global: int = 2,
-               num_local: int = 6, include_caption: bool = False) -> list[str]:
+               num_local: int = 6, include_caption: bool = False, caption_first: bool = False) -> list[str]:
   """num_global global crops then num_local local crops, sampled independently from the sentences of
-  `long_caption`, plus `caption` (the short one) as one more sentence when `include_caption`. Examples without a
-  long caption use `caption` as their only sentence."""
+  `long_caption`, plus `caption` (the short one) as one more sentence when `include_caption`. With
+  `caption_first`, the first global crop is `caption` itself and the other crops are sampled as before. Examples
+  without a long caption use `caption` as their only sentence."""
   sentences = split_sentences(long_caption)
   if include_caption or not sentences:
     sentences = sentences + [caption]
-  return ([global_crop(sentences, rng) for _ in range(num_global)] +
+  sampled_global = num_global - 1 if caption_first and num_global else num_global
+  return ([caption] * (num_global - sampled_global) + [global_crop(sentences, rng) for _ in range(sampled_global)] +
           [local_crop(sentences, rng) for _ in range(num_local)])

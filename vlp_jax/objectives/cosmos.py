@@ -1,7 +1,8 @@
 """COSMOS: cross-modality self-distillation with an EMA teacher (COSMOS paper, Sec. 3 and Algorithm 1).
 
 Per example the views hold 2 global + N local image crops and 2 global + M local text crops (sentences of the long
-caption). The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds
+caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`, and the first global
+text crop, `caption_first_global`: deviations for the embedded dataset, documented in benchmarks/RESULTS.md). The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds
 the global crops only. The student's cross-attention modules give
   h_I = cls + CrossAttn(q=cls, kv=tokens of the first global text crop)
   h_T = eot + CrossAttn(q=eot, kv=patch tokens of the first global image crop), then L2-normalised, and
@@ -67,6 +68,7 @@ class CosmosViews(grain.transforms.RandomMap):
   global_scale: tuple[float, float] = (0.4, 1.0)
   local_scale: tuple[float, float] = (0.05, 0.4)
   caption_in_text_crops: bool = False
+  caption_first_global: bool = False
   color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)  # brightness, contrast, saturation, hue
   grayscale_prob: float = 0.2
 
@@ -89,7 +91,8 @@ class CosmosViews(grain.transforms.RandomMap):
     local_views = [self._augment(transforms.random_resized_crop(image, self.local_size, self.local_scale, rng),
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
-                       self.num_text_local, include_caption=self.caption_in_text_crops)
+                       self.num_text_local, include_caption=self.caption_in_text_crops,
+                       caption_first=self.caption_first_global)
     tokenize = default_tokenizer()
     return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
             'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
@@ -112,6 +115,9 @@ class CosmosObjective(Objective):
             # The short caption as one more sentence of the text-crop pool (DreamLIP's sampling; the paper crops
             # the long caption only).
             'caption_in_text_crops': False,
+            # The short caption as the first global text crop of every example: L_clip then holds CLIP's own pairs
+            # (caption, global image crop), and h_I attends to the caption's tokens (a deviation; see RESULTS.md).
+            'caption_first_global': False,
             # DINO's colour augmentation of every crop. Hue jitter and grayscale teach invariance to colour, which
             # erases half the label of the embedded dataset's classes ('red circle'); (0.4, 0.4, 0.2, 0.0) and 0
             # keep the colours (but for DINO's solarisation of the second global view, p 0.2).
@@ -146,7 +152,7 @@ class CosmosObjective(Objective):
                        c.local_text_context_length or context, num_local=c.num_local_crops,
                        num_text_local=c.num_local_texts,
                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
-                       caption_in_text_crops=c.caption_in_text_crops,
+                       caption_in_text_crops=c.caption_in_text_crops, caption_first_global=c.caption_first_global,
                        color_jitter=tuple(float(x) for x in c.crop_color_jitter),
                        grayscale_prob=float(c.crop_grayscale_prob))
 
