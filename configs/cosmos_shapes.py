@@ -28,6 +28,7 @@ def get_config():
   config.objective.ema_momentum = 0.99
   config.objective.num_local_crops = 1
   config.objective.num_local_texts = 1
+  config.objective.global_crop_scale = (0.4, 1.0)  # the paper's
   config.objective.local_crop_size = 16
   config.objective.local_text_context_length = 16  # a sentence of the embedded captions is at most 14 tokens
   config.objective.caption_in_text_crops = True

@@ -70,6 +70,7 @@ def test_batch_must_split_over_devices():
     validate(config, num_devices=8)
 
 
+@pytest.mark.slow
 def test_command_line_typo_is_reported_before_compiling(tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT}
   result = subprocess.run(

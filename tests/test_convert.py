@@ -358,6 +358,7 @@ def test_clear_errors(tmp_path):
     _run('tsv', tsv, tmp_path / 't.tsv' / 'sub', image_column='path', caption_column='text')
 
 
+@pytest.mark.slow
 def test_cli_prints_one_json_line(tmp_path):
   _write(tmp_path / 'a.png', _png())
   tsv = _write_table(tmp_path / 'cli.tsv', [('a.png', 'a caption'), ('b.png', 'missing')])

@@ -63,6 +63,7 @@ def test_startup_lines_start_with_the_backend():
   assert lines[0] == 'jax backend: cpu, 1 device' and len(lines) == 2
 
 
+@pytest.mark.slow
 def test_main_prints_the_backend_and_warns_before_validating(tmp_path):
   """A mesh the single CPU device cannot hold: the report comes first, then the config error (nothing compiled)."""
   env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache'), 'JAX_PLATFORMS': 'cpu'}
