@@ -91,8 +91,8 @@ RUNS: dict[str, Run] = {
                                ('--config.objective.caption_first_global=False',)),
     'cosmos_no_distill': Run('cosmos_shapes', 'COSMOS without L_cosmos (CLIP on its crops)',
                              ('--config.objective.distill_weight=0.0',)),
-    'cosmos_whole_global': Run('cosmos_shapes', 'COSMOS, global image crops of the whole image (scale 1)',
-                               ("--config.objective.global_crop_scale=(1.0,1.0)",)),
+    'cosmos_paper_crop': Run('cosmos_shapes', "COSMOS, the paper's global image crops (RandomResizedCrop 0.4-1)",
+                             ("--config.objective.global_crop_scale=(0.4,1.0)",)),
     'cosmos_keep_colour': Run('cosmos_shapes', 'COSMOS, crops without hue jitter and grayscale',
                               ("--config.objective.crop_color_jitter=(0.4,0.4,0.2,0.0)",
                                '--config.objective.crop_grayscale_prob=0.0')),
@@ -110,7 +110,7 @@ GROUPS = {
     'ablate_zerovl': ('clip', 'zerovl', 'zerovl_debiased', 'zerovl_single_source', 'zerovl_text_augment',
                       'zerovl_no_mixup', 'clip_single_source'),
     'ablate_cosmos': ('clip', 'cosmos', 'cosmos_caption_pool', 'cosmos_no_caption', 'cosmos_no_distill',
-                      'cosmos_whole_global', 'cosmos_keep_colour'),
+                      'cosmos_paper_crop', 'cosmos_keep_colour'),
     'ablate_slip': ('clip', 'clip_crop', 'slip', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
