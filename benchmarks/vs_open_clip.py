@@ -24,10 +24,15 @@ sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
-_ROWS = flags.DEFINE_list('rows', ['tiny:128', 'ViT-B-32:32'], 'Model preset:global batch pairs.')
-_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Alternating rounds (vlp_jax, then open_clip).')
-_STEPS = flags.DEFINE_integer('steps', 3, 'Timed steps per side and round.')
-_PRECISION = flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Only when run as a script, so that tests can import the functions beside other modules' flags."""
+  flags.DEFINE_list('rows', ['tiny:128', 'ViT-B-32:32'], 'Model preset:global batch pairs.')
+  flags.DEFINE_integer('rounds', 3, 'Alternating rounds (vlp_jax, then open_clip).')
+  flags.DEFINE_integer('steps', 3, 'Timed steps per side and round.')
+  flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
 
 
 def parse_rows(rows: list[str]) -> list[tuple[str, int]]:
@@ -134,24 +139,24 @@ def timed_rate(step, steps: int, batch_size: int) -> float:
 
 def main(argv):
   del argv
-  rows = parse_rows(_ROWS.value)
+  rows = parse_rows(FLAGS.rows)
   modules = open_clip_modules()
   if modules is None:
     return
   import jax
   import torch
   for name, batch_size in rows:
-    jax_step, config, jax_params = jax_side(name, batch_size, _PRECISION.value)
-    torch_step, torch_params = torch_side(config, batch_size, _PRECISION.value, modules)
+    jax_step, config, jax_params = jax_side(name, batch_size, FLAGS.precision)
+    torch_step, torch_params = torch_side(config, batch_size, FLAGS.precision, modules)
     if jax_params != torch_params:  # the two sides must train the same network
       raise RuntimeError(f'{name}: vlp_jax has {jax_params} parameters, open_clip {torch_params}')
     rates = {'vlp_jax': [], 'open_clip': []}
-    for _ in range(_ROUNDS.value):
-      rates['vlp_jax'].append(timed_rate(jax_step, _STEPS.value, batch_size))
-      rates['open_clip'].append(timed_rate(torch_step, _STEPS.value, batch_size))
+    for _ in range(FLAGS.rounds):
+      rates['vlp_jax'].append(timed_rate(jax_step, FLAGS.steps, batch_size))
+      rates['open_clip'].append(timed_rate(torch_step, FLAGS.steps, batch_size))
     median = {side: statistics.median(r) for side, r in rates.items()}
     print(json.dumps({
-        'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': _PRECISION.value,
+        'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
         'vlp_jax_samples_per_sec': round(median['vlp_jax'], 1),
         'open_clip_samples_per_sec': round(median['open_clip'], 1),
         'ratio': round(median['vlp_jax'] / median['open_clip'], 3), 'parameters': jax_params,
@@ -161,4 +166,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)
