@@ -90,11 +90,11 @@ def jax_side(name: str, batch_size: int, precision: str):
   step_fn = compile_train_step(objective, tx, mesh, shardings)
   batch = parallel.global_batch(real_batch(config, batch_size), mesh)
   rng = jax.random.key(1)
-  holder = {'state': state}
   count = sum(x.size for x in jax.tree.leaves(state.params))
 
   def step():
-    holder['state'], metrics = step_fn(holder['state'], batch, rng)
+    nonlocal state
+    state, metrics = step_fn(state, batch, rng)
     jax.block_until_ready(metrics)
   return step, config, count
 

@@ -9,6 +9,7 @@ import numpy as np
 from vlp_jax import models, objectives, parallel
 from vlp_jax.data import synthetic
 from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.data import records
 from vlp_jax.objectives.cosmos import ema_update, tower_params
 from vlp_jax.training import optim
@@ -59,17 +60,16 @@ def test_views_shapes_and_determinism(micro):
   assert not np.array_equal(batch['global_images'][:, 0], batch['global_images'][:, 1])  # two different crops
 
 
-
 def test_caption_first_global_puts_the_short_caption_first_in_every_example(micro):
   config = _cosmos(micro)
   config.objective.caption_in_text_crops = True
   config.objective.caption_first_global = True
   batch = _batch(config)
-  from vlp_jax.data.tokenizer import default_tokenizer
   captions = [synthetic.make_example(0, 'train', 'studio', i, 16)['caption'] for i in range(8)]
   np.testing.assert_array_equal(batch['texts'][:, 0], default_tokenizer()(captions, context_length=16))
   config.objective.caption_first_global = False  # the first crop is then sampled from the pool, mostly not the caption
   assert not np.array_equal(_batch(config)['texts'][:, 0], batch['texts'][:, 0])
+
 
 @pytest.mark.slow
 def test_loss_matches_naive_reference(micro):

@@ -34,6 +34,6 @@ def text_crops(long_caption: str, caption: str, rng: np.random.Generator, num_gl
   sentences = split_sentences(long_caption)
   if include_caption or not sentences:
     sentences = sentences + [caption]
-  sampled_global = num_global - 1 if caption_first and num_global else num_global
-  return ([caption] * (num_global - sampled_global) + [global_crop(sentences, rng) for _ in range(sampled_global)] +
+  first = [caption] if caption_first and num_global else []
+  return (first + [global_crop(sentences, rng) for _ in range(num_global - len(first))] +
           [local_crop(sentences, rng) for _ in range(num_local)])

@@ -2,8 +2,9 @@
 
 Per example the views hold 2 global + N local image crops and 2 global + M local text crops (sentences of the long
 caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`, and the first global
-text crop, `caption_first_global`: deviations for the embedded dataset, documented in benchmarks/RESULTS.md). The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds
-the global crops only. The student's cross-attention modules give
+text crop, `caption_first_global`: deviations for the embedded dataset, documented in benchmarks/RESULTS.md).
+The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds the
+global crops only. The student's cross-attention modules give
   h_I = cls + CrossAttn(q=cls, kv=tokens of the first global text crop)
   h_T = eot + CrossAttn(q=eot, kv=patch tokens of the first global image crop), then L2-normalised, and
   L_clip   = mean over (global image crop, any text crop) of sym_nce(cls, eot)        (the CLIP logit scale)
