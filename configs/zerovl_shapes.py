@@ -28,4 +28,5 @@ def get_config():
   config.objective.mixup = True
   config.objective.mixup_alpha = 0.1
   config.objective.text_augment = False
+  config.objective.fixed_temperature = 0.0  # the learned temperature, as CLIP here (the paper: a constant 0.02)
   return config

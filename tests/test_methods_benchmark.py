@@ -96,6 +96,17 @@ def test_paired_table_subtracts_the_control_of_the_same_seed():
   assert vs_crop.split('|')[3].strip() == '-'  # a metric the rows do not have
 
 
+def test_a_low_data_run_is_paired_with_the_low_data_clip_not_the_full_data_one():
+  rows = [{'run': run, 'seed': 0, 'synthetic/zeroshot_top1': value}
+          for run, value in (('clip', 0.9), ('clip_lowdata', 0.3), ('clip_crop_lowdata', 0.1), ('slip_lowdata', 0.2))]
+  lines = methods.paired_table(rows, ['clip', 'clip_lowdata', 'clip_crop_lowdata', 'slip_lowdata']).splitlines()[2:]
+  assert [line.split('|')[1].strip() for line in lines] == [
+      '`clip_crop_lowdata` − `clip_lowdata` (seeds 0)', '`slip_lowdata` − `clip_lowdata` (seeds 0)',
+      '`slip_lowdata` − `clip_crop_lowdata` (seeds 0)']
+  assert [line.split('|')[2].strip() for line in lines] == ['-0.200 ± 0.000 (0/1)', '-0.100 ± 0.000 (0/1)',
+                                                           '+0.100 ± 0.000 (1/1)']
+
+
 def test_batch_duplicates_counts_rows_that_share_a_caption():
   from benchmarks import batch_duplicates as dup
   assert dup.duplicated_fraction(['a', 'b', 'a', 'c']) == 0.5

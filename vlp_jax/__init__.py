@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vlp_jax import allocator
+
+allocator.retain_freed_memory()  # before jax makes its CPU threads: see vlp_jax/allocator.py
+
 if TYPE_CHECKING:
   from vlp_jax.loader import LoadedModel
 
