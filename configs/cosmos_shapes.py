@@ -10,7 +10,8 @@ Two deviations from the paper, each with its ablation in benchmarks/RESULTS.md:
     crop cuts it out while the caption still names it (the same crop at 0.5-1 costs CLIP itself 0.2 zero-shot on
     seed 3). Seed 3, against clip_shapes.py: zero-shot top-1 0.777 vs 0.321, mean R@1 on the short captions 0.221 vs
     0.197, on the long captions 0.148 vs 0.040, linear probe 0.773 vs 0.365; with the paper's crop
-    (`cosmos_paper_crop`) 0.315, 0.151, 0.076 and 0.364.
+    (`cosmos_paper_crop`) 0.315, 0.151, 0.076 and 0.364. Seeds 0-2 (mean ± std): zero-shot 0.771 ± 0.017 vs
+    0.272 ± 0.062, mean R@1 0.226 ± 0.007 vs 0.188 ± 0.013.
   - The short alt-text caption is one more sentence of the text-crop pool (`caption_in_text_crops`, as the authors'
     code samples DreamLIP's raw caption beside the long ones) and the first global text crop of every example
     (`caption_first_global`); the other crops are sampled from the pool as the paper does. With the long caption
@@ -18,7 +19,7 @@ Two deviations from the paper, each with its ablation in benchmarks/RESULTS.md:
     (mean R@1 0.082 against CLIP's 0.174 on seed 0, with the paper's crop).
 
 The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU (566 s on
-the machine of the 2026-11-21 table, 14-19 minutes on a 1.6x slower one): at this scale the text tower dominates the
+the machine of the 2026-11-21 table; 637-733 s on a 2-core AMD EPYC with the host allocator): at this scale the text tower dominates the
 step, and every crop adds a text-tower pass.
 
 python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
