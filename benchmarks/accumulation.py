@@ -26,17 +26,16 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from benchmarks.common import compiled_memory  # noqa: E402
-from vlp_jax import models, objectives, parallel  # noqa: E402
+from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
 from vlp_jax.data import datasets, pipeline  # noqa: E402
 from vlp_jax.losses.contrastive import clip_infonce  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import train_step  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/clip_shapes.py', 'Config file (model and objective).')
+_CONFIG = config_lib.define_config_flag('configs/clip_shapes.py', 'Config file (model and objective).')
 _MICRO = flags.DEFINE_integer('micro_batch', 256, 'Rows per micro-batch for the decoupled mode.')
 _BATCHES = flags.DEFINE_list('batches', ['512', '1024', '2048', '4096'], 'Effective (global) batch sizes.')
 _LOSS_BATCH = flags.DEFINE_integer('loss_batch', 4096, 'Global batch of the sharded-loss part (0 skips it).')
@@ -85,6 +84,7 @@ def sharded_loss_memory(batch_size: int, dim: int) -> dict:
 def main(argv):
   del argv
   config = _CONFIG.value
+  config_lib.validate(config)
   shapes = example_shapes(config)
   micro = _MICRO.value
   peaks = {}

@@ -40,7 +40,6 @@ os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 # Published per-chip figures (Cloud TPU system architecture pages): HBM in GiB, dense bf16 FLOP/s, HBM bytes/s.
 CHIPS = {
@@ -249,7 +248,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
 
 
 def define_flags() -> None:
-  config_flags.DEFINE_config_file('config', None, 'Path to a config file with get_config().', lock_config=False)
+  from vlp_jax import config as config_lib
+  config_lib.define_config_flag()
   flags.DEFINE_list('topology', ['v5e:4x4'], 'TPU topologies, e.g. v5e:4x4,v5p:4x4x4 (chips: ' +
                     ', '.join(sorted(CHIPS)) + ').')
   flags.DEFINE_integer('teacher_dim', 512, "Width of SaCo's pre-extracted mimic targets (512: a ViT-B/32 teacher).")

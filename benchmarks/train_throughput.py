@@ -18,21 +18,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-from vlp_jax import models, objectives, parallel  # noqa: E402
+from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
 from vlp_jax.data import datasets, pipeline  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import compile_train_step  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/clip_shapes.py', 'Config file.')
+_CONFIG = config_lib.define_config_flag('configs/clip_shapes.py', 'Config file.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (after one warm-up step).')
 
 
 def main(argv):
   del argv
   config = _CONFIG.value
+  config_lib.validate(config)
   mesh = parallel.make_mesh(config.mesh.fsdp)
   model = models.build_model(config.model)
   objective = objectives.build(config, model)

@@ -80,3 +80,38 @@ def test_command_line_typo_is_reported_before_compiling(tmp_path):
   assert result.returncode != 0
   assert 'learnig_rate' in result.stderr
   assert not (tmp_path / 'checkpoints').exists()
+
+
+_PARSE_AND_VALIDATE = '''
+import sys
+from absl import flags
+from vlp_jax import config as config_lib, objectives
+flag = config_lib.define_config_flag()
+flags.FLAGS(sys.argv)
+config = flag.value
+try:
+  config_lib.validate(config)
+except config_lib.ConfigError as error:
+  sys.exit(f'error: {error}')
+print(repr(objectives.get(config.objective.name).options(config.objective).text_augment_prob))
+'''
+
+
+@pytest.mark.parametrize('override, expected_out, expected_err', [
+    # a key the file leaves at its default (zerovl_shapes.py does not name it): the override reaches the objective
+    ('--config.objective.text_augment_prob=0.35', '0.35', None),
+    # a typo of it: rejected, naming the key and the valid ones
+    ('--config.objective.text_augment_prb=0.35', None, "'config.objective.text_augment_prb'; valid keys here: ["),
+    # a new key of the wrong type
+    ('--config.objective.text_augment_prob=high', None, 'config.objective.text_augment_prob has type str'),
+])
+def test_command_line_overrides_reach_keys_the_file_does_not_name(override, expected_out, expected_err):
+  result = subprocess.run([sys.executable, '-c', _PARSE_AND_VALIDATE, '--config=configs/zerovl_shapes.py', override],
+                          cwd=ROOT, env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'},
+                          capture_output=True, text=True, timeout=120)
+  if expected_err is None:
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected_out
+  else:
+    assert result.returncode != 0
+    assert expected_err in result.stderr, result.stderr

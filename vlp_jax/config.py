@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import ml_collections
+from ml_collections import config_flags
 
 from vlp_jax import models, objectives
 from vlp_jax.data import datasets, mixing, synthetic
@@ -21,6 +22,15 @@ from vlp_jax.training.accumulation import MODES as ACCUMULATION_MODES
 
 class ConfigError(ValueError):
   """A config value is invalid; the message names the key."""
+
+
+def define_config_flag(default: str | None = None, help_string: str = 'Path to a config file with get_config().'):
+  """The `--config` flag of every entry point. `--config.a.b=v` may set any key `validate` accepts, also one the
+  file leaves at its default and so does not name (an objective option such as `objective.fixed_temperature`): a
+  new key is parsed as a Python literal (else a string), and `validate` then rejects the unknown ones (typos),
+  naming them and the valid keys, and the wrong types."""
+  return config_flags.DEFINE_config_file('config', default, help_string, lock_config=False,
+                                         accept_new_attributes=True)
 
 
 def base_config() -> ml_collections.ConfigDict:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+from vlp_jax.config import define_config_flag
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to a config file with get_config().',
-                                          lock_config=True)
+_CONFIG = define_config_flag()
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
