@@ -119,6 +119,28 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('setup', ['slip', 'cosmos+saco', 'zerovl'])
+def test_uint8_images_train_as_their_host_normalised_floats(micro, setup):
+  """The views send uint8 images; every path to the towers (whole batch, decoupled micro-batches, ZeroVL's pixel
+  mixup in `prepare`) normalises them first, so a step sees what it saw when the host normalised."""
+  from vlp_jax.data.pipeline import normalize_image
+  config = _configure(micro, setup)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  rng = np.random.default_rng(5)
+  raw = {k: rng.integers(0, 256, v.shape, dtype=np.uint8) if v.dtype == np.float32 and v.shape[-1] == 3 else v
+         for k, v in _batch(config).items()}
+  floats = {k: normalize_image(v) if v.dtype == np.uint8 else v for k, v in raw.items()}
+  assert {k for k, v in raw.items() if v.dtype == np.uint8} >= {'image'}
+  mesh = parallel.make_mesh()
+  for mode, num_micro in (('none', 1), ('decoupled', 4)):
+    got = _loss_and_grads(objective, params, state, raw, jax.random.key(3), mode, num_micro, mesh)
+    want = _loss_and_grads(objective, params, state, floats, jax.random.key(3), mode, num_micro, mesh)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    _assert_close_at_scale(got[3], want[3], 1e-4 if setup == 'slip' else 1e-5)
+
+
+@pytest.mark.slow
 def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
   """The naive average of micro-batch gradients differs for CLIP: the test above could fail."""
   objective = objectives.build(micro, models.build_model(micro.model))

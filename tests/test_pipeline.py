@@ -14,11 +14,30 @@ def _iterator(config, process_index=0, process_count=1, num_workers=0):
 
 def test_batches_have_model_ready_arrays(micro):
   batch = next(_iterator(micro))
-  assert batch['image'].shape == (8, 16, 16, 3) and batch['image'].dtype == np.float32
+  # images travel as uint8 (a quarter of the bytes) and are normalised in the train step
+  assert batch['image'].shape == (8, 16, 16, 3) and batch['image'].dtype == np.uint8
   assert batch['text'].shape == (8, 16) and batch['text'].dtype == np.int32
   assert (batch['text'][:, 0] == 49406).all() and (batch['text'].argmax(1) > 0).all()
   assert batch['label'].shape == (8,)
-  assert abs(batch['image'].mean()) < 2.0  # normalised, not raw 0..255
+
+
+def test_uint8_images_are_normalised_on_the_device_as_on_the_host(micro):
+  import jax
+  batch = next(_iterator(micro))
+  on_device = jax.jit(pipeline.images_to_float)(batch)
+  assert on_device['image'].dtype == np.float32 and on_device['text'].dtype == np.int32
+  # the eval sets' host normalisation, in float64 from the CLIP mean and std
+  want = (batch['image'] / 255.0 - np.float64(pipeline.OPENAI_MEAN)) / np.float64(pipeline.OPENAI_STD)
+  np.testing.assert_allclose(np.asarray(on_device['image']), want, atol=2e-6)
+  np.testing.assert_allclose(np.asarray(on_device['image']), pipeline.normalize_image(batch['image']), atol=5e-7)
+  np.testing.assert_array_equal(np.asarray(on_device['text']), batch['text'])
+  already_float = {'image': pipeline.normalize_image(batch['image'])}
+  np.testing.assert_array_equal(pipeline.images_to_float(already_float)['image'], already_float['image'])
+
+
+def test_a_uint8_entry_that_is_not_an_image_is_named():
+  with pytest.raises(ValueError, match=r"batch\['mask'\] is uint8 with shape \(8, 16\)"):
+    pipeline.images_to_float({'mask': np.zeros((8, 16), np.uint8)})
 
 
 def test_iterator_state_restores_exactly(micro):

@@ -220,7 +220,7 @@ def test_views(micro):
   size, length = micro.model.vision.image_size, micro.model.text.context_length
   assert set(out) == {'image', 'ssl_a', 'ssl_b', 'text', 'label'}
   for view in ('image', 'ssl_a', 'ssl_b'):
-    assert out[view].shape == (size, size, 3) and out[view].dtype == np.float32
+    assert out[view].shape == (size, size, 3) and out[view].dtype == np.uint8  # normalised in the step
   assert out['text'].shape == (length,) and out['text'].dtype == np.int32 and int(out['label']) == 1
   assert not np.array_equal(out['ssl_a'], out['ssl_b'])  # two different random views
   chex.assert_trees_all_equal(dataset[1], out)  # deterministic per (seed, index)

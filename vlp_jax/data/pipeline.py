@@ -50,8 +50,25 @@ def resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
 
 
 def normalize_image(image: np.ndarray) -> np.ndarray:
-  """[H, W, 3] uint8 -> float32 with the OpenAI CLIP mean and std."""
+  """[..., 3] uint8 -> float32 with the OpenAI CLIP mean and std: numpy on the host (eval sets), jax in the train
+  step (`images_to_float`), the same formula."""
   return (image.astype(np.float32) / 255.0 - OPENAI_MEAN) / OPENAI_STD
+
+
+def images_to_float(batch: dict[str, Any]) -> dict[str, Any]:
+  """The device side of the training batch contract: views emit their images as uint8 ([B, ..., H, W, 3]), which
+  moves a quarter of float32's bytes from host to device and takes the normalisation (a fifth of the host's time per
+  CLIP example, benchmarks/RESULTS.md) off the input pipeline; the train step normalises each here, with
+  `normalize_image`. Entries of other dtypes (tokens, labels, images a caller normalised already) pass through."""
+  out = {}
+  for key, value in batch.items():
+    if value.dtype == np.uint8:
+      if value.ndim < 3 or value.shape[-1] != 3:
+        raise ValueError(f"batch['{key}'] is uint8 with shape {value.shape}: uint8 batch entries must be RGB images "
+                         '[..., H, W, 3]')
+      value = normalize_image(value)
+    out[key] = value
+  return out
 
 
 def denormalize_image(image: np.ndarray) -> np.ndarray:
@@ -190,7 +207,8 @@ def passthrough(example: dict[str, Any]) -> dict[str, np.ndarray]:
 
 @dataclasses.dataclass
 class ClipViews(grain.transforms.RandomMap):
-  """A decoded example -> {'image': [S, S, 3] float32 (normalised), 'text': [L] int32, 'label': []}.
+  """A decoded example -> {'image': [S, S, 3] uint8 (normalised in the train step, `images_to_float`), 'text': [L]
+  int32, 'label': []}.
 
   The views of CLIP and SigLIP (and the objectives built on them); SLIP and COSMOS supply their own. The image is
   resized (shorter side) and centre-cropped, as OpenAI's CLIP trains and every method evaluates, or, with
@@ -210,7 +228,7 @@ class ClipViews(grain.transforms.RandomMap):
       image = resize_image(example['image'], self.image_size)
     if self.augment != 'none':
       image = autoaugment.get(self.augment)(image, rng)
-    return {'image': normalize_image(image),
+    return {'image': image,
             'text': default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0],
             **passthrough(example)}
 

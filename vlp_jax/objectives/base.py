@@ -147,10 +147,16 @@ class Objective:
     del params, train
     return features, model_state
 
+  def prepared(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
+    """The whole batch as the towers take it: uint8 images normalised (`pipeline.images_to_float`), then `prepare`.
+    Every path from a pipeline batch to `features` goes through here."""
+    from vlp_jax.data.pipeline import images_to_float
+    return self.prepare(images_to_float(batch), rng, train)
+
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
               train: bool = True) -> tuple[dict, dict]:
-    """prepare -> features -> batch_features on one whole batch: what `loss` takes, and the model state."""
-    features, model_state = self.features(params, model_state, self.prepare(batch, rng, train),
+    """prepared -> features -> batch_features on one whole batch: what `loss` takes, and the model state."""
+    features, model_state = self.features(params, model_state, self.prepared(batch, rng, train),
                                           features_rng(rng), train)
     return self.batch_features(features, params, model_state, train)
 

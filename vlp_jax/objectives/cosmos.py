@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlp_jax.data import transforms
-from vlp_jax.data.pipeline import normalize_image, passthrough
+from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.text_crops import text_crops
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
@@ -56,7 +56,7 @@ def pairwise_sym_nce(student: jax.Array, teacher: jax.Array, log_scale: jax.Arra
 class CosmosViews(grain.transforms.RandomMap):
   """Multi-crop image views (DINO recipe) and text crops, independently sampled.
 
-  -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3] float32 normalised,
+  -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3] uint8 (normalised in the train step),
       'texts': [G, L] int32 global text crops, 'local_texts': [M, l] int32 one-sentence crops, 'label', ...}
   """
   image_size: int
@@ -81,7 +81,7 @@ class CosmosViews(grain.transforms.RandomMap):
                                      hue=hue)
     crop = transforms.random_grayscale(crop, rng, p=self.grayscale_prob)
     crop = transforms.gaussian_blur(crop, rng, p=blur_p)
-    return normalize_image(transforms.solarize(crop, rng, p=solarize_p))
+    return transforms.solarize(crop, rng, p=solarize_p)
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']

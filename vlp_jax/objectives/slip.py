@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import transforms
-from vlp_jax.data.pipeline import normalize_image, passthrough
+from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
@@ -32,8 +32,9 @@ VIEWS = ('image', *SSL_VIEWS)  # the CLIP view first
 
 @dataclasses.dataclass
 class SlipViews(grain.transforms.RandomMap):
-  """A decoded example -> {'image': the CLIP view, 'ssl_a', 'ssl_b': the SimCLR views (each [S, S, 3] float32,
-  normalised), 'text': [L] int32, plus `passthrough(example)`}. Deterministic for a given generator state."""
+  """A decoded example -> {'image': the CLIP view, 'ssl_a', 'ssl_b': the SimCLR views (each [S, S, 3] uint8,
+  normalised in the train step), 'text': [L] int32, plus `passthrough(example)`}. Deterministic for a given generator
+  state."""
   image_size: int
   context_length: int
   caption_field: str = 'caption'
@@ -44,11 +45,10 @@ class SlipViews(grain.transforms.RandomMap):
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']
-    out = {'image': normalize_image(transforms.random_resized_crop(image, self.image_size,
-                                                                   tuple(self.clip_crop_scale), rng))}
+    out = {'image': transforms.random_resized_crop(image, self.image_size, tuple(self.clip_crop_scale), rng)}
     for view in SSL_VIEWS:
-      out[view] = normalize_image(transforms.simclr_view(image, self.image_size, rng, self.ssl_crop_scale,
-                                                         self.ssl_color_jitter, self.ssl_grayscale_prob))
+      out[view] = transforms.simclr_view(image, self.image_size, rng, self.ssl_crop_scale, self.ssl_color_jitter,
+                                         self.ssl_grayscale_prob)
     out['text'] = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
     return {**out, **passthrough(example)}
 

@@ -79,7 +79,7 @@ def _loss_and_grad_whole(objective, params, model_state, batch, rng, step):
 
 def _loss_and_grad_decoupled(objective, params, model_state, batch, rng, step, num_micro):
   """'decoupled': the exact full-batch (loss, metrics, model_state, grads), computed in `num_micro` passes."""
-  micro = split_micro_batches(objective.prepare(batch, rng, train=True), num_micro)  # rngs as Objective.forward
+  micro = split_micro_batches(objective.prepared(batch, rng, train=True), num_micro)  # rngs as Objective.forward
   micro_rngs = jax.random.split(features_rng(rng), num_micro)  # micro-batch i gets the same rng in both passes
 
   def embed(state, inputs):
