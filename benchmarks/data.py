@@ -10,7 +10,8 @@ and long captions from the embedded dataset. Then, per pipeline and worker count
 one JSON line: samples/s, the cores kept busy, and samples per CPU-second (per core), counting this process and its
 worker processes (with psutil).
 
-  clip:   ClipViews at 224px (resize the shorter side, centre crop, normalise) and the 77-token caption
+  clip:   ClipViews at 224px (resize the shorter side, centre crop; uint8, normalised in the step) and the 77-token
+          caption
   cosmos: COSMOS multi-crop (2 global 224px + 6 local 96px crops, DINO colour/blur/solarise) and 8 text crops
   clip_randaugment: clip with a (0.9, 1) RandomResizedCrop and RandAugment(2, 9)
 

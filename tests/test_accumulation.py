@@ -267,5 +267,5 @@ def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
   np.testing.assert_allclose(h_loss, loss, rtol=2e-2)
   features, _ = jax.jit(half.forward)(params, state, batch, jax.random.key(0))
   assert features['zi'].dtype == jnp.float32  # the loss math runs in float32
-  towers = jax.jit(lambda p: half.encode_text(p, batch['text'])['tokens'])(params)
+  towers = jax.jit(lambda p: half.encode_text(p, batch['text'], with_tokens=True)['tokens'])(params)
   assert towers.dtype == jnp.bfloat16

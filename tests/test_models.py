@@ -99,3 +99,45 @@ def test_exact_gelu_matches_the_erf_definition():
                         for v in x])
   np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-6)
   assert exact_gelu(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize('remat', [False, True])
+def test_pooled_outputs_without_tokens_are_the_same_and_cheaper(remat):
+  """`with_tokens=False` runs the last block on the pooled row only ([cls], or each caption's EOT under the causal
+  mask): the same embeddings and gradients as the full tower, and fewer FLOPs."""
+  cfg = models.preset('tiny')
+  cfg.embed_dim = 16
+  cfg.vision.update(image_size=16, patch_size=4, width=32, layers=2, heads=2)
+  cfg.text.update(context_length=12, width=32, layers=2, heads=2)
+  cfg.remat = remat
+  model = models.build_model(cfg)
+  params = models.init_variables(model, jax.random.key(0))[0]
+  rng = np.random.default_rng(0)
+  images = jnp.asarray(rng.normal(size=(6, 16, 16, 3)), jnp.float32)
+  tokens = np.zeros((6, 12), np.int32)
+  for i, length in enumerate([2, 5, 11, 3, 7, 12]):  # EOT at every kind of position, the last one included
+    tokens[i, :length - 1] = rng.integers(1, 49000, length - 1)
+    tokens[i, length - 1] = 49407
+  tokens = jnp.asarray(tokens)
+
+  def towers(p, with_tokens):
+    image = model.apply({'params': p}, images, False, with_tokens, method=model.encode_image)
+    text = model.apply({'params': p}, tokens, with_tokens, method=model.encode_text)
+    assert ('tokens' in image) == with_tokens and ('tokens' in text) == with_tokens
+    return image['embed'], image['cls'], text['embed'], text['eot']
+
+  full, pooled = towers(params, True), towers(params, False)
+  for got, want in zip(pooled, full):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+  def loss(p, with_tokens):
+    zi, _, zt, _ = towers(p, with_tokens)
+    return jnp.sum(jnp.tanh(zi @ zt.T))
+  grads = [jax.grad(loss)(params, w) for w in (True, False)]
+  def close_at_scale(path, got, want):  # entries near 0 carry the rounding of the leaf's larger ones
+    np.testing.assert_allclose(got, want, atol=1e-5 * float(np.abs(want).max()) + 1e-7,
+                               err_msg=jax.tree_util.keystr(path))
+  jax.tree_util.tree_map_with_path(close_at_scale, grads[1], grads[0])
+  flops = [jax.jit(lambda p, w=w: jax.grad(loss)(p, w)).lower(params).compile().cost_analysis()['flops']
+           for w in (True, False)]
+  assert flops[1] < 0.9 * flops[0], flops

@@ -177,8 +177,8 @@ def _cross_attention(cosmos, params, model_state, images, tokens) -> dict:
   """COSMOS's two cross-attention modules as `features` applies them, on one image and one caption per example:
   h_img = CrossAttn_image(q=CLS, kv=text tokens up to the EOT), h_txt = CrossAttn_text(q=EOT, kv=patch tokens)."""
   import jax.numpy as jnp
-  image_out, _ = cosmos.encode_image(params, model_state, images, False)
-  text_out = cosmos.encode_text(params, tokens)
+  image_out, _ = cosmos.encode_image(params, model_state, images, False, with_tokens=True)
+  text_out = cosmos.encode_text(params, tokens, with_tokens=True)
   (h_img, text_weights), (h_txt, image_weights) = cosmos.cross_attend(
       params, image_out['embed'][:, None], text_out['embed'][:, None], text_out['tokens'], tokens,
       image_out['tokens'], return_weights=True)

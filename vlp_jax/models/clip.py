@@ -33,11 +33,12 @@ class VisionTransformer(nn.Module):
   remat: bool = False
 
   @nn.compact
-  def __call__(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
+  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]}.
 
     `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
-    multi-crop local views) get bicubically interpolated positional embeddings.
+    multi-crop local views) get bicubically interpolated positional embeddings. `with_tokens=False` leaves out
+    `tokens`, and the last block computes the [cls] row only (`Transformer`'s `pool_index`).
     """
     scale = self.width**-0.5
     x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
@@ -51,10 +52,13 @@ class VisionTransformer(nn.Module):
     cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
     x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
     x = layer_norm('ln_pre', self.dtype)(x)
-    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.remat, name='transformer')(x)
+    pool_index = None if with_tokens else jnp.zeros((batch,), jnp.int32)
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.remat, name='transformer')(
+        x, pool_index=pool_index)
     x = layer_norm('ln_post', self.dtype)(x)
     proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
-    return {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0], 'tokens': x[:, 1:]}
+    out = {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0]}
+    return {**out, 'tokens': x[:, 1:]} if with_tokens else out
 
 
 class CLIP(nn.Module):
@@ -86,26 +90,32 @@ class CLIP(nn.Module):
                                       (t.width, self.embed_dim))
     self.logit_scale = self.param('logit_scale', nn.initializers.constant(self.init_logit_scale), ())
 
-  def encode_image(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
+  def encode_image(self, images: jax.Array, train: bool = False, with_tokens: bool = True
+                   ) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] -> {'embed': [B, d] (not normalised), 'cls': [B, w], 'tokens': [B, N, w]}.
 
     `train` switches BatchNorm (ResNet towers) to batch statistics; under jit over the global batch these are
-    statistics of the global batch.
+    statistics of the global batch. `with_tokens=False` leaves out `tokens`, which a ViT then does not compute in
+    its last block (the same `embed` and `cls`, cheaper).
     """
-    return self.visual(images, train=train)
+    return self.visual(images, train=train, with_tokens=with_tokens)
 
-  def encode_text(self, tokens: jax.Array) -> dict[str, jax.Array]:
+  def encode_text(self, tokens: jax.Array, with_tokens: bool = True) -> dict[str, jax.Array]:
     """tokens: [B, L] int, L <= context_length -> {'embed': [B, d], 'eot': [B, w], 'tokens': [B, L, w]}.
 
-    The feature is read at the EOT token, the position of the largest id in each row.
+    The feature is read at the EOT token, the position of the largest id in each row. `with_tokens=False` leaves
+    out `tokens`, and the last block computes the EOT row only (the same `embed` and `eot`, cheaper).
     """
     length = tokens.shape[1]
     if length > self.text.context_length:
       raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')
     x = self.token_embedding(tokens) + self.positional_embedding[:length].astype(self.dtype)
-    x = self.transformer(x, causal=True)
-    x = self.ln_final(x)
-    eot = jnp.take_along_axis(x, jnp.argmax(tokens, axis=-1)[:, None, None], axis=1)[:, 0]
+    eot_index = jnp.argmax(tokens, axis=-1)
+    if not with_tokens:
+      eot = self.ln_final(self.transformer(x, causal=True, pool_index=eot_index))[:, 0]
+      return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot}
+    x = self.ln_final(self.transformer(x, causal=True))
+    eot = jnp.take_along_axis(x, eot_index[:, None, None], axis=1)[:, 0]
     return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot, 'tokens': x}
 
   def __call__(self, images: jax.Array, tokens: jax.Array, train: bool = False

@@ -110,8 +110,9 @@ class ModifiedResNet(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, images: jax.Array, train: bool = False) -> dict[str, jax.Array]:
-    """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, d], 'tokens': [B, h*w, 32 * width]}.
+  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True) -> dict[str, jax.Array]:
+    """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, d], 'tokens': [B, h*w, 32 * width]}
+    (without `tokens` when `with_tokens` is False: the attention pool needs the whole map anyway).
 
     `embed` (= `cls`) is the attention-pool output, not normalised; `tokens` is the final feature map (h = H // 32
     for H divisible by 32) before pooling. `train` uses batch statistics in BatchNorm and, with
@@ -129,4 +130,5 @@ class ModifiedResNet(nn.Module):
         x = Bottleneck(self.width * 2**stage, stride, self.dtype, name=f'layer{stage + 1}_{block}')(x, train)
     batch, height, width, channels = x.shape
     embed = AttentionPool2d(self.image_size // 32, self.heads, self.output_dim, self.dtype, name='attnpool')(x)
-    return {'embed': embed, 'cls': embed, 'tokens': x.reshape(batch, height * width, channels)}
+    out = {'embed': embed, 'cls': embed}
+    return {**out, 'tokens': x.reshape(batch, height * width, channels)} if with_tokens else out

@@ -40,8 +40,9 @@ class MultiHeadAttention(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
-    """x: [B, T, w] -> [B, T, w]."""
+  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, the output at that row alone, [B, 1, w] (its query
+    against every row's keys and values; `causal` then masks the keys after it)."""
     if self.width % self.heads:
       raise ValueError(f'width {self.width} is not divisible by heads {self.heads}')
     batch, length, _ = x.shape
@@ -49,8 +50,13 @@ class MultiHeadAttention(nn.Module):
     qkv = nn.Dense(3 * self.width, dtype=self.dtype, name='in_proj',
                    kernel_init=nn.initializers.normal(self.width**-0.5))(x)
     q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
-    out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
-    out = out.reshape(batch, length, self.width)
+    if query_index is None:
+      out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    else:
+      q = jnp.take_along_axis(q, query_index[:, None, None, None], axis=1)  # [B, 1, heads, head_dim]
+      mask = (jnp.arange(length)[None, :] <= query_index[:, None])[:, None, None, :] if causal else None
+      out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+    out = out.reshape(batch, q.shape[1], self.width)
     proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
     return nn.Dense(self.width, dtype=self.dtype, name='out_proj',
                     kernel_init=nn.initializers.normal(proj_std))(out)
@@ -80,10 +86,13 @@ class ResidualAttentionBlock(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
-    """x: [B, T, w] -> [B, T, w]."""
-    x = x + MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, name='attn')(
-        layer_norm('ln_1', self.dtype)(x), causal)
+  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, only that row, [B, 1, w] (see `Transformer`)."""
+    attended = MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, name='attn')(
+        layer_norm('ln_1', self.dtype)(x), causal, query_index)
+    if query_index is not None:
+      x = jnp.take_along_axis(x, query_index[:, None, None], axis=1)
+    x = x + attended
     return x + Mlp(self.width, self.layers, self.act, self.dtype, name='mlp')(layer_norm('ln_2', self.dtype)(x))
 
 
@@ -101,10 +110,16 @@ class Transformer(nn.Module):
   remat: bool = False
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool = False) -> jax.Array:
-    """x: [B, T, w] -> [B, T, w]."""
+  def __call__(self, x: jax.Array, causal: bool = False, pool_index: jax.Array | None = None) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]; with `pool_index` [B] int, the output row at that index alone, [B, 1, w].
+
+    A tower whose output is one pooled token (CLIP's [cls] or [eot] embedding) needs nothing else of the last block:
+    it then computes that row's query, attention, output projection and MLP only (every row's keys and values
+    still), the same values for about three quarters less of the last block's work.
+    """
     # static_argnums counts `self` as 0: `causal` (argument 2) picks the attention mask at trace time.
     block = nn.remat(ResidualAttentionBlock, static_argnums=(2,)) if self.remat else ResidualAttentionBlock
     for i in range(self.layers):
-      x = block(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(x, causal)
+      x = block(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(
+          x, causal, pool_index if i == self.layers - 1 else None)
     return x

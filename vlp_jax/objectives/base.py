@@ -117,19 +117,21 @@ class Objective:
     non-trained model state (BatchNorm statistics)."""
     return init_variables(self.model, rng)
 
-  def encode_image(self, params: dict, model_state: dict, images: jax.Array, train: bool
+  def encode_image(self, params: dict, model_state: dict, images: jax.Array, train: bool, with_tokens: bool = False
                    ) -> tuple[dict[str, jax.Array], dict]:
     """The image tower; returns its outputs and the model state, with the tower's BatchNorm statistics updated when
-    training. Other entries of the model state (an EMA teacher, say) pass through untouched."""
+    training. Other entries of the model state (an EMA teacher, say) pass through untouched. The patch `tokens` only
+    `with_tokens` (without, the last block computes the [cls] row alone)."""
     variables = tower_variables(params, model_state)
     if train and 'batch_stats' in model_state:
-      out, updates = self.model.apply(variables, images, True, method=self.model.encode_image,
+      out, updates = self.model.apply(variables, images, True, with_tokens, method=self.model.encode_image,
                                       mutable=['batch_stats'])
       return out, {**model_state, 'batch_stats': updates['batch_stats']}
-    return self.model.apply(variables, images, train, method=self.model.encode_image), model_state
+    return self.model.apply(variables, images, train, with_tokens, method=self.model.encode_image), model_state
 
-  def encode_text(self, params: dict, tokens: jax.Array) -> dict[str, jax.Array]:
-    return self.model.apply({'params': params}, tokens, method=self.model.encode_text)
+  def encode_text(self, params: dict, tokens: jax.Array, with_tokens: bool = False) -> dict[str, jax.Array]:
+    """The text tower's outputs; the per-token states (`tokens`) only `with_tokens`."""
+    return self.model.apply({'params': params}, tokens, with_tokens, method=self.model.encode_text)
 
   def prepare(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
     """Whole-batch input transforms applied before the batch is split into micro-batches. Default: none."""

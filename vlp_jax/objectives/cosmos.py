@@ -173,18 +173,18 @@ class CosmosObjective(Objective):
     # The teacher starts as an exact copy of the student's towers.
     return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
 
-  def _embed_images(self, params, model_state, images: jax.Array, train: bool):
-    """[B, C, H, W, 3] -> ({'embed': [B, C, d], 'tokens': [B, C, N, w]}, model_state)."""
+  def _embed_images(self, params, model_state, images: jax.Array, train: bool, with_tokens: bool = False):
+    """[B, C, H, W, 3] -> ({'embed': [B, C, d], 'tokens': [B, C, N, w] if with_tokens}, model_state)."""
     b, c = images.shape[:2]
-    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train)
-    return {'embed': out['embed'].reshape(b, c, -1), 'tokens': out['tokens'].reshape(b, c, *out['tokens'].shape[1:])}, \
-        model_state
+    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train,
+                                         with_tokens)
+    return {key: value.reshape(b, c, *value.shape[1:]) for key, value in out.items()}, model_state
 
-  def _embed_texts(self, params, tokens: jax.Array):
-    """[B, C, L] -> {'embed': [B, C, d], 'tokens': [B, C, L, w]}."""
+  def _embed_texts(self, params, tokens: jax.Array, with_tokens: bool = False):
+    """[B, C, L] -> {'embed': [B, C, d], 'tokens': [B, C, L, w] if with_tokens}."""
     b, c, length = tokens.shape
-    out = self.encode_text(params, tokens.reshape(b * c, length))
-    return {'embed': out['embed'].reshape(b, c, -1), 'tokens': out['tokens'].reshape(b, c, length, -1)}
+    out = self.encode_text(params, tokens.reshape(b * c, length), with_tokens)
+    return {key: value.reshape(b, c, *value.shape[1:]) for key, value in out.items()}
 
   def cross_attend(self, params: dict, cls: jax.Array, eot: jax.Array, text_tokens: jax.Array,
                    caption_ids: jax.Array, patch_tokens: jax.Array, return_weights: bool = False):
@@ -201,9 +201,10 @@ class CosmosObjective(Objective):
 
   def features(self, params, model_state, batch, rng, train=True):
     del rng
-    glob, model_state = self._embed_images(params, model_state, batch['global_images'], train)
+    # the cross-attention reads the token states of the first global crops; no other crop needs them
+    glob, model_state = self._embed_images(params, model_state, batch['global_images'], train, with_tokens=True)
     local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
-    texts = self._embed_texts(params, batch['texts'])
+    texts = self._embed_texts(params, batch['texts'], with_tokens=True)
     local_texts = self._embed_texts(params, batch['local_texts'])
     cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
     eot = jnp.concatenate([texts['embed'], local_texts['embed']], axis=1)  # [B, 2 + M, d]

@@ -84,8 +84,8 @@ class SacoTerm(Term):
     if self.teacher_model is None:
       return {'teacher': batch['teacher']}
     teacher = jax.lax.stop_gradient(model_state['saco_teacher'])
-    return {'teacher': self.teacher_model.apply(teacher, batch['image'], method=self.teacher_model.encode_image)[
-        'embed']}
+    return {'teacher': self.teacher_model.apply(teacher, batch['image'], with_tokens=False,
+                                                method=self.teacher_model.encode_image)['embed']}
 
   def loss(self, features, params, step):
     c = self.config
