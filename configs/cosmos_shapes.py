@@ -19,8 +19,8 @@ Two deviations from the paper, each with its ablation in benchmarks/RESULTS.md:
     (mean R@1 0.082 against CLIP's 0.174 on seed 0, with the paper's crop).
 
 The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU (566 s on
-the machine of the 2026-11-21 table; 637-733 s on a 2-core AMD EPYC with the host allocator): at this scale the text tower dominates the
-step, and every crop adds a text-tower pass.
+the machine of the 2026-11-21 table; 631 s on a 2-core AMD EPYC with the host allocator and the pooled last block):
+at this scale the text tower dominates the step, and every crop adds a text-tower pass.
 
 python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
 """

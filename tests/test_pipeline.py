@@ -31,6 +31,9 @@ def test_uint8_images_are_normalised_on_the_device_as_on_the_host(micro):
   np.testing.assert_allclose(np.asarray(on_device['image']), want, atol=2e-6)
   np.testing.assert_allclose(np.asarray(on_device['image']), pipeline.normalize_image(batch['image']), atol=5e-7)
   np.testing.assert_array_equal(np.asarray(on_device['text']), batch['text'])
+  crops = np.stack([batch['image'], batch['image'][::-1]], axis=1)  # [B, crops, H, W, 3], as COSMOS's views
+  np.testing.assert_allclose(np.asarray(jax.jit(pipeline.images_to_float)({'global_images': crops})['global_images']),
+                             pipeline.normalize_image(crops), atol=5e-7)
   already_float = {'image': pipeline.normalize_image(batch['image'])}
   np.testing.assert_array_equal(pipeline.images_to_float(already_float)['image'], already_float['image'])
 

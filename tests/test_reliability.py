@@ -123,13 +123,14 @@ def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(reference, d
 
 
 def _inject_nan(monkeypatch, at_calls):
-  """Make the images of the given global_batch calls (1-based, in this run) NaN."""
+  """Make the images of the given global_batch calls (1-based, in this run) NaN: float32 images, which the step takes
+  as already normalised (the pipeline's are uint8, which cannot hold a NaN)."""
   original, calls = parallel.global_batch, [0]
 
   def poisoned(local, mesh):
     calls[0] += 1
     if calls[0] in at_calls:
-      local = {**local, 'image': np.full_like(local['image'], np.nan)}
+      local = {**local, 'image': np.full(local['image'].shape, np.nan, np.float32)}
     return original(local, mesh)
   monkeypatch.setattr(parallel, 'global_batch', poisoned)
 
