@@ -57,8 +57,8 @@ def normalize_image(image: np.ndarray) -> np.ndarray:
 
 def images_to_float(batch: dict[str, Any]) -> dict[str, Any]:
   """The device side of the training batch contract: views emit their images as uint8 ([B, ..., H, W, 3]), which
-  moves a quarter of float32's bytes from host to device and takes the normalisation (a fifth of the host's time per
-  CLIP example, benchmarks/RESULTS.md) off the input pipeline; the train step normalises each here, with
+  moves a quarter of float32's bytes from host to device and takes the normalisation (about a third of the host's
+  time per 224px CLIP example, benchmarks/RESULTS.md) off the input pipeline; the train step normalises each here, with
   `normalize_image`. Entries of other dtypes (tokens, labels, images a caller normalised already) pass through."""
   out = {}
   for key, value in batch.items():

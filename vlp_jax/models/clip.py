@@ -111,12 +111,10 @@ class CLIP(nn.Module):
       raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')
     x = self.token_embedding(tokens) + self.positional_embedding[:length].astype(self.dtype)
     eot_index = jnp.argmax(tokens, axis=-1)
-    if not with_tokens:
-      eot = self.ln_final(self.transformer(x, causal=True, pool_index=eot_index))[:, 0]
-      return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot}
-    x = self.ln_final(self.transformer(x, causal=True))
-    eot = jnp.take_along_axis(x, eot_index[:, None, None], axis=1)[:, 0]
-    return {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot, 'tokens': x}
+    x = self.ln_final(self.transformer(x, causal=True, pool_index=None if with_tokens else eot_index))
+    eot = jnp.take_along_axis(x, eot_index[:, None, None], axis=1)[:, 0] if with_tokens else x[:, 0]
+    out = {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot}
+    return {**out, 'tokens': x} if with_tokens else out
 
   def __call__(self, images: jax.Array, tokens: jax.Array, train: bool = False
                ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
