@@ -86,8 +86,10 @@ def test_loss_matches_naive_reference(micro):
   np.testing.assert_allclose(metrics['clip_loss'], clip, rtol=1e-5)
   np.testing.assert_allclose(metrics['cosmos_loss'], cosmos, rtol=1e-5)
   np.testing.assert_allclose(loss, clip + cosmos, rtol=1e-5)
-  # The teacher starts as the student: its global-crop embeddings equal the student's.
+  # The teacher starts as the student: its global-crop embeddings (every crop in one pooled call) equal the
+  # student's (the first crop with its token states, the other pooled).
   np.testing.assert_allclose(features['teacher_cls'], features['cls_global'], atol=1e-6)
+  np.testing.assert_allclose(features['teacher_eot'], features['eot'][:, :2], atol=1e-6)
 
 
 @pytest.mark.slow

@@ -234,3 +234,30 @@ def test_write_cross_attention_plot(cosmos, tmp_path):
   clip = objectives.build(clip_config, objective.model)
   assert plots.write_cross_attention_plot(clip, params, state, eval_set, str(tmp_path)) is None
   assert plots.cosmos_objective(clip) is None
+
+
+def test_encoder_embeds_a_caption_list_once_per_variables(cosmos):
+  """Retrieval and affinity consistency ask for the same captions: the memo embeds them once, and forgets them when
+  the encoder gets new variables."""
+  from vlp_jax import parallel
+  from vlp_jax.evaluation.encoder import Encoder
+  from vlp_jax.objectives.base import tower_variables
+  config, objective, params, state, _, eval_set = cosmos
+  encoder = Encoder(objective.model, tower_variables(params, state), parallel.make_mesh(), batch_size=16,
+                    context_length=config.model.text.context_length)
+  calls = []
+  embed = encoder._texts
+  encoder._texts = lambda v, t: calls.append(len(t)) or embed(v, t)
+  captions = list(eval_set.captions[:20])
+  first = encoder.texts(captions)
+  assert calls and not first.flags.writeable  # shared by the memo's readers
+  count = len(calls)
+  np.testing.assert_array_equal(encoder.texts(captions), first)
+  assert len(calls) == count  # from the memo
+  np.testing.assert_array_equal(encoder.texts(captions[:5]), first[:5])  # another list is embedded
+  assert len(calls) > count
+  moved = jax.tree.map(lambda x: x + 0.01 if x.dtype == np.float32 else x, tower_variables(params, state))
+  encoder.variables = moved
+  count = len(calls)
+  assert not np.allclose(encoder.texts(captions), first, atol=1e-4)  # new variables: embedded again
+  assert len(calls) > count

@@ -172,7 +172,7 @@ class LoadedModel:
       raise TypeError(f'encode_text takes a string or a list of strings, got {[type(t).__name__ for t in texts][:5]}')
     if not texts:
       return np.zeros((0, self.embed_dim), np.float32)
-    return self._encoder_for(len(texts)).texts(texts)
+    return np.array(self._encoder_for(len(texts)).texts(texts))  # writable: the encoder memo is read-only
 
 
 def load(checkpoint: str, batch_size: int = DEFAULT_BATCH_SIZE) -> LoadedModel:

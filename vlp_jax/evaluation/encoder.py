@@ -30,6 +30,7 @@ class Encoder:
     shards = parallel.num_batch_shards(mesh)
     self.batch_size = max(shards, batch_size // shards * shards)
     self.mesh = mesh
+    self._text_memo: dict[tuple[str, ...], np.ndarray] = {}
     self.variables = variables
     self.context_length = context_length or model.text.context_length
     out = parallel.replicated(mesh)
@@ -43,6 +44,19 @@ class Encoder:
     # Patch tokens live in the joint space only for ViT towers (segmentation.project_patch_tokens).
     self.has_patch_embeddings = model.vision.type == 'vit'
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
+
+  # The last few caption lists embedded with the current variables: retrieval and affinity consistency read the same
+  # captions of a set, and the memo embeds them once.
+  TEXT_MEMO_SIZE = 2
+
+  @property
+  def variables(self) -> dict:
+    return self._variables
+
+  @variables.setter
+  def variables(self, variables: dict) -> None:
+    self._variables = variables
+    self._text_memo.clear()
 
   def _chunked(self, fn: Callable, x: np.ndarray, dtype=None) -> np.ndarray:
     outputs = []
@@ -74,8 +88,16 @@ class Encoder:
     return self._chunked(self._features, images, np.float32)
 
   def texts(self, captions: Sequence[str]) -> np.ndarray:
-    """N captions -> [N, d] unit-norm float32, tokenised by the project's tokenizer."""
-    return self._chunked(self._texts, default_tokenizer()(list(captions), context_length=self.context_length))
+    """N captions -> [N, d] unit-norm float32 (read-only), tokenised by the project's tokenizer. A list asked for
+    again, with the same variables, comes from the memo."""
+    key = tuple(captions)
+    if key not in self._text_memo:
+      if len(self._text_memo) >= self.TEXT_MEMO_SIZE:
+        self._text_memo.pop(next(iter(self._text_memo)))
+      embeddings = self._chunked(self._texts, default_tokenizer()(list(key), context_length=self.context_length))
+      embeddings.flags.writeable = False  # shared by every caller of the memo
+      self._text_memo[key] = embeddings
+    return self._text_memo[key]
 
   def patch_embeddings(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""

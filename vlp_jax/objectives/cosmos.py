@@ -173,18 +173,40 @@ class CosmosObjective(Objective):
     # The teacher starts as an exact copy of the student's towers.
     return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
 
-  def _embed_images(self, params, model_state, images: jax.Array, train: bool, with_tokens: bool = False):
-    """[B, C, H, W, 3] -> ({'embed': [B, C, d], 'tokens': [B, C, N, w] if with_tokens}, model_state)."""
+  def _embed_images(self, params, model_state, images: jax.Array, train: bool):
+    """[B, C, H, W, 3] -> ({'embed': [B, C, d]}, model_state)."""
     b, c = images.shape[:2]
-    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train,
-                                         with_tokens)
-    return {key: value.reshape(b, c, *value.shape[1:]) for key, value in out.items()}, model_state
+    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train)
+    return {'embed': out['embed'].reshape(b, c, -1)}, model_state
 
-  def _embed_texts(self, params, tokens: jax.Array, with_tokens: bool = False):
-    """[B, C, L] -> {'embed': [B, C, d], 'tokens': [B, C, L, w] if with_tokens}."""
+  def _embed_texts(self, params, tokens: jax.Array):
+    """[B, C, L] -> {'embed': [B, C, d]}."""
     b, c, length = tokens.shape
-    out = self.encode_text(params, tokens.reshape(b * c, length), with_tokens)
-    return {key: value.reshape(b, c, *value.shape[1:]) for key, value in out.items()}
+    return {'embed': self.encode_text(params, tokens.reshape(b * c, length))['embed'].reshape(b, c, -1)}
+
+  def _embed_global_images(self, params, model_state, images: jax.Array, train: bool):
+    """[B, G, H, W, 3] -> ({'embed': [B, G, d], 'tokens': [B, N, w] of the first crop}, model_state).
+
+    Only the first crop's token states feed the cross-attention, so a ViT runs the other crops' last block on
+    their [cls] row alone (a separate, pooled call). A ResNet tower gains nothing from that and would normalise
+    each call over its own crops, so it embeds all of them in one call, as before."""
+    if self.model.vision.type != 'vit':
+      b, g = images.shape[:2]
+      out, model_state = self.encode_image(params, model_state, images.reshape(b * g, *images.shape[2:]), train,
+                                           with_tokens=True)
+      return {'embed': out['embed'].reshape(b, g, -1),
+              'tokens': out['tokens'].reshape(b, g, *out['tokens'].shape[1:])[:, 0]}, model_state
+    first, model_state = self.encode_image(params, model_state, images[:, 0], train, with_tokens=True)
+    rest, model_state = self._embed_images(params, model_state, images[:, 1:], train)
+    return {'embed': jnp.concatenate([first['embed'][:, None], rest['embed']], axis=1),
+            'tokens': first['tokens']}, model_state
+
+  def _embed_global_texts(self, params, tokens: jax.Array):
+    """[B, G, L] -> {'embed': [B, G, d], 'tokens': [B, L, w] of the first crop}: the other crops run their last
+    block on the EOT row alone."""
+    first = self.encode_text(params, tokens[:, 0], with_tokens=True)
+    rest = self._embed_texts(params, tokens[:, 1:])
+    return {'embed': jnp.concatenate([first['embed'][:, None], rest['embed']], axis=1), 'tokens': first['tokens']}
 
   def cross_attend(self, params: dict, cls: jax.Array, eot: jax.Array, text_tokens: jax.Array,
                    caption_ids: jax.Array, patch_tokens: jax.Array, return_weights: bool = False):
@@ -202,14 +224,13 @@ class CosmosObjective(Objective):
   def features(self, params, model_state, batch, rng, train=True):
     del rng
     # the cross-attention reads the token states of the first global crops; no other crop needs them
-    glob, model_state = self._embed_images(params, model_state, batch['global_images'], train, with_tokens=True)
+    glob, model_state = self._embed_global_images(params, model_state, batch['global_images'], train)
     local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
-    texts = self._embed_texts(params, batch['texts'], with_tokens=True)
+    texts = self._embed_global_texts(params, batch['texts'])
     local_texts = self._embed_texts(params, batch['local_texts'])
     cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
     eot = jnp.concatenate([texts['embed'], local_texts['embed']], axis=1)  # [B, 2 + M, d]
-    h_img, h_txt = self.cross_attend(params, cls, eot, texts['tokens'][:, 0], batch['texts'][:, 0],
-                                     glob['tokens'][:, 0])
+    h_img, h_txt = self.cross_attend(params, cls, eot, texts['tokens'], batch['texts'][:, 0], glob['tokens'])
     # The teacher sees the global crops only, without gradient (its batch statistics are the student's).
     teacher = jax.lax.stop_gradient(model_state['ema'])
     t_glob, _ = self._embed_images(teacher, model_state, batch['global_images'], train=False)
