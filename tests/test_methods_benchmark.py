@@ -55,6 +55,13 @@ def test_commands_chain_continue_runs_and_teachers():
   assert f'--config.objective.saco.teacher_checkpoint=/w/clip_teacher/seed{3 + methods.TEACHER_SEED_OFFSET}' in mimic
 
 
+def test_runs_share_a_compilation_cache_under_the_workdir_unless_one_is_set(monkeypatch):
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  assert methods.run_env('/w')['JAX_COMPILATION_CACHE_DIR'] == '/w/jax_cache'
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/mine')
+  assert methods.run_env('/w')['JAX_COMPILATION_CACHE_DIR'] == '/mine'
+
+
 def test_final_metrics_and_the_table(tmp_path):
   rows = []
   for seed, (zeroshot, i2t, t2i) in enumerate([(0.2, 0.1, 0.3), (0.4, 0.3, 0.5)]):
