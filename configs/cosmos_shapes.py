@@ -18,9 +18,9 @@ Two deviations from the paper, each with its ablation in benchmarks/RESULTS.md:
     only (the paper's text) the model never sees the alt-text style that the short-caption retrieval queries with
     (mean R@1 0.082 against CLIP's 0.174 on seed 0, with the paper's crop).
 
-The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU (566 s on
-the machine of the 2026-11-21 table; 631 s on a 2-core AMD EPYC with the host allocator and the pooled last block):
-at this scale the text tower dominates the step, and every crop adds a text-tower pass.
+The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU (577 s for
+the command below on a 2-core AMD EPYC, its four evaluations of the student and the teacher included): at this scale
+the text tower dominates the step, and every crop adds a text-tower pass.
 
 python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
 """
