@@ -207,3 +207,32 @@ def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
   config.objective.crop_grayscale_prob = 1.5
   with pytest.raises(ConfigError, match='config.objective.crop_grayscale_prob'):
     validate(config)
+
+
+@pytest.mark.parametrize('tower', ['vit', 'resnet'])
+def test_global_crops_embed_as_one_call_with_tokens(micro, tower):
+  """The first global crops keep their token states and the others run pooled (a ViT), or all go through one call
+  (a ResNet, whose BatchNorm normalises over the call's images): either way the same embeddings and first-crop tokens
+  as embedding every global crop in one call with its token states."""
+  config = _cosmos(micro)
+  if tower == 'resnet':
+    config.model.vision.update(type='resnet', stages=(1, 1, 1, 1), width=8, heads=2, image_size=32)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  size = config.model.vision.image_size
+  images = jnp.asarray(rng.normal(size=(4, 2, size, size, 3)), jnp.float32)
+  tokens = jnp.asarray(_batch(config, size=4)['texts'])
+
+  @jax.jit
+  def embed(params):
+    split = (objective._embed_global_images(params, state, images, True)[0],
+             objective._embed_global_texts(params, tokens))
+    whole = (objective.encode_image(params, state, images.reshape(8, size, size, 3), True, with_tokens=True)[0],
+             objective.encode_text(params, tokens.reshape(8, -1), with_tokens=True))
+    return split, whole
+
+  for got, whole in zip(*embed(params)):  # images, then texts
+    np.testing.assert_allclose(got['embed'], whole['embed'].reshape(4, 2, -1), atol=2e-5)
+    np.testing.assert_allclose(got['tokens'], whole['tokens'].reshape(4, 2, *whole['tokens'].shape[1:])[:, 0],
+                               atol=2e-5)
