@@ -174,15 +174,15 @@ class CosmosObjective(Objective):
     return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
 
   def _embed_images(self, params, model_state, images: jax.Array, train: bool):
-    """[B, C, H, W, 3] -> ({'embed': [B, C, d]}, model_state)."""
+    """[B, C, H, W, 3] -> (embeddings [B, C, d], model_state)."""
     b, c = images.shape[:2]
     out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train)
-    return {'embed': out['embed'].reshape(b, c, -1)}, model_state
+    return out['embed'].reshape(b, c, -1), model_state
 
-  def _embed_texts(self, params, tokens: jax.Array):
-    """[B, C, L] -> {'embed': [B, C, d]}."""
+  def _embed_texts(self, params, tokens: jax.Array) -> jax.Array:
+    """[B, C, L] -> embeddings [B, C, d]."""
     b, c, length = tokens.shape
-    return {'embed': self.encode_text(params, tokens.reshape(b * c, length))['embed'].reshape(b, c, -1)}
+    return self.encode_text(params, tokens.reshape(b * c, length))['embed'].reshape(b, c, -1)
 
   def _embed_global_images(self, params, model_state, images: jax.Array, train: bool):
     """[B, G, H, W, 3] -> ({'embed': [B, G, d], 'tokens': [B, N, w] of the first crop}, model_state).
@@ -198,15 +198,14 @@ class CosmosObjective(Objective):
               'tokens': out['tokens'].reshape(b, g, *out['tokens'].shape[1:])[:, 0]}, model_state
     first, model_state = self.encode_image(params, model_state, images[:, 0], train, with_tokens=True)
     rest, model_state = self._embed_images(params, model_state, images[:, 1:], train)
-    return {'embed': jnp.concatenate([first['embed'][:, None], rest['embed']], axis=1),
-            'tokens': first['tokens']}, model_state
+    return {'embed': jnp.concatenate([first['embed'][:, None], rest], axis=1), 'tokens': first['tokens']}, model_state
 
   def _embed_global_texts(self, params, tokens: jax.Array):
     """[B, G, L] -> {'embed': [B, G, d], 'tokens': [B, L, w] of the first crop}: the other crops run their last
     block on the EOT row alone."""
     first = self.encode_text(params, tokens[:, 0], with_tokens=True)
     rest = self._embed_texts(params, tokens[:, 1:])
-    return {'embed': jnp.concatenate([first['embed'][:, None], rest['embed']], axis=1), 'tokens': first['tokens']}
+    return {'embed': jnp.concatenate([first['embed'][:, None], rest], axis=1), 'tokens': first['tokens']}
 
   def cross_attend(self, params: dict, cls: jax.Array, eot: jax.Array, text_tokens: jax.Array,
                    caption_ids: jax.Array, patch_tokens: jax.Array, return_weights: bool = False):
@@ -228,8 +227,8 @@ class CosmosObjective(Objective):
     local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
     texts = self._embed_global_texts(params, batch['texts'])
     local_texts = self._embed_texts(params, batch['local_texts'])
-    cls = jnp.concatenate([glob['embed'], local['embed']], axis=1)  # [B, 2 + N, d], global crops first
-    eot = jnp.concatenate([texts['embed'], local_texts['embed']], axis=1)  # [B, 2 + M, d]
+    cls = jnp.concatenate([glob['embed'], local], axis=1)  # [B, 2 + N, d], global crops first
+    eot = jnp.concatenate([texts['embed'], local_texts], axis=1)  # [B, 2 + M, d]
     h_img, h_txt = self.cross_attend(params, cls, eot, texts['tokens'], batch['texts'][:, 0], glob['tokens'])
     # The teacher sees the global crops only, without gradient (its batch statistics are the student's).
     teacher = jax.lax.stop_gradient(model_state['ema'])
@@ -238,7 +237,7 @@ class CosmosObjective(Objective):
     features = {
         'cls_global': l2_normalize(glob['embed']), 'eot': l2_normalize(eot),
         'h_img': l2_normalize(h_img), 'h_txt': l2_normalize(h_txt),
-        'teacher_cls': l2_normalize(t_glob['embed']), 'teacher_eot': l2_normalize(t_text['embed']),
+        'teacher_cls': l2_normalize(t_glob), 'teacher_eot': l2_normalize(t_text),
     }
     features['zi'], features['zt'] = features['cls_global'][:, 0], features['eot'][:, 0]
     return features, model_state
