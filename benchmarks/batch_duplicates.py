@@ -2,7 +2,7 @@
 """How many rows of a training batch share their caption with another row (a false negative for InfoNCE), for
 mixed batches and for ZeroVL's single-source batches of the embedded dataset.
 
-python benchmarks/batch_duplicates.py [--batch_size=128] [--batches=300] [--seed=0]
+python benchmarks/batch_duplicates.py [--batch_size=128] [--batches=300] [--seed=0] [--captions=alt_text|detailed]
 
 Prints one JSON line: distinct captions per source, and the mean fraction of a batch's rows whose caption appears
 more than once in it, for random mixed batches, for single-source batches (a source drawn in proportion to size,
@@ -51,7 +51,7 @@ def batch_duplicates(captions_by_source: dict[str, list[str]], batch_size: int, 
 def main(argv):
   del argv
   from vlp_jax.data import pipeline, synthetic
-  root = synthetic.ensure_dataset(synthetic.SyntheticSpec())
+  root = synthetic.ensure_dataset(synthetic.SyntheticSpec(captions=FLAGS.captions))
   captions = {s: [e['caption'] for e in pipeline.read_all(synthetic.shard_paths(root, 'train', (s,)))]
               for s in synthetic.SOURCES}
   result = batch_duplicates(captions, FLAGS.batch_size, FLAGS.batches, FLAGS.seed)
@@ -64,4 +64,6 @@ if __name__ == '__main__':
   flags.DEFINE_integer('batch_size', 128, 'Rows per batch (the *_shapes.py configs use 128).')
   flags.DEFINE_integer('batches', 300, 'Random batches averaged.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')
+  flags.DEFINE_enum('captions', 'alt_text', ['alt_text', 'detailed'], "The embedded dataset's caption style "
+                    '(config.data.synthetic.captions).')
   app.run(main)

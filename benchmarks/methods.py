@@ -32,6 +32,8 @@ from absl import app, flags  # noqa: E402
 
 TEACHER_SEED_OFFSET = 1000
 LOW_DATA = '--config.data.synthetic.num_train=1000'  # per source; the val and test splits are unchanged
+TINY_DATA = '--config.data.synthetic.num_train=300'
+DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
@@ -98,6 +100,30 @@ RUNS: dict[str, Run] = {
                              baseline='clip_lowdata'),
     'slip_lowdata': Run('slip_shapes', 'SLIP, low data', (LOW_DATA,), baseline='clip_lowdata',
                         control='clip_crop_lowdata'),
+    # Very low data: 300 pairs per source, about 57 epochs in 400 steps, where CLIP memorises its pairs.
+    'clip_tinydata': Run('clip_shapes', 'CLIP, 900 pairs', (TINY_DATA,), baseline='clip_tinydata'),
+    'zerovl_tinydata': Run('zerovl_shapes', 'ZeroVL (mixup), 900 pairs', (TINY_DATA,), baseline='clip_tinydata'),
+    # The source-biased setting of debiased sampling: every source's captions name every object (few repeated
+    # captions inside a source), while images and phrasing still give the source away (data/synthetic.py).
+    'clip_detailed': Run('clip_shapes', 'CLIP, detailed captions', (DETAILED,), baseline='clip_detailed'),
+    'clip_detailed_single_source': Run('clip_shapes', 'CLIP, detailed captions, single-source batches',
+                                       (DETAILED, '--config.data.mixing=single_source'), baseline='clip_detailed'),
+    'zerovl_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches), detailed captions', (DETAILED,),
+                                 baseline='clip_detailed'),
+    'zerovl_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches), detailed captions',
+                                         (DETAILED, '--config.data.mixing=single_source'), baseline='clip_detailed'),
+    # ZeroVL starts from pre-trained encoders (appendix A.9: an ImageNet ViT-B/16 and BERT-Base). Here: the same
+    # seed's trained `clip` (alt-text captions), then 400 steps on the detailed captions, every run from that start.
+    'clip_pre_detailed': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions', (DETAILED,), after='clip',
+                             baseline='clip_pre_detailed'),
+    'clip_pre_detailed_single_source': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, '
+                                           'single-source batches', (DETAILED, '--config.data.mixing=single_source'),
+                                           after='clip', baseline='clip_pre_detailed'),
+    'zerovl_pre_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches) from a trained CLIP, detailed '
+                                     'captions', (DETAILED,), after='clip', baseline='clip_pre_detailed'),
+    'zerovl_pre_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches) from a trained '
+                                             'CLIP, detailed captions', (DETAILED, '--config.data.mixing=single_source'),
+                                             after='clip', baseline='clip_pre_detailed'),
     # COSMOS ablations.
     'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',
                              ('--config.objective.caption_in_text_crops=False',

@@ -41,6 +41,7 @@ def test_base_and_shipped_configs_are_valid():
     (lambda c: c.model.text.__setitem__('heads', 3), r'config.model.text.width=128 is not divisible'),
     (lambda c: c.optim.__setitem__('warmup_steps', 10**6), r'config.optim.warmup_steps'),
     (lambda c: c.data.synthetic.__setitem__('sources', ('studio', 'cartoon')), r"'cartoon'.*sketch"),
+    (lambda c: c.data.synthetic.__setitem__('captions', 'verbose'), r"captions='verbose'.*detailed"),
     (lambda c: c.data.__setitem__('mixing', 'weighted'), r"mixing='weighted' needs config.data.source_weights"),
     (lambda c: c.data.__setitem__('source_weights', 'web=1'), r"source_weights is set but.*mixing='mixed'"),
     (lambda c: c.data.__setitem__('augment', 'mixup'), r"config.data.augment='mixup'.*randaugment"),

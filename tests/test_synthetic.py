@@ -1,5 +1,9 @@
 """The embedded dataset: deterministic, split-separated, and consistent between images, masks and captions."""
+import collections
+import dataclasses
+import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -71,3 +75,41 @@ def test_sources_differ_in_style():
 def test_unknown_source_is_rejected(tmp_path):
   with pytest.raises(ValueError, match='valid choices'):
     synthetic.ensure_dataset(synthetic.SyntheticSpec(sources=('cartoon',)), str(tmp_path))
+
+
+def test_detailed_captions_name_every_object_and_change_nothing_else():
+  for source in synthetic.SOURCES:
+    for index in range(40):
+      alt = synthetic.make_example(0, 'train', source, index, 16)
+      detailed = synthetic.make_example(0, 'train', source, index, 16, captions='detailed')
+      assert {k: v for k, v in alt.items() if k != 'caption'} == {k: v for k, v in detailed.items() if k != 'caption'}
+      if source == 'web' and not any(c in detailed['caption'] for c in synthetic.COLOR_NAMES):
+        continue  # unrelated alt-text by design
+      objects = re.findall(r'There is an? (\w+) (\w+) (\w+)', detailed['long_caption'])
+      assert objects
+      for size, color, shape in objects:
+        assert f'{size} ' in detailed['caption'] and f' {shape}' in detailed['caption'], (source, detailed)
+
+
+def test_detailed_captions_repeat_less_inside_a_source_and_keep_its_phrasing():
+  for source in ('web', 'sketch'):
+    alt = [synthetic.make_example(0, 'train', source, i, 8)['caption'] for i in range(300)]
+    detailed = [synthetic.make_example(0, 'train', source, i, 8, captions='detailed')['caption'] for i in range(300)]
+    repeated = lambda captions: sum(n for n in collections.Counter(captions).values() if n > 1)  # noqa: E731
+    assert repeated(detailed) < repeated(alt) / 2, (source, repeated(detailed), repeated(alt))
+  sketch = [synthetic.make_example(0, 'train', 'sketch', i, 8, captions='detailed')['caption'] for i in range(50)]
+  assert all(('drawing' in c) or ('sketch' in c) or ('doodle' in c) for c in sketch)
+
+
+def test_default_caption_style_keeps_the_cache_digest():
+  spec = synthetic.SyntheticSpec()
+  fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != 'captions'}
+  payload = json.dumps({**fields, 'version': synthetic.FORMAT_VERSION}, sort_keys=True)
+  import hashlib
+  assert spec.digest() == hashlib.sha256(payload.encode()).hexdigest()[:12]
+  assert synthetic.SyntheticSpec(captions='detailed').digest() != spec.digest()
+
+
+def test_unknown_caption_style_is_rejected(tmp_path):
+  with pytest.raises(ValueError, match="caption style 'verbose'.*detailed"):
+    synthetic.ensure_dataset(synthetic.SyntheticSpec(captions='verbose'), str(tmp_path))

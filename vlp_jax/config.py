@@ -68,6 +68,8 @@ def base_config() -> ml_collections.ConfigDict:
       'synthetic': {
           'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
           'sources': synthetic.SOURCES, 'shards': 2,
+          # 'alt_text' | 'detailed' (every object named in every source: few repeated captions; data/synthetic.py)
+          'captions': 'alt_text',
       },
   })
   c.optim = ml_collections.ConfigDict({
@@ -145,6 +147,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     'accumulation.mode': ACCUMULATION_MODES,
     'eval.split': ('val', 'test'),
     'eval.templates': TEMPLATE_CHOICES,
+    'data.synthetic.captions': synthetic.CAPTION_STYLES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
                   'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',

@@ -62,7 +62,8 @@ class EvalSet:
 def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
   s = data.synthetic
   return synthetic.SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
-                                 num_test=s.num_test, sources=tuple(s.sources), shards=s.shards)
+                                 num_test=s.num_test, sources=tuple(s.sources), shards=s.shards,
+                                 captions=s.captions)
 
 
 def train_paths(data: ml_collections.ConfigDict) -> list[str]:

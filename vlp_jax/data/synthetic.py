@@ -11,6 +11,13 @@ Sources differ in style and caption habits, so single-source batches have a real
   studio: flat backgrounds, filled shapes, clean descriptive captions;
   web:    noisy gradients, outlined shapes, alt-text with hashtags, unrelated or wrong captions now and then;
   sketch: paper with a grid, outline drawings, "a drawing of ..." captions.
+
+Two caption variants (`SyntheticSpec.captions`; the images are the same in both):
+  alt_text: the default. Studio captions name every object with its size; web and sketch name the main object and
+            sometimes one more, so a source's captions repeat (web: 2023 distinct in 10000).
+  detailed: every source names every object with its size, in its own phrasing and with the web's noise. Captions
+            rarely repeat inside a source, while the phrasing still gives the source away: the source-biased setting
+            of ZeroVL's debiased sampling without the false negatives of repeated captions.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ CLASS_NAMES = tuple(f'{c} {s}' for c in COLOR_NAMES for s in SHAPES)  # label = 
 SOURCES = ('studio', 'web', 'sketch')
 SPLITS = ('train', 'val', 'test')
 FORMAT_VERSION = 1
+CAPTION_STYLES = ('alt_text', 'detailed')
 
 # Fraction of the image side used as the radius of an object of each size.
 SIZE_RADIUS = {'large': (0.22, 0.26), 'medium': (0.14, 0.17), 'small': (0.09, 0.11)}
@@ -176,11 +184,15 @@ def _phrase(obj: SceneObject, with_size: bool) -> str:
   return with_article(f'{obj.size} {obj.name}' if with_size else obj.name)
 
 
-def short_caption(objects: list[SceneObject], source: str, background: str, rng: np.random.Generator) -> str:
-  """Alt-text in the habits of each source. The web source is sometimes wrong or unrelated, like real alt-text."""
+def short_caption(objects: list[SceneObject], source: str, background: str, rng: np.random.Generator,
+                  style: str = 'alt_text') -> str:
+  """Alt-text in the habits of each source. The web source is sometimes wrong or unrelated, like real alt-text.
+  style 'detailed' names every object with its size in every source (see the module docstring)."""
   main = objects[0]
   rest = objects[1:]
   pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+  if style == 'detailed' and source != 'studio':  # studio's alt-text is detailed already
+    return _detailed_caption(objects, source, rng, pick)
   if source == 'studio':
     phrases = ' and '.join(_phrase(o, True) for o in objects)
     return pick([f'{phrases} on a {background} background', f'a photo of {phrases}',
@@ -198,6 +210,22 @@ def short_caption(objects: list[SceneObject], source: str, background: str, rng:
   extra = f' next to {with_article(rest[0].name)}' if rest and rng.random() < 0.5 else ''
   return pick([f'a drawing of {with_article(main.name)}{extra}', f'sketch of {with_article(main.name)}{extra}',
                f'{main.name} doodle{extra}'])
+
+
+def _detailed_caption(objects: list[SceneObject], source: str, rng: np.random.Generator, pick) -> str:
+  """Web or sketch alt-text naming every object with its size; the web's noise as in `short_caption`."""
+  if source == 'web':
+    u = rng.random()
+    if u < 0.1:
+      return pick([f'IMG_{int(rng.integers(1000, 10000))}.jpg', 'untitled', 'image', 'click to enlarge'])
+    colors = [o.color for o in objects]
+    if u < 0.2:  # a wrong colour for the main object
+      colors[0] = COLOR_NAMES[(COLOR_NAMES.index(colors[0]) + 1 + int(rng.integers(len(COLORS) - 1))) % len(COLORS)]
+    names = ' and '.join(f'{o.size} {c} {o.shape}' for o, c in zip(objects, colors))
+    return pick([f'{names} stock image', f'{names} #{objects[0].shape} #art', f'buy {names} sticker online',
+                 f'{names} wallpaper hd'])
+  phrases = ' next to '.join(_phrase(o, True) for o in objects)
+  return pick([f'a drawing of {phrases}', f'sketch of {phrases}', f'{phrases} doodle'])
 
 
 def long_caption(objects: list[SceneObject], background: str) -> str:
@@ -233,15 +261,17 @@ def canonical_and_negatives(objects: list[SceneObject], rng: np.random.Generator
   return canonical, negatives
 
 
-def make_example(seed: int, split: str, source: str, index: int, resolution: int) -> dict[str, Any]:
-  """The example (seed, split, source, index) as a record dict (see records.py)."""
+def make_example(seed: int, split: str, source: str, index: int, resolution: int,
+                 captions: str = 'alt_text') -> dict[str, Any]:
+  """The example (seed, split, source, index) as a record dict (see records.py); `captions` is the caption style
+  of the short caption (CAPTION_STYLES). The image and every other field do not depend on it."""
   rng = _rng(seed, split, source, index)
   objects = sample_scene(rng)
   image, mask, background = render(objects, source, resolution, rng)
   canonical, negatives = canonical_and_negatives(objects, rng)
   return {
       'image': records.encode_png(image),
-      'caption': short_caption(objects, source, background, rng),
+      'caption': short_caption(objects, source, background, rng, captions),
       'long_caption': long_caption(objects, background),
       'label': class_label(objects[0].color, objects[0].shape),
       'source': source,
@@ -262,18 +292,22 @@ class SyntheticSpec:
   num_test: int = 500
   sources: tuple[str, ...] = SOURCES
   shards: int = 2
+  captions: str = 'alt_text'  # the short captions' style, CAPTION_STYLES
 
   def num_examples(self, split: str) -> int:
     return {'train': self.num_train, 'val': self.num_val, 'test': self.num_test}[split]
 
   def digest(self) -> str:
-    payload = json.dumps({**dataclasses.asdict(self), 'version': FORMAT_VERSION}, sort_keys=True)
+    fields = dataclasses.asdict(self)
+    if fields['captions'] == 'alt_text':  # the default keeps the digest (and cache) it had before the field existed
+      del fields['captions']
+    payload = json.dumps({**fields, 'version': FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def _examples(spec: SyntheticSpec, split: str, source: str) -> Iterator[dict[str, Any]]:
   for index in range(spec.num_examples(split)):
-    yield make_example(spec.seed, split, source, index, spec.resolution)
+    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions)
 
 
 def default_cache_dir() -> str:
@@ -289,6 +323,8 @@ def ensure_dataset(spec: SyntheticSpec, cache_dir: str | None = None, verbose: b
   for source in spec.sources:
     if source not in SOURCES:
       raise ValueError(f"unknown synthetic source '{source}'; valid choices: {SOURCES}")
+  if spec.captions not in CAPTION_STYLES:
+    raise ValueError(f"unknown synthetic caption style '{spec.captions}'; valid choices: {CAPTION_STYLES}")
   root = os.path.join(cache_dir or default_cache_dir(), f'synthetic-{spec.digest()}')
   if os.path.exists(os.path.join(root, 'spec.json')):
     return root
