@@ -32,6 +32,7 @@ from absl import app, flags  # noqa: E402
 
 TEACHER_SEED_OFFSET = 1000
 LOW_DATA = '--config.data.synthetic.num_train=1000'  # per source; the val and test splits are unchanged
+CLIP_NORM_2 = '--config.optim.grad_clip_norm=2.0'
 TINY_DATA = '--config.data.synthetic.num_train=300'
 DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
@@ -124,6 +125,14 @@ RUNS: dict[str, Run] = {
     'zerovl_pre_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches) from a trained '
                                              'CLIP, detailed captions', (DETAILED, '--config.data.mixing=single_source'),
                                              after='clip', baseline='clip_pre_detailed'),
+    # Single-source steps swing the gradient norm by 10x between sources (benchmarks/batch_spread.py); clipping
+    # every step to one norm takes that swing out of Adam's updates, on both kinds of batches.
+    'clip_pre_detailed_clip2': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, gradients clipped '
+                                   'to norm 2', (DETAILED, CLIP_NORM_2), after='clip', baseline='clip_pre_detailed'),
+    'clip_pre_detailed_single_source_clip2': Run(
+        'clip_shapes', 'CLIP from a trained CLIP, detailed captions, single-source batches, gradients clipped to '
+        'norm 2', (DETAILED, '--config.data.mixing=single_source', CLIP_NORM_2), after='clip',
+        baseline='clip_pre_detailed', control='clip_pre_detailed_clip2'),
     # COSMOS ablations.
     'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',
                              ('--config.objective.caption_in_text_crops=False',
@@ -153,6 +162,12 @@ GROUPS = {
     'ablate_cosmos': ('clip', 'cosmos', 'cosmos_caption_pool', 'cosmos_no_caption', 'cosmos_no_distill',
                       'cosmos_paper_crop', 'cosmos_keep_colour'),
     'ablate_slip': ('clip', 'clip_crop', 'slip', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
+    # ZeroVL in the source-biased setting without repeated captions, from scratch and from a trained CLIP, with
+    # and without clipping the gradient norm, and mixup on 900 pairs (RESULTS.md, part 7).
+    'zerovl_settings': ('clip_detailed', 'clip_detailed_single_source', 'zerovl_detailed_mixed',
+                        'zerovl_detailed_single_source', 'clip_pre_detailed', 'clip_pre_detailed_single_source',
+                        'zerovl_pre_detailed_mixed', 'zerovl_pre_detailed_single_source', 'clip_pre_detailed_clip2',
+                        'clip_pre_detailed_single_source_clip2', 'clip_tinydata', 'zerovl_tinydata'),
     'lowdata': ('clip_lowdata', 'zerovl_lowdata', 'clip_crop_lowdata', 'slip_lowdata'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.

@@ -13,7 +13,10 @@ The paper's other two components are switched off because of what the embedded d
   - debiased (single-source) batches: each source's alt-text captions come from a few templates over 36 classes
     (web: 2023 distinct captions in 10000, sketch: 2330), so a batch of one source holds 2.4x more exact duplicate
     captions than a mixed batch (28.6% of its rows against 11.9%), each a false negative that the contrastive loss
-    pushes apart. ZeroVL's sources (SBU, VG, CC3M, CC12M) have millions of distinct captions.
+    pushes apart. ZeroVL's sources (SBU, VG, CC3M, CC12M) have millions of distinct captions. Without repeated
+    captions (`--config.data.synthetic.captions=detailed`) they still lose, from scratch and from a trained CLIP:
+    the per-step gradient norm then swings 11x between sources, and clipping every step to one norm
+    (`--config.optim.grad_clip_norm=2.0`) recovers three quarters of the gap (RESULTS.md, part 7).
   - text augmentation: 20% of the tokens of a 5-10 token caption whose class is two words (a colour and a shape)
     drops or replaces a class word in about a third of the captions.
 

@@ -86,3 +86,25 @@ def test_vs_open_clip_rejects_a_bad_row():
   for bad in ('tiny', 'ViT-Q-7:32', 'tiny:0', 'tiny:x'):
     with pytest.raises(ValueError, match='--rows'):
       parse_rows([bad])
+
+
+def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
+  """benchmarks/batch_spread.py: a batch of one pair repeated has identical embeddings (cosine 1), no logit spread
+  and the chance loss ln B; a batch of different pairs has less than cosine 1 and some spread."""
+  import jax
+  import numpy as np
+  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+  from batch_spread import batch_statistics
+  from vlp_jax import models, objectives
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  size, length, batch = micro.model.vision.image_size, micro.model.text.context_length, 8
+  images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
+  texts = rng.integers(1, 1000, (batch, length)).astype(np.int32)
+  repeated = batch_statistics(objective, params, state, {'image': np.repeat(images[:1], batch, 0),
+                                                          'text': np.repeat(texts[:1], batch, 0)})
+  assert abs(repeated['image_cosine'] - 1) < 1e-5 and repeated['logit_std'] < 1e-4
+  assert abs(repeated['loss'] - np.log(batch)) < 1e-4
+  different = batch_statistics(objective, params, state, {'image': images, 'text': texts})
+  assert different['image_cosine'] < 0.999 and different['logit_std'] > 1e-3 and different['grad_norm'] > 0
