@@ -54,7 +54,7 @@ def main(argv):
   import jax
   from vlp_jax import models, objectives
   from vlp_jax.config import shapes_baseline, validate
-  from vlp_jax.data import datasets, pipeline, synthetic
+  from vlp_jax.data import datasets, pipeline, records, synthetic
   from vlp_jax.training.checkpoint import load_pretrained
 
   config = shapes_baseline()
@@ -66,7 +66,6 @@ def main(argv):
   pooled = [e for s in synthetic.SOURCES for e in examples[s]]
   rng = np.random.default_rng(FLAGS.seed)
   decode = pipeline.DecodeRecord()
-  from vlp_jax.data import records
 
   def draw(pool: list[dict]) -> dict:
     rows = [views.random_map(decode.map(records.serialize(pool[i])), rng)
