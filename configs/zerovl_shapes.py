@@ -16,7 +16,8 @@ The paper's other two components are switched off because of what the embedded d
     pushes apart. ZeroVL's sources (SBU, VG, CC3M, CC12M) have millions of distinct captions. Without repeated
     captions (`--config.data.synthetic.captions=detailed`) they still lose, from scratch and from a trained CLIP:
     the per-step gradient norm then swings 11x between sources, and clipping every step to one norm
-    (`--config.optim.grad_clip_norm=2.0`) recovers three quarters of the gap (RESULTS.md, part 7).
+    (`--config.optim.grad_clip_norm=2.0`) recovers three quarters of the gap on seed 0 but leaves single-source
+    batches 0.059 below mixed ones within a source on seed 1 (RESULTS.md, part 7).
   - text augmentation: 20% of the tokens of a 5-10 token caption whose class is two words (a colour and a shape)
     drops or replaces a class word in about a third of the captions.
 
