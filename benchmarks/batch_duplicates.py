@@ -64,6 +64,7 @@ if __name__ == '__main__':
   flags.DEFINE_integer('batch_size', 128, 'Rows per batch (the *_shapes.py configs use 128).')
   flags.DEFINE_integer('batches', 300, 'Random batches averaged.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')
-  flags.DEFINE_enum('captions', 'alt_text', ['alt_text', 'detailed'], "The embedded dataset's caption style "
+  from vlp_jax.data.synthetic import CAPTION_STYLES
+  flags.DEFINE_enum('captions', 'alt_text', list(CAPTION_STYLES), "The embedded dataset's caption style "
                     '(config.data.synthetic.captions).')
   app.run(main)

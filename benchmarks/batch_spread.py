@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Why single-source (debiased) batches stall a CLIP trained from scratch on the embedded dataset, and not one that
-starts from trained encoders: how far apart a batch's embeddings are, and how large the CLIP loss's gradient is, on
-mixed and on single-source batches, at random initialisation and at a trained checkpoint.
+"""What a CLIP step sees in mixed and in single-source (debiased) batches of the embedded dataset: how far apart a
+batch's embeddings are, and how large the CLIP loss's gradient is, at random initialisation and at a trained
+checkpoint.
 
 python benchmarks/batch_spread.py [--checkpoint=WORKDIR_OF_A_TRAINED_RUN] [--captions=detailed] [--batches=8]
 
@@ -33,6 +33,7 @@ def batch_statistics(objective, params: dict, model_state: dict, batch: dict) ->
   """The spread of one batch's embeddings and the size of its CLIP gradient (see the module docstring)."""
   import jax
   import jax.numpy as jnp
+  import optax
 
   def loss_fn(p):
     features, _ = objective.forward(p, model_state, batch, jax.random.key(0), train=False)
@@ -46,7 +47,7 @@ def batch_statistics(objective, params: dict, model_state: dict, batch: dict) ->
   logits = float(np.exp(np.asarray(params['logit_scale']))) * zi @ zt.T
   return {'image_cosine': float((cosine.sum() - np.trace(cosine)) / (n * (n - 1))),
           'logit_std': float(logits.std(axis=1).mean()), 'loss': float(loss),
-          'grad_norm': float(np.sqrt(sum(float(jnp.sum(g * g)) for g in jax.tree.leaves(grads))))}
+          'grad_norm': float(optax.global_norm(grads))}
 
 
 def main(argv):
@@ -90,7 +91,8 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.DEFINE_string('checkpoint', '', 'A trained run (workdir or step directory) to compare with the random init.')
-  flags.DEFINE_enum('captions', 'detailed', ['alt_text', 'detailed'], "The embedded dataset's caption style.")
+  from vlp_jax.data.synthetic import CAPTION_STYLES
+  flags.DEFINE_enum('captions', 'detailed', list(CAPTION_STYLES), "The embedded dataset's caption style.")
   flags.DEFINE_integer('batches', 8, 'Batches averaged per kind.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')
   app.run(main)

@@ -35,6 +35,7 @@ LOW_DATA = '--config.data.synthetic.num_train=1000'  # per source; the val and t
 CLIP_NORM_2 = '--config.optim.grad_clip_norm=2.0'
 TINY_DATA = '--config.data.synthetic.num_train=300'
 DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
+SINGLE_SOURCE = '--config.data.mixing=single_source'  # ZeroVL's debiased sampling
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
@@ -82,7 +83,7 @@ RUNS: dict[str, Run] = {
     'zerovl_debiased': Run('zerovl_debiased_shapes', "ZeroVL with the paper's three components (single-source "
                            'batches, mixup, text augmentation)'),
     'zerovl_single_source': Run('zerovl_shapes', 'ZeroVL (mixup) on single-source batches',
-                                ('--config.data.mixing=single_source',)),
+                                (SINGLE_SOURCE,)),
     'zerovl_text_augment': Run('zerovl_shapes', 'ZeroVL (mixup) with text augmentation',
                                ('--config.objective.text_augment=True',)),
     'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup (CLIP through the ZeroVL objective)',
@@ -92,7 +93,7 @@ RUNS: dict[str, Run] = {
                                 ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
     'zerovl_t002': Run('zerovl_shapes', "ZeroVL (mixup) at the paper's constant temperature 0.02",
                        ('--config.objective.fixed_temperature=0.02',), control='zerovl_no_mixup_t002'),
-    'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', ('--config.data.mixing=single_source',)),
+    'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', (SINGLE_SOURCE,)),
     # Low data: the same 400 steps on a tenth of the train split (1000 pairs per source, about 17 epochs), where
     # CLIP overfits and the regularisers that ZeroVL's mixup and SLIP's SimCLR add have something to act on.
     'clip_lowdata': Run('clip_shapes', 'CLIP, low data (3000 pairs)', (LOW_DATA,), baseline='clip_lowdata'),
@@ -108,30 +109,30 @@ RUNS: dict[str, Run] = {
     # captions inside a source), while images and phrasing still give the source away (data/synthetic.py).
     'clip_detailed': Run('clip_shapes', 'CLIP, detailed captions', (DETAILED,), baseline='clip_detailed'),
     'clip_detailed_single_source': Run('clip_shapes', 'CLIP, detailed captions, single-source batches',
-                                       (DETAILED, '--config.data.mixing=single_source'), baseline='clip_detailed'),
+                                       (DETAILED, SINGLE_SOURCE), baseline='clip_detailed'),
     'zerovl_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches), detailed captions', (DETAILED,),
                                  baseline='clip_detailed'),
     'zerovl_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches), detailed captions',
-                                         (DETAILED, '--config.data.mixing=single_source'), baseline='clip_detailed'),
+                                         (DETAILED, SINGLE_SOURCE), baseline='clip_detailed'),
     # ZeroVL starts from pre-trained encoders (appendix A.9: an ImageNet ViT-B/16 and BERT-Base). Here: the same
     # seed's trained `clip` (alt-text captions), then 400 steps on the detailed captions, every run from that start.
     'clip_pre_detailed': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions', (DETAILED,), after='clip',
                              baseline='clip_pre_detailed'),
     'clip_pre_detailed_single_source': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, '
-                                           'single-source batches', (DETAILED, '--config.data.mixing=single_source'),
+                                           'single-source batches', (DETAILED, SINGLE_SOURCE),
                                            after='clip', baseline='clip_pre_detailed'),
     'zerovl_pre_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches) from a trained CLIP, detailed '
                                      'captions', (DETAILED,), after='clip', baseline='clip_pre_detailed'),
     'zerovl_pre_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches) from a trained '
-                                             'CLIP, detailed captions', (DETAILED, '--config.data.mixing=single_source'),
+                                             'CLIP, detailed captions', (DETAILED, SINGLE_SOURCE),
                                              after='clip', baseline='clip_pre_detailed'),
-    # Single-source steps swing the gradient norm by 10x between sources (benchmarks/batch_spread.py); clipping
+    # Single-source steps swing the gradient norm by 11x between sources (benchmarks/batch_spread.py); clipping
     # every step to one norm takes that swing out of Adam's updates, on both kinds of batches.
     'clip_pre_detailed_clip2': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, gradients clipped '
                                    'to norm 2', (DETAILED, CLIP_NORM_2), after='clip', baseline='clip_pre_detailed'),
     'clip_pre_detailed_single_source_clip2': Run(
         'clip_shapes', 'CLIP from a trained CLIP, detailed captions, single-source batches, gradients clipped to '
-        'norm 2', (DETAILED, '--config.data.mixing=single_source', CLIP_NORM_2), after='clip',
+        'norm 2', (DETAILED, SINGLE_SOURCE, CLIP_NORM_2), after='clip',
         baseline='clip_pre_detailed', control='clip_pre_detailed_clip2'),
     # COSMOS ablations.
     'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',

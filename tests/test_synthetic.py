@@ -1,6 +1,7 @@
 """The embedded dataset: deterministic, split-separated, and consistent between images, masks and captions."""
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -105,7 +106,6 @@ def test_default_caption_style_keeps_the_cache_digest():
   spec = synthetic.SyntheticSpec()
   fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != 'captions'}
   payload = json.dumps({**fields, 'version': synthetic.FORMAT_VERSION}, sort_keys=True)
-  import hashlib
   assert spec.digest() == hashlib.sha256(payload.encode()).hexdigest()[:12]
   assert synthetic.SyntheticSpec(captions='detailed').digest() != spec.digest()
 

@@ -198,12 +198,9 @@ def short_caption(objects: list[SceneObject], source: str, background: str, rng:
     return pick([f'{phrases} on a {background} background', f'a photo of {phrases}',
                  f'{phrases} in front of a {background} backdrop'])
   if source == 'web':
-    u = rng.random()
-    if u < 0.1:
-      return pick([f'IMG_{int(rng.integers(1000, 10000))}.jpg', 'untitled', 'image', 'click to enlarge'])
-    color = main.color
-    if u < 0.2:  # a wrong colour for the main object
-      color = COLOR_NAMES[(COLOR_NAMES.index(color) + 1 + int(rng.integers(len(COLORS) - 1))) % len(COLORS)]
+    unrelated, color = _web_noise(main.color, rng, pick)
+    if unrelated:
+      return unrelated
     extra = f' and {rest[0].color} {rest[0].shape}' if rest and rng.random() < 0.5 else ''
     return pick([f'{color} {main.shape}{extra} stock image', f'{color} {main.shape}{extra} #{main.shape} #art',
                  f'buy {color} {main.shape} sticker online', f'{color} {main.shape}{extra} wallpaper hd'])
@@ -212,15 +209,24 @@ def short_caption(objects: list[SceneObject], source: str, background: str, rng:
                f'{main.name} doodle{extra}'])
 
 
+def _web_noise(color: str, rng: np.random.Generator, pick) -> tuple[str, str]:
+  """The web's alt-text noise: (an unrelated caption 10% of the time, else ''; the main object's colour as the
+  caption names it, a wrong one another 10% of the time)."""
+  u = rng.random()
+  if u < 0.1:
+    return pick([f'IMG_{int(rng.integers(1000, 10000))}.jpg', 'untitled', 'image', 'click to enlarge']), color
+  if u < 0.2:
+    color = COLOR_NAMES[(COLOR_NAMES.index(color) + 1 + int(rng.integers(len(COLORS) - 1))) % len(COLORS)]
+  return '', color
+
+
 def _detailed_caption(objects: list[SceneObject], source: str, rng: np.random.Generator, pick) -> str:
   """Web or sketch alt-text naming every object with its size; the web's noise as in `short_caption`."""
   if source == 'web':
-    u = rng.random()
-    if u < 0.1:
-      return pick([f'IMG_{int(rng.integers(1000, 10000))}.jpg', 'untitled', 'image', 'click to enlarge'])
-    colors = [o.color for o in objects]
-    if u < 0.2:  # a wrong colour for the main object
-      colors[0] = COLOR_NAMES[(COLOR_NAMES.index(colors[0]) + 1 + int(rng.integers(len(COLORS) - 1))) % len(COLORS)]
+    unrelated, main_color = _web_noise(objects[0].color, rng, pick)
+    if unrelated:
+      return unrelated
+    colors = [main_color] + [o.color for o in objects[1:]]
     names = ' and '.join(f'{o.size} {c} {o.shape}' for o, c in zip(objects, colors))
     return pick([f'{names} stock image', f'{names} #{objects[0].shape} #art', f'buy {names} sticker online',
                  f'{names} wallpaper hd'])
