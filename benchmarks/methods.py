@@ -36,6 +36,7 @@ CLIP_NORM_2 = '--config.optim.grad_clip_norm=2.0'
 TINY_DATA = '--config.data.synthetic.num_train=300'
 DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
 SINGLE_SOURCE = '--config.data.mixing=single_source'  # ZeroVL's debiased sampling
+LONG = '--config.total_steps=1600'
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
@@ -88,6 +89,22 @@ RUNS: dict[str, Run] = {
                                ('--config.objective.text_augment=True',)),
     'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup (CLIP through the ZeroVL objective)',
                            ('--config.objective.mixup=False',)),
+    # Which half of the coin costs retrieval: the coin fixed to pixel mixup of the images, or to mixup of the
+    # projected text embeddings (lam drawn as under the coin).
+    'zerovl_image_mixup': Run('zerovl_shapes', 'ZeroVL, pixel mixup of the images on every step (coin fixed)',
+                              ('--config.objective.mixup_modality=image',)),
+    'zerovl_text_mixup': Run('zerovl_shapes', 'ZeroVL, mixup of the text embeddings on every step (coin fixed)',
+                             ('--config.objective.mixup_modality=text',)),
+    # The two-target loss on unmixed inputs: max(lam, 1 - lam) on the pair, the rest on the reversed partner (label
+    # smoothing toward one other row), which is what mixup's targets add beside its mixed inputs.
+    'zerovl_targets_only': Run('zerovl_shapes', "ZeroVL's two-target loss, nothing mixed (label smoothing)",
+                               ('--config.objective.mixup_modality=targets_only',)),
+    # A 4x longer budget (1600 steps, about 7 epochs of the train split): mixup and SimCLR are regularisers that
+    # slow the fit, and 400 steps may end before they pay.
+    'clip_long': Run('clip_shapes', 'CLIP, 1600 steps', (LONG,), baseline='clip_long'),
+    'zerovl_long': Run('zerovl_shapes', 'ZeroVL (mixup), 1600 steps', (LONG,), baseline='clip_long'),
+    'clip_crop_long': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, 1600 steps", (LONG,), baseline='clip_long'),
+    'slip_long': Run('slip_shapes', 'SLIP, 1600 steps', (LONG,), baseline='clip_long', control='clip_crop_long'),
     # The paper's constant temperature 0.02 (logit scale 50) instead of the learned one, with and without mixup.
     'zerovl_no_mixup_t002': Run('zerovl_shapes', "CLIP at ZeroVL's constant temperature 0.02 (ZeroVL, no mixup)",
                                 ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
@@ -169,6 +186,10 @@ GROUPS = {
                         'zerovl_detailed_single_source', 'clip_pre_detailed', 'clip_pre_detailed_single_source',
                         'zerovl_pre_detailed_mixed', 'zerovl_pre_detailed_single_source', 'clip_pre_detailed_clip2',
                         'clip_pre_detailed_single_source_clip2', 'clip_tinydata', 'zerovl_tinydata'),
+    # Which half of coin-flipping mixup costs retrieval (RESULTS.md, part 8).
+    'ablate_mixup': ('clip', 'zerovl', 'zerovl_image_mixup', 'zerovl_text_mixup', 'zerovl_targets_only'),
+    # Whether a 4x longer budget lets mixup and SimCLR pay (RESULTS.md, part 8).
+    'long_budget': ('clip_long', 'zerovl_long', 'clip_crop_long', 'slip_long'),
     'lowdata': ('clip_lowdata', 'zerovl_lowdata', 'clip_crop_lowdata', 'slip_lowdata'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.

@@ -20,10 +20,11 @@ def test_expand_puts_dependencies_first_and_rejects_unknown_names():
 
 
 def test_every_run_names_a_config_that_validates():
-  from vlp_jax.config import from_file, validate
+  from vlp_jax.config import from_file, validate, with_current_defaults
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   for name, run in methods.RUNS.items():
-    config = from_file(os.path.join(root, 'configs', f'{run.config}.py'))
+    # Every key the --config flag accepts: the file's, and its objective's options left at their defaults.
+    config = with_current_defaults(from_file(os.path.join(root, 'configs', f'{run.config}.py')))
     for override in run.overrides:  # '--config.a.b=value' onto the config, typed by the current value
       key, value = override[len('--config.'):].split('=', 1)
       *path, leaf = key.split('.')

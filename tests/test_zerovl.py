@@ -137,6 +137,37 @@ def test_features_mix_images_or_text_embeddings(micro, heads):
   np.testing.assert_allclose(plain['mixup_lambda'], 1.0)
 
 
+@pytest.mark.parametrize('modality, want_heads', [('image', True), ('text', False)])
+def test_mixup_modality_fixes_the_coin_and_keeps_lambda(micro, modality, want_heads):
+  coin = _zerovl(micro.copy_and_resolve_references(), mixup_modality='coin')[0]
+  fixed = _zerovl(micro, mixup_modality=modality)[0]
+  rngs = jax.random.split(jax.random.key(1), 32)
+  coin_lams, coins = jax.vmap(coin.draw_mixup)(rngs)
+  lams, heads = jax.vmap(fixed.draw_mixup)(rngs)
+  assert 0 < int(np.sum(coins)) < 32  # the paper's coin lands both ways
+  np.testing.assert_array_equal(heads, want_heads)
+  np.testing.assert_array_equal(lams, coin_lams)  # only the coin is fixed, lam is the same draw
+  micro.objective.mixup_modality = 'both'
+  with pytest.raises(ValueError, match=r"config.objective.mixup_modality='both'.*'coin', 'image', 'text'"):
+    objectives.build(micro, None)
+
+
+@pytest.mark.parametrize('heads', [True, False])
+def test_targets_only_mixes_nothing_and_keeps_the_two_target_loss(micro, heads):
+  mixed = _zerovl(micro.copy_and_resolve_references(), mixup_alpha=2.0)[0]
+  objective, params, state, batch = _zerovl(micro, mixup_alpha=2.0, mixup_modality='targets_only')
+  rng, lam = _rng_with_coin(mixed, heads)
+  features, _ = objective.forward(params, state, batch, rng)
+  plain, _ = objective.forward(params, state, batch, rng, train=False)
+  np.testing.assert_allclose(features['zi'], plain['zi'], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(features['zt'], plain['zt'], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(features['mixup_lambda'], max(lam, 1 - lam))  # the pair keeps the larger weight
+  loss, _ = objective.loss(features, params, jnp.int32(0))
+  want = mixup_infonce(plain['zi'], plain['zt'], params['logit_scale'], max(lam, 1 - lam))[0]
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+  assert abs(float(loss) - float(clip_infonce(plain['zi'], plain['zt'], params['logit_scale'])[0])) > 1e-4
+
+
 def test_fixed_temperature_is_constant(micro):
   objective, params, state, batch = _zerovl(micro, fixed_temperature=0.02, mixup=False)
   features, _ = objective.forward(params, state, batch, jax.random.key(0))

@@ -7,6 +7,10 @@ Coin-flipping mixup, per step: lam ~ Beta(alpha, alpha) and a fair coin, both dr
   heads: images are mixed in pixel space with the reversed batch, x'_i = lam x_i + (1 - lam) x_{B-1-i}, before the
          image tower;
   tails: text embeddings are mixed the same way after the projection and before the L2 norm.
+Ablations (`mixup_modality`; the paper flips the coin): 'image' or 'text' fixes the coin, which separates the two
+halves; 'targets_only' mixes nothing and keeps the two-target loss with the pair's weight max(lam, 1 - lam) (the
+weight of the dominant input under mixup), which separates the soft targets from the mixed inputs: label smoothing
+of weight min(lam, 1 - lam) toward the reversed partner.
 The loss is `mixup_infonce`: lam CE(logits, arange) + (1 - lam) CE(logits, reversed arange), in both directions.
 """
 from __future__ import annotations
@@ -38,6 +42,9 @@ class ZeroVLViews(ClipViews):
     return out
 
 
+MIXUP_MODALITIES = ('coin', 'image', 'text', 'targets_only')
+
+
 def mix_with_reversed(x: jax.Array, lam: jax.Array) -> jax.Array:
   """[B, ...] -> [B, ...]: lam x + (1 - lam) x[::-1], the reversal over the (global) batch axis."""
   lam = lam.astype(x.dtype)
@@ -53,6 +60,8 @@ class ZeroVLObjective(Objective):
         **super().default_config(), 'name': cls.name,
         'mixup': True,  # coin-flipping mixup
         'mixup_alpha': 0.1,  # lam ~ Beta(alpha, alpha)
+        'mixup_modality': 'coin',  # 'coin': a fair coin per step picks what is mixed (the paper); 'image', 'text'
+        # or 'targets_only' (ablations: see the module docstring)
         'text_augment': True,  # pick, then mask / replace / delete caption tokens (host side)
         'text_augment_prob': 0.2,  # fraction of caption tokens picked
         'text_mask_prob': 0.5,  # of the picked: masked (with the mask id of data/text.py) ...
@@ -67,6 +76,8 @@ class ZeroVLObjective(Objective):
     del config
     if c.mixup_alpha <= 0:
       raise ValueError(f'config.objective.mixup_alpha={c.mixup_alpha} must be > 0 (lam ~ Beta(alpha, alpha))')
+    if c.mixup_modality not in MIXUP_MODALITIES:
+      raise ValueError(f'config.objective.mixup_modality={c.mixup_modality!r} must be one of {MIXUP_MODALITIES}')
     if c.fixed_temperature < 0:
       raise ValueError(f'config.objective.fixed_temperature={c.fixed_temperature} must be >= 0 (0 = learned)')
     keys = ('text_augment_prob', 'text_mask_prob', 'text_replace_prob', 'text_delete_prob')
@@ -91,11 +102,19 @@ class ZeroVLObjective(Objective):
     return ZeroVLViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                        crop_scale=tuple(config.data.crop_scale), augment=config.data.augment, text_augment=augment)
 
+  @property
+  def mixes_inputs(self) -> bool:
+    return self.config.mixup_modality != 'targets_only'
+
   def draw_mixup(self, rng: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(lam [], heads [] bool) for one step, from the step rng (the same on every device)."""
+    """(lam [], heads [] bool) for one step, from the step rng (the same on every device). heads = images mixed;
+    with `mixup_modality` 'image' or 'text' the coin is fixed, and lam is the same draw as under the coin (with
+    'targets_only' the coin is drawn but nothing is mixed)."""
     lam_rng, coin_rng = jax.random.split(rng)
     lam = jax.random.beta(lam_rng, self.config.mixup_alpha, self.config.mixup_alpha, dtype=jnp.float32)
-    return lam, jax.random.bernoulli(coin_rng)
+    modality = self.config.mixup_modality
+    heads = jnp.bool_(modality == 'image') if modality in ('image', 'text') else jax.random.bernoulli(coin_rng)
+    return lam, heads
 
   def prepare(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
     """Draw (lam, coin) once for the global batch; on heads mix the images with the reversed global batch.
@@ -106,10 +125,12 @@ class ZeroVLObjective(Objective):
     """
     mixup = train and self.config.mixup
     lam, heads = self.draw_mixup(rng) if mixup else (jnp.float32(1.0), jnp.bool_(False))
+    if not self.mixes_inputs:  # unmixed inputs: the pair itself is the dominant one
+      lam = jnp.maximum(lam, 1.0 - lam)
     batch_size = batch['image'].shape[0]
     out = {**batch, 'mixup_lambda': jnp.full((batch_size,), lam, jnp.float32),
            'mixup_coin': jnp.full((batch_size,), heads, jnp.float32)}
-    if mixup:  # the weight is 1 where the coin picked the other modality: the mix is then exactly the identity
+    if mixup and self.mixes_inputs:  # weight 1 where the coin picked the other modality: exactly the identity
       out['image'] = mix_with_reversed(batch['image'], jnp.where(heads, lam, 1.0))
     return out
 
@@ -130,7 +151,8 @@ class ZeroVLObjective(Objective):
     adds 'zt' [B, d]."""
     del params, train
     lam, heads = features['mixup_lambda'][0], features['mixup_coin'][0] > 0.5
-    zt = l2_normalize(mix_with_reversed(features['text_embed'], jnp.where(heads, 1.0, lam)))
+    weight = jnp.where(heads, 1.0, lam) if self.mixes_inputs else jnp.float32(1.0)
+    zt = l2_normalize(mix_with_reversed(features['text_embed'], weight))
     return {**features, 'zt': zt}, model_state
 
   def log_scale(self, params: dict) -> jax.Array:
