@@ -105,6 +105,8 @@ RUNS: dict[str, Run] = {
     'zerovl_long': Run('zerovl_shapes', 'ZeroVL (mixup), 1600 steps', (LONG,), baseline='clip_long'),
     'clip_crop_long': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, 1600 steps", (LONG,), baseline='clip_long'),
     'slip_long': Run('slip_shapes', 'SLIP, 1600 steps', (LONG,), baseline='clip_long', control='clip_crop_long'),
+    'slip_no_crop_long': Run('slip_shapes', 'SLIP with the whole image as its CLIP view, 1600 steps',
+                             ("--config.objective.clip_crop_scale=(1.0,1.0)", LONG), baseline='clip_long'),
     # The paper's constant temperature 0.02 (logit scale 50) instead of the learned one, with and without mixup.
     'zerovl_no_mixup_t002': Run('zerovl_shapes', "CLIP at ZeroVL's constant temperature 0.02 (ZeroVL, no mixup)",
                                 ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
@@ -189,7 +191,7 @@ GROUPS = {
     # Which half of coin-flipping mixup costs retrieval (RESULTS.md, part 8).
     'ablate_mixup': ('clip', 'zerovl', 'zerovl_image_mixup', 'zerovl_text_mixup', 'zerovl_targets_only'),
     # Whether a 4x longer budget lets mixup and SimCLR pay (RESULTS.md, part 8).
-    'long_budget': ('clip_long', 'zerovl_long', 'clip_crop_long', 'slip_long'),
+    'long_budget': ('clip_long', 'zerovl_long', 'clip_crop_long', 'slip_long', 'slip_no_crop_long'),
     'lowdata': ('clip_lowdata', 'zerovl_lowdata', 'clip_crop_lowdata', 'slip_lowdata'),
 }
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.

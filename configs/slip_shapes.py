@@ -18,6 +18,11 @@ it). With a tenth of the train data (17 epochs, where CLIP overfits; `benchmarks
 level with its control again on seed 3 (zero-shot 0.151 vs 0.159, mean R@1 0.127 vs 0.125). Each step runs the
 image tower on three views: about 1.3-1.8x a CLIP step.
 
+A 4x budget does not change this (RESULTS.md, part 8, seed 0, `--config.total_steps=1600`): SLIP is still mixed
+against its control (zero-shot 0.223 vs 0.194, linear probe 0.266 vs 0.317), the crop's cost grows (CLIP on the whole
+image reaches 0.682), and without the crop SimCLR costs CLIP more than at 400 steps (zero-shot 0.411 vs 0.682, probe
+0.561 vs 0.828): on these scenes SimCLR competes with the contrastive objective for the tiny tower; why is open.
+
 python -m vlp_jax.main --config=configs/slip_shapes.py --workdir=/tmp/slip
 """
 from vlp_jax.config import shapes_baseline
