@@ -37,6 +37,7 @@ TINY_DATA = '--config.data.synthetic.num_train=300'
 DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
 SINGLE_SOURCE = '--config.data.mixing=single_source'  # ZeroVL's debiased sampling
 LONG = '--config.total_steps=1600'
+NO_CROP = '--config.objective.clip_crop_scale=(1.0,1.0)'  # SLIP's CLIP view: the whole image
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
@@ -106,7 +107,7 @@ RUNS: dict[str, Run] = {
     'clip_crop_long': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, 1600 steps", (LONG,), baseline='clip_long'),
     'slip_long': Run('slip_shapes', 'SLIP, 1600 steps', (LONG,), baseline='clip_long', control='clip_crop_long'),
     'slip_no_crop_long': Run('slip_shapes', 'SLIP with the whole image as its CLIP view, 1600 steps',
-                             ("--config.objective.clip_crop_scale=(1.0,1.0)", LONG), baseline='clip_long'),
+                             (NO_CROP, LONG), baseline='clip_long'),
     # The paper's constant temperature 0.02 (logit scale 50) instead of the learned one, with and without mixup.
     'zerovl_no_mixup_t002': Run('zerovl_shapes', "CLIP at ZeroVL's constant temperature 0.02 (ZeroVL, no mixup)",
                                 ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
@@ -172,11 +173,11 @@ RUNS: dict[str, Run] = {
                              ("--config.objective.ssl_color_jitter=(0.4,0.4,0.4,0.1)",
                               '--config.objective.ssl_grayscale_prob=0.2')),
     'slip_no_crop': Run('slip_shapes', 'SLIP with the whole image as its CLIP view (no random crop)',
-                        ("--config.objective.clip_crop_scale=(1.0,1.0)",)),
+                        (NO_CROP,)),
     # The SimCLR weight c, on whole-image CLIP views: does SimCLR's cost there scale with its share of the gradient,
     # and does a smaller share help?
     'slip_no_crop_ssl01': Run('slip_shapes', 'SLIP without the crop, SimCLR weight 0.1',
-                              ("--config.objective.clip_crop_scale=(1.0,1.0)", '--config.objective.ssl_scale=0.1')),
+                              (NO_CROP, '--config.objective.ssl_scale=0.1')),
 }
 GROUPS = {
     'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_crop', 'slip', 'cosmos', 'zerovl'),
