@@ -178,6 +178,18 @@ RUNS: dict[str, Run] = {
     # and does a smaller share help?
     'slip_no_crop_ssl01': Run('slip_shapes', 'SLIP without the crop, SimCLR weight 0.1',
                               (NO_CROP, '--config.objective.ssl_scale=0.1')),
+    # Whether SimCLR's cost comes from the per-image web background, an instance cue: each SimCLR view gets its own
+    # random background (the records' class masks find it), so the two views share only their objects.
+    'slip_no_crop_random_bg': Run('slip_shapes', 'SLIP without the crop, SimCLR views on random backgrounds',
+                                  (NO_CROP, "--config.objective.ssl_background=random")),
+    'slip_no_crop_random_bg_crop035': Run('slip_shapes',
+                                          'SLIP without the crop, SimCLR views on random backgrounds, crops 0.35-1',
+                                          (NO_CROP, "--config.objective.ssl_background=random",
+                                           '--config.objective.ssl_crop_scale=(0.35,1.0)')),
+    'slip_no_crop_random_bg_ssl01': Run('slip_shapes',
+                                        'SLIP without the crop, SimCLR views on random backgrounds, weight 0.1',
+                                        (NO_CROP, "--config.objective.ssl_background=random",
+                                         '--config.objective.ssl_scale=0.1')),
 }
 GROUPS = {
     'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_crop', 'slip', 'cosmos', 'zerovl'),
@@ -188,6 +200,8 @@ GROUPS = {
                       'cosmos_paper_crop', 'cosmos_keep_colour'),
     'ablate_slip': ('clip', 'clip_crop', 'slip', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
     'slip_weight': ('clip', 'slip_no_crop', 'slip_no_crop_ssl01'),
+    'slip_background': ('clip', 'slip_no_crop', 'slip_no_crop_random_bg', 'slip_no_crop_ssl01',
+                        'slip_no_crop_random_bg_ssl01'),
     # ZeroVL in the source-biased setting without repeated captions, from scratch and from a trained CLIP, with
     # and without clipping the gradient norm, and mixup on 900 pairs (RESULTS.md, part 7).
     'zerovl_settings': ('clip_detailed', 'clip_detailed_single_source', 'zerovl_detailed_mixed',

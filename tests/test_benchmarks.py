@@ -108,3 +108,22 @@ def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
   assert abs(repeated['loss'] - np.log(batch)) < 1e-4
   different = batch_statistics(objective, params, state, {'image': images, 'text': texts})
   assert different['image_cosine'] < 0.999 and different['logit_std'] > 1e-3 and different['grad_norm'] > 0
+
+
+def test_background_shift_is_zero_for_unmoved_features_and_one_for_another_scene():
+  """benchmarks/background_cue.py: features that ignore the new background give 0; features of unrelated images
+  give about 1 (as far apart as two different scenes); the features' norms do not matter."""
+  import numpy as np
+  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+  from background_cue import background_shift, parse_runs
+  rng = np.random.default_rng(0)
+  features = rng.normal(size=(400, 16)) + 0.5
+  assert background_shift(features, 3.0 * features) < 1e-12
+  assert abs(background_shift(features, rng.normal(size=(400, 16)) + 0.5) - 1) < 0.1
+  partly = features + rng.normal(size=features.shape)  # a shift between the two
+  assert 0.1 < background_shift(features, partly) < 0.6
+  with pytest.raises(ValueError, match=r'\(400, 16\) and \(400, 8\)'):
+    background_shift(features, features[:, :8])
+  assert parse_runs('clip=/a,slip=/b/c') == [('clip', '/a'), ('slip', '/b/c')]
+  with pytest.raises(ValueError, match="--runs has '/a'"):
+    parse_runs('/a')

@@ -13,6 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
+from vlp_jax.data import records
 from vlp_jax.losses import saco
 from vlp_jax.losses.contrastive import clip_infonce
 from vlp_jax.losses.simclr import simclr_loss
@@ -206,6 +207,10 @@ def test_invalid_options_name_the_key(micro):
   micro.objective.ssl_crop_scale = (0.0, 1.0)
   with pytest.raises(ConfigError, match='config.objective.ssl_crop_scale'):
     validate(micro)
+  micro.objective.ssl_crop_scale = (0.08, 1.0)
+  micro.objective.ssl_background = 'shuffle'
+  with pytest.raises(ConfigError, match=r"config.objective.ssl_background='shuffle' .*\['keep', 'random'\]"):
+    validate(micro)
 
 
 def test_views(micro):
@@ -226,6 +231,33 @@ def test_views(micro):
   chex.assert_trees_all_equal(dataset[1], out)  # deterministic per (seed, index)
   again = grain.MapDataset.source(examples).random_map(views, seed=8)[1]
   assert not np.array_equal(again['ssl_a'], out['ssl_a'])
+
+
+def test_random_background_views_share_only_the_objects(micro):
+  # Two records with the same object on different backgrounds: with ssl_background='random' their SimCLR views are
+  # the same pixels (the views keep nothing of the background), while their CLIP views still differ.
+  _slip(micro, ssl_background='random')
+  views = pickle.loads(pickle.dumps(objectives.get('slip').views(micro)))
+  rng = np.random.default_rng(0)
+  size = micro.model.vision.image_size
+  mask = np.zeros((size, size), np.uint8)
+  mask[size // 4:size // 2, size // 4:3 * size // 4] = 3
+  examples = []
+  for i in range(2):
+    image = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+    image[mask > 0] = (200, 30, 30)
+    examples.append({'image': image, 'mask': records.encode_png(mask), 'caption': 'a red square', 'label': 2,
+                     'key': str(i)})
+  first, second = (views.random_map(example, np.random.default_rng(3)) for example in examples)
+  for view in ('ssl_a', 'ssl_b'):
+    np.testing.assert_array_equal(first[view], second[view])
+  assert not np.array_equal(first['image'], second['image'])
+  assert not np.array_equal(first['ssl_a'], first['ssl_b'])
+  kept = pickle.loads(pickle.dumps(objectives.get('slip').views(_slip(micro, ssl_background='keep'))))
+  assert not np.array_equal(kept.random_map(examples[0], np.random.default_rng(3))['ssl_a'],
+                            kept.random_map(examples[1], np.random.default_rng(3))['ssl_a'])
+  with pytest.raises(ValueError, match="ssl_background='random' needs a per-pixel class map .* record '0'"):
+    views.random_map({key: value for key, value in examples[0].items() if key != 'mask'}, rng)
 
 
 def _without_key_biases(params):

@@ -137,3 +137,23 @@ def test_simclr_view_keeps_colours_without_hue_jitter_and_grayscale():
     moved.append(np.abs(_hues(slip) - want).max() if slip.std(axis=-1).max() > 0 else 1.0)  # grey: no hue
   assert max(kept) < 0.04  # brightness, contrast, saturation keep the hue, but for clipping at 0 and 255
   assert sum(m > 0.05 for m in moved) >= 20  # about 0.8 x 3/4 jittered by more than 0.05 of a turn, plus greys
+
+
+def test_random_background_keeps_the_objects_and_replaces_the_rest():
+  image, mask = _image(0, 16, 20), np.zeros((16, 20), np.uint8)
+  mask[4:10, 6:15] = 7  # one object
+  first, again = transforms.random_background(image, mask, _rng(0)), transforms.random_background(image, mask, _rng(0))
+  second = transforms.random_background(image, mask, _rng(1))
+  np.testing.assert_array_equal(first, again)  # deterministic per generator state
+  for out in (first, second):
+    assert out.shape == image.shape and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[4:10, 6:15], image[4:10, 6:15])
+  background = mask == 0
+  assert not np.array_equal(first[background], image[background])
+  assert not np.array_equal(first[background], second[background])
+  # The new background does not depend on the old one: another image with the same objects gets the same pixels.
+  other = _image(5, 16, 20)
+  other[4:10, 6:15] = image[4:10, 6:15]
+  np.testing.assert_array_equal(transforms.random_background(other, mask, _rng(0)), first)
+  with pytest.raises(ValueError, match='the mask is 8x20 but the image is 16x20'):
+    transforms.random_background(image, mask[:8], _rng(0))

@@ -202,6 +202,21 @@ def horizontal_flip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5)
   return np.ascontiguousarray(image[:, ::-1])
 
 
+def random_background(image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+  """[H, W, 3] uint8 image and its [H, W] class map (0 = background) -> the image with every background pixel
+  replaced by a fresh random background: a vertical gradient between two uniform random colours plus Gaussian pixel
+  noise (sd 18). Two calls share nothing about the original background, so views made after it cannot be matched
+  by their backgrounds. Pixels on an object's anti-aliased edge are in the mask and keep their blend."""
+  if mask.shape != image.shape[:2]:
+    raise ValueError(f'the mask is {mask.shape[0]}x{mask.shape[1]} but the image is {image.shape[0]}x'
+                     f'{image.shape[1]}; random_background needs a class map of the image size')
+  height, width = mask.shape
+  top, bottom = rng.integers(0, 256, size=(2, 3))
+  ramp = np.linspace(0.0, 1.0, height)[:, None, None]
+  background = top * (1 - ramp) + bottom * ramp + rng.normal(0.0, 18.0, (height, width, 3))
+  return np.where(mask[..., None] > 0, image, _to_uint8(background))
+
+
 def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator,
                 crop_scale: tuple[float, float] = (0.08, 1.0),
                 jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import transforms
+from vlp_jax.data import records, transforms
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
@@ -28,6 +28,7 @@ from vlp_jax.objectives.clip import ClipObjective
 
 SSL_VIEWS = ('ssl_a', 'ssl_b')
 VIEWS = ('image', *SSL_VIEWS)  # the CLIP view first
+SSL_BACKGROUNDS = ('keep', 'random')  # config.objective.ssl_background
 
 
 @dataclasses.dataclass
@@ -42,15 +43,26 @@ class SlipViews(grain.transforms.RandomMap):
   ssl_crop_scale: tuple[float, float] = (0.08, 1.0)
   ssl_color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
   ssl_grayscale_prob: float = 0.2
+  ssl_background: str = 'keep'
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']
     out = {'image': transforms.random_resized_crop(image, self.image_size, tuple(self.clip_crop_scale), rng)}
+    mask = self._mask(example) if self.ssl_background == 'random' else None
     for view in SSL_VIEWS:
-      out[view] = transforms.simclr_view(image, self.image_size, rng, self.ssl_crop_scale, self.ssl_color_jitter,
+      source = image if mask is None else transforms.random_background(image, mask, rng)
+      out[view] = transforms.simclr_view(source, self.image_size, rng, self.ssl_crop_scale, self.ssl_color_jitter,
                                          self.ssl_grayscale_prob)
     out['text'] = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
     return {**out, **passthrough(example)}
+
+  @staticmethod
+  def _mask(example: dict[str, Any]) -> np.ndarray:
+    """The example's [H, W] class map, which ssl_background='random' needs to find the background."""
+    if example.get('mask') is None:
+      raise ValueError("config.objective.ssl_background='random' needs a per-pixel class map in each record's "
+                       f"'mask' field (the embedded dataset has one); record {example.get('key', '?')!r} has none")
+    return records.decode_mask(example['mask'])
 
 
 @register('slip')
@@ -77,6 +89,11 @@ class SlipObjective(ClipObjective):
         'ssl_crop_scale': (0.08, 1.0),
         'ssl_color_jitter': (0.4, 0.4, 0.4, 0.1),  # brightness, contrast, saturation, hue
         'ssl_grayscale_prob': 0.2,
+        # 'keep' (SLIP). 'random', an ablation that needs records with a class mask: each SimCLR view gets its own
+        # random background (transforms.random_background) before its augmentations, so that the two views share
+        # only their objects. The embedded web scenes have a random gradient per image, an instance cue that SimCLR
+        # learns (benchmarks/RESULTS.md, part 9).
+        'ssl_background': 'keep',
     }
 
   @classmethod
@@ -99,6 +116,9 @@ class SlipObjective(ClipObjective):
       scale = tuple(options[key])
       if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
         raise ValueError(f'config.objective.{key}={scale!r} must be (low, high) with 0 < low <= high <= 1')
+    if options.ssl_background not in SSL_BACKGROUNDS:
+      raise ValueError(f'config.objective.ssl_background={options.ssl_background!r} is not valid; valid choices: '
+                       f'{list(SSL_BACKGROUNDS)}')
     transforms.check_color_options('config.objective.ssl_color_jitter', options.ssl_color_jitter,
                                    'config.objective.ssl_grayscale_prob', options.ssl_grayscale_prob)
 
@@ -110,7 +130,8 @@ class SlipObjective(ClipObjective):
     cls.check_options(options)
     return SlipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      tuple(float(s) for s in options.clip_crop_scale), tuple(float(s) for s in options.ssl_crop_scale),
-                     tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob))
+                     tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob),
+                     str(options.ssl_background))
 
   def _cls_width(self, params: dict, model_state: dict) -> int:
     """Width of the vision tower's 'cls' output (the ViT width; the embedding width for a ResNet tower)."""
