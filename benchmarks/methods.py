@@ -37,7 +37,12 @@ TINY_DATA = '--config.data.synthetic.num_train=300'
 DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
 SINGLE_SOURCE = '--config.data.mixing=single_source'  # ZeroVL's debiased sampling
 LONG = '--config.total_steps=1600'
-NO_CROP = '--config.objective.clip_crop_scale=(1.0,1.0)'  # SLIP's CLIP view: the whole image
+# slip_shapes.py trains on colour-only captions with whole-image CLIP views and SimCLR views on random backgrounds;
+# these give back the alt-text captions, SLIP's random-crop CLIP view and the records' own backgrounds.
+ALT_TEXT = '--config.data.synthetic.captions=alt_text'
+PAPER_CROP = '--config.objective.clip_crop_scale=(0.5,1.0)'
+KEEP_BG = '--config.objective.ssl_background=keep'
+PAPER_VIEWS = (ALT_TEXT, PAPER_CROP, KEEP_BG)  # slip_shapes.py before part 9 of RESULTS.md
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 
 
@@ -64,8 +69,9 @@ RUNS: dict[str, Run] = {
     'clip_continue': Run('clip_continue_shapes', 'CLIP, continued (control for SaCo continue)', after='clip'),
     'saco_continue': Run('saco_continue_shapes', 'CLIP + SaCo, continued (Algorithm 2)', after='clip',
                          control='clip_continue'),
-    'slip': Run('slip_shapes', 'SLIP', control='clip_crop'),
-    'clip_crop': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view (control for SLIP)"),
+    'slip': Run('slip_shapes', 'SLIP (colour-only captions)', baseline='clip_colour_only'),
+    'clip_colour_only': Run('clip_colour_only_shapes', 'CLIP, colour-only captions (control for SLIP)',
+                            baseline='clip_colour_only'),
     'cosmos': Run('cosmos_shapes', 'COSMOS'),
     'zerovl': Run('zerovl_shapes', 'ZeroVL'),
     'siglip': Run('siglip_shapes', 'SigLIP'),
@@ -105,9 +111,13 @@ RUNS: dict[str, Run] = {
     'clip_long': Run('clip_shapes', 'CLIP, 1600 steps', (LONG,), baseline='clip_long'),
     'zerovl_long': Run('zerovl_shapes', 'ZeroVL (mixup), 1600 steps', (LONG,), baseline='clip_long'),
     'clip_crop_long': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, 1600 steps", (LONG,), baseline='clip_long'),
-    'slip_long': Run('slip_shapes', 'SLIP, 1600 steps', (LONG,), baseline='clip_long', control='clip_crop_long'),
+    'slip_long': Run('slip_shapes', "SLIP, the paper's views, alt-text captions, 1600 steps", (*PAPER_VIEWS, LONG),
+                     baseline='clip_long', control='clip_crop_long'),
     'slip_no_crop_long': Run('slip_shapes', 'SLIP with the whole image as its CLIP view, 1600 steps',
-                             (NO_CROP, LONG), baseline='clip_long'),
+                             (ALT_TEXT, KEEP_BG, LONG), baseline='clip_long'),
+    'slip_no_crop_random_bg_long': Run('slip_shapes', 'SLIP without the crop, SimCLR views on random backgrounds, '
+                                       '1600 steps', (ALT_TEXT, LONG),
+                                       baseline='clip_long'),
     # The paper's constant temperature 0.02 (logit scale 50) instead of the learned one, with and without mixup.
     'zerovl_no_mixup_t002': Run('zerovl_shapes', "CLIP at ZeroVL's constant temperature 0.02 (ZeroVL, no mixup)",
                                 ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
@@ -120,7 +130,8 @@ RUNS: dict[str, Run] = {
     'zerovl_lowdata': Run('zerovl_shapes', 'ZeroVL, low data', (LOW_DATA,), baseline='clip_lowdata'),
     'clip_crop_lowdata': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, low data", (LOW_DATA,),
                              baseline='clip_lowdata'),
-    'slip_lowdata': Run('slip_shapes', 'SLIP, low data', (LOW_DATA,), baseline='clip_lowdata',
+    'slip_lowdata': Run('slip_shapes', "SLIP, the paper's views, low data", (*PAPER_VIEWS, LOW_DATA),
+                        baseline='clip_lowdata',
                         control='clip_crop_lowdata'),
     # Very low data: 300 pairs per source, about 57 epochs in 400 steps, where CLIP memorises its pairs.
     'clip_tinydata': Run('clip_shapes', 'CLIP, 900 pairs', (TINY_DATA,), baseline='clip_tinydata'),
@@ -168,38 +179,48 @@ RUNS: dict[str, Run] = {
                               ("--config.objective.crop_color_jitter=(0.4,0.4,0.2,0.0)",
                                '--config.objective.crop_grayscale_prob=0.0')),
     # SLIP ablations.
-    'slip_no_ssl': Run('slip_shapes', 'SLIP views, SimCLR weight 0', ('--config.objective.ssl_scale=0.0',)),
+    # SLIP's own views (a random crop for CLIP, the records' backgrounds for SimCLR) on the alt-text captions, as
+    # slip_shapes.py was before part 9 of RESULTS.md; their control is clip_crop, CLIP on the same crop.
+    'clip_crop': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view (control for SLIP's views)"),
+    'slip_paper_views': Run('slip_shapes', "SLIP, the paper's views, alt-text captions", PAPER_VIEWS,
+                            control='clip_crop'),
+    'slip_no_ssl': Run('slip_shapes', "SLIP's views, SimCLR weight 0",
+                       (*PAPER_VIEWS, '--config.objective.ssl_scale=0.0'), control='clip_crop'),
     'slip_paper_colour': Run('slip_shapes', "SLIP, SLIP's SimCLR colour augmentation (hue jitter 0.1, grayscale 0.2)",
-                             ("--config.objective.ssl_color_jitter=(0.4,0.4,0.4,0.1)",
+                             (*PAPER_VIEWS, "--config.objective.ssl_color_jitter=(0.4,0.4,0.4,0.1)",
                               '--config.objective.ssl_grayscale_prob=0.2')),
     'slip_no_crop': Run('slip_shapes', 'SLIP with the whole image as its CLIP view (no random crop)',
-                        (NO_CROP,)),
+                        (ALT_TEXT, KEEP_BG)),
     # The SimCLR weight c, on whole-image CLIP views: does SimCLR's cost there scale with its share of the gradient,
     # and does a smaller share help?
     'slip_no_crop_ssl01': Run('slip_shapes', 'SLIP without the crop, SimCLR weight 0.1',
-                              (NO_CROP, '--config.objective.ssl_scale=0.1')),
+                              (ALT_TEXT, KEEP_BG, '--config.objective.ssl_scale=0.1')),
     # Whether SimCLR's cost comes from the per-image web background, an instance cue: each SimCLR view gets its own
     # random background (the records' class masks find it), so the two views share only their objects.
     'slip_no_crop_random_bg': Run('slip_shapes', 'SLIP without the crop, SimCLR views on random backgrounds',
-                                  (NO_CROP, "--config.objective.ssl_background=random")),
+                                  (ALT_TEXT,)),
     'slip_no_crop_random_bg_crop035': Run('slip_shapes',
                                           'SLIP without the crop, SimCLR views on random backgrounds, crops 0.35-1',
-                                          (NO_CROP, "--config.objective.ssl_background=random",
-                                           '--config.objective.ssl_crop_scale=(0.35,1.0)')),
+                                          (ALT_TEXT, '--config.objective.ssl_crop_scale=(0.35,1.0)')),
+    # Captions that name colours but never shapes: what a model knows of shapes it learns from the images alone.
+    # (clip_colour_only and slip, above: CLIP and SLIP on them.)
+    'slip_colour_only_keep_bg': Run('slip_shapes', "SLIP, SimCLR views on the records' own backgrounds, colour-only "
+                                    'captions', (KEEP_BG,), baseline='clip_colour_only'),
     'slip_no_crop_random_bg_ssl01': Run('slip_shapes',
                                         'SLIP without the crop, SimCLR views on random backgrounds, weight 0.1',
-                                        (NO_CROP, "--config.objective.ssl_background=random",
-                                         '--config.objective.ssl_scale=0.1')),
+                                        (ALT_TEXT, '--config.objective.ssl_scale=0.1')),
 }
 GROUPS = {
-    'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_crop', 'slip', 'cosmos', 'zerovl'),
+    'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_colour_only', 'slip', 'cosmos', 'zerovl'),
     'ablate_saco': ('clip', 'saco', 'saco_alpha10', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
     'ablate_zerovl': ('clip', 'zerovl', 'zerovl_debiased', 'zerovl_single_source', 'zerovl_text_augment',
                       'zerovl_no_mixup', 'clip_single_source', 'zerovl_no_mixup_t002', 'zerovl_t002'),
     'ablate_cosmos': ('clip', 'cosmos', 'cosmos_caption_pool', 'cosmos_no_caption', 'cosmos_no_distill',
                       'cosmos_paper_crop', 'cosmos_keep_colour'),
-    'ablate_slip': ('clip', 'clip_crop', 'slip', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
+    'ablate_slip': ('clip', 'clip_crop', 'slip_paper_views', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
     'slip_weight': ('clip', 'slip_no_crop', 'slip_no_crop_ssl01'),
+    # SLIP where its SimCLR has something to add: captions that never name a shape (RESULTS.md, part 9).
+    'colour_only': ('clip_colour_only', 'slip', 'slip_colour_only_keep_bg'),
     'slip_background': ('clip', 'slip_no_crop', 'slip_no_crop_random_bg', 'slip_no_crop_ssl01',
                         'slip_no_crop_random_bg_ssl01'),
     # ZeroVL in the source-biased setting without repeated captions, from scratch and from a trained CLIP, with

@@ -93,13 +93,14 @@ def test_paired_table_subtracts_the_control_of_the_same_seed():
   def row(run, seed, zeroshot):
     return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot}
   rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_crop', 0, 0.1), row('clip_crop', 1, 0.3),
-          row('slip', 0, 0.15), row('slip', 1, 0.5), row('slip', 2, 0.9)]  # seed 2 has no control: left out
-  lines = methods.paired_table(rows, ['clip', 'clip_crop', 'slip']).splitlines()
-  assert len(lines) == 2 + 3  # clip_crop - clip, slip - clip, slip - clip_crop
+          row('slip_paper_views', 0, 0.15), row('slip_paper_views', 1, 0.5),
+          row('slip_paper_views', 2, 0.9)]  # seed 2 has no control: left out
+  lines = methods.paired_table(rows, ['clip', 'clip_crop', 'slip_paper_views']).splitlines()
+  assert len(lines) == 2 + 3  # clip_crop - clip, slip_paper_views - clip, slip_paper_views - clip_crop
   vs_clip, vs_crop = lines[3], lines[4]
-  assert '`slip` − `clip` (seeds 0,1)' in vs_clip
+  assert '`slip_paper_views` − `clip` (seeds 0,1)' in vs_clip
   assert vs_clip.split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # differences -0.05 and +0.1
-  assert '`slip` − `clip_crop` (seeds 0,1)' in vs_crop
+  assert '`slip_paper_views` − `clip_crop` (seeds 0,1)' in vs_crop
   assert vs_crop.split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # differences 0.05 and 0.2
   assert vs_crop.split('|')[3].strip() == '-'  # a metric the rows do not have
 

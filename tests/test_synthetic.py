@@ -102,6 +102,21 @@ def test_detailed_captions_repeat_less_inside_a_source_and_keep_its_phrasing():
   assert all(('drawing' in c) or ('sketch' in c) or ('doodle' in c) for c in sketch)
 
 
+def test_colour_only_captions_are_the_alt_text_without_its_shapes():
+  for source in synthetic.SOURCES:
+    for index in range(40):
+      alt = synthetic.make_example(0, 'train', source, index, 16)
+      colours = synthetic.make_example(0, 'train', source, index, 16, captions='colour_only')
+      assert {k: v for k, v in alt.items() if k != 'caption'} == {k: v for k, v in colours.items() if k != 'caption'}
+      assert not set(re.findall(r'\w+', colours['caption'])) & set(synthetic.SHAPES), colours['caption']
+      # The same draws: putting the shape words back gives the alt-text (shapes are named in the scene's order).
+      shapes = [s for s in re.findall(r'\w+', alt['caption']) if s in synthetic.SHAPES]
+      restored = colours['caption']
+      for shape in shapes:
+        restored = re.sub(rf'\b{synthetic.UNNAMED_SHAPE}\b', shape, restored, count=1)
+      assert restored == alt['caption'], (alt['caption'], colours['caption'])
+
+
 def test_default_caption_style_keeps_the_cache_digest():
   spec = synthetic.SyntheticSpec()
   fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != 'captions'}

@@ -68,7 +68,8 @@ def base_config() -> ml_collections.ConfigDict:
       'synthetic': {
           'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
           'sources': synthetic.SOURCES, 'shards': 2,
-          # 'alt_text' | 'detailed' (every object named in every source: few repeated captions; data/synthetic.py)
+          # 'alt_text' | 'detailed' (every object named in every source: few repeated captions) | 'colour_only' (no
+          # shape ever named); data/synthetic.py
           'captions': 'alt_text',
       },
   })

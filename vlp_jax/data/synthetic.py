@@ -18,6 +18,10 @@ Two caption variants (`SyntheticSpec.captions`; the images are the same in both)
   detailed: every source names every object with its size, in its own phrasing and with the web's noise. Captions
             rarely repeat inside a source, while the phrasing still gives the source away: the source-biased setting
             of ZeroVL's debiased sampling without the false negatives of repeated captions.
+  colour_only: the alt-text with every shape called 'shape' ('a large red shape on a white background'): captions
+            that say what colour things are but never what they are, the part of an image that alt-text leaves out.
+            The labels still name colour and shape, so whatever a model knows of shapes it learnt from the images
+            alone: the setting of SLIP's SimCLR (benchmarks/RESULTS.md, part 9).
 """
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ CLASS_NAMES = tuple(f'{c} {s}' for c in COLOR_NAMES for s in SHAPES)  # label = 
 SOURCES = ('studio', 'web', 'sketch')
 SPLITS = ('train', 'val', 'test')
 FORMAT_VERSION = 1
-CAPTION_STYLES = ('alt_text', 'detailed')
+CAPTION_STYLES = ('alt_text', 'detailed', 'colour_only')
+UNNAMED_SHAPE = 'shape'  # what colour_only captions call every shape
 
 # Fraction of the image side used as the radius of an object of each size.
 SIZE_RADIUS = {'large': (0.22, 0.26), 'medium': (0.14, 0.17), 'small': (0.09, 0.11)}
@@ -188,6 +193,8 @@ def short_caption(objects: list[SceneObject], source: str, background: str, rng:
                   style: str = 'alt_text') -> str:
   """Alt-text in the habits of each source. The web source is sometimes wrong or unrelated, like real alt-text.
   style 'detailed' names every object with its size in every source (see the module docstring)."""
+  if style == 'colour_only':  # the same draws as alt_text, with the shape words left out
+    objects = [dataclasses.replace(o, shape=UNNAMED_SHAPE) for o in objects]
   main = objects[0]
   rest = objects[1:]
   pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
