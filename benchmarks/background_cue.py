@@ -66,14 +66,14 @@ SOURCES = ('web', 'studio')  # the sources whose backgrounds vary
 def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images of one embedded source, as they are and on new backgrounds of that source: two
   [N, S, S, 3] uint8 arrays."""
-  from vlp_jax.data import pipeline, records, synthetic
+  from vlp_jax.data import pipeline, records, synthetic, transforms
   root = synthetic.ensure_dataset(synthetic.SyntheticSpec())
   examples = pipeline.read_all(synthetic.shard_paths(root, 'test', (source,)))[:count]
   originals, swapped = [], []
   for index, example in enumerate(examples):
     image, mask = records.decode_image(example['image']), records.decode_mask(example['mask'])
     background, _, _ = synthetic.render([], source, image.shape[0], np.random.default_rng([index, 17]))
-    new = np.where(mask[..., None] > 0, image, background)
+    new = transforms.replace_background(image, mask, background)
     originals.append(pipeline.resize_image(image, image_size))
     swapped.append(pipeline.resize_image(new, image_size))
   return np.stack(originals), np.stack(swapped)

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vlp_jax.data import records
+from vlp_jax.data import records, transforms
 
 COLORS: dict[str, tuple[int, int, int]] = {
     'red': (214, 39, 40), 'green': (44, 160, 44), 'blue': (31, 90, 220),
@@ -153,10 +153,7 @@ def render(objects: list[SceneObject], source: str, resolution: int, rng: np.ran
     canvas = np.broadcast_to(np.array(STUDIO_BACKGROUNDS[background], np.uint8), (big, big, 3)).copy()
   elif source == 'web':
     background = 'a noisy gradient'
-    a, b = rng.integers(0, 256, size=(2, 3))
-    ramp = np.linspace(0, 1, big)[:, None, None]
-    canvas = a * (1 - ramp) + b * ramp + rng.normal(0, 18, (big, big, 3))
-    canvas = np.clip(np.broadcast_to(canvas, (big, big, 3)), 0, 255).astype(np.uint8)
+    canvas = np.clip(transforms.noisy_gradient(big, big, rng), 0, 255).astype(np.uint8)
   else:
     background = 'paper with a grid'
     canvas = np.full((big, big, 3), 250, np.uint8)

@@ -202,19 +202,28 @@ def horizontal_flip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5)
   return np.ascontiguousarray(image[:, ::-1])
 
 
-def random_background(image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """[H, W, 3] uint8 image and its [H, W] class map (0 = background) -> the image with every background pixel
-  replaced by a fresh random background: a vertical gradient between two uniform random colours plus Gaussian pixel
-  noise (sd 18). Two calls share nothing about the original background, so views made after it cannot be matched
-  by their backgrounds. Pixels on an object's anti-aliased edge are in the mask and keep their blend."""
+def noisy_gradient(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+  """-> [height, width, 3] float: a vertical gradient between two uniform random colours plus Gaussian pixel noise
+  (sd 18), unclipped. The embedded web scenes' background (data/synthetic.py) and `random_background`'s."""
+  top, bottom = rng.integers(0, 256, size=(2, 3))
+  ramp = np.linspace(0, 1, height)[:, None, None]
+  return top * (1 - ramp) + bottom * ramp + rng.normal(0, 18, (height, width, 3))
+
+
+def replace_background(image: np.ndarray, mask: np.ndarray, background: np.ndarray) -> np.ndarray:
+  """[H, W, 3] uint8 image, its [H, W] class map (0 = background) and an [H, W, 3] uint8 background -> the objects
+  of the image on that background. Pixels on an object's anti-aliased edge are in the mask and keep their blend."""
   if mask.shape != image.shape[:2]:
     raise ValueError(f'the mask is {mask.shape[0]}x{mask.shape[1]} but the image is {image.shape[0]}x'
-                     f'{image.shape[1]}; random_background needs a class map of the image size')
-  height, width = mask.shape
-  top, bottom = rng.integers(0, 256, size=(2, 3))
-  ramp = np.linspace(0.0, 1.0, height)[:, None, None]
-  background = top * (1 - ramp) + bottom * ramp + rng.normal(0.0, 18.0, (height, width, 3))
-  return np.where(mask[..., None] > 0, image, _to_uint8(background))
+                     f'{image.shape[1]}; replacing the background needs a class map of the image size')
+  return np.where(mask[..., None] > 0, image, background)
+
+
+def random_background(image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+  """[H, W, 3] uint8 image and its [H, W] class map (0 = background) -> the image on a fresh `noisy_gradient`. Two
+  calls share nothing about the original background, so views made after it cannot be matched by their
+  backgrounds."""
+  return replace_background(image, mask, _to_uint8(noisy_gradient(*image.shape[:2], rng)))
 
 
 def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator,
