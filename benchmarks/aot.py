@@ -126,7 +126,7 @@ def abstract_batch(config, teacher_dim: int) -> dict:
   decoded = pipeline.DecodeRecord().map(records.serialize(example))
   if needs_teacher_vectors(config):
     decoded['teacher'] = np.zeros(teacher_dim, np.float32)
-  views = objectives.get(config.objective.name).views(config).random_map(decoded, np.random.default_rng(0))
+  views = objectives.OBJECTIVES.get(config.objective.name).views(config).random_map(decoded, np.random.default_rng(0))
   return {k: jax.ShapeDtypeStruct((config.batch_size, *np.shape(v)), np.asarray(v).dtype) for k, v in views.items()}
 
 

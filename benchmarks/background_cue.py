@@ -66,6 +66,7 @@ SOURCES = ('web', 'studio')  # the sources whose backgrounds vary
 def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images of one embedded source, as they are and on new backgrounds of that source: two
   [N, S, S, 3] uint8 arrays."""
+  from vlp_jax.data import image_ops
   from vlp_jax.data import pipeline, records, synthetic, transforms
   root = synthetic.ensure_dataset(synthetic.SyntheticSpec())
   examples = pipeline.read_all(synthetic.shard_paths(root, 'test', (source,)))[:count]
@@ -74,17 +75,17 @@ def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, n
     image, mask = records.decode_image(example['image']), records.decode_mask(example['mask'])
     background, _, _ = synthetic.render([], source, image.shape[0], np.random.default_rng([index, 17]))
     new = transforms.replace_background(image, mask, background)
-    originals.append(pipeline.resize_image(image, image_size))
-    swapped.append(pipeline.resize_image(new, image_size))
+    originals.append(image_ops.resize_image(image, image_size))
+    swapped.append(image_ops.resize_image(new, image_size))
   return np.stack(originals), np.stack(swapped)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from vlp_jax.data import pipeline
-  from vlp_jax.loader import encoder_for_checkpoint
-  from vlp_jax.training.checkpoint import resolve_checkpoint
+  from vlp_jax.data import image_ops, pipeline
+  from vlp_jax.inference import encoder_for_checkpoint
+  from vlp_jax.checkpoint_files import resolve_checkpoint
   runs = parse_runs(FLAGS.runs)
   header = ['run'] + [f'{source} {space}' for source in SOURCES for space in ('embed', 'cls')]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
@@ -97,7 +98,7 @@ def main(argv):
       images[size] = {source: test_images(source, FLAGS.examples, size) for source in SOURCES}
     row = [label]
     for source in SOURCES:
-      original, swapped = (pipeline.normalize_image(x) for x in images[size][source])
+      original, swapped = (image_ops.normalize_image(x) for x in images[size][source])
       for features in (encoder.images, encoder.image_features):
         row.append(f'{background_shift(features(original), features(swapped)):.3f}')
     lines.append('| ' + ' | '.join(row) + ' |')

@@ -54,15 +54,16 @@ def main(argv):
   del argv
   import jax
   from vlp_jax import models, objectives
-  from vlp_jax.config import shapes_baseline, validate
-  from vlp_jax.data import datasets, pipeline, records, synthetic
+  from vlp_jax.config import from_file, validate
+  from vlp_jax.data import sources
+  from vlp_jax.data import pipeline, records, synthetic
   from vlp_jax.training.checkpoint import load_pretrained
 
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs', 'shapes_base.py'))
   config.data.synthetic.captions = FLAGS.captions
   validate(config, num_devices=1)
-  root = synthetic.ensure_dataset(datasets.synthetic_spec(config.data), config.data.cache_dir or None)
-  views = objectives.get(config.objective.name).views(config)
+  root = synthetic.ensure_dataset(sources.synthetic_spec(config.data), config.data.cache_dir or None)
+  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
   examples = {s: pipeline.read_all(synthetic.shard_paths(root, 'train', (s,))) for s in synthetic.SOURCES}
   pooled = [e for s in synthetic.SOURCES for e in examples[s]]
   rng = np.random.default_rng(FLAGS.seed)

@@ -30,7 +30,7 @@ def build_config(model: str, batch_size: int, objective: str, precision: str, re
   config.model.dtype = PRECISIONS[precision]
   config.model.remat = remat
   objectives.names()  # discovers every objective and term module
-  if objective in objectives.term_registry():
+  if objective in objectives.TERMS:
     config = with_term(config, objective)
   else:
     config.objective = ml_collections.ConfigDict({'name': objective, 'terms': ()})
@@ -46,7 +46,7 @@ def real_batch(config, batch_size: int) -> dict:
   import numpy as np
   from vlp_jax import objectives
   from vlp_jax.data import pipeline, records, synthetic
-  views = objectives.get(config.objective.name).views(config)
+  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
   size = config.model.vision.image_size
   rng = np.random.default_rng(0)
   examples = [views.random_map(pipeline.DecodeRecord().map(records.serialize(

@@ -51,6 +51,7 @@ _PROFILE = flags.DEFINE_bool('profile', False, 'Print a cProfile of one inline p
 def write_jpeg_shards(directory: str, count: int, side: int) -> list[str]:
   """`count` records of natural-photo JPEGs ([side, side], quality 90) in 4 shards; reused when present."""
   from sklearn.datasets import load_sample_images
+  from vlp_jax.data import shards
   from vlp_jax.data import records, synthetic
   done = os.path.join(directory, f'done-{count}-{side}')
   paths = [os.path.join(directory, f'train-{i:05d}-of-00004.array_record') for i in range(4)]
@@ -87,12 +88,12 @@ def views_for(pipeline_name: str, image_size: int):
   config.model.text.context_length = 77
   if pipeline_name == 'cosmos':
     config.objective = ml_collections.ConfigDict({'name': 'cosmos'})
-    return objectives.get('cosmos').views(config)
+    return objectives.OBJECTIVES.get('cosmos').views(config)
   if pipeline_name == 'clip_randaugment':
     config.data.crop_scale, config.data.augment = (0.9, 1.0), 'randaugment'
   elif pipeline_name != 'clip':
     raise ValueError(f"--pipelines has '{pipeline_name}'; valid choices: clip, cosmos, clip_randaugment")
-  return objectives.get('clip').views(config)
+  return objectives.OBJECTIVES.get('clip').views(config)
 
 
 def cpu_seconds() -> float | None:
@@ -134,9 +135,9 @@ def measure(paths: list[str], views, workers: int, batch_size: int, batches: int
 
 def profile(paths: list[str], views, examples: int = 128) -> list[dict]:
   """Own time of the top functions for decoding and viewing `examples` records in this process."""
-  from vlp_jax.data import pipeline
+  from vlp_jax.data import pipeline, shards
   import grain
-  loader = pipeline.LoadExamples(grain.MapDataset.source(pipeline.ShardRecords(paths)), paths)
+  loader = pipeline.LoadExamples(grain.MapDataset.source(shards.ShardRecords(paths)), paths)
   rng = np.random.default_rng(0)
   profiler = cProfile.Profile()
   profiler.enable()

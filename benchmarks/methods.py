@@ -5,18 +5,38 @@ metrics its paper reports beside CLIP's, with affinity consistency on every row.
 python benchmarks/methods.py --seeds=0,1,2 [--methods=table] [--steps=N] [--jobs=2] [--workdir=/tmp/vlp_methods]
                              [--output=table.md] [--memory]
 
---methods takes run names (below), groups of them ('table', 'ablate_saco', 'ablate_zerovl', ...) or 'all'. Each
-run is `python -m vlp_jax.main --config=configs/<config>.py --config.seed=S [overrides]` in a subprocess, exactly as
-a user runs it, into WORKDIR/<run>/seed<S>; a finished run is not trained again, so an interrupted table resumes.
-A continue-pre-training run starts from the checkpoint of the run it continues (same seed); a SaCo run with the
-pseudo-affinity mimic uses as its frozen teacher a CLIP trained with another seed (seed + 1000) on the train split.
+--methods takes run names, groups of them (GROUPS below: 'table', 'ablate_saco', 'ablate_zerovl', ...) or 'all'.
+Every run is a config file, and its name says which (one rule):
+
+  run NAME = configs/NAME_shapes.py if that file exists (the shipped recipes and their controls: 'clip' is
+             configs/clip_shapes.py, 'clip_continue' configs/clip_continue_shapes.py), else
+             configs/experiments/NAME.py (ablations, controls and diagnostics: 'saco_sum').
+
+Every configs/*_shapes.py and configs/experiments/*.py is a run (a name in both places is an error). What the runner
+needs besides the config it reads from the file's module-level constants (Python literals, read without importing the
+file; a file's own, never inherited from the config it loads):
+
+  LABEL     the row's heading in the tables (required)
+  BASELINE  the CLIP run of the same data and budget that every paired row subtracts (default 'clip')
+  CONTROL   the run it is compared with, seed by seed, in the paired table (default: BASELINE)
+  AFTER     the run (same seed) whose final checkpoint initialises this one (continue pre-training)
+  TEACHER   the run whose checkpoint, trained with seed + 1000, is SaCo's frozen mimic teacher
+
+Each run is `python -m vlp_jax.main --config=<its file> --workdir=WORKDIR/<run>/seed<S> --config.seed=S
+--config.eval.every_steps=...` in a subprocess, exactly as a user runs it, with only the runner's own flags beside the
+file (runner_flags: the seed, the eval interval, --steps for a from-scratch run, the checkpoint of AFTER, the teacher
+of TEACHER); a finished run is not trained again, so an interrupted table resumes. A continue-pre-training run starts
+from the checkpoint of the run it continues (same seed) and keeps its own budget; a SaCo run with the pseudo-affinity
+mimic uses as its frozen teacher a CLIP trained with another seed (seed + 1000) on the train split.
 
 Prints one JSON line per finished run, then the Markdown table (also written to --output).
 """
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -31,185 +51,74 @@ sys.path.insert(0, ROOT)
 from absl import app, flags  # noqa: E402
 
 TEACHER_SEED_OFFSET = 1000
-LOW_DATA = '--config.data.synthetic.num_train=1000'  # per source; the val and test splits are unchanged
-CLIP_NORM_2 = '--config.optim.grad_clip_norm=2.0'
-TINY_DATA = '--config.data.synthetic.num_train=300'
-DETAILED = '--config.data.synthetic.captions=detailed'  # every source names every object (data/synthetic.py)
-SINGLE_SOURCE = '--config.data.mixing=single_source'  # ZeroVL's debiased sampling
-LONG = '--config.total_steps=1600'
-# slip_shapes.py trains on colour-only captions with whole-image CLIP views and SimCLR views on random backgrounds;
-# these give back the alt-text captions, SLIP's random-crop CLIP view and the records' own backgrounds.
-ALT_TEXT = '--config.data.synthetic.captions=alt_text'
-PAPER_CROP = '--config.objective.clip_crop_scale=(0.5,1.0)'
-KEEP_BG = '--config.objective.ssl_background=keep'
-PAPER_VIEWS = (ALT_TEXT, PAPER_CROP, KEEP_BG)  # slip_shapes.py before part 9 of RESULTS.md
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
+METADATA = ('LABEL', 'BASELINE', 'CONTROL', 'AFTER', 'TEACHER')  # module-level constants of a run's config file
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One row of the table: a config file of configs/ (without .py) and command-line overrides.
+  """One row of the table: a config file (relative to the repository root) and what the runner reads beside it.
 
   after: the run (same seed) whose final checkpoint initialises this one (continue pre-training).
   teacher: the run whose checkpoint, trained with seed + TEACHER_SEED_OFFSET, is SaCo's frozen mimic teacher.
   """
   config: str
   label: str
-  overrides: tuple[str, ...] = ()
   after: str | None = None
   teacher: str | None = None
   control: str | None = None  # the run it is compared with, seed by seed, in the paired table (default: baseline)
   baseline: str = 'clip'  # the CLIP of the same data and budget, which every paired row also subtracts
 
 
-RUNS: dict[str, Run] = {
-    # The shipped recipes.
-    'clip': Run('clip_shapes', 'CLIP'),
-    'saco': Run('saco_shapes', 'CLIP + SaCo (from scratch)'),
-    'clip_continue': Run('clip_continue_shapes', 'CLIP, continued (control for SaCo continue)', after='clip'),
-    'saco_continue': Run('saco_continue_shapes', 'CLIP + SaCo, continued (Algorithm 2)', after='clip',
-                         control='clip_continue'),
-    'slip': Run('slip_shapes', 'SLIP (colour-only captions)', baseline='clip_colour_only'),
-    'clip_colour_only': Run('clip_colour_only_shapes', 'CLIP, colour-only captions (control for SLIP)',
-                            baseline='clip_colour_only'),
-    'cosmos': Run('cosmos_shapes', 'COSMOS'),
-    'zerovl': Run('zerovl_shapes', 'ZeroVL'),
-    'siglip': Run('siglip_shapes', 'SigLIP'),
-    # A CLIP with another seed: the mimic teacher of saco_mimic.
-    'clip_teacher': Run('clip_shapes', 'CLIP (teacher seed)'),
-    # SaCo ablations: the normalisation of the affinity distance, the remedies.
-    'saco_sum': Run('saco_shapes', 'SaCo, alpha 5 on the sum over B^2 entries (pseudocode literally)',
-                    ('--config.objective.saco.normalization=sum', '--config.objective.saco.ramp=constant')),
-    'saco_alpha10': Run('saco_shapes', 'SaCo, alpha 10 (twice the recipe)', ('--config.objective.saco.alpha=10.0',)),
-    'saco_no_ramp': Run('saco_shapes', 'SaCo, no ramp', ('--config.objective.saco.ramp=constant',)),
-    'saco_mimic': Run('saco_shapes', 'SaCo + pseudo-affinity mimic (beta 5, separately seeded CLIP teacher)',
-                      ('--config.objective.saco.beta=5.0', '--config.objective.saco.teacher=checkpoint'),
-                      teacher='clip_teacher'),
-    'saco_masking': Run('saco_shapes', 'SaCo + hard sample-wise masking (cosine > 0.5)',
-                        ('--config.objective.saco.masking=hard',)),
-    # ZeroVL ablations: one component at a time, from the recipe (mixup on mixed batches) and from the paper's three.
-    'zerovl_debiased': Run('zerovl_debiased_shapes', "ZeroVL with the paper's three components (single-source "
-                           'batches, mixup, text augmentation)'),
-    'zerovl_single_source': Run('zerovl_shapes', 'ZeroVL (mixup) on single-source batches',
-                                (SINGLE_SOURCE,)),
-    'zerovl_text_augment': Run('zerovl_shapes', 'ZeroVL (mixup) with text augmentation',
-                               ('--config.objective.text_augment=True',)),
-    'zerovl_no_mixup': Run('zerovl_shapes', 'ZeroVL without mixup (CLIP through the ZeroVL objective)',
-                           ('--config.objective.mixup=False',)),
-    # Which half of the coin costs retrieval: the coin fixed to pixel mixup of the images, or to mixup of the
-    # projected text embeddings (lam drawn as under the coin).
-    'zerovl_image_mixup': Run('zerovl_shapes', 'ZeroVL, pixel mixup of the images on every step (coin fixed)',
-                              ('--config.objective.mixup_modality=image',)),
-    'zerovl_text_mixup': Run('zerovl_shapes', 'ZeroVL, mixup of the text embeddings on every step (coin fixed)',
-                             ('--config.objective.mixup_modality=text',)),
-    # The two-target loss on unmixed inputs: max(lam, 1 - lam) on the pair, the rest on the reversed partner (label
-    # smoothing toward one other row), which is what mixup's targets add beside its mixed inputs.
-    'zerovl_targets_only': Run('zerovl_shapes', "ZeroVL's two-target loss, nothing mixed (label smoothing)",
-                               ('--config.objective.mixup_modality=targets_only',)),
-    # A 4x longer budget (1600 steps, about 7 epochs of the train split): mixup and SimCLR are regularisers that
-    # slow the fit, and 400 steps may end before they pay.
-    'clip_long': Run('clip_shapes', 'CLIP, 1600 steps', (LONG,), baseline='clip_long'),
-    'zerovl_long': Run('zerovl_shapes', 'ZeroVL (mixup), 1600 steps', (LONG,), baseline='clip_long'),
-    'clip_crop_long': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, 1600 steps", (LONG,), baseline='clip_long'),
-    'slip_long': Run('slip_shapes', "SLIP, the paper's views, alt-text captions, 1600 steps", (*PAPER_VIEWS, LONG),
-                     baseline='clip_long', control='clip_crop_long'),
-    'slip_no_crop_long': Run('slip_shapes', 'SLIP with the whole image as its CLIP view, 1600 steps',
-                             (ALT_TEXT, KEEP_BG, LONG), baseline='clip_long'),
-    'slip_no_crop_random_bg_long': Run('slip_shapes', 'SLIP without the crop, SimCLR views on random backgrounds, '
-                                       '1600 steps', (ALT_TEXT, LONG),
-                                       baseline='clip_long'),
-    # The paper's constant temperature 0.02 (logit scale 50) instead of the learned one, with and without mixup.
-    'zerovl_no_mixup_t002': Run('zerovl_shapes', "CLIP at ZeroVL's constant temperature 0.02 (ZeroVL, no mixup)",
-                                ('--config.objective.mixup=False', '--config.objective.fixed_temperature=0.02')),
-    'zerovl_t002': Run('zerovl_shapes', "ZeroVL (mixup) at the paper's constant temperature 0.02",
-                       ('--config.objective.fixed_temperature=0.02',), control='zerovl_no_mixup_t002'),
-    'clip_single_source': Run('clip_shapes', 'CLIP with single-source batches', (SINGLE_SOURCE,)),
-    # Low data: the same 400 steps on a tenth of the train split (1000 pairs per source, about 17 epochs), where
-    # CLIP overfits and the regularisers that ZeroVL's mixup and SLIP's SimCLR add have something to act on.
-    'clip_lowdata': Run('clip_shapes', 'CLIP, low data (3000 pairs)', (LOW_DATA,), baseline='clip_lowdata'),
-    'zerovl_lowdata': Run('zerovl_shapes', 'ZeroVL, low data', (LOW_DATA,), baseline='clip_lowdata'),
-    'clip_crop_lowdata': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view, low data", (LOW_DATA,),
-                             baseline='clip_lowdata'),
-    'slip_lowdata': Run('slip_shapes', "SLIP, the paper's views, low data", (*PAPER_VIEWS, LOW_DATA),
-                        baseline='clip_lowdata',
-                        control='clip_crop_lowdata'),
-    # Very low data: 300 pairs per source, about 57 epochs in 400 steps, where CLIP memorises its pairs.
-    'clip_tinydata': Run('clip_shapes', 'CLIP, 900 pairs', (TINY_DATA,), baseline='clip_tinydata'),
-    'zerovl_tinydata': Run('zerovl_shapes', 'ZeroVL (mixup), 900 pairs', (TINY_DATA,), baseline='clip_tinydata'),
-    # The source-biased setting of debiased sampling: every source's captions name every object (few repeated
-    # captions inside a source), while images and phrasing still give the source away (data/synthetic.py).
-    'clip_detailed': Run('clip_shapes', 'CLIP, detailed captions', (DETAILED,), baseline='clip_detailed'),
-    'clip_detailed_single_source': Run('clip_shapes', 'CLIP, detailed captions, single-source batches',
-                                       (DETAILED, SINGLE_SOURCE), baseline='clip_detailed'),
-    'zerovl_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches), detailed captions', (DETAILED,),
-                                 baseline='clip_detailed'),
-    'zerovl_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches), detailed captions',
-                                         (DETAILED, SINGLE_SOURCE), baseline='clip_detailed'),
-    # ZeroVL starts from pre-trained encoders (appendix A.9: an ImageNet ViT-B/16 and BERT-Base). Here: the same
-    # seed's trained `clip` (alt-text captions), then 400 steps on the detailed captions, every run from that start.
-    'clip_pre_detailed': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions', (DETAILED,), after='clip',
-                             baseline='clip_pre_detailed'),
-    'clip_pre_detailed_single_source': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, '
-                                           'single-source batches', (DETAILED, SINGLE_SOURCE),
-                                           after='clip', baseline='clip_pre_detailed'),
-    'zerovl_pre_detailed_mixed': Run('zerovl_shapes', 'ZeroVL (mixup on mixed batches) from a trained CLIP, detailed '
-                                     'captions', (DETAILED,), after='clip', baseline='clip_pre_detailed'),
-    'zerovl_pre_detailed_single_source': Run('zerovl_shapes', 'ZeroVL (mixup, single-source batches) from a trained '
-                                             'CLIP, detailed captions', (DETAILED, SINGLE_SOURCE),
-                                             after='clip', baseline='clip_pre_detailed'),
-    # Single-source steps swing the gradient norm by 11x between sources (benchmarks/batch_spread.py); clipping
-    # every step to one norm takes that swing out of Adam's updates, on both kinds of batches.
-    'clip_pre_detailed_clip2': Run('clip_shapes', 'CLIP from a trained CLIP, detailed captions, gradients clipped '
-                                   'to norm 2', (DETAILED, CLIP_NORM_2), after='clip', baseline='clip_pre_detailed'),
-    'clip_pre_detailed_single_source_clip2': Run(
-        'clip_shapes', 'CLIP from a trained CLIP, detailed captions, single-source batches, gradients clipped to '
-        'norm 2', (DETAILED, SINGLE_SOURCE, CLIP_NORM_2), after='clip',
-        baseline='clip_pre_detailed', control='clip_pre_detailed_clip2'),
-    # COSMOS ablations.
-    'cosmos_no_caption': Run('cosmos_shapes', 'COSMOS, text crops from the long caption only (the paper\'s text)',
-                             ('--config.objective.caption_in_text_crops=False',
-                              '--config.objective.caption_first_global=False')),
-    'cosmos_caption_pool': Run('cosmos_shapes', 'COSMOS, the short caption only as one more sentence of the pool',
-                               ('--config.objective.caption_first_global=False',)),
-    'cosmos_no_distill': Run('cosmos_shapes', 'COSMOS without L_cosmos (CLIP on its crops)',
-                             ('--config.objective.distill_weight=0.0',)),
-    'cosmos_paper_crop': Run('cosmos_shapes', "COSMOS, the paper's global image crops (RandomResizedCrop 0.4-1)",
-                             ("--config.objective.global_crop_scale=(0.4,1.0)",)),
-    'cosmos_keep_colour': Run('cosmos_shapes', 'COSMOS, crops without hue jitter and grayscale',
-                              ("--config.objective.crop_color_jitter=(0.4,0.4,0.2,0.0)",
-                               '--config.objective.crop_grayscale_prob=0.0')),
-    # SLIP ablations.
-    # SLIP's own views (a random crop for CLIP, the records' backgrounds for SimCLR) on the alt-text captions, as
-    # slip_shapes.py was before part 9 of RESULTS.md; their control is clip_crop, CLIP on the same crop.
-    'clip_crop': Run('clip_crop_shapes', "CLIP on SLIP's CLIP view (control for SLIP's views)"),
-    'slip_paper_views': Run('slip_shapes', "SLIP, the paper's views, alt-text captions", PAPER_VIEWS,
-                            control='clip_crop'),
-    'slip_no_ssl': Run('slip_shapes', "SLIP's views, SimCLR weight 0",
-                       (*PAPER_VIEWS, '--config.objective.ssl_scale=0.0'), control='clip_crop'),
-    'slip_paper_colour': Run('slip_shapes', "SLIP, SLIP's SimCLR colour augmentation (hue jitter 0.1, grayscale 0.2)",
-                             (*PAPER_VIEWS, "--config.objective.ssl_color_jitter=(0.4,0.4,0.4,0.1)",
-                              '--config.objective.ssl_grayscale_prob=0.2')),
-    'slip_no_crop': Run('slip_shapes', 'SLIP with the whole image as its CLIP view (no random crop)',
-                        (ALT_TEXT, KEEP_BG)),
-    # The SimCLR weight c, on whole-image CLIP views: does SimCLR's cost there scale with its share of the gradient,
-    # and does a smaller share help?
-    'slip_no_crop_ssl01': Run('slip_shapes', 'SLIP without the crop, SimCLR weight 0.1',
-                              (ALT_TEXT, KEEP_BG, '--config.objective.ssl_scale=0.1')),
-    # Whether SimCLR's cost comes from the per-image web background, an instance cue: each SimCLR view gets its own
-    # random background (the records' class masks find it), so the two views share only their objects.
-    'slip_no_crop_random_bg': Run('slip_shapes', 'SLIP without the crop, SimCLR views on random backgrounds',
-                                  (ALT_TEXT,)),
-    'slip_no_crop_random_bg_crop035': Run('slip_shapes',
-                                          'SLIP without the crop, SimCLR views on random backgrounds, crops 0.35-1',
-                                          (ALT_TEXT, '--config.objective.ssl_crop_scale=(0.35,1.0)')),
-    # Captions that name colours but never shapes: what a model knows of shapes it learns from the images alone.
-    # (clip_colour_only and slip, above: CLIP and SLIP on them.)
-    'slip_colour_only_keep_bg': Run('slip_shapes', "SLIP, SimCLR views on the records' own backgrounds, colour-only "
-                                    'captions', (KEEP_BG,), baseline='clip_colour_only'),
-    'slip_no_crop_random_bg_ssl01': Run('slip_shapes',
-                                        'SLIP without the crop, SimCLR views on random backgrounds, weight 0.1',
-                                        (ALT_TEXT, '--config.objective.ssl_scale=0.1')),
-}
+def config_path(name: str, root: str = ROOT) -> str:
+  """The config file of run `name`, relative to `root`: configs/NAME_shapes.py if it exists, else
+  configs/experiments/NAME.py."""
+  shipped = os.path.join('configs', f'{name}_shapes.py')
+  experiment = os.path.join('configs', 'experiments', f'{name}.py')
+  return shipped if os.path.exists(os.path.join(root, shipped)) else experiment
+
+
+def read_run(path: str, root: str = ROOT) -> Run:
+  """The Run of config file `path` (relative to `root`) from its module-level LABEL, BASELINE, CONTROL, AFTER and
+  TEACHER, which must be literals."""
+  with open(os.path.join(root, path)) as f:
+    tree = ast.parse(f.read(), path)
+  found = {}
+  for node in tree.body:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    for target in targets:
+      if isinstance(target, ast.Name) and target.id in METADATA:
+        try:
+          found[target.id] = ast.literal_eval(node.value)
+        except ValueError:
+          raise ValueError(f'{path}: {target.id} must be a literal (benchmarks/methods.py reads it without importing '
+                           'the file)') from None
+  if not isinstance(found.get('LABEL'), str):
+    raise ValueError(f"{path}: no LABEL = '...' (the run's heading in the tables of benchmarks/methods.py)")
+  return Run(path, **{key.lower(): value for key, value in found.items()})
+
+
+def discover(root: str = ROOT) -> dict[str, Run]:
+  """Every run: configs/*_shapes.py, then configs/experiments/*.py, by name. Raises ValueError where a name is in
+  both places or a run's BASELINE, CONTROL, AFTER or TEACHER names no run."""
+  shipped = sorted(os.path.basename(p)[:-len('_shapes.py')]
+                   for p in glob.glob(os.path.join(root, 'configs', '*_shapes.py')))
+  experiments = sorted(os.path.basename(p)[:-len('.py')]
+                       for p in glob.glob(os.path.join(root, 'configs', 'experiments', '*.py')))
+  both = sorted(set(shipped) & set(experiments))
+  if both:
+    raise ValueError(f'runs {both} are both configs/<name>_shapes.py and configs/experiments/<name>.py: rename one')
+  runs = {name: read_run(config_path(name, root), root) for name in shipped + experiments}
+  for name, run in runs.items():
+    for field in ('baseline', 'control', 'after', 'teacher'):
+      other = getattr(run, field)
+      if other is not None and other not in runs:
+        raise ValueError(f"{run.config}: {field.upper()} = '{other}' is not a run; runs: {sorted(runs)}")
+  return runs
+
+
+RUNS: dict[str, Run] = discover()
+
 GROUPS = {
     'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_colour_only', 'slip', 'cosmos', 'zerovl'),
     'ablate_saco': ('clip', 'saco', 'saco_alpha10', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
@@ -290,20 +199,38 @@ def run_dir(workdir: str, name: str, seed: int) -> str:
   return os.path.join(workdir, name, f'seed{seed}')
 
 
+def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0) -> dict:
+  """What the runner sets beside run `name`'s config file ('a.b' -> value): the seed, the eval interval (0: at the
+  end only), the checkpoint of the run it continues, --steps for a from-scratch run, the teacher's checkpoint."""
+  run = RUNS[name]
+  out = {'seed': seed, 'eval.every_steps': eval_every or NEVER}
+  if run.after:
+    out['init.checkpoint'] = run_dir(workdir, run.after, seed)
+  elif steps:  # a continue phase keeps its own (short) budget
+    out['total_steps'] = steps
+  if run.teacher:
+    out['objective.saco.teacher_checkpoint'] = run_dir(workdir, run.teacher, seed + TEACHER_SEED_OFFSET)
+  return out
+
+
 def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0) -> list[str]:
   """The `python -m vlp_jax.main` command line of run `name` with `seed`; eval_every 0 evaluates at the end only."""
-  run = RUNS[name]
-  args = [sys.executable, '-m', 'vlp_jax.main', f'--config=configs/{run.config}.py',
-          f'--workdir={run_dir(workdir, name, seed)}', f'--config.seed={seed}', *run.overrides,
-          f'--config.eval.every_steps={eval_every or NEVER}']
-  if run.after:
-    args.append(f'--config.init.checkpoint={run_dir(workdir, run.after, seed)}')
-  elif steps:  # a continue phase keeps its own (short) budget
-    args.append(f'--config.total_steps={steps}')
-  if run.teacher:
-    teacher = run_dir(workdir, run.teacher, seed + TEACHER_SEED_OFFSET)
-    args.append(f'--config.objective.saco.teacher_checkpoint={teacher}')
-  return args
+  return [sys.executable, '-m', 'vlp_jax.main', f'--config={RUNS[name].config}',
+          f'--workdir={run_dir(workdir, name, seed)}',
+          *(f'--config.{key}={value}' for key, value in runner_flags(workdir, name, seed, steps, eval_every).items())]
+
+
+def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0):
+  """The config that command() trains: the file's, with the runner's flags."""
+  from vlp_jax.config import from_file
+  config = from_file(os.path.join(ROOT, RUNS[name].config))
+  for key, value in runner_flags(workdir, name, seed, steps, eval_every).items():
+    *path, leaf = key.split('.')
+    node = config
+    for part in path:
+      node = node[part]
+    node[leaf] = value
+  return config
 
 
 def final_metrics(workdir: str) -> dict:
@@ -422,14 +349,15 @@ def step_memory_bytes(config) -> int:
   """Peak bytes of the compiled train step on one device, for a real batch of this config's views."""
   import jax
   from vlp_jax import models, objectives, parallel
-  from vlp_jax.data import datasets, pipeline
+  from vlp_jax.data import sources
+  from vlp_jax.data import pipeline
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import train_step
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps)
-  iterator = pipeline.train_iterator(datasets.train_paths(config.data), objectives.get(config.objective.name).views(
+  iterator = pipeline.train_iterator(sources.train_paths(config.data), objectives.OBJECTIVES.get(config.objective.name).views(
       config), seed=0, global_batch_size=config.batch_size, process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
   batch = pipeline.pop_status(next(iterator))[0]
@@ -471,9 +399,8 @@ def main(argv):
     rows = [f.result() for f in futures.values()]
   memory = {}
   if FLAGS.memory:
-    from vlp_jax.config import from_file
     for name in names:
-      memory[name] = step_memory_bytes(from_file(os.path.join(ROOT, 'configs', f'{RUNS[name].config}.py')))
+      memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps))
   markdown = table(rows, names, memory) + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names)
   footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, {FLAGS.jobs} at a time: '
             f'{(time.time() - began) / 60:.1f} min wall.')

@@ -20,7 +20,8 @@ import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
-from vlp_jax.data import datasets, pipeline  # noqa: E402
+from vlp_jax.data import sources
+from vlp_jax.data import pipeline  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import compile_train_step  # noqa: E402
@@ -41,7 +42,7 @@ def main(argv):
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
-  iterator = pipeline.train_iterator(datasets.train_paths(config.data), objectives.get(config.objective.name).views(
+  iterator = pipeline.train_iterator(sources.train_paths(config.data), objectives.OBJECTIVES.get(config.objective.name).views(
       config), seed=0,
                                      global_batch_size=config.batch_size, process_index=0, process_count=1)
   began = time.perf_counter()

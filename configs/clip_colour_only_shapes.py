@@ -5,10 +5,15 @@ term adds; any difference between the two runs comes from that term.
 
 python -m vlp_jax.main --config=configs/clip_colour_only_shapes.py --workdir=/tmp/clip_colour_only
 """
-from vlp_jax.config import shapes_baseline
+import os
+
+from vlp_jax.config import from_file
+
+LABEL = 'CLIP, colour-only captions (control for SLIP)'  # benchmarks/methods.py, run `clip_colour_only`
+BASELINE = 'clip_colour_only'  # the CLIP of these captions is itself
 
 
 def get_config():
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))
   config.data.synthetic.captions = 'colour_only'
   return config

@@ -7,15 +7,20 @@ python -m vlp_jax.main --config=configs/clip_continue_shapes.py --workdir=/tmp/c
     --config.init.checkpoint=/tmp/run
 """
 import math
+import os
 
-from vlp_jax.config import shapes_baseline
+from vlp_jax.config import from_file
+
+# benchmarks/methods.py, run `clip_continue`: initialised from the same seed's `clip` run
+LABEL = 'CLIP, continued (control for SaCo continue)'
+AFTER = 'clip'
 
 EPOCHS = 1
 LR = 1e-5  # low and constant, as SaCo's Algorithm 2 (1e-6 there, for a ViT-B at batch 2048 trained for 32 epochs)
 
 
 def get_config():
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))
   train_examples = config.data.synthetic.num_train * len(config.data.synthetic.sources)
   config.total_steps = EPOCHS * math.ceil(train_examples / config.batch_size)
   config.init.require_checkpoint = True

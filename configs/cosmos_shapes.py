@@ -4,31 +4,31 @@ one (one sentence, 16 tokens), and the cross-attention module. The data, budget,
 configs/clip_shapes.py. The eval reports the student's [cls] and [eot] embeddings, as the paper evaluates (the
 cross-attention is not used at inference); the teacher is logged as eval/<dataset>/teacher_*.
 
-Two deviations from the paper, each with its ablation in benchmarks/RESULTS.md:
+Two deviations from the paper, each with its ablation in configs/experiments/ (`benchmarks/methods.py
+--methods=ablate_cosmos`; the figures are in benchmarks/RESULTS.md):
   - The global image views are the whole image (`global_crop_scale=(1, 1)`; flips and DINO's colour, blur and
-    solarisation stay), not RandomResizedCrop(0.4-1): at 32px, with the named object a quarter of the side, a random
-    crop cuts it out while the caption still names it (the same crop at 0.5-1 costs CLIP itself 0.2 zero-shot on
-    seed 3). Seed 3, against clip_shapes.py: zero-shot top-1 0.777 vs 0.321, mean R@1 on the short captions 0.221 vs
-    0.197, on the long captions 0.148 vs 0.040, linear probe 0.773 vs 0.365; with the paper's crop
-    (`cosmos_paper_crop`) 0.315, 0.151, 0.076 and 0.364. Seeds 0-2 (mean ± std): zero-shot 0.771 ± 0.017 vs
-    0.272 ± 0.062, mean R@1 0.226 ± 0.007 vs 0.188 ± 0.013.
+    solarisation stay), not RandomResizedCrop(0.4-1) (`cosmos_paper_crop`): at 32px, with the named object a quarter
+    of the side, a random crop cuts it out while the caption still names it.
   - The short alt-text caption is one more sentence of the text-crop pool (`caption_in_text_crops`, as the authors'
     code samples DreamLIP's raw caption beside the long ones) and the first global text crop of every example
     (`caption_first_global`); the other crops are sampled from the pool as the paper does. With the long caption
-    only (the paper's text) the model never sees the alt-text style that the short-caption retrieval queries with
-    (mean R@1 0.082 against CLIP's 0.174 on seed 0, with the paper's crop).
+    only (the paper's text, `cosmos_no_caption`) the model never sees the alt-text style that the short-caption
+    retrieval queries with.
 
-The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU (577 s for
-the command below on a 2-core AMD EPYC, its four evaluations of the student and the teacher included): at this scale
-the text tower dominates the step, and every crop adds a text-tower pass.
+The paper uses 6 + 6 local crops (configs/cosmos_cc3m.py does); 1 + 1 keep the run short on a 2-core CPU: at this
+scale the text tower dominates the step, and every crop adds a text-tower pass.
 
 python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
 """
-from vlp_jax.config import shapes_baseline
+import os
+
+from vlp_jax.config import from_file
+
+LABEL = 'COSMOS'  # benchmarks/methods.py, run `cosmos`
 
 
 def get_config():
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))
   config.objective.name = 'cosmos'
   config.objective.ema_momentum = 0.99
   config.objective.num_local_crops = 1

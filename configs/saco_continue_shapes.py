@@ -10,6 +10,11 @@ import os
 
 from vlp_jax.config import from_file, with_term
 
+# benchmarks/methods.py, run `saco_continue`: initialised from the same seed's `clip` run, compared with `clip_continue`
+LABEL = 'CLIP + SaCo, continued (Algorithm 2)'
+AFTER = 'clip'
+CONTROL = 'clip_continue'
+
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'clip_continue_shapes.py'))

@@ -4,12 +4,15 @@ the same data, budget and optimizer as configs/clip_shapes.py.
 python -m vlp_jax.main --config=configs/siglip_shapes.py --workdir=/tmp/siglip
 """
 import math
+import os
 
-from vlp_jax.config import shapes_baseline
+from vlp_jax.config import from_file
+
+LABEL = 'SigLIP'  # benchmarks/methods.py, run `siglip`
 
 
 def get_config():
-  config = shapes_baseline()
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))
   config.objective.name = 'siglip'
   config.objective.init_logit_bias = -10.0
   config.model.init_logit_scale = math.log(10.0)

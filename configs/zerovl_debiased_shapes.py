@@ -3,15 +3,17 @@ sampling (every global batch from one of the three synthetic sources, studio / w
 size), coin-flipping mixup (alpha 0.1) and text augmentation (20% of tokens: 50% masked, 10% replaced, 40% deleted).
 The same model, data, budget and optimizer as configs/clip_shapes.py.
 
-On this data it ends far below CLIP (benchmarks/RESULTS.md): single-source batches of templated captions are full of
-duplicate captions (false negatives), and the token-level augmentation erases class words of the short captions.
-configs/zerovl_shapes.py is the setting where ZeroVL's mixup works here.
+An ablation against configs/zerovl_shapes.py, the recipe (mixup alone, on mixed batches), whose docstring says why
+the other two components are off on this data; benchmarks/RESULTS.md (the ZeroVL ablations) has the figures.
 
 python -m vlp_jax.main --config=configs/zerovl_debiased_shapes.py --workdir=/tmp/zerovl_debiased
 """
 import os
 
 from vlp_jax.config import from_file
+
+# benchmarks/methods.py, run `zerovl_debiased`
+LABEL = "ZeroVL with the paper's three components (single-source batches, mixup, text augmentation)"
 
 
 def get_config():

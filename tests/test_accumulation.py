@@ -124,7 +124,7 @@ def test_uint8_images_train_as_their_host_normalised_floats(micro, setup):
   """The views send uint8 images; every path to the towers (whole batch, decoupled micro-batches, ZeroVL's pixel
   mixup in `prepare`) normalises them first, so a step sees what it saw when the host normalised. (SLIP has three
   image entries; COSMOS's [B, crops, H, W, 3] entries are covered in test_pipeline.py.)"""
-  from vlp_jax.data.pipeline import normalize_image
+  from vlp_jax.data.image_ops import normalize_image
   config = _configure(micro, setup)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))

@@ -340,7 +340,7 @@ def test_every_op_keeps_shape_and_dtype_and_leaves_its_input_alone(shape):
 
 @pytest.mark.parametrize('name', sorted(autoaugment.AUGMENTATIONS))
 def test_deterministic_per_seed(name):
-  augment, image = autoaugment.get(name), _image(15)
+  augment, image = autoaugment.AUGMENTATIONS.get(name), _image(15)
   before = image.copy()
   outputs = [augment(image, _rng(seed)) for seed in (0, 0, 1, 2, 3, 4, 5)]
   np.testing.assert_array_equal(outputs[0], outputs[1])
@@ -434,7 +434,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_registry():
-  assert autoaugment.get('randaugment') is autoaugment.rand_augment
-  assert autoaugment.get('autoaugment') is autoaugment.auto_augment
-  with pytest.raises(ValueError, match="'autoaugment', 'randaugment'"):
-    autoaugment.get('trivialaugment')
+  assert autoaugment.AUGMENTATIONS.get('randaugment') is autoaugment.rand_augment
+  assert autoaugment.AUGMENTATIONS.get('autoaugment') is autoaugment.auto_augment
+  with pytest.raises(ValueError, match="'randaugment', 'autoaugment'"):
+    autoaugment.AUGMENTATIONS.get('trivialaugment')

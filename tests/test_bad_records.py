@@ -9,8 +9,10 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image
 
+from vlp_jax.errors import DataError
+from vlp_jax.objectives import views
 from vlp_jax.data import mixing, pipeline, records, synthetic
-from vlp_jax.data.stats import MIN_RECORDS_TO_JUDGE, RecordStats
+from vlp_jax.data.record_stats import MIN_RECORDS_TO_JUDGE, RecordStats
 from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
@@ -113,7 +115,7 @@ def _write_shards(directory, bad_every: dict[str, int], per_shard=24):
   return paths, good, bad
 
 
-class KeyViews(pipeline.ClipViews):
+class KeyViews(views.ClipViews):
   """CLIP's views plus the example key's index, to see which records made it into a batch."""
 
   def random_map(self, example, rng):
@@ -153,7 +155,7 @@ def test_a_shard_of_mostly_bad_records_stops_with_its_name():
   errors = np.array([0] * n + [2] * (n // 2) + [0] * (n // 2), np.int32)  # bad: half corrupt_image
   stats.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
                 'record_source': np.zeros(2 * n, np.int32)})
-  with pytest.raises(pipeline.DataError, match=r'/data/bad.array_record: 10 of 20 records bad \(empty_image 10\)'):
+  with pytest.raises(DataError, match=r'/data/bad.array_record: 10 of 20 records bad \(empty_image 10\)'):
     stats.metrics()
   lenient = RecordStats(paths, ('cc3m',), max_bad_fraction=0.5)
   lenient.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
@@ -168,7 +170,7 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   micro.eval.every_steps = 100
   micro.total_steps, micro.log_every_steps = 6, 2
   micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
-  with pytest.raises(pipeline.DataError, match='sketch.array_record: '):
+  with pytest.raises(DataError, match='sketch.array_record: '):
     train_and_evaluate(micro, str(tmp_path / 'run'))
   # Found at the log of step 4 (by step 2 the sketch shard had fewer than MIN_RECORDS_TO_JUDGE records read); the
   # state of that step is kept.

@@ -94,7 +94,7 @@ try:
   config_lib.validate(config)
 except config_lib.ConfigError as error:
   sys.exit(f'error: {error}')
-print(repr(objectives.get(config.objective.name).options(config.objective).text_augment_prob))
+print(repr(objectives.OBJECTIVES.get(config.objective.name).options(config.objective).text_augment_prob))
 '''
 
 

@@ -14,7 +14,8 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
-from vlp_jax.data import convert, records
+from vlp_jax.data import records
+from vlp_jax.cli import convert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC, JPEG_MAGIC = b'\x89PNG', b'\xff\xd8'

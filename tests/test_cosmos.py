@@ -30,7 +30,7 @@ def _cosmos(config, zero_init=False):
 
 def _batch(config, size=8, seed=0):
   """Real views of embedded-dataset examples."""
-  views = objectives.get('cosmos').views(config)
+  views = objectives.OBJECTIVES.get('cosmos').views(config)
   rng = np.random.default_rng(seed)
   decode = DecodeRecord()
   examples = [views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))),
@@ -184,7 +184,7 @@ def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
   want = colorsys.rgb_to_hsv(250 / 255, 127 / 255, 14 / 255)[0]
 
   def hue_errors(config):
-    views, errors = objectives.get('cosmos').views(config), []
+    views, errors = objectives.OBJECTIVES.get('cosmos').views(config), []
     for seed in range(12):
       out = views.random_map(dict(example), np.random.default_rng(seed))
       # not the second global view: DINO solarises it (p 0.2), which no colour option turns off

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from scipy import stats
 
-from vlp_jax.data.pipeline import denormalize_image, normalize_image
+from vlp_jax.data.image_ops import denormalize_image, normalize_image
 from vlp_jax.evaluation import plots
 from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
 from vlp_jax.models.cross_attention import CrossAttention
@@ -162,7 +162,7 @@ def cosmos(data_cache):
   validation set."""
   from micro_config import micro_config
   from vlp_jax import models, objectives, parallel
-  from vlp_jax.data import datasets
+  from vlp_jax import evalsets
   from vlp_jax.evaluation.encoder import Encoder
   from vlp_jax.objectives.base import tower_variables
   config = micro_config(data_cache)
@@ -172,7 +172,7 @@ def cosmos(data_cache):
   params, state = jax.jit(objective.init_variables)(jax.random.key(0))
   encoder = Encoder(objective.model, tower_variables(params, state), parallel.make_mesh(), batch_size=16,
                     context_length=config.model.text.context_length)
-  eval_set = datasets.load_eval_set('synthetic', config.data, 'val', config.model.vision.image_size)
+  eval_set = evalsets.load_eval_set('synthetic', config.data, 'val', config.model.vision.image_size)
   return config, objective, params, state, encoder, eval_set
 
 

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from vlp_jax import evaluate, models, weights
-from vlp_jax.data import datasets
+from vlp_jax import models
+from vlp_jax.cli import weights
+from vlp_jax.cli import evaluate
+from vlp_jax import errors
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.loop import latest_eval, train_and_evaluate
 
@@ -147,7 +149,7 @@ def test_compositional_benchmarks_from_local_files(trained, tmp_path):
   assert sugarcrepe['compositional_acc'] == pytest.approx(pooled)
   assert {'eval/winoground/winoground_text', 'eval/winoground/winoground_group'} <= set(results)
   assert not any('i2t' in k for k in results)  # neither set has retrieval captions
-  with pytest.raises(datasets.DataNotFoundError, match='github.com/RAIVNLab/sugar-crepe'):
+  with pytest.raises(errors.DataNotFoundError, match='github.com/RAIVNLab/sugar-crepe'):
     evaluate.run(trained, dataset_names=['sugarcrepe'], output_dir=str(tmp_path / 'missing'))
 
 

@@ -8,7 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlp_jax.data import datasets, digits, pipeline
+from vlp_jax import evalsets
+from vlp_jax.data import image_ops
+from vlp_jax.data import pipeline
+from vlp_jax.evalsets import digits
+from vlp_jax.evalsets.base import LoadRequest
 from vlp_jax.evaluation.linear_probe import (classification_metrics, linear_probe, linear_probe_evaluator,
                                              mean_per_class_accuracy, ridge_fit, stratified_holdout,
                                              train_softmax_classifier)
@@ -131,7 +135,7 @@ def test_linear_probe_rejects_bad_input():
 
 
 def test_digits_images_labels_and_metadata():
-  eval_set = digits.load_digits_eval_set(16, 'test')
+  eval_set = digits.load('digits', LoadRequest(None, 'test', 16))
   assert eval_set.name == 'digits'
   assert eval_set.images.shape == (896, 16, 16, 3) and eval_set.images.dtype == np.float32
   assert eval_set.labels.dtype == np.int64 and set(eval_set.labels) == set(range(10))
@@ -143,7 +147,7 @@ def test_digits_images_labels_and_metadata():
   assert np.mean(rendered == 0) > 0.4  # a black background, white ink
   test_index = digits.split_indices(labels)['test']
   for row in (0, 17, 895):
-    want = pipeline.normalize_image(pipeline.resize_image(rendered[test_index[row]], 16))
+    want = image_ops.normalize_image(image_ops.resize_image(rendered[test_index[row]], 16))
     np.testing.assert_array_equal(eval_set.images[row], want)
   np.testing.assert_array_equal(eval_set.labels, labels[test_index])
 
@@ -161,20 +165,20 @@ def test_digits_splits_are_disjoint_stratified_and_deterministic():
     assert val == (count - count // 2) // 5  # every fifth of the non-test half
   for split, index in digits.split_indices(labels).items():
     np.testing.assert_array_equal(index, indices[split])
-  val = digits.load_digits_eval_set(8, 'val')
-  np.testing.assert_array_equal(val.images, digits.load_digits_eval_set(8, 'val').images)
+  val = digits.load('digits', LoadRequest(None, 'val', 8))
+  np.testing.assert_array_equal(val.images, digits.load('digits', LoadRequest(None, 'val', 8)).images)
   with pytest.raises(ValueError, match='split'):
-    digits.load_digits_eval_set(8, 'validation')
+    digits.load('digits', LoadRequest(None, 'validation', 8))
 
 
 def test_digits_eval_set_carries_the_probe_train_split_when_evalset_has_the_fields():
-  eval_set = digits.load_digits_eval_set(8, 'test')
-  if 'train_images' not in {field.name for field in dataclasses.fields(datasets.EvalSet)}:
+  eval_set = digits.load('digits', LoadRequest(None, 'test', 8))
+  if 'train_images' not in {field.name for field in dataclasses.fields(evalsets.EvalSet)}:
     assert not hasattr(eval_set, 'train_images')
-    pytest.skip('datasets.EvalSet has no train_images field yet')
+    pytest.skip('evalsets.EvalSet has no train_images field yet')
   assert eval_set.train_images.shape == (901, 8, 8, 3) and eval_set.train_labels.shape == (901,)
-  assert digits.load_digits_eval_set(8, 'val').train_labels.shape == (901 - 177,)
-  assert digits.load_digits_eval_set(8, 'train').train_images is None
+  assert digits.load('digits', LoadRequest(None, 'val', 8)).train_labels.shape == (901 - 177,)
+  assert digits.load('digits', LoadRequest(None, 'train', 8)).train_images is None
 
 
 class PixelEncoder:
@@ -195,7 +199,7 @@ def with_train_split(eval_set, train_images, train_labels):
 
 
 def test_evaluator_needs_a_train_split():
-  eval_set = digits.load_digits_eval_set(8, 'test')
+  eval_set = digits.load('digits', LoadRequest(None, 'test', 8))
   image_emb = PixelEncoder().images(eval_set.images)  # constant: the probe must not read it
   without = with_train_split(eval_set, None, None)
   assert not linear_probe_evaluator(PixelEncoder(), without, image_emb)

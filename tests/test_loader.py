@@ -8,7 +8,10 @@ import pytest
 from PIL import Image
 
 import vlp_jax
-from vlp_jax import embed, models, weights
+from vlp_jax import models
+from vlp_jax.cli import weights
+from vlp_jax.cli import embed
+from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline, records
 from vlp_jax.data.tokenizer import default_tokenizer
 
@@ -47,7 +50,7 @@ def _png(pixels: np.ndarray, mode: str) -> bytes:
 
 def _eval_pipeline(encoded: bytes, image_size: int) -> np.ndarray:
   """What the eval sets do with an encoded image (data/datasets.py): decode, resize and crop, normalise."""
-  return pipeline.normalize_image(pipeline.resize_image(records.decode_image(encoded), image_size))
+  return image_ops.normalize_image(image_ops.resize_image(records.decode_image(encoded), image_size))
 
 
 def _embed_cli(checkpoint, tmp_path, name, pixels=None, texts=None) -> dict:

@@ -1,4 +1,5 @@
-"""benchmarks/methods.py: which runs a request expands to, their command lines, and the mean +- std table."""
+"""benchmarks/methods.py: runs are config files, which runs a request expands to, their command lines, and the mean
++- std table."""
 import ast
 import json
 import os
@@ -8,6 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import methods  # noqa: E402
+
+ROOT = methods.ROOT
 
 
 def test_expand_puts_dependencies_first_and_rejects_unknown_names():
@@ -19,28 +22,99 @@ def test_expand_puts_dependencies_first_and_rejects_unknown_names():
     methods.expand(['nope'])
 
 
-def test_every_run_names_a_config_that_validates():
-  from vlp_jax.config import from_file, validate, with_current_defaults
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def test_a_run_name_is_its_config_file():
+  assert methods.RUNS['clip'].config == 'configs/clip_shapes.py'
+  assert methods.RUNS['clip_continue'].config == 'configs/clip_continue_shapes.py'
+  assert methods.RUNS['saco_sum'].config == 'configs/experiments/saco_sum.py'
+  configs = os.path.join(ROOT, 'configs')
+  files = {f'configs/{n}' for n in os.listdir(configs) if n.endswith('_shapes.py')} | {
+      f'configs/experiments/{n}' for n in os.listdir(os.path.join(configs, 'experiments')) if n.endswith('.py')}
+  assert {run.config for run in methods.RUNS.values()} == files  # every such file is a run, and only they
   for name, run in methods.RUNS.items():
-    # Every key the --config flag accepts: the file's, and its objective's options left at their defaults.
-    config = with_current_defaults(from_file(os.path.join(root, 'configs', f'{run.config}.py')))
-    for override in run.overrides:  # '--config.a.b=value' onto the config, typed by the current value
-      key, value = override[len('--config.'):].split('=', 1)
-      *path, leaf = key.split('.')
-      node = config
-      for part in path:
-        node = node[part]
-      old = node[leaf]
-      if isinstance(old, bool):
-        node[leaf] = value == 'True'
-      else:
-        node[leaf] = tuple(ast.literal_eval(value)) if isinstance(old, tuple) else type(old)(value)
+    assert methods.config_path(name) == run.config and os.path.exists(os.path.join(ROOT, run.config))
+
+
+def _flag_config(argv):
+  """The config the `--config` flag of vlp_jax.main parses `argv` (its arguments after the module) to."""
+  from absl import flags
+  from ml_collections import config_flags
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values, lock_config=False,
+                                  accept_new_attributes=True, sys_argv=['main', *argv])  # as define_config_flag
+  flags.DEFINE_string('workdir', None, '', flag_values=flag_values)
+  flag_values(['main', *argv])
+  return flag_values.config
+
+
+@pytest.mark.parametrize('steps,eval_every', [(None, 0), (800, 100)])
+def test_every_run_trains_its_file_with_only_the_runner_flags_and_validates(monkeypatch, steps, eval_every):
+  """What each subprocess trains: its command line, parsed as vlp_jax.main parses it, is the file's config with the
+  runner's own flags (seed, eval interval, --steps, the checkpoints of AFTER and TEACHER), and it validates."""
+  from vlp_jax.config import validate
+  monkeypatch.chdir(ROOT)  # the runner starts its subprocesses here; --config is relative to it
+  for name, run in methods.RUNS.items():
+    cmd = methods.command('/w', name, 3, steps, eval_every)
+    assert cmd[1:3] == ['-m', 'vlp_jax.main'] and cmd[3] == f'--config={run.config}'
+    config = methods.run_config('/w', name, 3, steps, eval_every)
+    assert _flag_config(cmd[3:]).to_json() == config.to_json(), name
+    assert config.seed == 3 and config.eval.every_steps == (eval_every or methods.NEVER)
     if run.after:
-      config.init.checkpoint = '/some/run'
-    if run.teacher:
-      config.objective.saco.teacher_checkpoint = '/some/teacher'
+      assert config.init.checkpoint == f'/w/{run.after}/seed3'
+    elif steps:
+      assert config.total_steps == steps
     validate(config)
+
+
+def test_runs_are_compared_only_with_clips_and_controls_of_the_same_data_and_budget():
+  """Every name a run file or a group gives is a run; a run's BASELINE is a CLIP, and its BASELINE and CONTROL train
+  on the same embedded data as it, for as many steps when they start the same way (both from scratch, or both from
+  the same AFTER run)."""
+  from vlp_jax.config import from_file
+  configs = {name: from_file(os.path.join(ROOT, run.config)) for name, run in methods.RUNS.items()}
+  for name, run in methods.RUNS.items():
+    for other in (run.baseline, run.control, run.after, run.teacher):
+      assert other is None or other in methods.RUNS, (name, other)
+    baseline = configs[run.baseline]
+    assert baseline.objective.name == 'clip' and not baseline.objective.terms, (name, run.baseline)
+    for other in {run.baseline, run.control} - {None}:
+      assert configs[other].data.synthetic == configs[name].data.synthetic, (name, other)
+      if methods.RUNS[other].after == run.after:
+        assert configs[other].total_steps == configs[name].total_steps, (name, other)
+  for group, names in methods.GROUPS.items():
+    assert names and set(names) <= set(methods.RUNS), (group, set(names) - set(methods.RUNS))
+  assert not set(methods.GROUPS) & set(methods.RUNS)  # a name means one thing to --methods
+  assert methods.expand(['all']) and set(methods.expand(['all'])) == set(methods.RUNS)
+
+
+def test_every_experiment_file_says_what_it_is_in_a_short_docstring():
+  for name, run in methods.RUNS.items():
+    if run.config.startswith('configs/experiments/'):
+      with open(os.path.join(ROOT, run.config)) as f:
+        doc = ast.get_docstring(ast.parse(f.read()))
+      assert doc and 2 <= len(doc.splitlines()) <= 5, name
+
+
+def test_discover_rejects_a_run_without_a_label_an_unknown_name_and_a_name_in_two_places(tmp_path):
+  experiments = tmp_path / 'configs' / 'experiments'
+  experiments.mkdir(parents=True)
+  (tmp_path / 'configs' / 'clip_shapes.py').write_text("LABEL = 'CLIP'\n")
+  (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCONTROL = 'clip'\nWIDTH = 2 * 64\n")
+  runs = methods.discover(str(tmp_path))
+  assert runs['wide'] == methods.Run('configs/experiments/wide.py', 'Wide', control='clip')
+  assert runs['clip'].config == 'configs/clip_shapes.py' and runs['clip'].baseline == 'clip'
+  (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCONTROL = 'clip_wide'\n")
+  with pytest.raises(ValueError, match="CONTROL = 'clip_wide' is not a run"):
+    methods.discover(str(tmp_path))
+  (experiments / 'wide.py').write_text("LABEL = 'Wide ' + 'net'\n")
+  with pytest.raises(ValueError, match='LABEL must be a literal'):
+    methods.discover(str(tmp_path))
+  (experiments / 'wide.py').write_text("AFTER = 'clip'\n")
+  with pytest.raises(ValueError, match='no LABEL'):
+    methods.discover(str(tmp_path))
+  (experiments / 'wide.py').unlink()
+  (experiments / 'clip.py').write_text("LABEL = 'CLIP again'\n")
+  with pytest.raises(ValueError, match=r"\['clip'\] are both"):
+    methods.discover(str(tmp_path))
 
 
 def test_commands_chain_continue_runs_and_teachers():

@@ -7,7 +7,8 @@ import grain
 import numpy as np
 import pytest
 
-from vlp_jax.data import datasets, mixing, pipeline, synthetic
+from vlp_jax.data.sources import train_paths
+from vlp_jax.data import mixing, pipeline, synthetic
 
 
 @dataclasses.dataclass
@@ -21,7 +22,7 @@ class SourceAndIndex(grain.transforms.RandomMap):
 
 
 def _iterator(config, mode, process_index=0, process_count=1, batch_size=8, paths=None, weights=''):
-  paths = paths or datasets.train_paths(config.data)
+  paths = paths or train_paths(config.data)
   return pipeline.train_iterator(paths, SourceAndIndex(), seed=7, global_batch_size=batch_size,
                                  process_index=process_index, process_count=process_count, mixing=mode,
                                  source_weights=weights)
@@ -79,7 +80,7 @@ def test_every_global_batch_has_one_source(micro, mode):
 
 
 def test_sources_appear_in_proportion_to_their_shards(micro):
-  paths = datasets.train_paths(micro.data)  # two shards of 32 per source; drop one of web's: 64 : 32 : 64
+  paths = train_paths(micro.data)  # two shards of 32 per source; drop one of web's: 64 : 32 : 64
   paths = [p for p in paths if not (f'{synthetic.SOURCES[1]}/' in p and 'train-00001' in p)]
   assert len(paths) == 5
   schedule = mixing.SourceBatches([64, 32, 64], 8, 'single_source', seed=7)
@@ -125,7 +126,7 @@ def test_resumes_exactly(micro):
 
 
 def test_mixed_is_unchanged_and_mixes_sources(micro):
-  paths = datasets.train_paths(micro.data)
+  paths = train_paths(micro.data)
   default = pipeline.train_iterator(paths, SourceAndIndex(), seed=7, global_batch_size=8, process_index=0,
                                     process_count=1)
   want = _take(default, 4)
@@ -140,7 +141,7 @@ def test_bad_inputs_name_the_problem(micro):
     _iterator(micro, 'shuffled')
   with pytest.raises(ValueError, match='fewer examples'):
     _iterator(micro, 'single_source', batch_size=128)
-  paths = datasets.train_paths(micro.data)
+  paths = train_paths(micro.data)
   with pytest.raises(ValueError, match='2 shard sources for 6 shards'):
     mixing.mixed_sources_dataset(paths, ['studio', 'web'], mode='single_source', seed=0, global_batch_size=8)
   assert mixing.shard_sources(paths) == [s for s in synthetic.SOURCES for _ in range(2)]

@@ -8,7 +8,7 @@ import sys
 import chex
 import numpy as np
 
-from vlp_jax.training.checkpoint import load_params
+from vlp_jax.checkpoint_files import load_params
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 

@@ -8,8 +8,9 @@ import matplotlib
 import numpy as np
 import pytest
 
-from vlp_jax import models, weights
-from vlp_jax.data import datasets
+from vlp_jax import models
+from vlp_jax.cli import weights
+from vlp_jax import evalsets
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
@@ -71,7 +72,7 @@ def test_notebook_runs_on_a_tiny_checkpoint(micro, tmp_path, monkeypatch):
   variables = {'params': params, **state}
   encode_image = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image)['embed'])
   encode_text = jax.jit(lambda v, t: model.apply(v, t, method=model.encode_text)['embed'])
-  eval_set = datasets.load_eval_set('synthetic', micro.data, 'test', micro.model.vision.image_size)
+  eval_set = evalsets.load_eval_set('synthetic', micro.data, 'test', micro.model.vision.image_size)
   image_emb = _normalize(encode_image(variables, eval_set.images))
   # Captions and class prompts in one call (one compile); prompts in the order class_embeddings builds them.
   prompts = [t.format(name) for name in eval_set.class_names for t in eval_set.templates]

@@ -5,7 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-from vlp_jax import embed, models, objectives, parallel, weights
+from vlp_jax import models, objectives, parallel
+from vlp_jax.cli import weights
+from vlp_jax.cli import embed
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.losses import saco
 from vlp_jax.losses.contrastive import clip_infonce, siglip_loss

@@ -2,12 +2,15 @@
 import pytest
 import numpy as np
 
-from vlp_jax.data import datasets, pipeline
+from vlp_jax.objectives.views import ClipViews
+from vlp_jax.data import sources
+from vlp_jax.data import image_ops
+from vlp_jax.data import pipeline
 
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0):
-  paths = datasets.train_paths(config.data)
-  views = pipeline.ClipViews(config.model.vision.image_size, config.model.text.context_length)
+  paths = sources.train_paths(config.data)
+  views = ClipViews(config.model.vision.image_size, config.model.text.context_length)
   return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
                                  process_count=process_count, num_workers=num_workers)
 
@@ -24,23 +27,23 @@ def test_batches_have_model_ready_arrays(micro):
 def test_uint8_images_are_normalised_on_the_device_as_on_the_host(micro):
   import jax
   batch = next(_iterator(micro))
-  on_device = jax.jit(pipeline.images_to_float)(batch)
+  on_device = jax.jit(image_ops.images_to_float)(batch)
   assert on_device['image'].dtype == np.float32 and on_device['text'].dtype == np.int32
   # the eval sets' host normalisation, in float64 from the CLIP mean and std
-  want = (batch['image'] / 255.0 - np.float64(pipeline.OPENAI_MEAN)) / np.float64(pipeline.OPENAI_STD)
+  want = (batch['image'] / 255.0 - np.float64(image_ops.OPENAI_MEAN)) / np.float64(image_ops.OPENAI_STD)
   np.testing.assert_allclose(np.asarray(on_device['image']), want, atol=2e-6)
-  np.testing.assert_allclose(np.asarray(on_device['image']), pipeline.normalize_image(batch['image']), atol=5e-7)
+  np.testing.assert_allclose(np.asarray(on_device['image']), image_ops.normalize_image(batch['image']), atol=5e-7)
   np.testing.assert_array_equal(np.asarray(on_device['text']), batch['text'])
   crops = np.stack([batch['image'], batch['image'][::-1]], axis=1)  # [B, crops, H, W, 3], as COSMOS's views
-  np.testing.assert_allclose(np.asarray(jax.jit(pipeline.images_to_float)({'global_images': crops})['global_images']),
-                             pipeline.normalize_image(crops), atol=5e-7)
-  already_float = {'image': pipeline.normalize_image(batch['image'])}
-  np.testing.assert_array_equal(pipeline.images_to_float(already_float)['image'], already_float['image'])
+  np.testing.assert_allclose(np.asarray(jax.jit(image_ops.images_to_float)({'global_images': crops})['global_images']),
+                             image_ops.normalize_image(crops), atol=5e-7)
+  already_float = {'image': image_ops.normalize_image(batch['image'])}
+  np.testing.assert_array_equal(image_ops.images_to_float(already_float)['image'], already_float['image'])
 
 
 def test_a_uint8_entry_that_is_not_an_image_is_named():
   with pytest.raises(ValueError, match=r"batch\['mask'\] is uint8 with shape \(8, 16\)"):
-    pipeline.images_to_float({'mask': np.zeros((8, 16), np.uint8)})
+    image_ops.images_to_float({'mask': np.zeros((8, 16), np.uint8)})
 
 
 def test_iterator_state_restores_exactly(micro):
@@ -93,8 +96,8 @@ def test_worker_processes_give_the_same_batches_and_resume(micro):
 def test_clip_views_random_crop_and_randaugment_are_seeded_per_example():
   from vlp_jax.data import records, synthetic
   example = pipeline.DecodeRecord().map(records.serialize(synthetic.make_example(0, 'train', 'studio', 3, 32)))
-  centre = pipeline.ClipViews(24, 16)
-  augmented = pipeline.ClipViews(24, 16, crop_scale=(0.3, 0.6), augment='randaugment')
+  centre = ClipViews(24, 16)
+  augmented = ClipViews(24, 16, crop_scale=(0.3, 0.6), augment='randaugment')
   view = lambda views, seed: views.random_map(example, np.random.default_rng(seed))['image']  # noqa: E731
   np.testing.assert_array_equal(view(centre, 0), view(centre, 1))  # the eval view ignores the generator
   np.testing.assert_array_equal(view(augmented, 5), view(augmented, 5))

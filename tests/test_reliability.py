@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from vlp_jax import parallel
-from vlp_jax.data import datasets
+from vlp_jax.data import sources
 from vlp_jax.training import guards
-from vlp_jax.training.checkpoint import Checkpointer, load_params
+from vlp_jax.training.checkpoint import Checkpointer
+from vlp_jax.checkpoint_files import load_params
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
@@ -194,7 +195,7 @@ def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, t
 
 @pytest.mark.slow
 def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path):
-  datasets.train_paths(micro.data)  # the data exists: only the workdir is wrong
+  sources.train_paths(micro.data)  # the data exists: only the workdir is wrong
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
@@ -222,7 +223,7 @@ class _Payload:  # an arbitrary object: loading it would need unpickling code
 
 def test_bad_weight_files_give_a_clear_error_and_run_nothing(tmp_path, capsys):
   from safetensors.numpy import save_file
-  from vlp_jax import weights
+  from vlp_jax.cli import weights
   good = tmp_path / 'model.safetensors'
   save_file({'logit_scale': np.zeros((), np.float32), 'positional_embedding': np.zeros((77, 512), np.float32)},
             str(good))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlp_jax.data.compositional_sets import sugarcrepe_eval_set
+from vlp_jax.evalsets.compositional import sugarcrepe_eval_set
 from vlp_jax.evaluation import compositional as comp
 from vlp_jax.evaluation import segmentation as seg
 
@@ -234,6 +234,7 @@ def test_per_category_and_winoground_evaluators_against_naive_loops():
 
 
 def test_load_sugarcrepe(tmp_path):
+  from vlp_jax.data import image_ops
   from vlp_jax.data import pipeline
   colours = {'a.png': (255, 0, 0), 'b.png': (0, 0, 255)}
   for name, colour in colours.items():
@@ -248,7 +249,7 @@ def test_load_sugarcrepe(tmp_path):
   assert eval_set.canonical_captions == ['a red box', 'a blue box', 'red']
   assert eval_set.hard_negatives == [['a blue box'], ['a red box'], ['blue']]
   assert eval_set.categories == ['add_att'] * 3
-  np.testing.assert_allclose(images[0], pipeline.normalize_image(np.full((4, 4, 3), colours['a.png'], np.uint8)),
+  np.testing.assert_allclose(images[0], image_ops.normalize_image(np.full((4, 4, 3), colours['a.png'], np.uint8)),
                              atol=1e-6)
   np.testing.assert_array_equal(images[0], images[2])
   assert not np.allclose(images[0], images[1])
@@ -275,7 +276,7 @@ def test_load_sugarcrepe(tmp_path):
 @pytest.mark.slow
 def test_evaluators_through_micro_model(micro):
   from vlp_jax import models, parallel
-  from vlp_jax.data import pipeline, records, synthetic
+  from vlp_jax.data import image_ops, records, synthetic
   from vlp_jax.evaluation.encoder import Encoder
   from vlp_jax.objectives.base import tower_variables
 
@@ -298,7 +299,7 @@ def test_evaluators_through_micro_model(micro):
   encoder = PatchEncoder(model, variables, mesh, batch_size=16, context_length=micro.model.text.context_length)
   size = micro.model.vision.image_size
   examples = [synthetic.make_example(0, 'test', 'studio', i, size) for i in range(12)]
-  images = np.stack([pipeline.normalize_image(records.decode_image(e['image'])) for e in examples])
+  images = np.stack([image_ops.normalize_image(records.decode_image(e['image'])) for e in examples])
   eval_set = types.SimpleNamespace(
       images=images, class_names=synthetic.CLASS_NAMES, templates=('a photo of the {}.', 'the {}.'),
       masks=np.stack([records.decode_mask(e['mask']) for e in examples]),

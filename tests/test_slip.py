@@ -197,7 +197,7 @@ def test_invalid_options_name_the_key(micro):
   micro.objective.clip_crop_scale = (0.5, 1.0)
   micro.objective.ssl_temperature = 0.0
   with pytest.raises(ValueError, match='config.objective.ssl_temperature'):
-    objectives.get('slip').views(micro)
+    objectives.OBJECTIVES.get('slip').views(micro)
   micro.objective.ssl_temperature = 0.1
   validate(micro)
   micro.objective.ssl_color_jitter = (0.4, 0.4, 0.4)  # the hue is missing
@@ -215,7 +215,7 @@ def test_invalid_options_name_the_key(micro):
 
 def test_views(micro):
   _slip(micro)
-  views = objectives.get('slip').views(micro)
+  views = objectives.OBJECTIVES.get('slip').views(micro)
   views = pickle.loads(pickle.dumps(views))  # grain ships it to the data workers
   rng = np.random.default_rng(0)
   examples = [{'image': rng.integers(0, 256, (24, 30, 3), dtype=np.uint8), 'caption': f'a photo of {i}',
@@ -237,7 +237,7 @@ def test_random_background_views_share_only_the_objects(micro):
   # Two records with the same object on different backgrounds: with ssl_background='random' their SimCLR views are
   # the same pixels (the views keep nothing of the background), while their CLIP views still differ.
   _slip(micro, ssl_background='random')
-  views = pickle.loads(pickle.dumps(objectives.get('slip').views(micro)))
+  views = pickle.loads(pickle.dumps(objectives.OBJECTIVES.get('slip').views(micro)))
   rng = np.random.default_rng(0)
   size = micro.model.vision.image_size
   mask = np.zeros((size, size), np.uint8)
@@ -253,7 +253,7 @@ def test_random_background_views_share_only_the_objects(micro):
     np.testing.assert_array_equal(first[view], second[view])
   assert not np.array_equal(first['image'], second['image'])
   assert not np.array_equal(first['ssl_a'], first['ssl_b'])
-  kept = pickle.loads(pickle.dumps(objectives.get('slip').views(_slip(micro, ssl_background='keep'))))
+  kept = pickle.loads(pickle.dumps(objectives.OBJECTIVES.get('slip').views(_slip(micro, ssl_background='keep'))))
   assert not np.array_equal(kept.random_map(examples[0], np.random.default_rng(3))['ssl_a'],
                             kept.random_map(examples[1], np.random.default_rng(3))['ssl_a'])
   with pytest.raises(ValueError, match="ssl_background='random' needs a per-pixel class map .* record '0'"):

@@ -3,41 +3,44 @@ the linear probe's fitting set from the train split."""
 import numpy as np
 
 from vlp_jax import evaluation
-from vlp_jax.data import datasets, pipeline, synthetic
+from vlp_jax import evalsets
+from vlp_jax.evalsets.synthetic import SOURCE_SETS
+from vlp_jax.data import sources
+from vlp_jax.data import pipeline, synthetic
 
 
 def test_long_caption_set_pairs_the_same_images_with_their_long_captions(micro):
-  short = datasets.load_eval_set('synthetic', micro.data, 'test', 16)
-  long = datasets.load_eval_set('synthetic_long', micro.data, 'test', 16)
+  short = evalsets.load_eval_set('synthetic', micro.data, 'test', 16)
+  long = evalsets.load_eval_set('synthetic_long', micro.data, 'test', 16)
   np.testing.assert_array_equal(long.images, short.images)
-  root = synthetic.ensure_dataset(datasets.synthetic_spec(micro.data), micro.data.cache_dir)
+  root = synthetic.ensure_dataset(sources.synthetic_spec(micro.data), micro.data.cache_dir)
   records = pipeline.read_all(synthetic.shard_paths(root, 'test', tuple(micro.data.synthetic.sources)))
   assert long.captions == [r['long_caption'] for r in records]
   assert all(c.count('.') >= 2 for c in long.captions)  # multi-sentence
-  tasks = [t for t in evaluation.EVALUATORS if evaluation.applies(t, long)]
+  tasks = [t for t in evaluation.EVALUATORS if evaluation.EVALUATORS.get(t).applies(long)]
   assert tasks == ['retrieval', 'affinity']
 
 
 def test_linear_probe_fits_on_a_balanced_slice_of_the_train_split(micro):
   micro.data.probe_train_examples = 30
-  eval_set = datasets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
+  eval_set = evalsets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
   assert eval_set.train_images.shape == (30, 16, 16, 3) and eval_set.train_labels.shape == (30,)
-  assert evaluation.applies('linear_probe', eval_set)
-  root = synthetic.ensure_dataset(datasets.synthetic_spec(micro.data), micro.data.cache_dir)
+  assert evaluation.EVALUATORS.get('linear_probe').applies(eval_set)
+  root = synthetic.ensure_dataset(sources.synthetic_spec(micro.data), micro.data.cache_dir)
   want = []
   for source in micro.data.synthetic.sources:  # 10 of each source, in order
     want += [r['label'] for r in pipeline.read_all(synthetic.shard_paths(root, 'train', (source,)))[:10]]
   np.testing.assert_array_equal(eval_set.train_labels, want)
   micro.data.probe_train_examples = 0  # all of it
-  full = datasets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
+  full = evalsets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
   assert len(full.train_labels) == micro.data.synthetic.num_train * len(micro.data.synthetic.sources)
-  assert datasets.load_eval_set('synthetic', micro.data, 'test', 16).train_images is None
+  assert evalsets.load_eval_set('synthetic', micro.data, 'test', 16).train_images is None
 
 
 def test_per_source_sets_split_the_test_split_by_source(micro):
-  pooled = datasets.load_eval_set('synthetic', micro.data, 'test', 16)
-  parts = [datasets.load_eval_set(name, micro.data, 'test', 16, linear_probe=True)
-           for name in datasets.SYNTHETIC_SOURCE_SETS]
+  pooled = evalsets.load_eval_set('synthetic', micro.data, 'test', 16)
+  parts = [evalsets.load_eval_set(name, micro.data, 'test', 16, linear_probe=True)
+           for name in SOURCE_SETS]
   # the sources in the pooled set's order, each with its own captions and no probe of its own
   np.testing.assert_array_equal(np.concatenate([p.images for p in parts]), pooled.images)
   assert sum((p.captions for p in parts), []) == pooled.captions
@@ -45,7 +48,7 @@ def test_per_source_sets_split_the_test_split_by_source(micro):
   assert [t for t in evaluation.EVALUATORS if evaluation.applies(t, parts[0])] == ['retrieval', 'affinity']
   micro.data.synthetic.sources = ('studio',)
   try:
-    datasets.load_eval_set('synthetic_web', micro.data, 'test', 16)
+    evalsets.load_eval_set('synthetic_web', micro.data, 'test', 16)
   except ValueError as error:
     assert "needs the source 'web'" in str(error)
   else:

@@ -3,22 +3,26 @@ import numpy as np
 import pytest
 
 from vlp_jax.config import ConfigError, base_config, validate
-from vlp_jax.data import datasets, digits
-from vlp_jax.evaluation import templates
+from vlp_jax import evalsets
+from vlp_jax.data import class_names
+from vlp_jax.evalsets import digits
+from vlp_jax.evalsets import prompts as templates
+from vlp_jax.evalsets import tfds as tfds_sets
+from vlp_jax.evaluation import with_templates
 from vlp_jax.evaluation.zeroshot import mean_per_class_accuracy, zeroshot_metrics
 
 
 def test_openai_imagenet_templates_are_80_distinct_with_one_slot():
   assert len(templates.OPENAI_IMAGENET_TEMPLATES) == 80 == len(set(templates.OPENAI_IMAGENET_TEMPLATES))
   assert len(templates.CIFAR_TEMPLATES) == 18 == len(set(templates.CIFAR_TEMPLATES))
-  for name, prompts in templates.TEMPLATE_SETS.items():
-    assert prompts and all(t.count('{}') == 1 and '{' not in t.replace('{}', '') for t in prompts), name
+  for name, prompt_set in templates.TEMPLATE_SETS.items():
+    assert prompt_set and all(t.count('{}') == 1 and '{' not in t.replace('{}', '') for t in prompt_set), name
   assert 'a photo of a {}.' in templates.OPENAI_IMAGENET_TEMPLATES
   assert templates.SIMPLE_TEMPLATES == ('a photo of a {}.',)
 
 
 def test_imagenet_class_names_are_clips_1000_in_the_standard_order():
-  names = templates.IMAGENET_CLASS_NAMES
+  names = class_names.IMAGENET_CLASS_NAMES
   assert len(names) == 1000 and all(isinstance(n, str) and n.strip() == n and n for n in names)
   assert (names[0], names[1], names[999]) == ('tench', 'goldfish', 'toilet paper')
   assert len(set(names)) == 998  # OpenAI's list repeats 'missile' and 'sunglasses'
@@ -26,26 +30,22 @@ def test_imagenet_class_names_are_clips_1000_in_the_standard_order():
 
 @pytest.mark.parametrize('dataset,expected', [
     ('imagenet2012', templates.OPENAI_IMAGENET_TEMPLATES), ('cifar10', templates.CIFAR_TEMPLATES),
-    ('cifar100', templates.CIFAR_TEMPLATES), ('synthetic', templates.SYNTHETIC_TEMPLATES),
-    ('digits', templates.DIGITS_TEMPLATES), ('coco_captions', templates.SIMPLE_TEMPLATES),
+    ('cifar100', templates.CIFAR_TEMPLATES), ('oxford_iiit_pet', templates.PETS_TEMPLATES),
 ])
-def test_templates_for_each_dataset(dataset, expected):
-  assert templates.templates_for(dataset, 'dataset') == expected
-  assert templates.templates_for(dataset, 'simple') == templates.SIMPLE_TEMPLATES
-  assert templates.templates_for(dataset, 'openai_imagenet') == templates.OPENAI_IMAGENET_TEMPLATES
+def test_each_tfds_class_set_has_its_own_prompts(dataset, expected):
+  assert tfds_sets.TEMPLATES[dataset] == expected
 
 
-def test_templates_for_an_unknown_choice_names_the_valid_ones():
-  with pytest.raises(ValueError, match=r"'imagenet80'.*'dataset', 'openai_imagenet', 'cifar', 'simple'"):
-    templates.templates_for('cifar10', 'imagenet80')
-
-
-def test_load_eval_set_uses_the_chosen_templates(micro):
-  assert datasets.load_eval_set('digits', micro.data, 'test', 8).templates == templates.DIGITS_TEMPLATES
-  chosen = datasets.load_eval_set('digits', micro.data, 'test', 8, templates='cifar')
+def test_the_chosen_templates_replace_a_sets_own(micro):
+  own = evalsets.load_eval_set('digits', micro.data, 'test', 8)
+  assert own.templates == templates.DIGITS_TEMPLATES
+  assert with_templates(own, 'dataset') is own
+  chosen = with_templates(own, 'cifar')
   assert chosen.templates == templates.CIFAR_TEMPLATES and chosen.class_names == digits.CLASS_NAMES
-  with pytest.raises(ValueError, match='valid choices'):
-    datasets.load_eval_set('digits', micro.data, 'test', 8, templates='nope')
+  long = evalsets.load_eval_set('synthetic_long', micro.data, 'test', 8)
+  assert with_templates(long, 'cifar').templates == ()  # no class names: nothing to prompt for
+  with pytest.raises(ValueError, match=r"'nope'.*'openai_imagenet', 'cifar', 'simple'"):
+    with_templates(own, 'nope')
 
 
 def test_config_rejects_an_unknown_template_set():

@@ -16,9 +16,17 @@ from PIL import Image
 import pytest
 import tensorflow_datasets as tfds
 
-from vlp_jax.data import datasets, pipeline
+from vlp_jax.objectives import views
+from vlp_jax import errors
+from vlp_jax import evalsets
+from vlp_jax.data.sources import train_paths
+from vlp_jax.data import image_ops
+from vlp_jax.data import pipeline
 from vlp_jax.data import tfds as tfds_sets
-from vlp_jax.evaluation import templates
+from vlp_jax.data import class_names
+from vlp_jax.evalsets import prompts as templates
+from vlp_jax.evalsets import tfds as tfds_eval_sets
+from vlp_jax.evaluation import with_templates
 
 CIFAR10_NAMES = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck']
 CIFAR100_NAMES = ['apple', 'aquarium_fish', 'baby', 'maple_tree', 'sweet_pepper']  # the first and some of the 100
@@ -133,7 +141,7 @@ def test_table_names_the_datasets_and_their_eval_splits():
       'oxford_iiit_pet': 'test', 'oxford_flowers102': 'test', 'coco_captions': 'test'}
   assert tfds_sets.DATASETS['coco_captions'].caption_path == ('captions', 'text')
   # every class dataset has its own prompt set
-  assert all(n in templates.DATASET_TEMPLATES for n, s in tfds_sets.DATASETS.items() if s.label_key)
+  assert all(n in tfds_eval_sets.TEMPLATES for n, s in tfds_sets.DATASETS.items() if s.label_key)
   assert tfds_sets.readable_class_names('caltech101', ['faces_easy', 'car_side', 'background_google']) == (
       'centered face', 'car side', 'background')
 
@@ -144,14 +152,14 @@ def test_pets_report_mean_per_class_accuracy(prepared, micro):
   from vlp_jax.evaluation import EVALUATORS
   data_dir, _ = prepared
   micro.data.tfds_dir = data_dir
-  eval_set = datasets.load_eval_set('oxford_iiit_pet', micro.data, 'test', 16)
+  eval_set = evalsets.load_eval_set('oxford_iiit_pet', micro.data, 'test', 16)
   assert eval_set.class_names == ('Abyssinian', 'american bulldog', 'beagle')
   assert eval_set.templates == templates.PETS_TEMPLATES and sorted(eval_set.labels.tolist()) == sorted(PET_LABELS)
 
   class NamesEncoder:  # a prompt embeds as the one-hot of the class it names
     def texts(self, prompts):
       return np.eye(3)[[next(i for i, n in enumerate(eval_set.class_names) if n in p) for p in prompts]]
-  metrics = EVALUATORS['zeroshot'](NamesEncoder(), eval_set, np.tile([[1.0, 0.0, 0.0]], (6, 1)))
+  metrics = EVALUATORS.get('zeroshot').fn(NamesEncoder(), eval_set, np.tile([[1.0, 0.0, 0.0]], (6, 1)))
   assert metrics['zeroshot_top1'] == pytest.approx(4 / 6)
   assert metrics['zeroshot_mean_per_class'] == pytest.approx(1 / 3)
 
@@ -172,20 +180,20 @@ def test_cifar10_examples_are_the_written_pixels_and_labels(prepared):
 
 def test_cifar10_eval_set(prepared):
   data_dir, _ = prepared
-  eval_set = tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=24)
-  assert isinstance(eval_set, datasets.EvalSet) and eval_set.name == 'cifar10'
+  eval_set = tfds_eval_sets.load_eval_set('cifar10', 'test', data_dir, image_size=24)
+  assert isinstance(eval_set, evalsets.EvalSet) and eval_set.name == 'cifar10'
   assert eval_set.images.shape == (7, 24, 24, 3) and eval_set.images.dtype == np.float32
   assert eval_set.class_names == tuple(CIFAR10_NAMES)
   assert sorted(eval_set.labels.tolist()) == list(range(7))
-  assert eval_set.captions == [] and eval_set.caption_image.shape == (0,) and eval_set.templates == ()
+  assert eval_set.captions == [] and eval_set.caption_image.shape == (0,) and eval_set.templates == templates.CIFAR_TEMPLATES
   source = tfds_sets.open_source('cifar10', 'test', data_dir)
   first = tfds_sets.to_example('cifar10', source[0])['image']
-  np.testing.assert_allclose(eval_set.images[0], pipeline.normalize_image(pipeline.resize_image(first, 24)))
+  np.testing.assert_allclose(eval_set.images[0], image_ops.normalize_image(image_ops.resize_image(first, 24)))
 
 
 def test_cifar100_class_names_are_words(prepared):
   data_dir, _ = prepared
-  eval_set = tfds_sets.load_eval_set('cifar100', None, data_dir, image_size=32)
+  eval_set = tfds_eval_sets.load_eval_set('cifar100', None, data_dir, image_size=32)
   assert eval_set.class_names == ('apple', 'aquarium fish', 'baby', 'maple tree', 'sweet pepper')
   assert eval_set.labels.min() >= 0 and eval_set.labels.max() < len(eval_set.class_names)
   assert eval_set.images.shape == (7, 32, 32, 3)
@@ -209,14 +217,14 @@ def test_imagenet_grayscale_jpeg_becomes_rgb_and_names_are_readable(prepared):
   assert len(names) == 1000
   # CLIP's curated names for n01440764, n01443537, n04008634 ('projectile, missile') and n15075141
   assert (names[0], names[1], names[744], names[999]) == ('tench', 'goldfish', 'missile', 'toilet paper')
-  assert names == templates.IMAGENET_CLASS_NAMES
-  eval_set = tfds_sets.load_eval_set('imagenet2012', 'validation', data_dir, image_size=16)
+  assert names == class_names.IMAGENET_CLASS_NAMES
+  eval_set = tfds_eval_sets.load_eval_set('imagenet2012', 'validation', data_dir, image_size=16)
   assert eval_set.images.shape == (4, 16, 16, 3) and sorted(eval_set.labels.tolist()) == sorted(IMAGENET_LABELS)
 
 
 def test_coco_captions_are_flattened_with_their_image_index(prepared):
   data_dir, _ = prepared
-  eval_set = tfds_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16, max_captions_per_image=None)
+  eval_set = tfds_eval_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16, max_captions_per_image=None)
   assert eval_set.images.shape == (3, 16, 16, 3) and (eval_set.labels == -1).all() and eval_set.class_names == ()
   assert len(eval_set.captions) == sum(COCO_CAPTION_COUNTS) == len(eval_set.caption_image)
   source = tfds_sets.open_source('coco_captions', 'test', data_dir)
@@ -226,19 +234,19 @@ def test_coco_captions_are_flattened_with_their_image_index(prepared):
     assert example['captions'] == [f'image {image_id} caption {j}' for j in range(COCO_CAPTION_COUNTS[image_id])]
     assert [c for c, i in zip(eval_set.captions, eval_set.caption_image) if i == row] == example['captions']
   # the usual protocol: the first 5 captions of each image
-  five = tfds_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16)
+  five = tfds_eval_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16)
   assert len(five.captions) == 15 and np.bincount(five.caption_image).tolist() == [5, 5, 5]
 
 
 def test_max_examples_keeps_the_first_examples(prepared):
   data_dir, _ = prepared
-  full = tfds_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16)
-  two = tfds_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16, max_examples=2)
+  full = tfds_eval_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16)
+  two = tfds_eval_sets.load_eval_set('coco_captions', 'test', data_dir, image_size=16, max_examples=2)
   assert two.images.shape == (2, 16, 16, 3) and set(two.caption_image.tolist()) == {0, 1}
   np.testing.assert_array_equal(two.images, full.images[:2])
   assert two.captions == full.captions[:10]
   with pytest.raises(ValueError, match='max_examples must be positive'):
-    tfds_sets.load_eval_set('cifar10', 'test', data_dir, image_size=16, max_examples=0)
+    tfds_eval_sets.load_eval_set('cifar10', 'test', data_dir, image_size=16, max_examples=0)
 
 
 @pytest.mark.slow
@@ -246,14 +254,14 @@ def test_sets_above_the_memory_limit_are_streamed_with_the_same_results(prepared
   """Above memory_limit_bytes the images are decoded as they are read, chunk by chunk; every evaluator gives the
   same numbers as on the in-memory images."""
   from vlp_jax import models, parallel
-  from vlp_jax.data.streamed import StreamedImages
+  from vlp_jax.evalsets.streamed import StreamedImages
   from vlp_jax.evaluation import Encoder, run_evaluations
   import jax
   data_dir, _ = prepared
   limit = 2 * 16 * 16 * 3 * 4  # two 16x16 float32 images
   for name in ('cifar10', 'coco_captions'):
-    in_memory = tfds_sets.load_eval_set(name, 'test', data_dir, image_size=16)
-    streamed = tfds_sets.load_eval_set(name, 'test', data_dir, image_size=16, memory_limit_bytes=limit)
+    in_memory = tfds_eval_sets.load_eval_set(name, 'test', data_dir, image_size=16)
+    streamed = tfds_eval_sets.load_eval_set(name, 'test', data_dir, image_size=16, memory_limit_bytes=limit)
     assert isinstance(in_memory.images, np.ndarray) and isinstance(streamed.images, StreamedImages)
     assert streamed.images.shape == in_memory.images.shape and len(streamed.images) == len(in_memory.images)
     np.testing.assert_array_equal(streamed.images[1:3], in_memory.images[1:3])
@@ -269,8 +277,8 @@ def test_sets_above_the_memory_limit_are_streamed_with_the_same_results(prepared
                                   np.zeros((1, 16), np.int32))
   encoder = Encoder(model, variables, parallel.make_mesh(1), 2, micro.model.text.context_length)  # chunks of 2
   micro.data.tfds_dir = data_dir
-  sets = [datasets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
-  streamed_sets = [dataclasses.replace(s, images=tfds_sets.load_eval_set(
+  sets = [evalsets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
+  streamed_sets = [dataclasses.replace(s, images=tfds_eval_sets.load_eval_set(
       s.name, 'test', data_dir, image_size=16, memory_limit_bytes=limit).images) for s in sets]
   tasks = ('zeroshot', 'retrieval', 'affinity')
   assert run_evaluations(encoder, streamed_sets, tasks) == run_evaluations(encoder, sets, tasks)
@@ -286,21 +294,21 @@ def test_examples_dataset_streams_examples(prepared):
 
 
 def test_unprepared_dataset_says_how_to_build_it(tmp_path):
-  with pytest.raises(datasets.DataNotFoundError) as error:
+  with pytest.raises(errors.DataNotFoundError) as error:
     tfds_sets.open_source('cifar10', 'test', str(tmp_path))
   assert f'tfds build cifar10 --data_dir={tmp_path} --file_format=array_record' in str(error.value)
-  with pytest.raises(datasets.DataNotFoundError) as error:
-    tfds_sets.load_eval_set('imagenet2012', None, str(tmp_path), image_size=16)
+  with pytest.raises(errors.DataNotFoundError) as error:
+    tfds_eval_sets.load_eval_set('imagenet2012', None, str(tmp_path), image_size=16)
   message = str(error.value)
   assert f'tfds build imagenet2012 --data_dir={tmp_path} --file_format=array_record --manual_dir=' in message
   assert 'ILSVRC2012_img_val.tar' in message
-  with pytest.raises(datasets.DataNotFoundError, match=r'tfds build coco_captions/2014 '):
+  with pytest.raises(errors.DataNotFoundError, match=r'tfds build coco_captions/2014 '):
     tfds_sets.examples_dataset('coco_captions', 'test', str(tmp_path))
 
 
 def test_split_that_is_not_prepared_says_how_to_build_it(prepared):
   data_dir, _ = prepared
-  with pytest.raises(datasets.DataNotFoundError, match=r"has the splits \['test'\], not 'train'"):
+  with pytest.raises(errors.DataNotFoundError, match=r"has the splits \['test'\], not 'train'"):
     tfds_sets.open_source('cifar10', 'train', data_dir)
   with pytest.raises(ValueError, match=r"'validation' is not a split of tfds dataset cifar10; valid choices"):
     tfds_sets.open_source('cifar10', 'validation', data_dir)
@@ -311,7 +319,7 @@ def test_tfrecord_dataset_says_how_to_convert_it(tmp_path):
   version_dir.mkdir(parents=True)
   (version_dir / 'dataset_info.json').write_text(json.dumps({'name': 'cifar10', 'version': '3.0.2',
                                                              'splits': [{'name': 'test'}]}))  # no format: TFRecord
-  with pytest.raises(datasets.DataNotFoundError) as error:
+  with pytest.raises(errors.DataNotFoundError) as error:
     tfds_sets.open_source('cifar10', 'test', str(tmp_path))
   message = str(error.value)
   assert "as ['tfrecord'], which only TensorFlow can read" in message
@@ -345,10 +353,10 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   import jax
   data_dir, _ = prepared
   micro.data.tfds_dir, micro.data.eval_max_examples = data_dir, 5
-  sets = [datasets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
+  sets = [evalsets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
   assert [len(s.images) for s in sets] == [5, 3]  # the fake COCO test split has 3 images
   assert sets[0].templates == templates.CIFAR_TEMPLATES and sets[1].templates == ()
-  assert datasets.load_eval_set('cifar10', micro.data, 'test', 16, 'simple').templates == ('a photo of a {}.',)
+  assert with_templates(evalsets.load_eval_set('cifar10', micro.data, 'test', 16), 'simple').templates == ('a photo of a {}.',)
   model = models.build_model(micro.model)
   variables = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32), np.zeros((1, 16), np.int32))
   encoder = Encoder(model, variables, parallel.make_mesh(1), 8, micro.model.text.context_length)
@@ -360,12 +368,12 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
 def test_linear_probe_fits_on_the_train_split(prepared, micro):
   """With linear_probe among the tasks, a class set brings the first data.probe_train_examples of its train split
   (all with 0); the probe then fits on those and scores on the eval split."""
-  from vlp_jax.evaluation import applies, linear_probe
+  from vlp_jax.evaluation import EVALUATORS, linear_probe
   data_dir, written = prepared
   micro.data.tfds_dir = data_dir
   micro.eval.datasets, micro.eval.tasks = ('cifar100',), ('zeroshot', 'linear_probe')
-  (eval_set,) = datasets.load_eval_sets(micro)
-  assert eval_set.train_images.shape == (12, 16, 16, 3) and applies('linear_probe', eval_set)
+  (eval_set,) = evalsets.load_eval_sets(micro)
+  assert eval_set.train_images.shape == (12, 16, 16, 3) and EVALUATORS.get('linear_probe').applies(eval_set)
   assert sorted(eval_set.train_labels.tolist()) == sorted(written['cifar100']['train_labels'])  # tfds shuffled them
 
   class PixelFeatures:  # an encoder whose features are the image's pixels, subsampled
@@ -374,12 +382,12 @@ def test_linear_probe_fits_on_the_train_split(prepared, micro):
                                                 method='ridge')
   assert 0 <= metrics['linear_probe_top1'] <= 1
   micro.data.probe_train_examples = 5
-  assert datasets.load_eval_sets(micro)[0].train_images.shape == (5, 16, 16, 3)
+  assert evalsets.load_eval_sets(micro)[0].train_images.shape == (5, 16, 16, 3)
   micro.eval.tasks = ('zeroshot',)
-  assert datasets.load_eval_sets(micro)[0].train_images is None  # not loaded when no probe runs
+  assert evalsets.load_eval_sets(micro)[0].train_images is None  # not loaded when no probe runs
   micro.eval.datasets, micro.eval.tasks = ('cifar10',), ('linear_probe',)
-  with pytest.raises(datasets.DataNotFoundError, match='linear probe on cifar10 trains on its train split') as error:
-    datasets.load_eval_sets(micro)
+  with pytest.raises(errors.DataNotFoundError, match='linear probe on cifar10 trains on its train split') as error:
+    evalsets.load_eval_sets(micro)
   assert "has the splits ['test'], not 'train'" in str(error.value)
 
 
@@ -389,19 +397,19 @@ def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, m
   data_dir, written = prepared
   micro.data.update(name='array_record', path='synthetic, tfds:cifar10:test', tfds_dir=data_dir,
                     cache_dir=str(tmp_path))
-  paths = datasets.train_paths(micro.data)
-  assert paths == datasets.train_paths(micro.data)  # written once, then reused
+  paths = train_paths(micro.data)
+  assert paths == train_paths(micro.data)  # written once, then reused
   sources = mixing.shard_sources(paths)
   assert mixing.source_names(sources) == ('studio', 'web', 'sketch', 'cifar10')
   cifar = pipeline.read_all([p for p, s in zip(paths, sources) if s == 'cifar10'])
   assert len(cifar) == 7 and all(e['source'] == 'cifar10' for e in cifar)
   names = {e['label']: e['caption'] for e in cifar}
   assert all(caption == f'a photo of a {CIFAR10_NAMES[label]}.' for label, caption in names.items())
-  iterator = pipeline.train_iterator(paths, pipeline.ClipViews(16, 16), seed=0, global_batch_size=8, process_index=0,
+  iterator = pipeline.train_iterator(paths, views.ClipViews(16, 16), seed=0, global_batch_size=8, process_index=0,
                                      process_count=1, mixing='weighted', sources=sources,
                                      source_weights='studio=1,web=1,sketch=1,cifar10=3')
   _, status = pipeline.pop_status(next(iterator))
   assert 3 in status['record_source']  # cifar10 examples come through the same pipeline
   micro.data.path = 'synthetic,/nowhere'
-  with pytest.raises(datasets.DataNotFoundError, match="entry '/nowhere' holds no ArrayRecord shards"):
-    datasets.train_paths(micro.data)
+  with pytest.raises(errors.DataNotFoundError, match="entry '/nowhere' holds no ArrayRecord shards"):
+    train_paths(micro.data)

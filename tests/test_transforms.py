@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vlp_jax.data import transforms
-from vlp_jax.data.pipeline import resize_image
+from vlp_jax.data.image_ops import resize_image
 
 
 def _image(seed=0, height=40, width=56):

@@ -7,9 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from vlp_jax import models, weights
+from vlp_jax import models
+from vlp_jax.cli import weights
 from vlp_jax.data.tokenizer import default_tokenizer
-from vlp_jax.training.checkpoint import load_config, load_variables
+from vlp_jax.training.checkpoint import load_config
+from vlp_jax.checkpoint_files import load_variables
 
 from torch_reference import import_open_clip_module
 

@@ -10,7 +10,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate
-from vlp_jax.data import text as text_lib
+from vlp_jax.data import text_augment as text_lib
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
@@ -226,10 +226,10 @@ def test_views_augment_text_when_on(micro):
   example = {'image': np.zeros((20, 20, 3), np.uint8), 'caption': 'a red circle and a blue square on gray',
              'label': 3}
   micro.objective.text_augment = False
-  plain = objectives.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
+  plain = objectives.OBJECTIVES.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
   micro.objective.update(text_augment=True, text_augment_prob=1.0, text_mask_prob=1.0, text_replace_prob=0.0,
                          text_delete_prob=0.0)
-  masked = objectives.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
+  masked = objectives.OBJECTIVES.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
   content = text_lib.content_positions(plain['text'])
   assert (masked['text'][content] == text_lib.MASK_TOKEN).all()
   np.testing.assert_array_equal(masked['text'][~content], plain['text'][~content])
@@ -240,7 +240,7 @@ def test_options_are_validated(micro):
   micro.objective.name = 'zerovl'
   micro.objective.text_delete_prob = 0.5
   with pytest.raises(ValueError, match='text_mask_prob.*sum to 1'):
-    objectives.get('zerovl').views(micro)
+    objectives.OBJECTIVES.get('zerovl').views(micro)
   micro.objective.update(text_delete_prob=0.4, mixup_alpha=0.0)
   with pytest.raises(ValueError, match='config.objective.mixup_alpha'):
     objectives.build(micro, None)

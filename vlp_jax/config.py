@@ -10,18 +10,22 @@ from typing import Any
 import ml_collections
 from ml_collections import config_flags
 
-from vlp_jax import models, objectives
-from vlp_jax.data import datasets, mixing, synthetic
+from vlp_jax import models
+from vlp_jax.data import mixing, synthetic
 from vlp_jax.data.autoaugment import AUGMENTATIONS
+from vlp_jax.data.sources import TRAIN_DATASETS
+from vlp_jax.errors import ConfigError
+from vlp_jax.evalsets import EVAL_SETS
+from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
-from vlp_jax.evaluation.templates import CHOICES as TEMPLATE_CHOICES
-from vlp_jax.models.clip import DTYPES
+from vlp_jax.models.towers import DTYPES, VISION_TOWERS
 from vlp_jax.models.transformer import ACTIVATIONS
-from vlp_jax.training.accumulation import MODES as ACCUMULATION_MODES
+from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
+from vlp_jax.registry import RegistryError, check_choice
 
-
-class ConfigError(ValueError):
-  """A config value is invalid; the message names the key."""
+# Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) | 'microbatch'
+# (per-example losses only).
+ACCUMULATION_MODES = ('none', 'decoupled', 'microbatch')
 
 
 def define_config_flag(default: str | None = None, help_string: str = 'Path to a config file with get_config().'):
@@ -110,38 +114,20 @@ def from_file(path: str) -> ml_collections.ConfigDict:
   return module.get_config()
 
 
-def shapes_baseline() -> ml_collections.ConfigDict:
-  """The shared setting of the `configs/*_shapes.py` files: the tiny model on the embedded dataset, 400 steps of
-  batch 128 (about 4 minutes for CLIP on a 2-core CPU, evaluations included), so that methods compare under one
-  budget and seed."""
-  config = base_config()
-  config.seed = 0
-  config.total_steps = 400
-  config.batch_size = 128
-  config.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.1)
-  config.eval.every_steps = 100
-  # the embedded dataset's long captions beside the short ones, and each source alone (retrieval and affinity
-  # consistency on all)
-  config.eval.datasets = ('synthetic', 'synthetic_long', *datasets.SYNTHETIC_SOURCE_SETS)
-  config.data.probe_train_examples = 6000  # the linear probe fits on 2000 train images of each source
-  config.checkpoint.every_steps = 200
-  config.log_every_steps = 20
-  return config
-
-
 def with_term(config: ml_collections.ConfigDict, name: str, **options) -> ml_collections.ConfigDict:
   """Add the loss term `name` (e.g. 'saco') to the config's objective, with its defaults and `options`."""
-  term = objectives.get_term(name)
+  term = TERMS.get(name)
   config.objective.terms = tuple(config.objective.terms) + (name,)
   config.objective[name] = ml_collections.ConfigDict({**term.default_config(), **options})
   return config
 
 
-_CHOICES: dict[str, tuple[Any, ...]] = {
-    'model.act': tuple(ACTIVATIONS),
-    'model.vision.type': ('vit', 'resnet'),
-    'model.dtype': tuple(DTYPES),
-    'data.name': datasets.TRAIN_DATASETS,
+# Keys whose value is one of a table's names (a registry's, or a fixed set of modes).
+_CHOICES: dict[str, Any] = {
+    'model.act': ACTIVATIONS,
+    'model.vision.type': VISION_TOWERS,
+    'model.dtype': DTYPES,
+    'data.name': TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),
     'optim.schedule': ('cosine', 'constant'),
@@ -189,9 +175,9 @@ def _reference(config: ml_collections.ConfigDict) -> tuple[ml_collections.Config
   reference = base_config()
   objective_config = config.get('objective', {})
   try:
-    objective_cls = objectives.get(objective_config.get('name', 'clip'))
-    terms = {name: objectives.get_term(name) for name in objective_config.get('terms', ())}
-  except ValueError as error:
+    objective_cls = OBJECTIVES.get(objective_config.get('name', 'clip'))
+    terms = {name: TERMS.get(name) for name in objective_config.get('terms', ())}
+  except RegistryError as error:
     raise ConfigError(str(error)) from None
   reference.objective = ml_collections.ConfigDict(
       {**objective_cls.default_config(), **{name: term.default_config() for name, term in terms.items()}})
@@ -224,7 +210,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     raise ConfigError(str(error)) from None
   for name, term in terms.items():
     try:
-      term.validate(objectives.with_defaults(term.default_config(), config.objective.get(name, {})), config)
+      term.validate(with_defaults(term.default_config(), config.objective.get(name, {})), config)
     except ValueError as error:
       raise ConfigError(str(error)) from None
   for key in _POSITIVE_INTS:
@@ -235,15 +221,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     value = _get(config, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
       raise ConfigError(f'config.{key} must be 0 (all) or a positive integer, got {value!r}')
-  for key, choices in _CHOICES.items():
-    if _get(config, key) not in choices:
-      raise ConfigError(f"config.{key}={_get(config, key)!r} is not valid; valid choices: {list(choices)}")
-  for task in config.eval.tasks:
-    if task not in EVALUATORS:
-      raise ConfigError(f"config.eval.tasks has '{task}'; valid choices: {sorted(EVALUATORS)}")
-  for name in config.eval.datasets:
-    if name not in datasets.EVAL_DATASETS:
-      raise ConfigError(f"config.eval.datasets has '{name}'; valid choices: {list(datasets.EVAL_DATASETS)}")
+  try:
+    for key, choices in _CHOICES.items():
+      check_choice(key, _get(config, key), choices)
+    for task in config.eval.tasks:
+      EVALUATORS.check(task)
+    for name in config.eval.datasets:
+      EVAL_SETS.check(name)
+  except RegistryError as error:
+    raise ConfigError(str(error)) from None
   for source in config.data.synthetic.sources:
     if source not in synthetic.SOURCES:
       raise ConfigError(f"config.data.synthetic.sources has '{source}'; valid choices: {list(synthetic.SOURCES)}")

@@ -40,6 +40,7 @@ import numpy as np
 from PIL import Image
 
 from vlp_jax.data import transforms
+from vlp_jax.registry import Registry
 
 Augmentation = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 
@@ -339,14 +340,6 @@ def auto_augment(image: np.ndarray, rng: np.random.Generator, policy: str = 'ima
 
 
 # config.data.augment name -> f(image, rng) -> image, with the defaults above.
-AUGMENTATIONS: dict[str, Augmentation] = {
-    'randaugment': rand_augment,
-    'autoaugment': auto_augment,
-}
-
-
-def get(name: str) -> Augmentation:
-  """The augmentation registered as `name`; ValueError listing the valid names otherwise."""
-  if name not in AUGMENTATIONS:
-    raise ValueError(f"Unknown augmentation '{name}'; valid names: {sorted(AUGMENTATIONS)}")
-  return AUGMENTATIONS[name]
+AUGMENTATIONS: Registry[Augmentation] = Registry('augmentation', 'data.augment')
+AUGMENTATIONS.add('randaugment', rand_augment)
+AUGMENTATIONS.add('autoaugment', auto_augment)

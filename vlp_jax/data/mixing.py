@@ -33,6 +33,7 @@ import grain
 import numpy as np
 
 from vlp_jax.data import records
+from vlp_jax.data.shards import ShardRecords
 
 MODES = ('mixed', 'weighted', 'single_source', 'sequential')
 _CHUNK = 4096  # batches whose draws are computed (vectorised) and cached together
@@ -199,7 +200,6 @@ def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
 
   Stream elements are (shard id, record bytes), the shard id being the shard's index in `paths`.
   """
-  from vlp_jax.data.pipeline import ShardRecords  # pipeline imports this module
   if len(sources) != len(paths):
     raise ValueError(f'got {len(sources)} shard sources for {len(paths)} shards')
   names = list(source_names(sources))

@@ -8,108 +8,23 @@ checkpoint.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 from typing import Any
 
 import grain
 from absl import flags
 import numpy as np
-from PIL import Image
 
-from vlp_jax.data import autoaugment, records, transforms
 from vlp_jax.data import mixing as mixing_lib
+from vlp_jax.data import records
+from vlp_jax.data.shards import ShardRecords
 from vlp_jax.data.teacher import load_table
-from vlp_jax.data.tokenizer import default_tokenizer
-
-OPENAI_MEAN = np.array((0.48145466, 0.4578275, 0.40821073), np.float32)
-OPENAI_STD = np.array((0.26862954, 0.26130258, 0.27577711), np.float32)
-
-
-def _resize_and_centre_crop(array: np.ndarray, size: int, resample: Image.Resampling) -> np.ndarray:
-  """[H, W, ...] uint8 -> [size, size, ...]: resize so the shorter side is `size`, then a centre crop."""
-  height, width = array.shape[:2]
-  if (height, width) == (size, size):
-    return array
-  scale = size / min(height, width)
-  new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
-  resized = np.asarray(Image.fromarray(array).resize((new_w, new_h), resample))
-  top, left = (new_h - size) // 2, (new_w - size) // 2
-  return resized[top:top + size, left:left + size]
-
-
-def resize_image(image: np.ndarray, size: int) -> np.ndarray:
-  """[H, W, 3] uint8 -> [size, size, 3] uint8: bicubic resize of the shorter side, then a centre crop."""
-  return _resize_and_centre_crop(image, size, Image.Resampling.BICUBIC)
-
-
-def resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
-  """[H, W] uint8 class map -> [size, size] with `resize_image`'s geometry, by nearest neighbour so that labels are
-  never blended."""
-  return _resize_and_centre_crop(mask, size, Image.Resampling.NEAREST)
-
-
-def normalize_image(image: np.ndarray) -> np.ndarray:
-  """[..., 3] uint8 -> float32 with the OpenAI CLIP mean and std: numpy on the host (eval sets), jax in the train
-  step (`images_to_float`), the same formula."""
-  return (image.astype(np.float32) / 255.0 - OPENAI_MEAN) / OPENAI_STD
-
-
-def images_to_float(batch: dict[str, Any]) -> dict[str, Any]:
-  """The device side of the training batch contract: views emit their images as uint8 ([B, ..., H, W, 3]), which
-  moves a quarter of float32's bytes from host to device and takes the normalisation (about a third of the host's
-  time per 224px CLIP example, benchmarks/RESULTS.md) off the input pipeline; the train step normalises each here, with
-  `normalize_image`. Entries of other dtypes (tokens, labels, images a caller normalised already) pass through."""
-  out = {}
-  for key, value in batch.items():
-    if value.dtype == np.uint8:
-      if value.ndim < 3 or value.shape[-1] != 3:
-        raise ValueError(f"batch['{key}'] is uint8 with shape {value.shape}: uint8 batch entries must be RGB images "
-                         '[..., H, W, 3]')
-      value = normalize_image(value)
-    out[key] = value
-  return out
-
-
-def denormalize_image(image: np.ndarray) -> np.ndarray:
-  """The inverse of `normalize_image`, for display: [..., 3] normalised float -> uint8 [..., 3] (rounded, clipped)."""
-  pixels = (np.asarray(image, np.float32) * OPENAI_STD + OPENAI_MEAN) * 255.0
-  return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
-
-
-class DataError(RuntimeError):
-  """Too many bad records: the message names the shard(s)."""
-
+from vlp_jax.errors import DataError
 
 # Per-example fields the pipeline adds beside the views' own; the loop pops them before the batch goes to the devices.
 STATUS_KEYS = ('record_error', 'record_shard', 'record_source')
 # How many records after a bad one are tried as its substitute before the data is declared unusable.
 MAX_SUBSTITUTES = 64
-
-
-class ShardRecords:
-  """Random access to the records of several ArrayRecord shards that also says where each came from:
-  index -> (shard id, record bytes). `shard_ids[k]` is the id reported for `paths[k]`."""
-
-  def __init__(self, paths: list[str], shard_ids: list[int] | None = None):
-    from array_record.python.array_record_module import ArrayRecordReader
-    self._data = grain.sources.ArrayRecordDataSource(list(paths))
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(16, len(paths)))) as pool:  # remote file systems
-      lengths = list(pool.map(lambda p: ArrayRecordReader(p).num_records(), paths))
-    self._ends = np.cumsum(lengths)
-    self._shard_ids = np.asarray(range(len(paths)) if shard_ids is None else shard_ids, np.int32)
-
-  def __len__(self) -> int:
-    return len(self._data)
-
-  def _shards(self, indices) -> np.ndarray:
-    return self._shard_ids[np.searchsorted(self._ends, indices, side='right')]
-
-  def __getitem__(self, index: int) -> tuple[int, bytes]:
-    return int(self._shards(int(index))), self._data[index]
-
-  def __getitems__(self, indices) -> list[tuple[int, bytes]]:
-    return list(zip(self._shards(np.asarray(indices)).tolist(), self._data.__getitems__(indices)))
 
 
 class LoadExamples(grain.MapDataset):
@@ -158,7 +73,7 @@ class LoadExamples(grain.MapDataset):
     else:
       raise DataError(f'{MAX_SUBSTITUTES + 1} records in a row are bad, from position {index} of the stream (in shard '
                       f'{self._shard_paths[shard]}); the last: {last}. Check the data, e.g. with '
-                      'vlp_jax.data.convert, which counts the records it skips per reason.')
+                      "'python -m vlp_jax.convert', which counts the records it skips per reason.")
     source = example.get('source', '')
     example['record_error'] = np.int32(error)
     example['record_shard'] = np.int32(shard)
@@ -203,34 +118,6 @@ def passthrough(example: dict[str, Any]) -> dict[str, np.ndarray]:
   if 'teacher' in example:
     out['teacher'] = example['teacher']
   return out
-
-
-@dataclasses.dataclass
-class ClipViews(grain.transforms.RandomMap):
-  """A decoded example -> {'image': [S, S, 3] uint8 (normalised in the train step, `images_to_float`), 'text': [L]
-  int32, 'label': []}.
-
-  The views of CLIP and SigLIP (and the objectives built on them); SLIP and COSMOS supply their own. The image is
-  resized (shorter side) and centre-cropped, as OpenAI's CLIP trains and every method evaluates, or, with
-  `crop_scale` (e.g. (0.9, 1.0), open_clip's), a RandomResizedCrop; then `augment` ('randaugment', 'autoaugment',
-  data/autoaugment.py) when it is not 'none'.
-  """
-  image_size: int
-  context_length: int
-  caption_field: str = 'caption'
-  crop_scale: tuple[float, ...] = ()
-  augment: str = 'none'
-
-  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    if self.crop_scale:
-      image = transforms.random_resized_crop(example['image'], self.image_size, tuple(self.crop_scale), rng)
-    else:
-      image = resize_image(example['image'], self.image_size)
-    if self.augment != 'none':
-      image = autoaugment.get(self.augment)(image, rng)
-    return {'image': image,
-            'text': default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0],
-            **passthrough(example)}
 
 
 class ProcessBlocks(grain.MapDataset):

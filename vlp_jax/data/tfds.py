@@ -1,4 +1,5 @@
-"""Evaluation sets (and training sources) from tensorflow-datasets, read without TensorFlow.
+"""tensorflow-datasets read without TensorFlow: the examples of a prepared split (for the eval sets of
+evalsets/tfds.py) and a split written once as training shards (`tfds:NAME:SPLIT` sources).
 
 `tfds.data_source` reads a dataset prepared in a random-access format (array_record, or parquet) with numpy and
 PIL only. Preparing it (`tfds build`) does need TensorFlow, once, in any environment that has it: tfds encodes the
@@ -22,26 +23,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from etils import epath
 import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vlp_jax.data import pipeline, records
-from vlp_jax.evaluation import templates
+from vlp_jax.data import class_names as class_names_lib
+from vlp_jax.data import records
+from vlp_jax.errors import DataNotFoundError
 
-if TYPE_CHECKING:  # datasets imports this module: at run time it is imported where it is used
-  from vlp_jax.data import datasets
-
-# Reading a split of at least this many examples prints its progress.
-LOAD_PROGRESS_MIN = 20_000
-# An eval set's float32 images are held in memory up to this size; larger sets are decoded as they are evaluated.
-DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
-# The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
-# keeps the first 5 of each image (25,000 captions).
-DEFAULT_MAX_CAPTIONS_PER_IMAGE = 5
 # Formats tfds.data_source can read at random (without TensorFlow).
 RANDOM_ACCESS_FORMATS = tuple(sorted(f.value for f in tfds.core.file_adapters.FileFormat.with_random_access()))
 
@@ -134,16 +126,11 @@ def file_formats(info: Mapping[str, Any]) -> set[str]:
   return {info.get('fileFormat') or 'tfrecord', *info.get('alternativeFileFormats', ())}
 
 
-def _data_not_found(message: str) -> Exception:
-  from vlp_jax.data import datasets  # datasets imports this module: import at call time
-  return datasets.DataNotFoundError(message)
-
-
 def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[dict[str, Any]]:
   """A random-access sequence of the raw tfds examples of a prepared split (tfds's ArrayRecordDataSource).
 
   Images are left encoded (bytes; `to_example` decodes them). split: None for the dataset's eval split.
-  Raises datasets.DataNotFoundError, with the command that prepares it, when the split is not prepared in data_dir
+  Raises errors.DataNotFoundError, with the command that prepares it, when the split is not prepared in data_dir
   in a random-access format; ValueError for an unknown dataset or split.
   """
   spec = dataset_spec(name)
@@ -153,18 +140,18 @@ def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[
   data_dir = resolve_data_dir(data_dir)
   version_dir = prepared_version_dir(spec, data_dir)
   if version_dir is None:
-    raise _data_not_found(f'tfds dataset {name} is not prepared in {data_dir}.\n{build_instructions(spec, data_dir)}')
+    raise DataNotFoundError(f'tfds dataset {name} is not prepared in {data_dir}.\n{build_instructions(spec, data_dir)}')
   info = json.loads((version_dir / 'dataset_info.json').read_text())
   formats = file_formats(info)
   if not formats & set(RANDOM_ACCESS_FORMATS):
-    raise _data_not_found(
+    raise DataNotFoundError(
         f'tfds dataset {name} is prepared in {version_dir} as {sorted(formats)}, which only TensorFlow can read; '
         f'reading without TensorFlow needs one of {list(RANDOM_ACCESS_FORMATS)}. Convert it once, in any environment '
         f'with TensorFlow:\n  tfds convert_format --dataset_version_dir={version_dir} --out_file_format=array_record\n'
         f'or rebuild it with --overwrite:\n{build_instructions(spec, data_dir)} --overwrite')
   prepared_splits = [s['name'] for s in info.get('splits', ())]
   if split not in prepared_splits:
-    raise _data_not_found(
+    raise DataNotFoundError(
         f"tfds dataset {name} in {version_dir} has the splits {prepared_splits}, not '{split}'.\n"
         f'{build_instructions(spec, data_dir)}')
   # The version pin makes tfds read the prepared files rather than construct the builder code, which needs
@@ -217,9 +204,9 @@ def readable_class_names(name: str, label_names: Sequence[str]) -> tuple[str, ..
   ('n01440764' -> 'tench'; ids outside the standard 1,000 are kept), Caltech-101's folder names that are not words
   as CLIP names them, other datasets' underscores to spaces."""
   if name == 'imagenet2012':
-    curated = dict(zip(imagenet_wnids(), templates.IMAGENET_CLASS_NAMES, strict=True))
+    curated = dict(zip(imagenet_wnids(), class_names_lib.IMAGENET_CLASS_NAMES, strict=True))
     return tuple(curated.get(n, n) for n in label_names)
-  renames = templates.CALTECH101_RENAMES if name == 'caltech101' else {}
+  renames = class_names_lib.CALTECH101_RENAMES if name == 'caltech101' else {}
   return tuple(renames.get(n, n.replace('_', ' ')) for n in label_names)
 
 
@@ -237,74 +224,6 @@ def example_fields(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
   return {'label': int(features[spec.label_key]) if spec.label_key else -1,
           'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
           'key': _text(features[spec.key_feature])}
-
-
-def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
-                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray]:
-  """The first `count` examples of an `open_source` split: images (an in-memory [count, S, S, 3] float32 array, or a
-  StreamedImages above `memory_limit_bytes`), labels [count], captions [T] and caption_image [T]."""
-  from vlp_jax.data.streamed import StreamedImages
-  spec = dataset_spec(name)
-  preprocess = lambda features: pipeline.normalize_image(  # noqa: E731
-      pipeline.resize_image(rgb_image(features[spec.image_key]), image_size))
-  streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
-  images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
-  labels = np.empty(count, np.int64)
-  captions, caption_image = [], []
-  report_every = max(count // 10, 1) if count >= LOAD_PROGRESS_MIN else 0
-  for index in range(count):
-    if report_every and index % report_every == 0:
-      print(f'{name}: read {index}/{count} examples', flush=True)
-    features = source[index]
-    fields = example_fields(name, features)
-    if images is not None:
-      images[index] = preprocess(features)
-    labels[index] = fields['label']
-    kept = fields['captions'][:max_captions_per_image]
-    captions.extend(kept)
-    caption_image.extend([index] * len(kept))
-  if streamed:
-    print(f'{name}: {count} images at {image_size}px take {count * image_size**2 * 12 / 2**30:.1f} GiB as float32, '
-          f'above {memory_limit_bytes / 2**30:.1f} GiB: they are decoded as they are evaluated', flush=True)
-    images = StreamedImages(lambda index: preprocess(source[index]), count, image_size)
-  return images, labels, captions, np.array(caption_image, np.int64)
-
-
-def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
-                  max_examples: int | None = None, *, probe_train_examples: int | None = None,
-                  max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
-                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> datasets.EvalSet:
-  """A split of a tfds dataset as a datasets.EvalSet, images resized and normalised for `image_size`.
-
-  The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
-  (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
-  read them, chunk by chunk, on every evaluation.
-  max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
-  probe_train_examples: for a class dataset, also attach the first N examples of its 'train' split as
-  train_images / train_labels for the linear probe (0: the whole split; None: none).
-  Class datasets: labels, class names, no captions (captions [] and caption_image [0]); templates are left empty
-  for the caller to set. Caption datasets: labels -1, no class names, the captions of every image flattened, the
-  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
-  """
-  from vlp_jax.data import datasets  # pylint: disable=redefined-outer-name
-  if max_examples is not None and max_examples < 1:
-    raise ValueError(f'max_examples must be positive or None, got {max_examples}')
-  source = open_source(name, split, data_dir)
-  count = len(source) if max_examples is None else min(len(source), max_examples)
-  images, labels, captions, caption_image = _split_arrays(name, source, count, image_size, max_captions_per_image,
-                                                          memory_limit_bytes)
-  probe = {}
-  if probe_train_examples is not None and dataset_spec(name).label_key:
-    try:
-      train = open_source(name, 'train', data_dir)
-    except FileNotFoundError as error:
-      raise _data_not_found(f'the linear probe on {name} trains on its train split: {error}\n(or leave linear_probe '
-                            'out of config.eval.tasks / --evals)') from None
-    train_count = min(len(train), probe_train_examples or len(train))
-    train_images, train_labels, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
-    probe = {'train_images': train_images, 'train_labels': train_labels}
-  return datasets.EvalSet(name=name, images=images, labels=labels, class_names=class_names(name, source),
-                          templates=(), captions=captions, caption_image=caption_image, **probe)
 
 
 def training_record(name: str, features: Mapping[str, Any], class_names_: Sequence[str]) -> dict[str, Any]:

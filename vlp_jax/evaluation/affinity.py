@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlp_jax.evaluation.base import evaluator
+
 
 def per_query_affinity_consistency(image_emb: np.ndarray, text_emb: np.ndarray, chunk: int = 1024) -> np.ndarray:
   """image_emb, text_emb: [N, d] unit-norm, row i of each describing the same example -> [N] Pearson(SI_i, ST_i),
@@ -34,3 +36,11 @@ def first_captions(caption_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """caption_image [T] -> (images [M] that have a caption, ascending; captions [M]: the first caption of each): the
   pairs affinity consistency is measured on."""
   return np.unique(np.asarray(caption_image), return_index=True)
+
+
+@evaluator('affinity', needs=('captions',))
+def affinity(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
+  """SaCo's affinity consistency between each image and its first caption."""
+  images, first = first_captions(eval_set.caption_image)
+  text_emb = encoder.texts([eval_set.captions[i] for i in first])
+  return {'affinity_consistency': affinity_consistency(image_emb[images], text_emb)}

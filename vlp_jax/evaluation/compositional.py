@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from vlp_jax.evaluation.base import evaluator
+
 
 def winoground_similarity(image_emb: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
   """image_emb [G, 2, d], text_emb [G, 2, d] unit-norm -> sim [G, 2, 2], sim[g, i, c] = <image i, caption c>."""
@@ -77,6 +79,7 @@ def winoground_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[str, 
   return {**{f'winoground_{k}': v for k, v in winoground_scores(sim).items()}, **WINOGROUND_CHANCE}
 
 
+@evaluator('compositional', ('canonical_captions', 'hard_negatives'), ('winoground_captions',))
 def compositional_evaluator(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
   """Canonical caption against its hard negatives, on an eval set with `canonical_captions` ([N] str) and
   `hard_negatives` ([N] lists of str), or Winoground's scores on one with `winoground_captions`; {} otherwise.

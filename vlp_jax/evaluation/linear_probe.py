@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.zeroshot import topk_accuracy
 
 METHODS = ('adamw', 'ridge')
@@ -175,6 +176,7 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, t
   return classification_metrics(np.asarray(test_x, np.float64) @ w + b, test_y)
 
 
+@evaluator('linear_probe', needs=('train_images',))
 def linear_probe_evaluator(encoder, eval_set, image_emb: np.ndarray, **probe_kwargs) -> dict[str, float]:
   """The registry's evaluator: fits on `encoder.image_features` of `eval_set.train_images` and scores on those of
   `eval_set.images`.

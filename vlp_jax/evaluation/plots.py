@@ -14,8 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from vlp_jax.data.pipeline import denormalize_image
+from vlp_jax.data.image_ops import denormalize_image
 from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.objectives.cosmos import CosmosObjective
 from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
 MAX_LEGEND = 20  # classes named in the t-SNE legend; the rest are coloured but not named
@@ -168,7 +169,6 @@ def plot_retrieval_examples(images: np.ndarray, captions: Sequence[str], caption
 
 def cosmos_objective(objective):
   """The COSMOS objective inside `objective` (a Composite wraps it with its terms), or None."""
-  from vlp_jax.objectives.cosmos import CosmosObjective
   base = getattr(objective, 'base', objective)
   return base if isinstance(base, CosmosObjective) else None
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlp_jax.evaluation.base import evaluator
+
 
 def retrieval_metrics(image_emb: np.ndarray, text_emb: np.ndarray, caption_image: np.ndarray,
                       ks: tuple[int, ...] = (1, 5, 10), chunk: int = 1024) -> dict[str, float]:
@@ -37,3 +39,11 @@ def retrieval_metrics(image_emb: np.ndarray, text_emb: np.ndarray, caption_image
 def retrieval_chance(num_images: int, num_texts: int, k: int) -> tuple[float, float]:
   """Expected R@K of random embeddings with one caption per image: (i2t, t2i)."""
   return min(k / num_texts, 1.0), min(k / num_images, 1.0)
+
+
+@evaluator('retrieval', needs=('captions',))
+def retrieval(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
+  """R@1/5/10 in both directions, with the R@1 of a random ranking beside."""
+  metrics = retrieval_metrics(image_emb, encoder.texts(eval_set.captions), eval_set.caption_image)
+  metrics['i2t_r1_chance'], metrics['t2i_r1_chance'] = retrieval_chance(len(image_emb), len(eval_set.captions), 1)
+  return metrics

@@ -22,7 +22,8 @@ from typing import Callable
 import jax
 import numpy as np
 
-from vlp_jax.evaluation.templates import SIMPLE_TEMPLATES
+from vlp_jax.evalsets.prompts import SIMPLE_TEMPLATES
+from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.zeroshot import class_embeddings
 from vlp_jax.losses.contrastive import l2_normalize
 
@@ -171,6 +172,7 @@ def segmentation_metrics(confusion: np.ndarray) -> dict[str, float]:
           'segmentation_pixel_acc': float(np.trace(confusion) / max(confusion.sum(), 1))}
 
 
+@evaluator('segmentation', needs=('masks', 'class_names'))
 def segmentation_evaluator(encoder, eval_set, image_emb) -> dict[str, float]:
   """Zero-shot segmentation mIoU on an eval set with `masks` ([N, H, W], 0 = background, c + 1 = class c).
 

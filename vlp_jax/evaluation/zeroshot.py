@@ -5,6 +5,8 @@ from typing import Sequence
 
 import numpy as np
 
+from vlp_jax.evaluation.base import evaluator
+
 
 def class_embeddings(encode_texts, class_names: Sequence[str], templates: Sequence[str]) -> np.ndarray:
   """Mean of the normalised template embeddings per class, re-normalised: [C, d]."""
@@ -37,3 +39,10 @@ def zeroshot_metrics(image_emb: np.ndarray, classes: np.ndarray, labels: np.ndar
   return {'zeroshot_top1': topk_accuracy(logits, labels, 1), 'zeroshot_top5': topk_accuracy(logits, labels, 5),
           'zeroshot_mean_per_class': mean_per_class_accuracy(np.argmax(logits, axis=1), labels),
           'zeroshot_chance': 1.0 / num_classes}
+
+
+@evaluator('zeroshot', needs=('class_names', 'templates'))
+def zeroshot(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
+  """Top-1/top-5/mean-per-class accuracy against the class embeddings of the set's templates."""
+  classes = class_embeddings(encoder.texts, eval_set.class_names, eval_set.templates)
+  return zeroshot_metrics(image_emb, classes, eval_set.labels)

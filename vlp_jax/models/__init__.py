@@ -10,6 +10,7 @@ import math
 import ml_collections
 
 from vlp_jax.models.clip import CLIP, build_model, init_variables  # noqa: F401
+from vlp_jax.registry import Registry
 
 _TEXT_BASE = dict(vocab_size=49408, context_length=77, width=512, layers=12, heads=8)
 
@@ -25,7 +26,7 @@ def _resnet(image_size: int, stages: tuple[int, ...], width: int) -> dict:
               stages=stages)
 
 
-PRESETS: dict[str, dict] = {
+_PRESETS = {
     # CPU-sized: trains on the embedded dataset in minutes.
     'tiny': dict(embed_dim=128, vision=_vit(32, 8, width=128, layers=4, heads=4),
                  text=dict(vocab_size=49408, context_length=32, width=128, layers=4, heads=4)),
@@ -37,9 +38,11 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# '<name>-quickgelu' variants, as in open_clip: the activation of OpenAI-trained towers.
-PRESETS.update({f'{name}-quickgelu': dict(spec, act='quick_gelu') for name, spec in list(PRESETS.items())
-                if name != 'tiny'})
+PRESETS: Registry[dict] = Registry('model preset', 'model.name')
+for _name, _spec in _PRESETS.items():
+  PRESETS.add(_name, _spec)
+  if _name != 'tiny':  # '<name>-quickgelu' variants, as in open_clip: the activation of OpenAI-trained towers
+    PRESETS.add(f'{_name}-quickgelu', dict(_spec, act='quick_gelu'))
 
 
 def preset(name: str, **overrides) -> ml_collections.ConfigDict:
@@ -47,9 +50,7 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
 
   vision.type is 'vit' (patch_size, width, layers, heads) or 'resnet' (stages, width, heads).
   """
-  if name not in PRESETS:
-    raise ValueError(f"unknown model preset '{name}'; valid choices: {sorted(PRESETS)}")
-  spec = PRESETS[name]
+  spec = PRESETS.get(name)
   cfg = ml_collections.ConfigDict({
       'name': name,
       'embed_dim': spec['embed_dim'],
@@ -62,3 +63,13 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
   })
   cfg.update(overrides)
   return cfg
+
+
+def complete(saved_model: dict | ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A model config saved by an earlier version (a checkpoint's `model`) with the keys added since at the defaults
+  of `preset('tiny')`; saved values are kept."""
+  saved = saved_model.to_dict() if isinstance(saved_model, ml_collections.ConfigDict) else dict(saved_model)
+  merged = preset('tiny').to_dict()
+  for key, value in saved.items():
+    merged[key] = {**merged[key], **value} if isinstance(merged.get(key), dict) and isinstance(value, dict) else value
+  return ml_collections.ConfigDict(merged)

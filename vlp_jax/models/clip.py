@@ -1,4 +1,4 @@
-"""CLIP: a ViT image tower and a causal text tower, with parameters named as in OpenAI CLIP checkpoints.
+"""CLIP: an image tower (towers.VISION_TOWERS: a ViT, vit.py, or a ResNet, resnet.py) and a causal text tower, with parameters named as in OpenAI CLIP checkpoints.
 
 Parameter tree (OpenAI name in brackets where it differs only by '.' -> '_'):
   visual/{conv1, class_embedding, positional_embedding, ln_pre, transformer/resblocks_i, ln_post, proj}
@@ -14,51 +14,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vlp_jax.models.positional import resize_positional_embedding
-from vlp_jax.models.resnet import ModifiedResNet
+from vlp_jax.models.towers import DTYPES, VISION_TOWERS
 from vlp_jax.models.transformer import Transformer, layer_norm
-
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
-
-
-class VisionTransformer(nn.Module):
-  image_size: int
-  patch_size: int
-  width: int
-  layers: int
-  heads: int
-  output_dim: int
-  act: str
-  dtype: Any = jnp.float32
-  remat: bool = False
-
-  @nn.compact
-  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True) -> dict[str, jax.Array]:
-    """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]}.
-
-    `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
-    multi-crop local views) get bicubically interpolated positional embeddings. `with_tokens=False` leaves out
-    `tokens`, and the last block computes the [cls] row only (`Transformer`'s `pool_index`).
-    """
-    scale = self.width**-0.5
-    x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
-                use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
-    batch, grid_h, grid_w, _ = x.shape
-    x = x.reshape(batch, grid_h * grid_w, self.width)
-    class_embedding = self.param('class_embedding', nn.initializers.normal(scale), (self.width,))
-    grid = self.image_size // self.patch_size
-    pos = self.param('positional_embedding', nn.initializers.normal(scale), (grid * grid + 1, self.width))
-    pos = resize_positional_embedding(pos, grid, (grid_h, grid_w))
-    cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
-    x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
-    x = layer_norm('ln_pre', self.dtype)(x)
-    pool_index = None if with_tokens else jnp.zeros((batch,), jnp.int32)
-    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.remat, name='transformer')(
-        x, pool_index=pool_index)
-    x = layer_norm('ln_post', self.dtype)(x)
-    proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
-    out = {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0]}
-    return {**out, 'tokens': x[:, 1:]} if with_tokens else out
 
 
 class CLIP(nn.Module):
@@ -73,13 +30,7 @@ class CLIP(nn.Module):
 
   def setup(self):
     v, t = self.vision, self.text
-    if v.type == 'vit':
-      self.visual = VisionTransformer(v.image_size, v.patch_size, v.width, v.layers, v.heads, self.embed_dim,
-                                      self.act, self.dtype, self.remat)
-    elif v.type == 'resnet':
-      self.visual = ModifiedResNet(tuple(v.stages), v.width, v.heads, self.embed_dim, v.image_size, self.dtype)
-    else:
-      raise ValueError(f"model.vision.type='{v.type}' is not valid; valid choices: ['vit', 'resnet']")
+    self.visual = VISION_TOWERS.get(v.type)(v, self.embed_dim, self.act, self.dtype, self.remat)
     self.token_embedding = nn.Embed(t.vocab_size, t.width, embedding_init=nn.initializers.normal(0.02),
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
@@ -125,7 +76,7 @@ class CLIP(nn.Module):
 def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
   return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
               text=ml_collections.FrozenConfigDict(model_config.text),
-              act=model_config.act, dtype=DTYPES[model_config.dtype],
+              act=model_config.act, dtype=DTYPES.get(model_config.dtype),
               init_logit_scale=model_config.init_logit_scale, remat=model_config.get('remat', False))
 
 

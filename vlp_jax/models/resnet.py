@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from vlp_jax.models.positional import resize_positional_embedding
+from vlp_jax.models.towers import VISION_TOWERS
 
 EXPANSION = 4  # bottleneck output channels = planes * EXPANSION
 BN_EPS = 1e-5
@@ -132,3 +133,9 @@ class ModifiedResNet(nn.Module):
     embed = AttentionPool2d(self.image_size // 32, self.heads, self.output_dim, self.dtype, name='attnpool')(x)
     out = {'embed': embed, 'cls': embed}
     return {**out, 'tokens': x.reshape(batch, height * width, channels)} if with_tokens else out
+
+
+@VISION_TOWERS.register('resnet')
+def build(vision, embed_dim: int, act: str, dtype: Any, remat: bool) -> ModifiedResNet:
+  del act, remat  # OpenAI's ResNet towers use ReLU and are shallow enough not to need rematerialisation
+  return ModifiedResNet(tuple(vision.stages), vision.width, vision.heads, embed_dim, vision.image_size, dtype)

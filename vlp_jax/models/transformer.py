@@ -9,6 +9,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vlp_jax.registry import Registry
+
 _INV_SQRT2 = 1 / math.sqrt(2)
 LN_EPS = 1e-5  # OpenAI CLIP's LayerNorm eps (Flax's default is 1e-6)
 
@@ -25,7 +27,9 @@ def exact_gelu(x: jax.Array) -> jax.Array:
   return 0.5 * x * (1.0 + jax.lax.erf(x * _INV_SQRT2))  # Python floats: x keeps its dtype (bf16 stays bf16)
 
 
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {'quick_gelu': quick_gelu, 'gelu': exact_gelu}
+ACTIVATIONS: Registry[Callable[[jax.Array], jax.Array]] = Registry('activation', 'model.act')
+ACTIVATIONS.add('quick_gelu', quick_gelu)
+ACTIVATIONS.add('gelu', exact_gelu)
 
 
 def layer_norm(name: str, dtype: Any) -> nn.LayerNorm:
@@ -73,7 +77,7 @@ class Mlp(nn.Module):
     """x: [B, T, w] -> [B, T, w] through a 4w hidden layer."""
     h = nn.Dense(4 * self.width, dtype=self.dtype, name='c_fc',
                  kernel_init=nn.initializers.normal((2 * self.width)**-0.5))(x)
-    h = ACTIVATIONS[self.act](h)
+    h = ACTIVATIONS.get(self.act)(h)
     proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
     return nn.Dense(self.width, dtype=self.dtype, name='c_proj', kernel_init=nn.initializers.normal(proj_std))(h)
 

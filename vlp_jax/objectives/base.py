@@ -19,9 +19,11 @@ from typing import Any
 import jax
 import ml_collections
 
+from vlp_jax.data.image_ops import images_to_float
 from vlp_jax.models import init_variables
+from vlp_jax.objectives.views import ClipViews
+from vlp_jax.registry import Registry
 
-_REGISTRY: dict[str, type['Objective']] = {}
 
 
 def with_defaults(defaults: dict, given: Any) -> ml_collections.ConfigDict:
@@ -40,39 +42,12 @@ def tower_variables(params: dict, model_state: dict) -> dict:
   """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
   return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
 
-_TERMS: dict[str, type['Term']] = {}
-
-
-def _registrar(table: dict, kind: str, name: str):
-  def wrap(cls):
-    if name in table:
-      raise ValueError(f"{kind} '{name}' is registered twice")
-    cls.name = name
-    table[name] = cls
-    return cls
-  return wrap
-
-
-def register(name: str):
-  """Class decorator: make an Objective subclass available as `config.objective.name = name`."""
-  return _registrar(_REGISTRY, 'objective', name)
-
-
-def registry() -> dict[str, type['Objective']]:
-  return _REGISTRY
-
-
-def register_term(name: str):
-  """Class decorator: make a Term available in `config.objective.terms` (options under `config.objective.<name>`)."""
-  return _registrar(_TERMS, 'term', name)
-
-
-def term_registry() -> dict[str, type['Term']]:
-  return _TERMS
+OBJECTIVES: Registry[type['Objective']] = Registry('objective', 'objective.name', package='vlp_jax.objectives')
+TERMS: Registry[type['Term']] = Registry('term', 'objective.terms', package='vlp_jax.objectives')
 
 
 class Objective:
-  """Base class. Subclasses set `name` (via `register`) and may extend `default_config`."""
+  """Base class. Subclasses set `name` (via `@OBJECTIVES.register`) and may extend `default_config`."""
   name: str = ''
   # True only when the loss is a mean of per-example losses, so that averaging micro-batch gradients gives the
   # full-batch gradient (accumulation mode 'microbatch'). Contrastive losses couple every pair of the batch: False.
@@ -108,7 +83,6 @@ class Objective:
   def views(cls, config: ml_collections.ConfigDict):
     """The host-side transform that turns a decoded example into this objective's inputs (a grain RandomMap, run
     in the data workers). CLIP's: one resized image and the tokenised caption."""
-    from vlp_jax.data.pipeline import ClipViews
     return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      crop_scale=tuple(config.data.crop_scale), augment=config.data.augment)
 
@@ -150,9 +124,8 @@ class Objective:
     return features, model_state
 
   def prepared(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
-    """The whole batch as the towers take it: uint8 images normalised (`pipeline.images_to_float`), then `prepare`.
+    """The whole batch as the towers take it: uint8 images normalised (`image_ops.images_to_float`), then `prepare`.
     Every path from a pipeline batch to `features` goes through here."""
-    from vlp_jax.data.pipeline import images_to_float
     return self.prepare(images_to_float(batch), rng, train)
 
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,

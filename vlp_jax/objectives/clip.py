@@ -4,10 +4,10 @@ from __future__ import annotations
 import jax
 
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
-from vlp_jax.objectives.base import Objective, register
+from vlp_jax.objectives.base import OBJECTIVES, Objective
 
 
-@register('clip')
+@OBJECTIVES.register('clip')
 class ClipObjective(Objective):
 
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,

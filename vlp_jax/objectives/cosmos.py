@@ -30,7 +30,7 @@ from vlp_jax.data.text_crops import text_crops
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.models.cross_attention import CrossAttention
-from vlp_jax.objectives.base import Objective, register, tower_variables
+from vlp_jax.objectives.base import OBJECTIVES, Objective, tower_variables
 
 _OWN_PARAMS = ('cosmos_xattn_image', 'cosmos_xattn_text', 'cosmos_logit_scale')
 
@@ -101,7 +101,7 @@ class CosmosViews(grain.transforms.RandomMap):
             **passthrough(example)}
 
 
-@register('cosmos')
+@OBJECTIVES.register('cosmos')
 class CosmosObjective(Objective):
 
   @classmethod

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import jax
 
+from vlp_jax import models
+from vlp_jax.checkpoint_files import load_variables, read_saved_config
 from vlp_jax.losses import saco
-from vlp_jax.objectives.base import Term, register_term
+from vlp_jax.objectives.base import TERMS, Term, tower_variables
 
 
-@register_term('saco')
+@TERMS.register('saco')
 class SacoTerm(Term):
 
   @classmethod
@@ -66,15 +68,11 @@ class SacoTerm(Term):
                        'the run config (whose total_steps it then follows)')
     self.teacher_model = None
     if config.beta > 0 and config.teacher == 'checkpoint':
-      from vlp_jax import models
-      from vlp_jax.training.checkpoint import load_config
-      self.teacher_model = models.build_model(load_config(config.teacher_checkpoint).model)
+      self.teacher_model = models.build_model(models.complete(read_saved_config(config.teacher_checkpoint)['model']))
 
   def init_state(self):
     if self.teacher_model is None:
       return {}
-    from vlp_jax.objectives.base import tower_variables
-    from vlp_jax.training.checkpoint import load_variables
     return {'saco_teacher': tower_variables(*load_variables(self.config.teacher_checkpoint))}
 
   def features(self, params, model_state, batch, features):

@@ -5,11 +5,11 @@ import jax
 import jax.numpy as jnp
 
 from vlp_jax.losses.contrastive import siglip_loss
-from vlp_jax.objectives.base import register
+from vlp_jax.objectives.base import OBJECTIVES
 from vlp_jax.objectives.clip import ClipObjective
 
 
-@register('siglip')
+@OBJECTIVES.register('siglip')
 class SiglipObjective(ClipObjective):
   """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does."""
 

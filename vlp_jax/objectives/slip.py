@@ -23,7 +23,7 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead
-from vlp_jax.objectives.base import register, tower_variables
+from vlp_jax.objectives.base import OBJECTIVES, tower_variables
 from vlp_jax.objectives.clip import ClipObjective
 
 SSL_VIEWS = ('ssl_a', 'ssl_b')
@@ -65,7 +65,7 @@ class SlipViews(grain.transforms.RandomMap):
     return records.decode_mask(example['mask'])
 
 
-@register('slip')
+@OBJECTIVES.register('slip')
 class SlipObjective(ClipObjective):
   """CLIP InfoNCE on the CLIP view plus `ssl_scale` times SimCLR on the two SSL views."""
 

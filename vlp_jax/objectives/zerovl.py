@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vlp_jax.data.pipeline import ClipViews
-from vlp_jax.data.text import TextAugment
+from vlp_jax.objectives.views import ClipViews
+from vlp_jax.data.text_augment import TextAugment
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
-from vlp_jax.objectives.base import Objective, register
+from vlp_jax.objectives.base import OBJECTIVES, Objective
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ def mix_with_reversed(x: jax.Array, lam: jax.Array) -> jax.Array:
   return lam * x + (1 - lam) * x[::-1]
 
 
-@register('zerovl')
+@OBJECTIVES.register('zerovl')
 class ZeroVLObjective(Objective):
 
   @classmethod

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from vlp_jax import parallel
+from vlp_jax.config import ACCUMULATION_MODES
 from vlp_jax.objectives.base import features_rng
 
-MODES = ('none', 'decoupled', 'microbatch')
 
 
 def _num_row_shards() -> int:
@@ -124,8 +124,8 @@ def _loss_and_grad_microbatch(objective, params, model_state, batch, rng, step, 
 
 def loss_and_grad_fn(mode: str, num_micro: int = 1) -> Callable:
   """(objective, params, model_state, batch, rng, step) -> (loss, metrics, model_state, grads) for `mode`."""
-  if mode not in MODES:
-    raise ValueError(f"accumulation.mode='{mode}' is not valid; valid choices: {list(MODES)}")
+  if mode not in ACCUMULATION_MODES:
+    raise ValueError(f"accumulation.mode='{mode}' is not valid; valid choices: {list(ACCUMULATION_MODES)}")
   if mode == 'none' or num_micro == 1:
     return _loss_and_grad_whole
   if mode == 'decoupled':

@@ -14,6 +14,9 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from vlp_jax.checkpoint_files import load_variables, read_saved_config
+from vlp_jax.config import with_current_defaults
+
 
 MANIFEST = 'vlp_jax_manifest.json'
 
@@ -176,44 +179,10 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def resolve_checkpoint(path: str) -> str:
-  """A checkpoint step directory from a step directory, an imported checkpoint, a `checkpoints/` directory or a
-  workdir (the latest step of the last two)."""
-  path = os.path.abspath(path)
-  if os.path.isdir(os.path.join(path, 'state')):
-    return path
-  for candidate in (os.path.join(path, 'checkpoints'), path):
-    steps = [int(d) for d in os.listdir(candidate) if d.isdigit()] if os.path.isdir(candidate) else []
-    if steps:
-      return os.path.join(candidate, str(max(steps)))
-  raise FileNotFoundError(f'no checkpoint at {path}: expected a directory with state/ and config/, or a workdir '
-                          'with checkpoints/<step>/')
-
-
 def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
-  """The config saved beside a checkpoint (see `resolve_checkpoint`): enough to rebuild the model. Keys added to
-  the config since the checkpoint was written get their defaults."""
-  from vlp_jax.config import with_current_defaults  # the config module imports the whole package
-  with open(os.path.join(resolve_checkpoint(checkpoint_dir), 'config', 'metadata')) as f:
-    return with_current_defaults(json.load(f))
-
-
-def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
-  """(params, model_state) of a checkpoint as host numpy arrays, for notebooks and tools; no training setup."""
-  path = os.path.join(resolve_checkpoint(checkpoint_dir), 'state')
-  checkpointer = ocp.StandardCheckpointer()
-  # Onto this process's first device, whatever mesh (or process count) saved it.
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                        checkpointer.metadata(path).item_metadata)
-  restored = checkpointer.restore(path, target)
-  as_numpy = lambda tree: jax.tree.map(np.asarray, tree or {})  # noqa: E731
-  return as_numpy(restored['params']), as_numpy(restored.get('model_state'))
-
-
-def load_params(checkpoint_dir: str) -> dict:
-  """The model parameters of a checkpoint as host numpy arrays."""
-  return load_variables(checkpoint_dir)[0]
+  """The config saved beside a checkpoint (see `checkpoint_files.resolve_checkpoint`): enough to rebuild the model.
+  Keys added to the config since the checkpoint was written get their defaults."""
+  return with_current_defaults(read_saved_config(checkpoint_dir))
 
 
 def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_config: ml_collections.ConfigDict

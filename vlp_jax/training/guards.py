@@ -1,13 +1,5 @@
-"""What keeps a run safe: a workdir check before compiling, graceful preemption, and the non-finite step guard.
-
-Exit codes of `python -m vlp_jax.main` (docs/reliability.md):
-  0   finished (or already finished)
-  2   bad config, missing data or an unusable workdir: nothing was compiled or written
-  3   too many consecutive non-finite steps: the last good state is checkpointed
-  4   the training data is broken: a shard has more than data.max_bad_fraction bad records (named in the message);
-      the state at the step that found it is checkpointed
-  75  preempted (SIGTERM / SIGINT): the current step finished and was checkpointed; rerun the same command
-"""
+"""What keeps a run safe: a workdir check before compiling, graceful preemption, and the non-finite step guard
+(the errors they raise and their exit codes are in vlp_jax/errors.py)."""
 from __future__ import annotations
 
 import errno
@@ -17,27 +9,7 @@ import uuid
 
 import jax
 
-EXIT_CONFIG = 2
-EXIT_NONFINITE = 3
-EXIT_DATA = 4  # the training data is broken (too many bad records)
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again
-
-
-class WorkdirError(OSError):
-  """The workdir cannot be created or written; the message names the path and the cause."""
-
-
-class Preempted(Exception):
-  """A stop signal arrived; the run checkpointed `step` and stopped."""
-
-  def __init__(self, step: int, signal_name: str, checkpoint_dir: str):
-    super().__init__(f'{signal_name} received: stopped after step {step} and saved a checkpoint in '
-                     f'{checkpoint_dir}. Run the same command to resume.')
-    self.step = step
-
-
-class NonFiniteError(FloatingPointError):
-  """Too many consecutive steps with a non-finite loss or gradient."""
+from vlp_jax.errors import WorkdirError
 
 
 def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:

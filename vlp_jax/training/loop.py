@@ -10,14 +10,17 @@ import numpy as np
 
 from vlp_jax import config as config_lib
 from vlp_jax import models, objectives, parallel
-from vlp_jax.data import datasets, mixing, pipeline
-from vlp_jax.data.stats import RecordStats
+from vlp_jax import errors
+from vlp_jax import evalsets
+from vlp_jax.data import sources
+from vlp_jax.data import mixing, pipeline
+from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.evaluation.results import summary_lines
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
-from vlp_jax.training.plots import plot_curves
+from vlp_jax.training.curves import plot_curves
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.state import TrainState, create_train_state
 from vlp_jax.training.step import compile_train_step
@@ -104,7 +107,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   'step': the last step}.
   """
   config_lib.validate(config, num_devices=jax.device_count())
-  paths = datasets.train_paths(config.data)  # fails early, with instructions, when the data is missing
+  paths = sources.train_paths(config.data)  # fails early, with instructions, when the data is missing
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
   latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded
@@ -128,13 +131,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   try:
     shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
     data_iterator = pipeline.train_iterator(
-        paths, objectives.get(config.objective.name).views(config), seed=config.seed,
+        paths, objectives.OBJECTIVES.get(config.objective.name).views(config), seed=config.seed,
         global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
         teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
         num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
         source_weights=config.data.source_weights, caption_field=config.data.caption_field)
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
-    raise config_lib.ConfigError(str(error)) from error
+    raise errors.ConfigError(str(error)) from error
   record_stats = RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
 
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
@@ -156,7 +159,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
                                config_lib.num_micro_batches(config))
-  eval_sets = datasets.load_eval_sets(config)
+  eval_sets = evalsets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
   writer = MetricWriter(workdir, resume_step=start_step)
@@ -171,7 +174,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
     # The trained model under the plain names; objectives with a teacher add it under a prefix (teacher_...).
     for prefix, variables in objective.eval_variants(state.params, state.model_state).items():
       encoder.variables = variables
-      metrics.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix))
+      metrics.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix,
+                                           config.eval.templates))
     metrics['perf/eval_seconds'] = time.perf_counter() - began
     writer.write(step, metrics)
     if step < config.total_steps:  # the final results are printed once, at the end
@@ -210,7 +214,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
         checkpointer.poll()  # the manifest of an async save that has finished writing
         if nonfinite.exceeded():
           save(step)
-          raise guards.NonFiniteError(
+          raise errors.NonFiniteError(
               f'{nonfinite.streak} consecutive steps (from step {nonfinite.first_of_streak}) had a non-finite loss or '
               f'gradient, so their updates were skipped; stopping (config.max_nonfinite_steps='
               f'{config.max_nonfinite_steps}). The last good parameters are saved in the checkpoint of step {step} '
@@ -224,7 +228,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
           metrics['train/nonfinite_steps'] = nonfinite.total
           try:
             metrics.update(record_stats.metrics())
-          except pipeline.DataError:  # shards of mostly bad records: keep the work done, then stop
+          except errors.DataError:  # shards of mostly bad records: keep the work done, then stop
             save(step)
             raise
           metrics.update(progress.tick(step))
@@ -239,7 +243,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
         if stop or step % config.checkpoint.every_steps == 0 or step == last_step:
           save(step)
         if stop:
-          raise guards.Preempted(step, preemption.signal_name, checkpointer.step_directory(step))
+          raise errors.Preempted(step, preemption.signal_name, checkpointer.step_directory(step))
   finally:  # every way out (done, preempted, non-finite, an error) closes the files
     writer.close()
     checkpointer.close()

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from vlp_jax.data import records
-from vlp_jax.data.pipeline import DataError
+from vlp_jax.errors import DataError
 
 # A shard is judged once this many of its records have been read, so that one early bad record is not a verdict.
 MIN_RECORDS_TO_JUDGE = 20

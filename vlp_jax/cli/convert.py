@@ -858,7 +858,12 @@ def main(argv: list[str], flag_values: dict[str, Any]) -> None:
   print(json.dumps(summary), flush=True)
 
 
-if __name__ == '__main__':
+def run_command() -> None:
+  """The command line: `python -m vlp_jax.convert`."""
   from absl import app  # pylint: disable=g-import-not-at-top
-  _FLAG_VALUES = _define_flags()
-  app.run(functools.partial(main, flag_values=_FLAG_VALUES))
+  flag_values = _define_flags()
+  app.run(functools.partial(main, flag_values=flag_values))
+
+
+if __name__ == '__main__':
+  run_command()

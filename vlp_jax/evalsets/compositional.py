@@ -15,8 +15,10 @@ import os
 
 import numpy as np
 
-from vlp_jax.data import pipeline, records
-from vlp_jax.data.streamed import StreamedImages
+from vlp_jax.data import image_ops, records
+from vlp_jax.errors import DataNotFoundError
+from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.streamed import StreamedImages
 
 SUGARCREPE_HELP = (
     'SugarCrepe: put its category files (add_att.json, add_obj.json, replace_att.json, replace_obj.json, '
@@ -31,14 +33,13 @@ WINOGROUND_HELP = (
 def _image_loader(paths: list[str], image_size: int):
   def load(index: int) -> np.ndarray:
     with open(paths[index], 'rb') as f:
-      return pipeline.normalize_image(pipeline.resize_image(records.decode_image(f.read()), image_size))
+      return image_ops.normalize_image(image_ops.resize_image(records.decode_image(f.read()), image_size))
   return load
 
 
 def _missing(paths: list[str], help_text: str) -> None:
   absent = [p for p in dict.fromkeys(paths) if not os.path.exists(p)]
   if absent:
-    from vlp_jax.data.datasets import DataNotFoundError  # datasets imports this module
     raise DataNotFoundError(f'{len(absent)} image(s) missing, e.g. {absent[0]}.\n{help_text}')
 
 
@@ -57,7 +58,6 @@ def read_sugarcrepe(json_path: str) -> tuple[list[str], list[str], list[str]]:
 def sugarcrepe_eval_set(directory: str, image_dir: str, image_size: int):
   """Every category file in `directory` as one EvalSet: canonical_captions the positives, hard_negatives one negative
   each, categories the file names without .json."""
-  from vlp_jax.data.datasets import DataNotFoundError, EvalSet
   files = sorted(glob.glob(os.path.join(directory, '*.json'))) if directory else []
   if not files:
     raise DataNotFoundError(f"no SugarCrepe files in config.data.sugarcrepe_dir='{directory}'.\n{SUGARCREPE_HELP}")
@@ -79,7 +79,6 @@ def sugarcrepe_eval_set(directory: str, image_dir: str, image_size: int):
 def winoground_eval_set(directory: str, image_size: int):
   """Winoground's groups as one EvalSet: images [2G] (image k of group g at 2g + k) and winoground_captions [2G]
   (caption k of group g at 2g + k; caption k describes image k)."""
-  from vlp_jax.data.datasets import DataNotFoundError, EvalSet
   examples_path = os.path.join(directory, 'examples.jsonl') if directory else ''
   if not os.path.exists(examples_path):
     raise DataNotFoundError(f"no examples.jsonl in config.data.winoground_dir='{directory}'.\n{WINOGROUND_HELP}")
@@ -95,3 +94,17 @@ def winoground_eval_set(directory: str, image_size: int):
   return EvalSet(name='winoground', images=StreamedImages(_image_loader(paths, image_size), len(paths), image_size),
                  labels=np.full(len(paths), -1), class_names=(), templates=(), captions=[],
                  caption_image=np.zeros(0, np.int64), winoground_captions=captions)
+
+
+@EVAL_SETS.register('sugarcrepe')
+def load_sugarcrepe(name: str, request: LoadRequest) -> EvalSet:
+  """A test-only benchmark: the same set for either split."""
+  del name
+  return sugarcrepe_eval_set(request.data.sugarcrepe_dir, request.data.sugarcrepe_images, request.image_size)
+
+
+@EVAL_SETS.register('winoground')
+def load_winoground(name: str, request: LoadRequest) -> EvalSet:
+  """A test-only benchmark: the same set for either split."""
+  del name
+  return winoground_eval_set(request.data.winoground_dir, request.image_size)

@@ -19,11 +19,13 @@ import numpy as np
 from PIL import Image
 
 from vlp_jax import models, parallel
-from vlp_jax.data import pipeline, records
+from vlp_jax.data import image_ops
+from vlp_jax.data import records
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.objectives.base import tower_variables
-from vlp_jax.training.checkpoint import load_config, load_variables, resolve_checkpoint
+from vlp_jax.training.checkpoint import load_config
+from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 
 DEFAULT_BATCH_SIZE = 256  # python -m vlp_jax.embed's --batch_size default
 
@@ -57,16 +59,16 @@ def pixel_size_problem(height: int, width: int, vision: ml_collections.ConfigDic
 
 def preprocess_image(image: Any, image_size: int) -> np.ndarray:
   """A PIL image (any mode) or an [H, W, 3] uint8 array -> [image_size, image_size, 3] float32: the eval pipeline's
-  steps (`records.to_rgb`, then `pipeline.resize_image`: bicubic resize of the shorter side and a centre crop, then
-  `pipeline.normalize_image`: OpenAI CLIP's mean and std)."""
+  steps (`records.to_rgb`, then `image_ops.resize_image`: bicubic resize of the shorter side and a centre crop, then
+  `image_ops.normalize_image`: OpenAI CLIP's mean and std)."""
   if isinstance(image, Image.Image):
-    return pipeline.normalize_image(pipeline.resize_image(records.to_rgb(image), image_size))
+    return image_ops.normalize_image(image_ops.resize_image(records.to_rgb(image), image_size))
   if not (isinstance(image, np.ndarray) and image.dtype == np.uint8):
     raise TypeError(f'preprocess takes a PIL image or an [H, W, 3] uint8 array, got {_describe(image)}; float arrays '
                     'are taken as already preprocessed (pass them to encode_image directly)')
   if image.ndim != 3 or image.shape[-1] != 3:
     raise ValueError(f'got a uint8 image of shape {image.shape}; expected [H, W, 3] (RGB, channels last)')
-  return pipeline.normalize_image(pipeline.resize_image(image, image_size))
+  return image_ops.normalize_image(image_ops.resize_image(image, image_size))
 
 
 def image_list(images: Any) -> list:

@@ -6,16 +6,15 @@ that CLIP's MNIST evaluation uses, copied to 3 channels, then resized and normal
 Splits (deterministic, stratified, no randomness): within each class, in the dataset's order, odd positions are
 'test' (half); of the even positions, every fifth is 'val' (a tenth of the data) and the rest 'train'. The linear
 probe of 'test' trains on 'train' and 'val' together, that of 'val' on 'train' alone.
-Class names are CLIP's for MNIST ('0' .. '9'); the templates (evaluation/templates.py) start with CLIP's MNIST prompt.
+Class names are CLIP's for MNIST ('0' .. '9'); the templates (evalsets/prompts.py) start with CLIP's MNIST prompt.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from vlp_jax.data import pipeline
-from vlp_jax.evaluation.templates import DIGITS_TEMPLATES
+from vlp_jax.data import image_ops
+from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.prompts import DIGITS_TEMPLATES
 
 NAME = 'digits'
 SPLITS = ('train', 'val', 'test')
@@ -51,7 +50,7 @@ def preprocess(images: np.ndarray, image_size: int) -> np.ndarray:
   """[N, 8, 8, 3] uint8 -> [N, S, S, 3] float32, resized and normalised as for the model."""
   out = np.empty((len(images), image_size, image_size, 3), np.float32)
   for index, image in enumerate(images):
-    out[index] = pipeline.normalize_image(pipeline.resize_image(image, image_size))
+    out[index] = image_ops.normalize_image(image_ops.resize_image(image, image_size))
   return out
 
 
@@ -66,14 +65,13 @@ def load_split(image_size: int, splits: tuple[str, ...]) -> tuple[np.ndarray, np
   return preprocess(images[chosen], image_size), labels[chosen]
 
 
-def load_digits_eval_set(image_size: int, split: str):
-  """A split ('train', 'val' or 'test') as a datasets.EvalSet, with the linear probe's train split in
-  `train_images` / `train_labels` where EvalSet has those fields (for 'val' and 'test')."""
-  from vlp_jax.data import datasets  # pylint: disable=import-outside-toplevel  (datasets imports this module)
-  images, labels = load_split(image_size, (split,))
+@EVAL_SETS.register(NAME)
+def load(name: str, request: LoadRequest) -> EvalSet:
+  """A split ('train', 'val' or 'test') as an EvalSet, with the linear probe's train split in `train_images` /
+  `train_labels` (for 'val' and 'test'; always loaded, it is small)."""
+  images, labels = load_split(request.image_size, (request.split,))
   extra = {}
-  field_names = {field.name for field in dataclasses.fields(datasets.EvalSet)}
-  if split in PROBE_TRAIN_SPLITS and {'train_images', 'train_labels'} <= field_names:
-    extra['train_images'], extra['train_labels'] = load_split(image_size, PROBE_TRAIN_SPLITS[split])
-  return datasets.EvalSet(name=NAME, images=images, labels=labels, class_names=CLASS_NAMES, templates=DIGITS_TEMPLATES,
-                          captions=[], caption_image=np.zeros(0, np.int64), **extra)
+  if request.split in PROBE_TRAIN_SPLITS:
+    extra['train_images'], extra['train_labels'] = load_split(request.image_size, PROBE_TRAIN_SPLITS[request.split])
+  return EvalSet(name=name, images=images, labels=labels, class_names=CLASS_NAMES, templates=DIGITS_TEMPLATES,
+                 captions=[], caption_image=np.zeros(0, np.int64), **extra)

@@ -1,0 +1,137 @@
+"""Embeddings from any checkpoint (trained or imported):
+
+  python -m vlp_jax.embed --checkpoint=CKPT [--pixels=X.npy] [--texts=T.txt] --output=OUT.npz
+  python -m vlp_jax.embed --checkpoint=CKPT --dataset=synthetic --split=train --output=OUT.npz
+
+The first form embeds already-normalised float32 pixels [N, H, W, 3] and captions (one per line, tokenised by the
+project's tokenizer) into `image_embeddings` and `text_embeddings`, float32 and L2-normalised. The second streams
+a whole split of the checkpoint's dataset (or `--data_path` shards) and also writes `keys` (the example ids), e.g. to
+pre-extract SaCo's pseudo-affinity teacher embeddings.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from absl import app, flags, logging
+
+from vlp_jax.data import sources
+from vlp_jax.data import image_ops
+from vlp_jax.data import records
+from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem
+from vlp_jax.checkpoint_files import resolve_checkpoint
+
+_CHECKPOINT = flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir.')
+_PIXELS = flags.DEFINE_string('pixels', None, '.npy of normalised float32 images [N, H, W, 3].')
+_TEXTS = flags.DEFINE_string('texts', None, 'Text file with one caption per line.')
+_DATASET = flags.DEFINE_string('dataset', None, "Embed a dataset split instead: 'synthetic' or 'array_record'.")
+_SPLIT = flags.DEFINE_string('split', 'train', 'Split of --dataset.')
+_DATA_PATH = flags.DEFINE_string('data_path', None, 'ArrayRecord shards for --dataset=array_record.')
+_OUTPUT = flags.DEFINE_string('output', None, 'The .npz file to write.')
+_BATCH = flags.DEFINE_integer('batch_size', 256, 'Examples per forward pass.')
+_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing --output.')
+
+
+class EmbedError(ValueError):
+  pass
+
+
+def load_pixels(path: str) -> np.ndarray:
+  """[N, H, W, 3] float32 from .npy, with errors that say what is wrong."""
+  pixels = np.load(path, allow_pickle=False)
+  if pixels.ndim != 4 or pixels.shape[-1] != 3:
+    raise EmbedError(f'--pixels {path} has shape {pixels.shape}; expected [N, H, W, 3] (channels last)')
+  if pixels.dtype != np.float32:
+    raise EmbedError(f'--pixels {path} has dtype {pixels.dtype}; expected float32 images already normalised with '
+                     'the CLIP mean and std (see vlp_jax.data.pipeline.normalize_image)')
+  return pixels
+
+
+def load_texts(path: str) -> list[str]:
+  with open(path, encoding='utf-8') as f:
+    return [line.rstrip('\n') for line in f]
+
+
+def embed_split(encoder: Encoder, paths: list[str], image_size: int, batch_size: int
+                ) -> dict[str, np.ndarray]:
+  """Stream every record of `paths` (in order) through the encoder: keys, image and caption embeddings."""
+  import grain
+  source = grain.sources.ArrayRecordDataSource(paths)
+  keys, image_emb, text_emb = [], [], []
+  for start in range(0, len(source), batch_size):
+    examples = [records.deserialize(source[i]) for i in range(start, min(start + batch_size, len(source)))]
+    images = np.stack([image_ops.normalize_image(image_ops.resize_image(records.decode_image(e['image']), image_size))
+                       for e in examples])
+    keys += [e['key'] for e in examples]
+    image_emb.append(encoder.images(images))
+    text_emb.append(encoder.texts([e['caption'] for e in examples]))
+    done = start + len(examples)
+    if done == len(source) or (start // batch_size) % 20 == 0:
+      print(f'embedded {done}/{len(source)}', flush=True)
+  return {'keys': np.array(keys), 'image_embeddings': np.concatenate(image_emb),
+          'text_embeddings': np.concatenate(text_emb)}
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray], overwrite: bool) -> None:
+  """Written to a temporary file and renamed, so an existing file is replaced only by a complete one."""
+  if os.path.exists(path) and not overwrite:
+    raise EmbedError(f'{path} exists; pass --overwrite to replace it')
+  tmp = f'{path}.tmp.npz'
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
+
+
+def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | None = None,
+        dataset: str | None = None, split: str = 'train', data_path: str | None = None, batch_size: int = 256,
+        overwrite: bool = False) -> dict[str, np.ndarray]:
+  if not (pixels or texts or dataset):
+    raise EmbedError('nothing to embed: pass --pixels and/or --texts, or --dataset')
+  if dataset and (pixels or texts):
+    raise EmbedError('--dataset embeds a whole split; do not combine it with --pixels / --texts')
+  if not output.endswith('.npz'):
+    raise EmbedError(f'--output {output} must end in .npz')
+  if os.path.exists(output) and not overwrite:
+    raise EmbedError(f'{output} exists; pass --overwrite to replace it')
+  config, encoder = encoder_for_checkpoint(resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load does
+  if dataset:
+    data = config.data
+    data.name = dataset
+    if data_path:
+      data.path = data_path
+    arrays = embed_split(encoder, sources.split_paths(data, split), config.model.vision.image_size, batch_size)
+  else:
+    arrays = {}
+    if pixels:
+      images = load_pixels(pixels)
+      if problem := pixel_size_problem(images.shape[1], images.shape[2], config.model.vision):
+        raise EmbedError(f'--pixels {problem}')
+      arrays['image_embeddings'] = encoder.images(images)
+    if texts:
+      arrays['text_embeddings'] = encoder.texts(load_texts(texts))
+  write_npz(output, arrays, overwrite)
+  return arrays
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  try:
+    arrays = run(_CHECKPOINT.value, _OUTPUT.value, _PIXELS.value, _TEXTS.value, _DATASET.value, _SPLIT.value,
+                 _DATA_PATH.value, _BATCH.value, _OVERWRITE.value)
+  except (EmbedError, FileNotFoundError, ValueError) as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(2)
+  shapes = ', '.join(f'{k} {v.shape}' for k, v in arrays.items())
+  print(f'Wrote {_OUTPUT.value}: {shapes}')
+
+
+def run_command() -> None:
+  """The command line: `python -m vlp_jax.embed`."""
+  flags.mark_flags_as_required(['checkpoint', 'output'])
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_command()

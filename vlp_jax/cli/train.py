@@ -1,0 +1,65 @@
+"""Train: `python -m vlp_jax.main --config=configs/NAME.py --workdir=DIR [--config.key=value ...]`.
+
+A second run with the same workdir resumes from the latest complete checkpoint; a finished run says so and exits.
+Exit codes (vlp_jax/errors.py): 0 done; 2 bad config, missing data or unusable workdir (before anything is
+compiled); 3 too many consecutive non-finite steps (the last good state is checkpointed); 4 broken training data; 75
+preempted by SIGTERM / SIGINT after checkpointing the current step (rerun the same command). See
+docs/reliability.md.
+"""
+from __future__ import annotations
+
+import sys
+
+import jax
+from absl import app, flags, logging
+
+from vlp_jax import config as config_lib
+from vlp_jax import errors, hardware, parallel
+from vlp_jax.cli import allocator
+from vlp_jax.training.loop import train_and_evaluate
+
+_CONFIG = config_lib.define_config_flag()
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def report_backend(config) -> None:
+  """Print where jax runs (stdout) and, on stderr, one line per mismatch with the config or the visible hardware."""
+  backend_line, *warnings = hardware.startup_lines(
+      jax.default_backend(), jax.device_count(), jax.process_count(), config.model.dtype, config.mesh.fsdp,
+      hardware.visible_accelerators())
+  print(backend_line, flush=True)
+  for warning in warnings:
+    print(warning, file=sys.stderr, flush=True)
+
+
+def exit_on_user_error(fn, *args) -> None:
+  """Run fn(*args); a user-facing error (vlp_jax/errors.py) prints its message and exits with its code."""
+  try:
+    fn(*args)
+  except Exception as error:  # pylint: disable=broad-except
+    code = errors.exit_code(error)
+    if code is None:
+      raise
+    print(str(error) if code == errors.EXIT_PREEMPTED else f'error: {error}', file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  parallel.initialize_distributed()
+  config = _CONFIG.value
+  report_backend(config)
+  exit_on_user_error(train_and_evaluate, config, _WORKDIR.value)
+
+
+def run_command() -> None:
+  """The command line: `python -m vlp_jax.main`."""
+  # A speed setting of this CPU trainer, not of the library: before jax starts its CPU client's threads.
+  allocator.retain_freed_memory()
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_command()

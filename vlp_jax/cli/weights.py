@@ -1,0 +1,573 @@
+"""Weight interchange with OpenAI CLIP, open_clip and Hugging Face transformers.
+
+  python -m vlp_jax.weights import --format={openai,open_clip,hf} --model=NAME --input=FILE --output=CKPT
+  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE
+
+Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
+  - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
+  - conv `weight` [O, I, kh, kw] <-> `kernel` [kh, kw, I, O]; linear `weight` [O, I] <-> `kernel` [I, O];
+    `in_proj_weight` / `in_proj_bias` <-> `in_proj/kernel` / `in_proj/bias`; LayerNorm/BatchNorm `weight` <-> `scale`;
+  - BatchNorm `running_mean` / `running_var` <-> model state `batch_stats/.../mean` / `var`;
+  - everything else (class_embedding, positional_embedding, proj, text_projection, logit_scale) keeps its name.
+Hugging Face `CLIPModel` names are translated to OpenAI's first (q/k/v projections packed into `in_proj`), and the
+model's config.json (`--input` may be the model folder) must agree with --model: activation, widths, depths, heads,
+patch and image size, context length and projection dim, or nothing is imported.
+
+Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from vlp_jax import models
+
+IMPORT_FORMATS = ('openai', 'open_clip', 'hf')
+EXPORT_FORMATS = ('open_clip', 'hf')
+# Scalars OpenAI's checkpoints carry beside the weights, and buffers that are not parameters.
+_IGNORED_KEYS = re.compile(r'^(input_resolution|context_length|vocab_size)$|(^|\.)(attn_mask|num_batches_tracked|'
+                           r'position_ids)$')
+_INDEXED = re.compile(r'^(resblocks|layer\d|downsample)_(\d+)$')
+
+
+class WeightsError(ValueError):
+  """A state dict does not fit the model; the message lists every mismatch."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading and writing state dicts
+
+
+def read_state_dict(path: str) -> dict[str, np.ndarray]:
+  """A flat {name: float32 array} from `.safetensors` or a torch state-dict file (weights_only=True)."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'no weights file at {path}')
+  if path.endswith('.safetensors'):
+    from safetensors.numpy import load_file
+    try:
+      tensors = load_file(path)
+    except Exception as error:  # bfloat16 files cannot be read by numpy alone
+      if 'bf16' not in str(error).lower() and 'bfloat16' not in str(error).lower():
+        raise WeightsError(f'{path} is not a readable .safetensors file (truncated or corrupt?): {error}') from None
+      tensors = _torch_tensors(_load_safetensors_with_torch(path))
+  else:
+    tensors = _torch_tensors(_torch_load(path))
+  return {k: np.asarray(v, np.float32) for k, v in tensors.items() if not _IGNORED_KEYS.search(k)}
+
+
+def _load_safetensors_with_torch(path: str) -> dict:
+  from safetensors.torch import load_file
+  return load_file(path)
+
+
+def _torch_load(path: str) -> dict:
+  try:
+    import torch
+  except ImportError as error:
+    raise ImportError(f'reading {path} needs torch (pip install torch); or convert it to .safetensors') from error
+  try:
+    state = torch.load(path, map_location='cpu', weights_only=True)
+  except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for bad files
+    text = str(error)
+    first_line = text.splitlines()[0] if text else ''
+    if 'torchscript' in text.lower():
+      raise WeightsError(
+          f'{path} is a TorchScript archive (OpenAI\'s original .pt files are), which cannot be read without '
+          'running its code. Convert it once, in an environment you trust, with: '
+          "python -c \"import torch, safetensors.torch as st; m = torch.jit.load('MODEL.pt', map_location='cpu'); "
+          "st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, 'MODEL.safetensors')\" "
+          'and import the .safetensors file.') from error
+    if 'weights only load failed' in text.lower() or 'weights_only' in text:
+      raise WeightsError(
+          f'{path} holds Python objects besides tensors; it was not loaded, because unpickling them would run code '
+          f'from the file (torch.load with weights_only=True refused it: {first_line}). Save a plain state dict '
+          'of tensors, or .safetensors, instead.') from None
+    raise WeightsError(f'{path} could not be read as a torch state dict (truncated or corrupt?): '
+                       f'{type(error).__name__}: {first_line}') from None
+  if isinstance(state, dict) and 'state_dict' in state and isinstance(state['state_dict'], dict):
+    state = state['state_dict']  # open_clip training checkpoints
+  if not isinstance(state, dict):
+    raise WeightsError(f'{path} does not hold a state dict (got {type(state).__name__})')
+  return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+
+
+def _torch_tensors(state: dict) -> dict[str, np.ndarray]:
+  import torch
+  return {k: (v.float().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# OpenAI / open_clip names <-> our parameter tree
+
+
+def torch_key_to_path(key: str, ndim: int) -> tuple[str, tuple[str, ...], str]:
+  """OpenAI key -> (collection, path in that collection, layout) with layout one of
+  'same', 'linear' (transpose) or 'conv' (OIHW -> HWIO)."""
+  parts: list[str] = []
+  for part in key.split('.'):
+    if part.isdigit() and parts:
+      parts[-1] = f'{parts[-1]}_{part}'
+    else:
+      parts.append(part)
+  *module, leaf = parts
+  if leaf in ('in_proj_weight', 'in_proj_bias'):
+    return 'params', (*module, 'in_proj', 'kernel' if leaf.endswith('weight') else 'bias'), (
+        'linear' if leaf.endswith('weight') else 'same')
+  if leaf in ('running_mean', 'running_var'):
+    return 'batch_stats', (*module, leaf[len('running_'):]), 'same'
+  if leaf == 'weight':
+    if module and module[-1] == 'token_embedding':
+      return 'params', (*module, 'embedding'), 'same'
+    if ndim == 4:
+      return 'params', (*module, 'kernel'), 'conv'
+    if ndim == 2:
+      return 'params', (*module, 'kernel'), 'linear'
+    return 'params', (*module, 'scale'), 'same'
+  return 'params', (*module, leaf), 'same'
+
+
+def path_to_torch_key(collection: str, path: tuple[str, ...], ndim: int) -> tuple[str, str]:
+  """Inverse of `torch_key_to_path`: (OpenAI key, layout)."""
+  names = [_INDEXED.sub(r'\1.\2', p) for p in path]
+  *module, leaf = names
+  if collection == 'batch_stats':
+    return '.'.join([*module, f'running_{leaf}']), 'same'
+  if module and module[-1] == 'in_proj':
+    return '.'.join([*module[:-1], f'in_proj_{"weight" if leaf == "kernel" else "bias"}']), (
+        'linear' if leaf == 'kernel' else 'same')
+  if leaf == 'kernel':
+    return '.'.join([*module, 'weight']), 'conv' if ndim == 4 else 'linear'
+  if leaf in ('scale', 'embedding'):
+    return '.'.join([*module, 'weight']), 'same'
+  return '.'.join(names), 'same'
+
+
+def _to_flax(array: np.ndarray, layout: str) -> np.ndarray:
+  if layout == 'linear':
+    return array.T
+  if layout == 'conv':
+    return array.transpose(2, 3, 1, 0)
+  return array
+
+
+def _to_torch(array: np.ndarray, layout: str) -> np.ndarray:
+  if layout == 'linear':
+    return array.T
+  if layout == 'conv':
+    return array.transpose(3, 2, 0, 1)
+  return array
+
+
+def _flatten(tree: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, (*prefix, key)))
+    else:
+      flat[(*prefix, key)] = value
+  return flat
+
+
+def _unflatten(flat: dict[tuple[str, ...], Any]) -> dict:
+  tree: dict = {}
+  for path, value in flat.items():
+    node = tree
+    for key in path[:-1]:
+      node = node.setdefault(key, {})
+    node[path[-1]] = value
+  return tree
+
+
+def expected_variables(model_config: ml_collections.ConfigDict) -> dict[str, dict[tuple[str, ...], tuple]]:
+  """{collection: {path: shape}} of the model, without allocating it."""
+  model = models.build_model(model_config)
+  params, state = jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0)))
+  shapes = {'params': {p: tuple(v.shape) for p, v in _flatten(params).items()}}
+  for collection, tree in state.items():
+    shapes[collection] = {p: tuple(v.shape) for p, v in _flatten(tree).items()}
+  return shapes
+
+
+def openai_to_variables(state_dict: dict[str, np.ndarray], model_config: ml_collections.ConfigDict
+                        ) -> tuple[dict, dict]:
+  """An OpenAI/open_clip state dict -> (params, model_state) for `model_config`.
+
+  Raises WeightsError listing every unexpected key, missing parameter and shape mismatch.
+  """
+  expected = expected_variables(model_config)
+  found: dict[str, dict] = {c: {} for c in expected}
+  unexpected, mismatched, mismatched_paths = [], [], set()
+  for key, array in state_dict.items():
+    collection, path, layout = torch_key_to_path(key, array.ndim)
+    if path not in expected.get(collection, {}):
+      unexpected.append(key)
+      continue
+    value = _to_flax(array, layout)
+    want = expected[collection][path]
+    if tuple(value.shape) != want:
+      mismatched.append(f'{key}: file {tuple(array.shape)}, model {"/".join(path)} {want}')
+      mismatched_paths.add((collection, path))
+      continue
+    found[collection][path] = np.array(value, np.float32, order='C')
+  missing = [f'{c}:{"/".join(p)}' for c, shapes in expected.items() for p in shapes
+             if p not in found[c] and (c, p) not in mismatched_paths]
+  if unexpected or missing or mismatched:
+    lines = [f'the weights do not fit model {model_config.name}:']
+    for title, items in (('unexpected keys', unexpected), ('missing parameters', missing),
+                         ('shape mismatches', mismatched)):
+      if items:
+        lines.append(f'  {len(items)} {title}: ' + ', '.join(items[:40]) + (' ...' if len(items) > 40 else ''))
+    raise WeightsError('\n'.join(lines))
+  params = _unflatten(found.pop('params'))
+  return params, {c: _unflatten(v) for c, v in found.items()}
+
+
+def variables_to_openai(params: dict, model_state: dict) -> dict[str, np.ndarray]:
+  """(params, model_state) -> an OpenAI/open_clip state dict of float32 arrays (what open_clip loads strictly)."""
+  out = {}
+  for collection, tree in (('params', params), *model_state.items()):
+    for path, value in _flatten(tree).items():
+      value = np.asarray(value, np.float32)
+      key, layout = path_to_torch_key(collection, path, value.ndim)
+      out[key] = np.array(_to_torch(value, layout), order='C')  # (ascontiguousarray would make 0-d arrays 1-d)
+  for key in [k for k in out if k.endswith('.running_mean')]:  # torch BatchNorm also keeps a step counter
+    out[key[:-len('running_mean')] + 'num_batches_tracked'] = np.zeros((), np.int64)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hugging Face CLIPModel names <-> OpenAI names
+
+_HF_BLOCK = {'self_attn.out_proj': 'attn.out_proj', 'layer_norm1': 'ln_1', 'layer_norm2': 'ln_2',
+             'mlp.fc1': 'mlp.c_fc', 'mlp.fc2': 'mlp.c_proj'}
+_HF_FIXED = {
+    'vision_model.embeddings.class_embedding': 'visual.class_embedding',
+    'vision_model.embeddings.patch_embedding.weight': 'visual.conv1.weight',
+    'vision_model.embeddings.position_embedding.weight': 'visual.positional_embedding',
+    'vision_model.pre_layrnorm.weight': 'visual.ln_pre.weight', 'vision_model.pre_layrnorm.bias': 'visual.ln_pre.bias',
+    'vision_model.post_layernorm.weight': 'visual.ln_post.weight',
+    'vision_model.post_layernorm.bias': 'visual.ln_post.bias',
+    'text_model.embeddings.token_embedding.weight': 'token_embedding.weight',
+    'text_model.embeddings.position_embedding.weight': 'positional_embedding',
+    'text_model.final_layer_norm.weight': 'ln_final.weight', 'text_model.final_layer_norm.bias': 'ln_final.bias',
+    'logit_scale': 'logit_scale',
+}
+_HF_TOWERS = {'vision_model': 'visual.transformer', 'text_model': 'transformer'}
+_HF_LAYER = re.compile(r'^(vision_model|text_model)\.encoder\.layers\.(\d+)\.(.+)\.(weight|bias)$')
+
+
+def hf_to_openai(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """transformers CLIPModel names -> OpenAI names; q/k/v are packed into in_proj, projections transposed."""
+  out, qkv, unknown = {}, {}, []
+  for key, value in state_dict.items():
+    if key in _HF_FIXED:
+      out[_HF_FIXED[key]] = value
+    elif key in ('visual_projection.weight', 'text_projection.weight'):
+      out['visual.proj' if key.startswith('visual') else 'text_projection'] = value.T
+    elif match := _HF_LAYER.match(key):
+      tower, index, module, kind = match.groups()
+      prefix = f'{_HF_TOWERS[tower]}.resblocks.{index}'
+      if module in ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj'):
+        qkv.setdefault((prefix, kind), {})[module[-6]] = value
+      elif module in _HF_BLOCK:
+        out[f'{prefix}.{_HF_BLOCK[module]}.{kind}'] = value
+      else:
+        unknown.append(key)
+    else:
+      unknown.append(key)
+  for (prefix, kind), parts in qkv.items():
+    if set(parts) != {'q', 'k', 'v'}:
+      raise WeightsError(f'{prefix}: the Hugging Face file lacks {sorted({"q", "k", "v"} - set(parts))} projections')
+    out[f'{prefix}.attn.in_proj_{kind}'] = np.concatenate([parts['q'], parts['k'], parts['v']], axis=0)
+  if unknown:
+    raise WeightsError(f'{len(unknown)} unexpected keys in the Hugging Face file: ' + ', '.join(unknown[:40]))
+  return out
+
+
+def openai_to_hf(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Inverse of `hf_to_openai`."""
+  fixed = {v: k for k, v in _HF_FIXED.items()}
+  block = {v: k for k, v in _HF_BLOCK.items()}
+  towers = {v: k for k, v in _HF_TOWERS.items()}
+  out = {}
+  for key, value in state_dict.items():
+    if key in fixed:
+      out[fixed[key]] = value
+    elif key in ('visual.proj', 'text_projection'):
+      out['visual_projection.weight' if key == 'visual.proj' else 'text_projection.weight'] = np.array(value.T,
+                                                                                                     order='C')
+    elif match := re.match(r'^(visual\.transformer|transformer)\.resblocks\.(\d+)\.(.+)\.(weight|bias)$', key):
+      tower, index, module, kind = match.groups()
+      prefix = f'{towers[tower]}.encoder.layers.{index}'
+      out[f'{prefix}.{block[module]}.{kind}'] = value
+    elif match := re.match(r'^(visual\.transformer|transformer)\.resblocks\.(\d+)\.attn\.in_proj_(weight|bias)$',
+                           key):
+      tower, index, kind = match.groups()
+      for name, part in zip('qkv', np.split(value, 3, axis=0)):
+        out[f'{towers[tower]}.encoder.layers.{index}.self_attn.{name}_proj.{kind}'] = np.array(part, order='C')
+    else:
+      raise WeightsError(f'{key} has no Hugging Face CLIPModel equivalent (only ViT CLIP models export to hf)')
+  return out
+
+
+def hf_config(model_config: ml_collections.ConfigDict) -> dict:
+  """A transformers CLIPConfig (as JSON) describing `model_config`."""
+  v, t = model_config.vision, model_config.text
+  act = 'quick_gelu' if model_config.act == 'quick_gelu' else 'gelu'
+  return {
+      'architectures': ['CLIPModel'], 'model_type': 'clip', 'projection_dim': model_config.embed_dim,
+      'logit_scale_init_value': float(model_config.init_logit_scale),
+      'text_config': {
+          'model_type': 'clip_text_model', 'hidden_size': t.width, 'intermediate_size': 4 * t.width,
+          'num_attention_heads': t.heads, 'num_hidden_layers': t.layers, 'max_position_embeddings': t.context_length,
+          'vocab_size': t.vocab_size, 'hidden_act': act, 'layer_norm_eps': 1e-5,
+          'projection_dim': model_config.embed_dim,
+          # eos_token_id 2 makes transformers pool at the argmax of the ids, exactly as OpenAI CLIP does.
+          'bos_token_id': 49406, 'eos_token_id': 2, 'pad_token_id': 1},
+      'vision_config': {
+          'model_type': 'clip_vision_model', 'hidden_size': v.width, 'intermediate_size': 4 * v.width,
+          'num_attention_heads': v.heads, 'num_hidden_layers': v.layers, 'image_size': v.image_size,
+          'patch_size': v.patch_size, 'hidden_act': act, 'layer_norm_eps': 1e-5,
+          'projection_dim': model_config.embed_dim, 'num_channels': 3},
+  }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A Hugging Face model's config.json against the --model preset
+
+# transformers' CLIPConfig / CLIPTextConfig / CLIPVisionConfig defaults, for the fields a config.json leaves out
+# (save_pretrained may write only what differs from them); tests/test_weights.py checks them against transformers.
+HF_CLIP_DEFAULTS = {
+    'projection_dim': 512,
+    'text_config': {'hidden_act': 'quick_gelu', 'hidden_size': 512, 'num_hidden_layers': 12, 'num_attention_heads': 8,
+                    'max_position_embeddings': 77, 'vocab_size': 49408},
+    'vision_config': {'hidden_act': 'quick_gelu', 'hidden_size': 768, 'num_hidden_layers': 12,
+                      'num_attention_heads': 12, 'image_size': 224, 'patch_size': 32},
+}
+# (our model config field, section of the CLIPConfig or None for its top level, key in that section). Both towers'
+# activations are checked: ours share one `act`. transformers' 'gelu' is the exact (erf) GELU, as ours.
+HF_CONFIG_FIELDS = (
+    ('act', 'vision_config', 'hidden_act'), ('act', 'text_config', 'hidden_act'),
+    ('embed_dim', None, 'projection_dim'),
+    ('vision.width', 'vision_config', 'hidden_size'), ('vision.layers', 'vision_config', 'num_hidden_layers'),
+    ('vision.heads', 'vision_config', 'num_attention_heads'), ('vision.patch_size', 'vision_config', 'patch_size'),
+    ('vision.image_size', 'vision_config', 'image_size'),
+    ('text.width', 'text_config', 'hidden_size'), ('text.layers', 'text_config', 'num_hidden_layers'),
+    ('text.heads', 'text_config', 'num_attention_heads'),
+    ('text.context_length', 'text_config', 'max_position_embeddings'), ('text.vocab_size', 'text_config', 'vocab_size'),
+)
+
+
+def hf_input_files(input_path: str) -> tuple[str, str | None]:
+  """--input of `--format=hf` -> (weights file, its config.json or None).
+
+  input_path: a transformers model folder (its `model.safetensors` is read) or a weights file; the config.json is
+  the one in that folder, or beside that file.
+  """
+  if os.path.isdir(input_path):
+    weights_path = os.path.join(input_path, 'model.safetensors')
+    if not os.path.isfile(weights_path):
+      raise FileNotFoundError(f'{input_path} is a folder without model.safetensors (it holds '
+                              f'{sorted(os.listdir(input_path))[:20]}); pass the weights file as --input')
+  else:
+    weights_path = input_path
+  config_path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), 'config.json')
+  return weights_path, config_path if os.path.isfile(config_path) else None
+
+
+def read_hf_config(path: str) -> dict:
+  """A transformers CLIPModel config.json as a dict; WeightsError if it is unreadable or not a CLIP config."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      hf = json.load(f)
+  except (OSError, ValueError) as error:
+    raise WeightsError(f'{path} could not be read as JSON: {error}') from None
+  if not isinstance(hf, dict) or hf.get('model_type', 'clip') != 'clip':
+    kind = hf.get('model_type') if isinstance(hf, dict) else type(hf).__name__
+    raise WeightsError(f"{path} describes a {kind!r} model; --format=hf imports a transformers CLIPModel "
+                       "(model_type 'clip')")
+  return hf
+
+
+def _hf_value(hf: dict, section: str | None, key: str) -> Any:
+  """A field of a CLIPConfig dict, or transformers' default when the file leaves it out. Files written by early
+  transformers versions may hold a tower's settings under `text_config_dict` / `vision_config_dict` instead."""
+  if section is None:
+    return hf.get(key, HF_CLIP_DEFAULTS[key])
+  values = hf.get(section) or hf.get(f'{section}_dict') or {}
+  return values.get(key, HF_CLIP_DEFAULTS[section][key])
+
+
+def hf_config_mismatches(hf: dict, model_config: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+  """Every field where a CLIPConfig dict and `model_config` disagree: [(field, file value, model value)], field
+  named as 'ours (section.key)', e.g. ('act (vision_config.hidden_act)', 'quick_gelu', 'gelu'). [] when they fit."""
+  mismatches = []
+  for ours, section, key in HF_CONFIG_FIELDS:
+    want = model_config
+    for part in ours.split('.'):
+      want = want[part]
+    got = _hf_value(hf, section, key)
+    if got != want:
+      mismatches.append((f'{ours} ({section + "." if section else ""}{key})', got, want))
+  return mismatches
+
+
+def hf_matching_presets(hf: dict) -> list[str]:
+  """The names of the ViT presets a CLIPConfig dict fits in every checked field (sorted)."""
+  return [name for name in sorted(models.PRESETS)
+          if models.PRESETS[name]['vision']['type'] == 'vit'
+          and not hf_config_mismatches(hf, model_config_for(name, 'hf'))]
+
+
+def check_hf_config(hf: dict, config_path: str, name: str, model_config: ml_collections.ConfigDict) -> None:
+  """Raise WeightsError listing every mismatch between the model's config.json and the --model preset, with the
+  preset that fits the file when there is one; return quietly when they agree."""
+  mismatches = hf_config_mismatches(hf, model_config)
+  if not mismatches:
+    return
+  lines = [f'{config_path} does not match --model={name} ({len(mismatches)} '
+           f'mismatch{"es" if len(mismatches) > 1 else ""}; importing anyway would give wrong embeddings):']
+  lines += [f'  {field}: file {got!r}, --model={name} {want!r}' for field, got, want in mismatches]
+  fitting = hf_matching_presets(hf)
+  if fitting:
+    lines.append(f'Use --model={fitting[0]}' + (f' (or {", ".join(fitting[1:])})' if fitting[1:] else '')
+                 + ', which matches the file.')
+  else:
+    lines.append(f'No preset matches the file; valid choices: {sorted(models.PRESETS)}.')
+  raise WeightsError('\n'.join(lines))
+
+
+def _note(message: str) -> None:
+  print(f'note: {message}', file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def model_config_for(name: str, fmt: str) -> ml_collections.ConfigDict:
+  """The preset `name`, with QuickGELU for OpenAI weights (their towers were trained with it)."""
+  config = models.preset(name)
+  if fmt == 'openai':
+    config.act = 'quick_gelu'
+  return config
+
+
+def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_collections.ConfigDict) -> str:
+  """An orbax checkpoint directory with `state` ({step, params, model_state}) and the full `config`, written
+  atomically; `training.checkpoint.load_variables` / `load_config` and every vlp_jax command read it like a training
+  step directory."""
+  import orbax.checkpoint as ocp
+  path = os.path.abspath(path)
+  if os.path.exists(path):
+    raise FileExistsError(f'{path} exists; choose a new --output (nothing was overwritten)')
+  checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler('state', 'config'))
+  checkpointer.save(path, args=ocp.args.Composite(
+      state=ocp.args.StandardSave({'step': np.zeros((), np.int32), 'params': params, 'model_state': model_state}),
+      config=ocp.args.JsonSave(config.to_dict())))
+  checkpointer.close()
+  return path
+
+
+def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
+  """Import a state dict of format `fmt` for preset `name` from `input_path` into a new checkpoint at `output`.
+
+  For 'hf', `input_path` may be the model folder; its config.json (in the folder, or beside the weights file) must
+  agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch).
+  """
+  if fmt not in IMPORT_FORMATS:
+    raise ValueError(f"--format={fmt} is not valid; valid choices: {list(IMPORT_FORMATS)}")
+  model_config = model_config_for(name, fmt)
+  quickgelu_variant = f'{name}-quickgelu'
+  if fmt == 'hf':
+    input_path, config_path = hf_input_files(input_path)
+    if config_path:
+      check_hf_config(read_hf_config(config_path), config_path, name, model_config)
+    else:
+      _note(f'no config.json beside {input_path}, so --model={name} (act={model_config.act!r}) was not checked '
+            'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
+  elif fmt == 'open_clip' and quickgelu_variant in models.PRESETS:
+    _note(f'--model={name} uses GELU; weights trained by OpenAI (open_clip\'s "openai" tags) need '
+          f'--model={quickgelu_variant} (or --format=openai)')
+  state_dict = read_state_dict(input_path)
+  if fmt == 'hf':
+    state_dict = hf_to_openai(state_dict)
+  params, model_state = openai_to_variables(state_dict, model_config)
+  from vlp_jax.config import base_config
+  config = base_config()
+  config.model = model_config
+  return save_checkpoint(output, params, model_state, config)
+
+
+def export_weights(fmt: str, checkpoint: str, output: str) -> str:
+  from safetensors.numpy import save_file
+
+  from vlp_jax.training.checkpoint import load_config
+  from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
+  if fmt not in EXPORT_FORMATS:
+    raise ValueError(f"--format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
+  checkpoint = resolve_checkpoint(checkpoint)
+  config = load_config(checkpoint)
+  params, model_state = load_variables(checkpoint)
+  # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
+  # have no place in an open_clip or transformers CLIP.
+  towers = {path[0] for path in expected_variables(config.model)['params']}
+  params = {k: v for k, v in params.items() if k in towers}
+  model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
+  state_dict = variables_to_openai(params, model_state)
+  if os.path.exists(output):
+    raise FileExistsError(f'{output} exists; choose a new --output (nothing was overwritten)')
+  if fmt == 'open_clip':
+    save_file(state_dict, output)
+    return output
+  if config.model.vision.type != 'vit':
+    raise WeightsError('transformers has no CLIPModel for ResNet towers; export RN models with --format=open_clip')
+  os.makedirs(output)
+  save_file(openai_to_hf(state_dict), os.path.join(output, 'model.safetensors'), metadata={'format': 'pt'})
+  with open(os.path.join(output, 'config.json'), 'w') as f:
+    json.dump(hf_config(config.model), f, indent=2)
+  return output
+
+
+def main(argv: list[str] | None = None) -> int:
+  import argparse
+  parser = argparse.ArgumentParser(prog='python -m vlp_jax.weights', description=__doc__.split('\n\n')[0])
+  commands = parser.add_subparsers(dest='command', required=True)
+  imp = commands.add_parser('import', help='OpenAI / open_clip / HF weights -> vlp_jax checkpoint')
+  imp.add_argument('--format', required=True, choices=IMPORT_FORMATS)
+  imp.add_argument('--model', required=True, help=f'open_clip model name: {sorted(models.PRESETS)}')
+  imp.add_argument('--input', required=True, help='.safetensors, or a torch state dict (read with weights_only); '
+                   'for --format=hf also the model folder (its config.json is checked against --model)')
+  imp.add_argument('--output', required=True, help='checkpoint directory to create')
+  exp = commands.add_parser('export', help='vlp_jax checkpoint -> open_clip safetensors / HF folder')
+  exp.add_argument('--format', required=True, choices=EXPORT_FORMATS)
+  exp.add_argument('--checkpoint', required=True)
+  exp.add_argument('--output', required=True)
+  args = parser.parse_args(argv)
+  from absl import logging
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  try:
+    if args.command == 'import':
+      print(f'Wrote {import_weights(args.format, args.model, args.input, args.output)}')
+    else:
+      print(f'Wrote {export_weights(args.format, args.checkpoint, args.output)}')
+  except (WeightsError, ValueError, FileNotFoundError, FileExistsError) as error:
+    print(f'error: {error}', file=sys.stderr)
+    return 2
+  return 0
+
+
+def run_command() -> None:
+  """The command line: `python -m vlp_jax.weights`."""
+  sys.exit(main())
+
+
+if __name__ == '__main__':
+  run_command()

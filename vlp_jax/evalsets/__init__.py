@@ -1,0 +1,25 @@
+"""Evaluation sets by name (`config.eval.datasets`): the embedded dataset's (synthetic.py), scikit-learn's digits,
+tensorflow-datasets sets read without TensorFlow (tfds.py) and the compositionality benchmarks (compositional.py).
+Adding one is adding a module that registers a loader in `EVAL_SETS` (base.py)."""
+from __future__ import annotations
+
+import ml_collections
+
+from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+
+
+def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
+                  linear_probe: bool = False) -> EvalSet:
+  """An evaluation split by dataset name, images preprocessed for the model's `image_size`. split: 'val' or 'test'.
+  linear_probe: also load the train examples the linear probe fits on, where a set has them."""
+  return EVAL_SETS.get(name)(name, LoadRequest(data, split, image_size, linear_probe))
+
+
+def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
+  """Every set of `config.eval.datasets`, as the training loop and `vlp_jax.evaluate` evaluate them."""
+  return [load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
+                        linear_probe='linear_probe' in config.eval.tasks)
+          for name in config.eval.datasets]
+
+
+__all__ = ['EVAL_SETS', 'EvalSet', 'LoadRequest', 'load_eval_set', 'load_eval_sets']

@@ -1,0 +1,63 @@
+"""`EvalSet`, the held-out data every evaluator reads, and `EVAL_SETS`, the registry of loaders by name.
+
+An eval set module registers a loader under each name it serves:
+
+  @EVAL_SETS.register('digits')
+  def load(name: str, request: LoadRequest) -> EvalSet: ...
+
+and `config.eval.datasets` may then name it; the evaluators that apply are those whose needs the set has
+(evaluation/registry.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ml_collections
+import numpy as np
+
+from vlp_jax.registry import Registry
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """A held-out split.
+
+  images: [N, S, S, 3] float32, normalised (an array, or a streamed.StreamedImages that decodes as it is read);
+  labels: [N] int (-1 where unlabelled); class_names: [C] strings and templates: the set's own zero-shot prompts
+  (format strings with one '{}'; `config.eval.templates` may replace them); captions: [T] strings with
+  caption_image: [T] index of the image each caption describes.
+  """
+  name: str
+  images: np.ndarray
+  labels: np.ndarray
+  class_names: tuple[str, ...]
+  templates: tuple[str, ...]
+  captions: list[str]
+  caption_image: np.ndarray
+  # Optional: masks [N, S, S] uint8 (0 = background, c + 1 = class c) for zero-shot segmentation;
+  # canonical_captions [N] with hard_negatives [N] lists (swapped attributes / relations) for compositionality.
+  masks: np.ndarray | None = None
+  # Optional: train_images [N', S, S, 3] and train_labels [N']: a train split of the same dataset for the linear probe.
+  train_images: np.ndarray | None = None
+  train_labels: np.ndarray | None = None
+  canonical_captions: list[str] | None = None
+  hard_negatives: list[list[str]] | None = None
+  # Optional: categories [N] (SugarCrepe's files) for per-category compositional accuracy; winoground_captions [N]
+  # for Winoground (images and captions in groups of two, caption k of a group describing its image k).
+  categories: list[str] | None = None
+  winoground_captions: list[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadRequest:
+  """What a loader is asked for: `data` is config.data (directories, caps), `split` 'val' or 'test', images at
+  `image_size`, and the linear probe's train examples where the set has them when `linear_probe`."""
+  data: ml_collections.ConfigDict
+  split: str
+  image_size: int
+  linear_probe: bool = False
+
+
+EVAL_SETS: Registry[Callable[[str, LoadRequest], EvalSet]] = Registry('eval set', 'eval.datasets',
+                                                                      package='vlp_jax.evalsets')

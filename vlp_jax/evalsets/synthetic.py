@@ -1,0 +1,78 @@
+"""The embedded dataset's held-out splits as eval sets.
+
+  synthetic:       images, short captions, class labels (zero-shot, linear probe), masks (segmentation) and hard
+                   negatives (compositionality)
+  synthetic_long:  the same images with their long, multi-sentence captions (retrieval and affinity only)
+  synthetic_studio, synthetic_web, synthetic_sketch: the images of one source only, with their short captions;
+                   retrieval and affinity only (zero-shot, segmentation and compositionality per image would only
+                   split the pooled set's). Retrieval inside one domain is how ZeroVL evaluates (COCO, Flickr30k):
+                   a downstream set never asks a model to tell its training sources apart.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vlp_jax.data import image_ops, pipeline, records, synthetic
+from vlp_jax.data.sources import synthetic_spec
+from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.prompts import SYNTHETIC_TEMPLATES
+
+SOURCE_SETS = tuple(f'synthetic_{source}' for source in synthetic.SOURCES)
+
+
+def _image(example: dict, image_size: int) -> np.ndarray:
+  """A record of the embedded dataset -> [S, S, 3] float32, resized and normalised as the eval images are."""
+  return image_ops.normalize_image(image_ops.resize_image(records.decode_image(example['image']), image_size))
+
+
+def _balanced_train_examples(root: str, sources: tuple[str, ...], count: int) -> list[dict]:
+  """The linear probe's fitting set on the embedded dataset: the first count / len(sources) train examples of each
+  source (count 0 = the whole train split), so that no source dominates."""
+  per_source = -(-count // len(sources)) if count else None
+  examples = []
+  for source in sources:
+    examples += pipeline.read_all(synthetic.shard_paths(root, 'train', (source,)))[:per_source]
+  return examples
+
+
+def _sources(name: str, configured: tuple[str, ...]) -> tuple[str, ...]:
+  if name not in SOURCE_SETS:
+    return configured
+  source = name[len('synthetic_'):]
+  if source not in configured:
+    raise ValueError(f"eval dataset '{name}' needs the source '{source}', but config.data.synthetic.sources is "
+                     f'{configured}')
+  return (source,)
+
+
+@EVAL_SETS.register('synthetic')
+@EVAL_SETS.register('synthetic_long')
+def load(name: str, request: LoadRequest) -> EvalSet:
+  data, image_size = request.data, request.image_size
+  root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
+  sources = _sources(name, tuple(data.synthetic.sources))
+  examples = pipeline.read_all(synthetic.shard_paths(root, request.split, sources))
+  images = np.stack([_image(e, image_size) for e in examples])
+  if name != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
+    field = 'long_caption' if name == 'synthetic_long' else 'caption'
+    return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
+                   captions=[e[field] for e in examples], caption_image=np.arange(len(examples)))
+  has_masks = bool(examples) and all('mask' in e for e in examples)
+  has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
+  train_images = train_labels = None
+  if request.linear_probe:
+    train = _balanced_train_examples(root, sources, data.probe_train_examples)
+    train_images = np.stack([_image(e, image_size) for e in train])
+    train_labels = np.array([e['label'] for e in train])
+  return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
+                 class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
+                 captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
+                 masks=(np.stack([image_ops.resize_mask(records.decode_mask(e['mask']), image_size)
+                                  for e in examples]) if has_masks else None),
+                 train_images=train_images, train_labels=train_labels,
+                 canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,
+                 hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None)
+
+
+for _name in SOURCE_SETS:
+  EVAL_SETS.add(_name, load)

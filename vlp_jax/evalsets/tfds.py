@@ -1,0 +1,109 @@
+"""Evaluation sets from tensorflow-datasets, read without TensorFlow (data/tfds.py), prepared in
+`config.data.tfds_dir`: imagenet2012, cifar10, cifar100, caltech101, oxford_iiit_pet, oxford_flowers102 (zero-shot
+and linear probe) and coco_captions (retrieval, the Karpathy splits). For 'test' each set is read from the dataset's
+evaluation split (ImageNet's validation set, the CIFAR test sets, COCO's Karpathy test split); 'val' exists only for
+coco_captions.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vlp_jax.data import image_ops
+from vlp_jax.data import tfds as tfds_data
+from vlp_jax.errors import DataNotFoundError
+from vlp_jax.evalsets import prompts
+from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.streamed import StreamedImages
+
+# Reading a split of at least this many examples prints its progress.
+LOAD_PROGRESS_MIN = 20_000
+# An eval set's float32 images are held in memory up to this size; larger sets are decoded as they are evaluated.
+DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
+# The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
+# keeps the first 5 of each image (25,000 captions).
+DEFAULT_MAX_CAPTIONS_PER_IMAGE = 5
+# Each class dataset's own zero-shot prompts (CLIP's where it published them); others get SIMPLE_TEMPLATES.
+TEMPLATES = {'imagenet2012': prompts.OPENAI_IMAGENET_TEMPLATES, 'cifar10': prompts.CIFAR_TEMPLATES,
+             'cifar100': prompts.CIFAR_TEMPLATES, 'caltech101': prompts.CALTECH101_TEMPLATES,
+             'oxford_iiit_pet': prompts.PETS_TEMPLATES, 'oxford_flowers102': prompts.FLOWERS_TEMPLATES}
+SIMPLE_TEMPLATES = prompts.SIMPLE_TEMPLATES
+
+
+def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
+                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray]:
+  """The first `count` examples of an `open_source` split: images (an in-memory [count, S, S, 3] float32 array, or a
+  StreamedImages above `memory_limit_bytes`), labels [count], captions [T] and caption_image [T]."""
+  spec = tfds_data.dataset_spec(name)
+  preprocess = lambda features: image_ops.normalize_image(  # noqa: E731
+      image_ops.resize_image(tfds_data.rgb_image(features[spec.image_key]), image_size))
+  streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
+  images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
+  labels = np.empty(count, np.int64)
+  captions, caption_image = [], []
+  report_every = max(count // 10, 1) if count >= LOAD_PROGRESS_MIN else 0
+  for index in range(count):
+    if report_every and index % report_every == 0:
+      print(f'{name}: read {index}/{count} examples', flush=True)
+    features = source[index]
+    fields = tfds_data.example_fields(name, features)
+    if images is not None:
+      images[index] = preprocess(features)
+    labels[index] = fields['label']
+    kept = fields['captions'][:max_captions_per_image]
+    captions.extend(kept)
+    caption_image.extend([index] * len(kept))
+  if streamed:
+    print(f'{name}: {count} images at {image_size}px take {count * image_size**2 * 12 / 2**30:.1f} GiB as float32, '
+          f'above {memory_limit_bytes / 2**30:.1f} GiB: they are decoded as they are evaluated', flush=True)
+    images = StreamedImages(lambda index: preprocess(source[index]), count, image_size)
+  return images, labels, captions, np.array(caption_image, np.int64)
+
+
+def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
+                  max_examples: int | None = None, *, probe_train_examples: int | None = None,
+                  max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
+                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> EvalSet:
+  """A split of a tfds dataset as a EvalSet, images resized and normalised for `image_size`.
+
+  The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
+  (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
+  read them, chunk by chunk, on every evaluation.
+  max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
+  probe_train_examples: for a class dataset, also attach the first N examples of its 'train' split as
+  train_images / train_labels for the linear probe (0: the whole split; None: none).
+  Class datasets: labels, class names and the dataset's prompts, no captions (captions [] and caption_image [0]). Caption datasets: labels -1, no class names, the captions of every image flattened, the
+  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
+  """
+  if max_examples is not None and max_examples < 1:
+    raise ValueError(f'max_examples must be positive or None, got {max_examples}')
+  source = tfds_data.open_source(name, split, data_dir)
+  count = len(source) if max_examples is None else min(len(source), max_examples)
+  images, labels, captions, caption_image = _split_arrays(name, source, count, image_size, max_captions_per_image,
+                                                          memory_limit_bytes)
+  probe = {}
+  if probe_train_examples is not None and tfds_data.dataset_spec(name).label_key:
+    try:
+      train = tfds_data.open_source(name, 'train', data_dir)
+    except FileNotFoundError as error:
+      raise DataNotFoundError(f'the linear probe on {name} trains on its train split: {error}\n(or leave linear_probe '
+                            'out of config.eval.tasks / --evals)') from None
+    train_count = min(len(train), probe_train_examples or len(train))
+    train_images, train_labels, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
+    probe = {'train_images': train_images, 'train_labels': train_labels}
+  class_names = tfds_data.class_names(name, source)
+  return EvalSet(name=name, images=images, labels=labels, class_names=class_names,
+                          templates=TEMPLATES.get(name, SIMPLE_TEMPLATES) if class_names else (), captions=captions, caption_image=caption_image, **probe)
+
+
+def load(name: str, request: LoadRequest) -> EvalSet:
+  """The registered loader: `load_eval_set` with the config's tfds directory and caps."""
+  data = request.data
+  return load_eval_set(name, None if request.split == 'test' else request.split, data.tfds_dir or None,
+                       request.image_size, max_examples=data.eval_max_examples or None,
+                       probe_train_examples=data.probe_train_examples if request.linear_probe else None)
+
+
+for _name in tfds_data.DATASETS:
+  EVAL_SETS.add(_name, load)
