@@ -33,7 +33,7 @@ def test_base_and_shipped_configs_are_valid():
     (lambda c: c.model.vision.__setitem__('patch', 8), r"config.model.vision.patch'.*patch_size"),
     (lambda c: c.__setitem__('batch_size', 0), r'config.batch_size must be a positive integer'),
     (lambda c: c.data.__setitem__('probe_train_examples', -1), r'config.data.probe_train_examples must be 0 \(all\)'),
-    (lambda c: c.objective.__setitem__('name', 'clipp'), r"'clipp' is not a registered objective.*clip"),
+    (lambda c: c.objective.__setitem__('name', 'clipp'), r"'clipp', which is not a registered objective.*clip"),
     (lambda c: c.model.__setitem__('act', 'relu'), r"config.model.act='relu'.*quick_gelu"),
     (lambda c: c.data.__setitem__('name', 'laion'), r"config.data.name='laion'.*array_record"),
     (lambda c: c.eval.__setitem__('tasks', ('zeroshot', 'vqa')), r"config.eval.tasks has 'vqa'.*retrieval"),

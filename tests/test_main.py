@@ -83,5 +83,5 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
 def test_cli_without_data_explains_how_to_prepare_it(tmp_path):
   result = _run(['--config=configs/clip_cc3m.py', f'--workdir={tmp_path / "run"}'], tmp_path)
   assert result.returncode == 2
-  assert 'config.data.path' in result.stderr and 'python -m vlp_jax.data.convert' in result.stderr
+  assert 'config.data.path' in result.stderr and 'python -m vlp_jax.convert' in result.stderr
   assert not (tmp_path / 'run').exists()  # nothing is created before the data is found

@@ -221,7 +221,7 @@ def test_wrong_model_name_and_existing_output(tmp_path, capsys):
   save_file({'logit_scale': np.zeros((), np.float32)}, str(source))
   assert weights.main(['import', '--format=open_clip', '--model=ViT-Q-7', f'--input={source}',
                        f'--output={tmp_path / "x"}']) == 2
-  assert 'ViT-Q-7' in capsys.readouterr().err and 'ViT-B-32' in str(models.PRESETS)
+  assert 'ViT-Q-7' in capsys.readouterr().err and 'ViT-B-32' in models.PRESETS
   (tmp_path / 'exists').mkdir()
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))

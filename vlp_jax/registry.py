@@ -12,6 +12,7 @@ import pkgutil
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar('T')
+_MISSING = object()
 
 
 class RegistryError(ValueError):
@@ -64,9 +65,12 @@ class Registry(Generic[T]):
     self._discover()
     return list(self._entries)
 
-  def get(self, name: str) -> T:
+  def get(self, name: str, default: Any = _MISSING) -> T:
+    """The entry `name`; `default` when given and there is none, else RegistryError naming the choices."""
     self._discover()
     if name not in self._entries:
+      if default is not _MISSING:
+        return default
       raise RegistryError(f'config.{self.key} has {name!r}, which is not a registered {self.kind}; valid choices: '
                           f'{list(self._entries)}')
     return self._entries[name]
