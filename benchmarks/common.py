@@ -29,7 +29,6 @@ def build_config(model: str, batch_size: int, objective: str, precision: str, re
     raise ValueError(f"--precision has '{precision}'; valid choices: {list(PRECISIONS)}")
   config.model.dtype = PRECISIONS[precision]
   config.model.remat = remat
-  objectives.names()  # discovers every objective and term module
   if objective in objectives.TERMS:
     config = with_term(config, objective)
   else:

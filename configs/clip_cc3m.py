@@ -1,4 +1,4 @@
-"""CLIP ViT-B/32 pre-trained from scratch on CC3M with the settings of SaCo's supplementary (METHODS.md section 0):
+"""CLIP ViT-B/32 pre-trained from scratch on CC3M with the settings of SaCo's supplementary (docs/methods.md §0):
 32 epochs, global batch 2048, AdamW wd 0.2, lr warmed up linearly from 1e-4 to 1e-3 over one epoch, cosine to 0.
 
 python -m vlp_jax.main --config=configs/clip_cc3m.py --workdir=gs://bucket/clip_cc3m \

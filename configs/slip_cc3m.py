@@ -1,4 +1,4 @@
-"""SLIP ViT-B/16 pre-trained from scratch on CC3M with the paper's recipe (METHODS.md section 2): AdamW betas
+"""SLIP ViT-B/16 pre-trained from scratch on CC3M with the paper's recipe (docs/methods.md §2): AdamW betas
 (0.9, 0.98), eps 1e-8, lr 3e-3, wd 0.1, global batch 4096, 1 warmup epoch then cosine; the SimCLR head
 4096-4096-256, c = 1, tau = 0.1; the CLIP view cropped with scale (0.5, 1).
 

@@ -1,4 +1,4 @@
-"""ZeroVL's setting (METHODS.md section 4, ZeroVL appendix A.9) on your own multi-source data: debiased sampling over
+"""ZeroVL's setting (docs/methods.md §4, ZeroVL appendix A.9) on your own multi-source data: debiased sampling over
 the sources, coin-flipping mixup (alpha 0.1), text augmentation (20% of tokens: 50% masked, 10% replaced, 40%
 deleted), a constant temperature of 0.02, AdamW (0.9, 0.98, 1e-6) with wd 1e-3, lr 1e-4 with cosine decay to 0.1x,
 global batch 16384 for 20 epochs.
@@ -6,7 +6,7 @@ global batch 16384 for 20 epochs.
 The paper's batch of 16384 is reached with decoupled gradient accumulation in micro-batches of 1024 (the paper's
 per-GPU memory budget), which gives the exact gradient of the whole batch.
 
-Data: ArrayRecord shards from `python -m vlp_jax.data.convert`, one folder per source, listed in config.data.path
+Data: ArrayRecord shards from `python -m vlp_jax.convert`, one folder per source, listed in config.data.path
 (comma-separated, or a glob such as '/data/*/train-*.array_record'); each shard holds examples of one source (the
 record field `source`, e.g. sbu, vg, cc3m, cc12m), read from the shards' records. The paper's image encoder is an
 ImageNet-pretrained ViT-B/16 and its text encoder BERT-Base (max length 25); here both towers are CLIP's ViT-B/16

@@ -9,11 +9,10 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image
 
-from vlp_jax.errors import DataError
+from vlp_jax.errors import EXIT_DATA, DataError
 from vlp_jax.objectives import views
 from vlp_jax.data import mixing, pipeline, records, synthetic
 from vlp_jax.data.record_stats import MIN_RECORDS_TO_JUDGE, RecordStats
-from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
@@ -175,7 +174,7 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   # Found at the log of step 4 (by step 2 the sketch shard had fewer than MIN_RECORDS_TO_JUDGE records read); the
   # state of that step is kept.
   assert Checkpointer(str(tmp_path / 'run')).latest_complete_step() == 4
-  assert guards.EXIT_DATA == 4
+  assert EXIT_DATA == 4
   # Until then, training went on, with the skips and the source mix in the metrics.
   logged = [m for m in read_metrics(str(tmp_path / 'run')) if 'train/data/skipped_fraction' in m]
   assert [m['step'] for m in logged] == [2]

@@ -86,13 +86,13 @@ def test_command_line_typo_is_reported_before_compiling(tmp_path):
 _PARSE_AND_VALIDATE = '''
 import sys
 from absl import flags
-from vlp_jax import config as config_lib, objectives
+from vlp_jax import config as config_lib, errors, objectives
 flag = config_lib.define_config_flag()
 flags.FLAGS(sys.argv)
 config = flag.value
 try:
   config_lib.validate(config)
-except config_lib.ConfigError as error:
+except errors.ConfigError as error:
   sys.exit(f'error: {error}')
 print(repr(objectives.OBJECTIVES.get(config.objective.name).options(config.objective).text_augment_prob))
 '''

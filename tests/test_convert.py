@@ -1,4 +1,4 @@
-"""The data converter (vlp_jax.data.convert): every input format, skipped records, colour modes, resizing, long
+"""The data converter (vlp_jax.convert, vlp_jax/cli/convert.py): every input format, skipped records, colour modes, resizing, long
 captions, determinism across workers, idempotency, and its errors."""
 import io
 import json
@@ -11,11 +11,12 @@ import zlib
 
 import numpy as np
 import pytest
+from absl import flags
 from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
 from vlp_jax.data import records
-from vlp_jax.cli import convert
+from vlp_jax.cli import common, convert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC, JPEG_MAGIC = b'\x89PNG', b'\xff\xd8'
@@ -363,7 +364,7 @@ def test_clear_errors(tmp_path):
 def test_cli_prints_one_json_line(tmp_path):
   _write(tmp_path / 'a.png', _png())
   tsv = _write_table(tmp_path / 'cli.tsv', [('a.png', 'a caption'), ('b.png', 'missing')])
-  command = [sys.executable, '-m', 'vlp_jax.data.convert', '--format=tsv', f'--input={tsv}',
+  command = [sys.executable, '-m', 'vlp_jax.convert', '--format=tsv', f'--input={tsv}',
              f'--output={tmp_path / "out"}', '--num_workers=1']
   result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 0, result.stderr
@@ -372,10 +373,12 @@ def test_cli_prints_one_json_line(tmp_path):
 
 
 def test_cli_error_is_one_line_without_traceback(tmp_path, capsys):
-  flags = {'fmt': 'parquet', 'input': str(tmp_path), 'output': str(tmp_path / 'out')}
-  holders = {k: type('Holder', (), {'value': v})() for k, v in flags.items()}
+  """The command's flags parsed by absl (into a FlagValues of their own) and its error mapped as every command's."""
+  argv = ['convert', '--format=parquet', f'--input={tmp_path}', f'--output={tmp_path / "out"}']
+  flag_values = flags.FlagValues()
+  convert.define_flags(flag_values)
   with pytest.raises(SystemExit) as exit_info:
-    convert.main(['convert'], holders)
+    common.exit_on_user_error(convert.command, common.parse_flags(argv, flag_values), flag_values)
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert err.startswith("error: --format 'parquet' is not known") and 'Traceback' not in err

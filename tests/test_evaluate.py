@@ -6,8 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
 from vlp_jax import models
+from vlp_jax.cli import common
 from vlp_jax.cli import weights
 from vlp_jax.cli import evaluate
 from vlp_jax import errors
@@ -60,10 +63,12 @@ def test_evaluate_an_imported_checkpoint_gives_the_original_numbers(trained, tmp
 
 
 def test_bad_requests_fail_before_evaluating(trained, tmp_path):
-  with pytest.raises(evaluate.EvaluateError, match=r"--evals has 'zeroshoot'; valid choices: \['affinity'"):
+  # --evals and --datasets set config.eval.tasks / .datasets: config.validate names the key and the valid choices.
+  with pytest.raises(errors.ConfigError, match=r"config.eval.tasks has 'zeroshoot'.*valid choices: \[.*'affinity'"):
     evaluate.run(trained, evals=['zeroshoot'], output_dir=str(tmp_path / 'a'))
-  with pytest.raises(evaluate.EvaluateError, match="--datasets has 'imagenet'; valid choices"):
+  with pytest.raises(errors.ConfigError, match="config.eval.datasets has 'imagenet'.*valid choices"):
     evaluate.run(trained, dataset_names=['imagenet'], output_dir=str(tmp_path / 'a'))
+  assert not (tmp_path / 'a').exists()
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
     evaluate.run(str(tmp_path / 'nothing'))
   out = tmp_path / 'kept'
@@ -94,8 +99,20 @@ def test_cli_contract(trained, tmp_path):
   bad = subprocess.run([sys.executable, '-m', 'vlp_jax.evaluate', f'--checkpoint={trained}', '--evals=nope',
                         f'--output_dir={tmp_path / "bad"}'], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=300)
-  assert bad.returncode == 2 and "--evals has 'nope'" in bad.stderr
+  assert bad.returncode == 2 and "config.eval.tasks has 'nope'" in bad.stderr
   assert not (tmp_path / 'bad').exists()
+
+
+def test_cli_config_override_of_an_unknown_eval_set_exits_2_naming_the_choices(trained, tmp_path):
+  env = {**os.environ, 'PYTHONPATH': ROOT}
+  env.pop('XLA_FLAGS', None)
+  bad = subprocess.run([sys.executable, '-m', 'vlp_jax.evaluate', f'--checkpoint={trained}',
+                        '--config.eval.datasets=nope', f'--output_dir={tmp_path / "bad"}'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2, bad.stderr[-3000:]
+  assert "error: config.eval.datasets has 'nope'" in bad.stderr
+  assert "valid choices: [" in bad.stderr and "'synthetic'" in bad.stderr and "'digits'" in bad.stderr
+  assert 'Traceback' not in bad.stderr and not (tmp_path / 'bad').exists()
 
 
 def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_defaults(trained, tmp_path):
@@ -139,8 +156,9 @@ def _benchmark_files(root):
 
 def test_compositional_benchmarks_from_local_files(trained, tmp_path):
   _benchmark_files(tmp_path)
-  overrides = [f'data.sugarcrepe_dir={tmp_path / "sugarcrepe"}', f'data.sugarcrepe_images={tmp_path / "coco"}',
-               f'data.winoground_dir={tmp_path / "winoground"}']
+  overrides = _overrides(f'--config.data.sugarcrepe_dir={tmp_path / "sugarcrepe"}',
+                         f'--config.data.sugarcrepe_images={tmp_path / "coco"}',
+                         f'--config.data.winoground_dir={tmp_path / "winoground"}')
   results = evaluate.run(trained, evals=['compositional', 'retrieval'], dataset_names=['sugarcrepe', 'winoground'],
                          output_dir=str(tmp_path / 'out'), overrides=overrides)
   sugarcrepe = {k.split('/')[-1]: v for k, v in results.items() if k.startswith('eval/sugarcrepe/')}
@@ -153,17 +171,34 @@ def test_compositional_benchmarks_from_local_files(trained, tmp_path):
     evaluate.run(trained, dataset_names=['sugarcrepe'], output_dir=str(tmp_path / 'missing'))
 
 
-def test_set_overrides_are_typed_and_checked(trained):
+def _overrides(*args):
+  """{KEY: value} of `--config.KEY=VALUE` words, parsed as the evaluate command parses them (a FlagValues of their
+  own, so absl's FLAGS stay untouched)."""
+  argv = ['evaluate', *args]
+  flag_values = flags.FlagValues()
+  evaluate.define_config_overrides(flag_values, argv)
+  common.parse_flags(argv, flag_values)
+  return config_flags.get_override_values(flag_values['config'])
+
+
+def test_config_overrides_are_typed_and_checked(trained):
   config = load_config(trained)
-  assert evaluate.parse_override(config, 'data.eval_max_examples=100') == ('data.eval_max_examples', 100)
-  assert evaluate.parse_override(config, 'config.eval.datasets=synthetic, digits') == (
-      'eval.datasets', ('synthetic', 'digits'))
-  with pytest.raises(evaluate.EvaluateError, match='takes int values'):
-    evaluate.parse_override(config, 'data.eval_max_examples=many')
-  with pytest.raises(evaluate.EvaluateError, match='an existing config key'):
-    evaluate.parse_override(config, 'data.tfds_directory=/x')
-  with pytest.raises(evaluate.EvaluateError, match='eval_max_examples must be 0'):
-    evaluate.eval_config(config, overrides=['data.eval_max_examples=-1'])
+  # train's syntax and parser: the type of the key in the base config; tuples by repeating the flag or as a literal
+  assert _overrides('--config.data.eval_max_examples=100') == {'data.eval_max_examples': 100}
+  assert _overrides('--config.eval.datasets=synthetic', '--config.eval.datasets=digits') == {
+      'eval.datasets': ('synthetic', 'digits')}
+  assert _overrides("--config.eval.datasets=('synthetic', 'digits')") == {'eval.datasets': ('synthetic', 'digits')}
+  assert evaluate.eval_config(config, overrides=_overrides('--config.eval.split=val')).eval.split == 'val'
+  with pytest.raises(errors.ConfigError, match=r"--config.data.eval_max_examples=many: invalid literal for int"):
+    _overrides('--config.data.eval_max_examples=many')
+  with pytest.raises(errors.ConfigError, match=r"unknown config key 'config.data.tfds_directory'; valid keys"):
+    evaluate.eval_config(config, overrides=_overrides('--config.data.tfds_directory=/x'))
+  with pytest.raises(errors.ConfigError, match='eval_max_examples must be 0'):
+    evaluate.eval_config(config, overrides=_overrides('--config.data.eval_max_examples=-1'))
+  with pytest.raises(errors.ConfigError, match=r"config.eval.split='train' is not valid; valid choices"):
+    evaluate.eval_config(config, split='train')  # the convenience flags are checked by config.validate too
+  with pytest.raises(errors.ConfigError, match='eval.batch_size must be a positive integer'):
+    evaluate.eval_config(config, batch_size=0)
 
 
 def test_plots_flag_writes_the_figures(trained, tmp_path):

@@ -49,7 +49,7 @@ def _png(pixels: np.ndarray, mode: str) -> bytes:
 
 
 def _eval_pipeline(encoded: bytes, image_size: int) -> np.ndarray:
-  """What the eval sets do with an encoded image (data/datasets.py): decode, resize and crop, normalise."""
+  """What the eval sets do with an encoded image (evalsets/synthetic.py): decode, resize and crop, normalise."""
   return image_ops.normalize_image(image_ops.resize_image(records.decode_image(encoded), image_size))
 
 

@@ -1,11 +1,16 @@
 """The train CLI end to end: metrics.jsonl and TensorBoard names follow the contract, checkpoints hold state, data
-iterator and config, a rerun resumes or reports that training finished, and missing data gives instructions."""
-import pytest
+iterator and config, a rerun resumes or reports that training finished, and missing data gives instructions. And
+every command's exit code for a bad request: 2, with one `error:` line."""
 import json
 import os
 import struct
 import subprocess
 import sys
+
+import pytest
+
+from vlp_jax import errors
+from vlp_jax.cli import convert, embed, evaluate, weights
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,10 +25,10 @@ CONTRACT_EVAL = ('zeroshot_top1', 'zeroshot_top5', 'zeroshot_chance', 'i2t_r1', 
                  't2i_r5', 't2i_r10', 'affinity_consistency')
 
 
-def _run(args, tmp_path):
+def _run(args, tmp_path, command='main'):
   env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache')}
   env.pop('XLA_FLAGS', None)  # the CLI as a user runs it: one CPU device
-  return subprocess.run([sys.executable, '-m', 'vlp_jax.main', *args], cwd=ROOT, env=env, capture_output=True,
+  return subprocess.run([sys.executable, '-m', f'vlp_jax.{command}', *args], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
 
 
@@ -85,3 +90,36 @@ def test_cli_without_data_explains_how_to_prepare_it(tmp_path):
   assert result.returncode == 2
   assert 'config.data.path' in result.stderr and 'python -m vlp_jax.convert' in result.stderr
   assert not (tmp_path / 'run').exists()  # nothing is created before the data is found
+
+
+# A bad request to each command (python -m vlp_jax.<command>): its arguments ({tmp} is a fresh folder) and what the
+# error line names. Each fails before anything is loaded, compiled or written.
+BAD_REQUESTS = {
+    'main': (['--config=configs/clip_shapes.py', '--workdir={tmp}/run', '--config.eval.datasets=nope'],
+             "config.eval.datasets has 'nope', which is not a registered eval set; valid choices: ["),
+    'evaluate': (['--checkpoint={tmp}/run', '--config.eval.datasets=nope'], 'no checkpoint at'),
+    'embed': (['--checkpoint={tmp}/run', '--output={tmp}/run/e.npz'], 'nothing to embed'),
+    'weights': (['frobnicate', '--format=hf', '--checkpoint={tmp}/run', '--output={tmp}/run/hf'],
+                "unknown command 'frobnicate'; valid choices: ['import', 'export']"),
+    'convert': (['--format=parquet', '--input={tmp}', '--output={tmp}/run'], "--format 'parquet' is not known"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('command', sorted(BAD_REQUESTS))
+def test_every_command_exits_2_on_a_bad_request_or_a_bad_flag(command, tmp_path):
+  args, message = BAD_REQUESTS[command]
+  args = [arg.format(tmp=tmp_path) for arg in args]
+  for result, expected in ((_run(args, tmp_path, command), message),
+                           (_run([*args, '--no_such_flag=1'], tmp_path, command),
+                            "Unknown command line flag 'no_such_flag'")):
+    assert result.returncode == 2, result.stderr[-3000:]
+    error_line = next(line for line in result.stderr.splitlines() if line.startswith('error: '))
+    assert expected in error_line, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def test_each_commands_error_is_a_bad_request():
+  for error in (evaluate.EvaluateError, embed.EmbedError, weights.WeightsError, convert.ConvertError):
+    assert issubclass(error, errors.ConfigError) and errors.exit_code(error('bad')) == errors.EXIT_CONFIG == 2

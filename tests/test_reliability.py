@@ -16,7 +16,7 @@ import pytest
 
 from vlp_jax import parallel
 from vlp_jax.data import sources
-from vlp_jax.training import guards
+from vlp_jax import errors
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.checkpoint_files import load_params
 from vlp_jax.training.loop import train_and_evaluate
@@ -82,7 +82,7 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
   sent = time.time()
   process.send_signal(signal.SIGTERM)
   out, err = process.communicate(timeout=60)  # bounded: one step and one checkpoint
-  assert process.returncode == guards.EXIT_PREEMPTED, err[-3000:]
+  assert process.returncode == errors.EXIT_PREEMPTED, err[-3000:]
   assert 'SIGTERM received' in out and 'Run the same command to resume' in err
   stopped = int(err.split('stopped after step ')[1].split()[0])
   assert stopped < STEPS and time.time() - sent < 60
@@ -184,7 +184,7 @@ def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, t
   micro.max_nonfinite_steps = 2
   good = train_and_evaluate(micro, str(tmp_path / 'good'), stop_at_step=2)
   _inject_nan(monkeypatch, {3, 4, 5, 6})
-  with pytest.raises(guards.NonFiniteError, match=r'2 consecutive steps \(from step 3\).*checkpoint of step'):
+  with pytest.raises(errors.NonFiniteError, match=r'2 consecutive steps \(from step 3\).*checkpoint of step'):
     train_and_evaluate(micro, str(tmp_path / 'bad'))
   saved = Checkpointer(str(tmp_path / 'bad'))
   step = saved.latest_complete_step()
@@ -203,7 +203,7 @@ def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path)
       [sys.executable, '-m', 'vlp_jax.main', f'--config={CONFIG}', f'--workdir={workdir}'], cwd=ROOT, env=env,
       capture_output=True, text=True, timeout=300, **kw)
   result = run(blocker / 'run')
-  assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
+  assert result.returncode == errors.EXIT_CONFIG, result.stderr[-2000:]
   assert f"workdir '{blocker / 'run'}' is not usable" in result.stderr and 'Compiled' not in result.stdout
 
   # Every write past 64 KiB fails (RLIMIT_FSIZE, with SIGXFSZ ignored so that write() returns EFBIG), as on a full
@@ -211,7 +211,7 @@ def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path)
   command = (f"trap '' XFSZ; ulimit -f 64; exec {sys.executable} -m vlp_jax.main --config={CONFIG} "
              f"--workdir={tmp_path / 'full'}")
   result = subprocess.run(['bash', '-c', command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert result.returncode == guards.EXIT_CONFIG, result.stderr[-2000:]
+  assert result.returncode == errors.EXIT_CONFIG, result.stderr[-2000:]
   assert 'is not usable: the file size limit is reached' in result.stderr and 'Compiled' not in result.stdout
   assert os.listdir(tmp_path / 'full') == []  # the probe is removed
 

@@ -225,8 +225,29 @@ def test_wrong_model_name_and_existing_output(tmp_path, capsys):
   (tmp_path / 'exists').mkdir()
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))
-  with pytest.raises(FileExistsError):
+  with pytest.raises(weights.WeightsError, match='exists; choose a new --output'):  # a bad request: exit code 2
     weights.save_checkpoint(str(tmp_path / 'exists'), params, state, _full_config(config))
+
+
+def test_cli_commands_and_their_flags_are_checked(tmp_path, capsys):
+  """absl flags with a command first: an unknown or missing command, and a flag of the other command, exit 2."""
+  output = tmp_path / 'x'
+  assert weights.main(['frobnicate', '--format=open_clip', f'--output={output}']) == 2
+  assert "unknown command 'frobnicate'; valid choices: ['import', 'export']" in capsys.readouterr().err
+  assert weights.main(['--format=open_clip', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
+  assert "expected one command (none was given); valid choices: ['import', 'export']" in capsys.readouterr().err
+  assert weights.main(['export', '--format=open_clip', '--model=ViT-B-32', f'--checkpoint={tmp_path}',
+                       f'--output={output}']) == 2
+  assert 'export does not take --model' in capsys.readouterr().err
+  assert weights.main(['import', '--format=open_clip', f'--output={output}']) == 2
+  assert 'import needs --model, --input' in capsys.readouterr().err
+  assert weights.main(['export', '--format=openai', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
+  assert "export --format=openai is not valid; valid choices: ['open_clip', 'hf']" in capsys.readouterr().err
+  assert weights.main(['import', '--formats=hf']) == 2  # absl's own flag errors are bad requests too
+  assert "Unknown command line flag 'formats'" in capsys.readouterr().err
+  assert weights.main(['export', '--format=hf', f'--checkpoint={tmp_path / "none"}', f'--output={output}']) == 2
+  assert 'no checkpoint at' in capsys.readouterr().err
+  assert not output.exists()
 
 
 class _Payload:  # an arbitrary object: loading it would need unpickling code

@@ -51,7 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
       'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
-      # The image view of CLIP-style objectives (pipeline.ClipViews): () = resize and centre crop (OpenAI CLIP), or
+      # The image view of CLIP-style objectives (objectives/views.py ClipViews): () = resize and centre crop (OpenAI CLIP), or
       # a RandomResizedCrop area range such as (0.9, 1.0) (open_clip); then 'none' | 'randaugment' | 'autoaugment'.
       'crop_scale': (),
       'augment': 'none',
@@ -61,7 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
       # the linear probe fits on the first N examples of a set's train split (0 = all; the embedded dataset takes
       # N / 3 of each source)
       'probe_train_examples': 0,
-      # local copies of the compositionality benchmarks (data/compositional_sets.py), for eval.datasets
+      # local copies of the compositionality benchmarks (evalsets/compositional.py), for eval.datasets
       'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
       # each task runs on the eval sets that have what it needs (evaluation.applies)
       'tasks': ('zeroshot', 'retrieval', 'affinity', 'segmentation', 'compositional', 'linear_probe'),
       'batch_size': 256,
-      # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evaluation/templates.py for every set
+      # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evalsets/prompts.py for every set
       'templates': 'dataset',
   })
   c.log_every_steps = 20

@@ -2,4 +2,5 @@
 from vlp_jax.cli import convert
 
 if __name__ == '__main__':
+  __doc__ = convert.__doc__  # what `--help` prints (absl prints the __main__ module's docstring)
   convert.run_command()

@@ -2,4 +2,5 @@
 from vlp_jax.cli import embed
 
 if __name__ == '__main__':
+  __doc__ = embed.__doc__  # what `--help` prints (absl prints the __main__ module's docstring)
   embed.run_command()

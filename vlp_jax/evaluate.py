@@ -2,4 +2,5 @@
 from vlp_jax.cli import evaluate
 
 if __name__ == '__main__':
+  __doc__ = evaluate.__doc__  # what `--help` prints (absl prints the __main__ module's docstring)
   evaluate.run_command()

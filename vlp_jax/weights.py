@@ -2,4 +2,5 @@
 from vlp_jax.cli import weights
 
 if __name__ == '__main__':
+  __doc__ = weights.__doc__  # what `--help` prints (absl prints the __main__ module's docstring)
   weights.run_command()

@@ -1,2 +1,4 @@
 """The commands: train (`python -m vlp_jax.main`), evaluate, embed, weights and convert (`python -m vlp_jax.<name>`,
-thin modules that call `run()` here). Every command maps the errors of vlp_jax/errors.py to the same exit codes."""
+thin modules at the package root that call `run_command()` of the module here). Each command defines its absl flags
+when it runs (`define_flags`) and raises the errors of vlp_jax/errors.py; `common.run` gives every command the same
+exit codes for them."""

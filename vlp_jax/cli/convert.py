@@ -1,12 +1,12 @@
 """Convert image-text data into ArrayRecord shards in the vlp_jax record format (vlp_jax/data/records.py).
 
   # an img2dataset webdataset output (a folder of .tar files)
-  python -m vlp_jax.data.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m --source=cc3m
+  python -m vlp_jax.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m --source=cc3m
   # a TSV with `filepath` and `caption` columns (open_clip's layout); relative paths resolve against the TSV's folder
-  python -m vlp_jax.data.convert --format=tsv --input=/data/cc3m/train.tsv --output=/data/cc3m_ar \
+  python -m vlp_jax.convert --format=tsv --input=/data/cc3m/train.tsv --output=/data/cc3m_ar \
       --long_captions=/data/dreamlip_cc3m.json --max_side=512
   # a folder of images with metadata.jsonl lines {"file_name": ..., "caption": ...} (Hugging Face imagefolder)
-  python -m vlp_jax.data.convert --format=folder --input=/data/pets --output=/data/pets_ar
+  python -m vlp_jax.convert --format=folder --input=/data/pets --output=/data/pets_ar
 
 then train with --config.data.name=array_record --config.data.path=OUTPUT.
 
@@ -44,9 +44,12 @@ import tempfile
 import time
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
+from absl import flags
 from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image, ImageFile
 
+from vlp_jax import errors
+from vlp_jax.cli import common
 from vlp_jax.data import records
 
 FORMATS = ('tsv', 'csv', 'webdataset', 'folder')
@@ -81,8 +84,8 @@ _COMPRESSED_MAGIC = {b'\x1f\x8b': 'gzip', b'BZh': 'bzip2', b'\xfd7zXZ': 'xz', b'
 _MAX_CHUNK = 64  # entries per worker task: big enough to amortise the task, small enough to bound memory
 
 
-class ConvertError(ValueError):
-  """The arguments or the inputs as a whole cannot be converted; the message says what to fix."""
+class ConvertError(errors.ConfigError):
+  """The arguments or the inputs as a whole cannot be converted; the message says what to fix. Exit code 2."""
 
 
 class TarMember(NamedTuple):
@@ -810,59 +813,50 @@ def convert(fmt: str, input: str, output: str, *, image_column: str | None = Non
 # Command line
 
 
-def _define_flags():
-  """The CLI flags. Defined only when run as a program: absl flags are global, and other modules (embed.py) use
-  some of the same names, so defining them on import would clash."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  return {
-      'fmt': flags.DEFINE_string('format', None, f'Input layout: {", ".join(FORMATS)}.'),
-      'input': flags.DEFINE_string('input', None, 'A file, a folder or a glob (for folder: the folder of images).'),
-      'output': flags.DEFINE_string('output', None, 'The folder to write the shards and the manifest into.'),
-      'image_column': flags.DEFINE_string('image_column', None,
-                                          "Image path column (tsv/csv: 'filepath'; folder JSONL: 'file_name')."),
-      'caption_column': flags.DEFINE_string('caption_column', None, "Caption column (default 'caption')."),
-      'image_keys': flags.DEFINE_string('image_keys', DEFAULT_IMAGE_KEYS,
-                                        'webdataset: image extensions, the first present wins.'),
-      'caption_key': flags.DEFINE_string('caption_key', 'txt', 'webdataset: the caption extension.'),
-      'jsonl': flags.DEFINE_string('jsonl', None, 'folder: the metadata file (default <input>/metadata.jsonl).'),
-      'long_captions': flags.DEFINE_string('long_captions', None,
-                                           'JSON {image id: long caption or list of captions} (DreamLIP).'),
-      'source': flags.DEFINE_string('source', None, "The records' source name (default: the input's name)."),
-      'max_side': flags.DEFINE_integer('max_side', 0, 'Shrink images to this longer side (JPEG 95); 0 keeps them.'),
-      'max_pixels': flags.DEFINE_integer('max_pixels', records.DEFAULT_MAX_PIXELS,
-                                         'Skip larger images (0: no limit). The training decoder refuses images over '
-                                         'records.DEFAULT_MAX_PIXELS, so raising this only helps with --max_side.'),
-      'prefix': flags.DEFINE_string('prefix', 'train', 'Shard file-name prefix.'),
-      'examples_per_shard': flags.DEFINE_integer('examples_per_shard', 10000, 'Records per shard.'),
-      'num_workers': flags.DEFINE_integer('num_workers', None, 'Worker processes (default: os.cpu_count()).'),
-      'overwrite': flags.DEFINE_bool('overwrite', False, "Replace an earlier, different conversion's shards."),
-  }
+# The flags that are keyword arguments of `convert` (besides --format, --input and --output).
+OPTION_FLAGS = ('image_column', 'caption_column', 'image_keys', 'caption_key', 'jsonl', 'long_captions', 'source',
+                'max_side', 'max_pixels', 'prefix', 'examples_per_shard', 'num_workers', 'overwrite')
 
 
-def main(argv: list[str], flag_values: dict[str, Any]) -> None:
-  """Runs `convert` with the flag values; prints the summary as one JSON line, or `error: ...` and exits 2."""
-  if len(argv) > 1:
-    print(f'error: unexpected arguments {argv[1:]}', file=sys.stderr)
-    sys.exit(2)
-  values = {name: holder.value for name, holder in flag_values.items()}
-  missing = [flag for name, flag in (('fmt', '--format'), ('input', '--input'), ('output', '--output'))
-             if values[name] is None]
-  if missing:
-    print(f'error: {", ".join(missing)} must be given', file=sys.stderr)
-    sys.exit(2)
-  try:
-    summary = convert(values.pop('fmt'), values.pop('input'), values.pop('output'), **values)
-  except ConvertError as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The command's flags (--format, --input and --output required)."""
+  def string(name, default, help_string):
+    flags.DEFINE_string(name, default, help_string, flag_values=flag_values)
+
+  def integer(name, default, help_string):
+    flags.DEFINE_integer(name, default, help_string, flag_values=flag_values)
+
+  string('format', None, f'Input layout: {", ".join(FORMATS)}.')
+  string('input', None, 'A file, a folder or a glob (for folder: the folder of images).')
+  string('output', None, 'The folder to write the shards and the manifest into.')
+  string('image_column', None, "Image path column (tsv/csv: 'filepath'; folder JSONL: 'file_name').")
+  string('caption_column', None, "Caption column (default 'caption').")
+  string('image_keys', DEFAULT_IMAGE_KEYS, 'webdataset: image extensions, the first present wins.')
+  string('caption_key', 'txt', 'webdataset: the caption extension.')
+  string('jsonl', None, 'folder: the metadata file (default <input>/metadata.jsonl).')
+  string('long_captions', None, 'JSON {image id: long caption or list of captions} (DreamLIP).')
+  string('source', None, "The records' source name (default: the input's name).")
+  integer('max_side', 0, 'Shrink images to this longer side (JPEG 95); 0 keeps them.')
+  integer('max_pixels', records.DEFAULT_MAX_PIXELS, 'Skip larger images (0: no limit). The training decoder refuses '
+          'images over records.DEFAULT_MAX_PIXELS, so raising this only helps with --max_side.')
+  string('prefix', 'train', 'Shard file-name prefix.')
+  integer('examples_per_shard', 10000, 'Records per shard.')
+  integer('num_workers', None, 'Worker processes (default: os.cpu_count()).')
+  flags.DEFINE_bool('overwrite', False, "Replace an earlier, different conversion's shards.", flag_values=flag_values)
+  flags.mark_flags_as_required(['format', 'input', 'output'], flag_values=flag_values)
+
+
+def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Run `convert` with the parsed flags and print its summary as one JSON line; raises ConvertError."""
+  del argv
+  options = {name: flag_values[name].value for name in OPTION_FLAGS}
+  summary = convert(flag_values['format'].value, flag_values['input'].value, flag_values['output'].value, **options)
   print(json.dumps(summary), flush=True)
 
 
 def run_command() -> None:
   """The command line: `python -m vlp_jax.convert`."""
-  from absl import app  # pylint: disable=g-import-not-at-top
-  flag_values = _define_flags()
-  app.run(functools.partial(main, flag_values=flag_values))
+  common.run(command, define_flags)
 
 
 if __name__ == '__main__':

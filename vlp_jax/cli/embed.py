@@ -6,41 +6,52 @@
 The first form embeds already-normalised float32 pixels [N, H, W, 3] and captions (one per line, tokenised by the
 project's tokenizer) into `image_embeddings` and `text_embeddings`, float32 and L2-normalised. The second streams
 a whole split of the checkpoint's dataset (or `--data_path` shards) and also writes `keys` (the example ids), e.g. to
-pre-extract SaCo's pseudo-affinity teacher embeddings.
+pre-extract SaCo's pseudo-affinity teacher embeddings. Exit codes as for every command (cli/common.py): 2 for a bad
+request or a missing input.
 """
 from __future__ import annotations
 
 import os
-import sys
 
+import grain
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
-from vlp_jax.data import sources
-from vlp_jax.data import image_ops
-from vlp_jax.data import records
+from vlp_jax import errors
+from vlp_jax.cli import common
+from vlp_jax.data import image_ops, records, sources
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem
-from vlp_jax.checkpoint_files import resolve_checkpoint
-
-_CHECKPOINT = flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir.')
-_PIXELS = flags.DEFINE_string('pixels', None, '.npy of normalised float32 images [N, H, W, 3].')
-_TEXTS = flags.DEFINE_string('texts', None, 'Text file with one caption per line.')
-_DATASET = flags.DEFINE_string('dataset', None, "Embed a dataset split instead: 'synthetic' or 'array_record'.")
-_SPLIT = flags.DEFINE_string('split', 'train', 'Split of --dataset.')
-_DATA_PATH = flags.DEFINE_string('data_path', None, 'ArrayRecord shards for --dataset=array_record.')
-_OUTPUT = flags.DEFINE_string('output', None, 'The .npz file to write.')
-_BATCH = flags.DEFINE_integer('batch_size', 256, 'Examples per forward pass.')
-_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing --output.')
 
 
-class EmbedError(ValueError):
-  pass
+class EmbedError(errors.ConfigError):
+  """A bad request (what to embed, the --output, the --pixels array); the message names the flag. Exit code 2."""
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The command's flags (--checkpoint and --output required)."""
+  flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir (its latest step).',
+                      flag_values=flag_values)
+  flags.DEFINE_string('pixels', None, '.npy of normalised float32 images [N, H, W, 3].', flag_values=flag_values)
+  flags.DEFINE_string('texts', None, 'Text file with one caption per line.', flag_values=flag_values)
+  flags.DEFINE_string('dataset', None, "Embed a dataset split instead: 'synthetic' or 'array_record'.",
+                      flag_values=flag_values)
+  flags.DEFINE_string('split', 'train', 'Split of --dataset.', flag_values=flag_values)
+  flags.DEFINE_string('data_path', None, 'ArrayRecord shards for --dataset=array_record.', flag_values=flag_values)
+  flags.DEFINE_string('output', None, 'The .npz file to write.', flag_values=flag_values)
+  flags.DEFINE_integer('batch_size', 256, 'Examples per forward pass.', lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_bool('overwrite', False, 'Replace an existing --output.', flag_values=flag_values)
+  flags.mark_flags_as_required(['checkpoint', 'output'], flag_values=flag_values)
 
 
 def load_pixels(path: str) -> np.ndarray:
   """[N, H, W, 3] float32 from .npy, with errors that say what is wrong."""
-  pixels = np.load(path, allow_pickle=False)
+  if not os.path.isfile(path):
+    raise errors.DataNotFoundError(f'--pixels {path} does not exist')
+  try:
+    pixels = np.load(path, allow_pickle=False)
+  except (OSError, ValueError) as error:  # not a .npy file, or one holding Python objects
+    raise EmbedError(f'--pixels {path} is not a readable .npy array: {error}') from None
   if pixels.ndim != 4 or pixels.shape[-1] != 3:
     raise EmbedError(f'--pixels {path} has shape {pixels.shape}; expected [N, H, W, 3] (channels last)')
   if pixels.dtype != np.float32:
@@ -50,6 +61,8 @@ def load_pixels(path: str) -> np.ndarray:
 
 
 def load_texts(path: str) -> list[str]:
+  if not os.path.isfile(path):
+    raise errors.DataNotFoundError(f'--texts {path} does not exist')
   with open(path, encoding='utf-8') as f:
     return [line.rstrip('\n') for line in f]
 
@@ -57,7 +70,6 @@ def load_texts(path: str) -> list[str]:
 def embed_split(encoder: Encoder, paths: list[str], image_size: int, batch_size: int
                 ) -> dict[str, np.ndarray]:
   """Stream every record of `paths` (in order) through the encoder: keys, image and caption embeddings."""
-  import grain
   source = grain.sources.ArrayRecordDataSource(paths)
   keys, image_emb, text_emb = [], [], []
   for start in range(0, len(source), batch_size):
@@ -86,6 +98,7 @@ def write_npz(path: str, arrays: dict[str, np.ndarray], overwrite: bool) -> None
 def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | None = None,
         dataset: str | None = None, split: str = 'train', data_path: str | None = None, batch_size: int = 256,
         overwrite: bool = False) -> dict[str, np.ndarray]:
+  """The command: check the request, embed, write `output` (replaced only by a complete file) and return the arrays."""
   if not (pixels or texts or dataset):
     raise EmbedError('nothing to embed: pass --pixels and/or --texts, or --dataset')
   if dataset and (pixels or texts):
@@ -94,13 +107,17 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     raise EmbedError(f'--output {output} must end in .npz')
   if os.path.exists(output) and not overwrite:
     raise EmbedError(f'{output} exists; pass --overwrite to replace it')
-  config, encoder = encoder_for_checkpoint(resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load does
+  config, encoder = encoder_for_checkpoint(common.resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load
   if dataset:
     data = config.data
     data.name = dataset
     if data_path:
       data.path = data_path
-    arrays = embed_split(encoder, sources.split_paths(data, split), config.model.vision.image_size, batch_size)
+    try:
+      paths = sources.split_paths(data, split)
+    except ValueError as error:  # an unknown dataset or split (missing data raises DataNotFoundError)
+      raise EmbedError(f'--dataset={dataset} --split={split}: {error}') from None
+    arrays = embed_split(encoder, paths, config.model.vision.image_size, batch_size)
   else:
     arrays = {}
     if pixels:
@@ -114,23 +131,19 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
   return arrays
 
 
-def main(argv):
+def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Embed with the parsed flags and print what was written; raises the user-facing errors of vlp_jax/errors.py."""
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
-  try:
-    arrays = run(_CHECKPOINT.value, _OUTPUT.value, _PIXELS.value, _TEXTS.value, _DATASET.value, _SPLIT.value,
-                 _DATA_PATH.value, _BATCH.value, _OVERWRITE.value)
-  except (EmbedError, FileNotFoundError, ValueError) as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+  f = flag_values
+  arrays = run(f.checkpoint, f.output, f.pixels, f.texts, f.dataset, f.split, f.data_path, f.batch_size, f.overwrite)
   shapes = ', '.join(f'{k} {v.shape}' for k, v in arrays.items())
-  print(f'Wrote {_OUTPUT.value}: {shapes}')
+  print(f'Wrote {f.output}: {shapes}')
 
 
 def run_command() -> None:
   """The command line: `python -m vlp_jax.embed`."""
-  flags.mark_flags_as_required(['checkpoint', 'output'])
-  app.run(main)
+  common.run(command, define_flags)
 
 
 if __name__ == '__main__':

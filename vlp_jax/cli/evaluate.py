@@ -1,32 +1,47 @@
 """Evaluate any checkpoint (trained, or imported with vlp_jax.weights) on any eval sets:
 
   python -m vlp_jax.evaluate --checkpoint=CKPT [--evals=zeroshot,retrieval,...] [--datasets=synthetic,digits]
-      [--split=test] [--output_dir=DIR] [--plots] [--set=data.tfds_dir=/data/tfds ...]
+      [--split=test] [--batch_size=N] [--output_dir=DIR] [--plots] [--config.data.tfds_dir=/data/tfds ...]
 
 CKPT is a workdir (its latest checkpoint), a checkpoint step directory, or an imported checkpoint. Everything not
-given (or changed with --set KEY=VALUE) comes from the config saved with the checkpoint, so that the numbers equal
-the in-training evaluation of that step. Writes DIR/eval_results.json ({'metrics': {'eval/<dataset>/<metric>':
-value}, and what was evaluated}) and DIR/eval_results.md (a markdown table), and with --plots the PNG figures of
-evaluation/plots.py. DIR defaults to WORKDIR/eval/<step> for a training checkpoint and to CKPT-eval beside any
-other checkpoint.
+given comes from the config saved with the checkpoint, so that the numbers equal the in-training evaluation of that
+step. `--config.KEY=VALUE` overrides a value of that saved config with train's syntax and parser (ml_collections
+config flags: `--config.eval.datasets=synthetic --config.eval.datasets=digits` or
+`--config.eval.datasets="('synthetic','digits')"` for a tuple); --evals, --datasets, --split and --batch_size set
+config.eval.tasks, .datasets, .split and .batch_size. `config.validate` then checks the result, naming any bad key
+and its valid choices, before anything is loaded or compiled. Writes DIR/eval_results.json ({'metrics':
+{'eval/<dataset>/<metric>': value}, and what was evaluated}) and DIR/eval_results.md (a markdown table), and with
+--plots the PNG figures of evaluation/plots.py. DIR defaults to WORKDIR/eval/<step> for a training checkpoint and
+to CKPT-eval beside any other checkpoint. Exit codes as for every command (cli/common.py): 2 for a bad request.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
+import jax
 import ml_collections
-from absl import app, flags, logging
+from absl import flags, logging
+from ml_collections import config_flags
+
+from vlp_jax import config as config_lib
+from vlp_jax import errors, evalsets, models, objectives, parallel
+from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.cli import common
+from vlp_jax.evaluation import Encoder, run_evaluations
+from vlp_jax.evaluation import plots as eval_plots
+from vlp_jax.evaluation.results import markdown_table, summary_lines
+from vlp_jax.training.checkpoint import load_config
+from vlp_jax.training.curves import plot_curves
 
 RESULTS_JSON = 'eval_results.json'
 RESULTS_MARKDOWN = 'eval_results.md'
 
 
-class EvaluateError(ValueError):
-  """A bad request (unknown evaluator or dataset, existing results); the message says what to change."""
+class EvaluateError(errors.ConfigError):
+  """A bad request (existing results); the message says what to change. Exit code 2, as every ConfigError."""
 
 
 def checkpoint_step(checkpoint_dir: str) -> int | None:
@@ -46,62 +61,53 @@ def default_output_dir(checkpoint_dir: str) -> str:
   return checkpoint_dir + '-eval'
 
 
-def parse_override(config: ml_collections.ConfigDict, assignment: str) -> tuple[str, Any]:
-  """'data.tfds_dir=/x' -> ('data.tfds_dir', '/x'), the value converted to the type the key has in `config`
-  (tuples from comma-separated lists)."""
-  key, sep, text = assignment.partition('=')
-  key = key.strip().removeprefix('config.')
-  node = config
-  parts = key.split('.')
-  for part in parts[:-1]:
-    node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
-  if not sep or not isinstance(node, ml_collections.ConfigDict) or parts[-1] not in node:
-    raise EvaluateError(f"--set {assignment!r}: expected KEY=VALUE with KEY an existing config key such as "
-                        "data.tfds_dir (see vlp_jax/config.py)")
-  current = node[parts[-1]]
-  try:
-    if isinstance(current, bool):
-      if text.lower() not in ('true', 'false', '1', '0'):
-        raise ValueError(text)
-      return key, text.lower() in ('true', '1')
-    if isinstance(current, (tuple, list)):
-      return key, tuple(item.strip() for item in text.split(',') if item.strip())
-    return key, type(current)(text) if current is not None else text
-  except ValueError:
-    raise EvaluateError(f'--set {assignment!r}: config.{key} takes {type(current).__name__} values, '
-                        f'got {text!r}') from None
+def define_config_overrides(flag_values: flags.FlagValues = flags.FLAGS, argv: Sequence[str] | None = None
+                            ) -> flags.FlagHolder:
+  """The `--config.KEY=VALUE` flags, parsed as train's `--config` overrides are (ml_collections config flags, as
+  `config.define_config_flag`): the type of KEY in `config.base_config()`, or a Python literal (else a string) for
+  a key it does not have, such as an objective option; `config.validate` rejects unknown keys. argv: the command
+  line the flags will parse (default sys.argv), from which config_flags defines one flag per KEY.
+  `config_flags.get_override_values(flag_values['config'])` gives the parsed {KEY: value}."""
+  holder = config_flags.DEFINE_config_dict(
+      'config', config_lib.base_config(), "--config.KEY=VALUE overrides a value of the checkpoint's saved config, "
+      'with the syntax of training, e.g. --config.data.tfds_dir=/data/tfds (repeatable).', flag_values=flag_values,
+      lock_config=False, accept_new_attributes=True, sys_argv=None if argv is None else list(argv))
+  flag_values['config'].default_as_str = "the checkpoint's saved config"  # not all of base_config() in --help
+  return holder
 
 
-def eval_config(config: ml_collections.ConfigDict, evals: list[str] | None = None,
-                dataset_names: list[str] | None = None, split: str | None = None, batch_size: int | None = None,
-                overrides: list[str] | None = None) -> ml_collections.ConfigDict:
-  """The checkpoint's config with the requested overrides, checked before anything is loaded or compiled."""
-  from vlp_jax import config as config_lib
-  from vlp_jax import evalsets
-  from vlp_jax.evaluation import EVALUATORS
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> None:
+  """Set {'data.tfds_dir': '/x', ...} in `config`, new keys included (`config.validate` names the unknown ones)."""
+  for key, value in overrides.items():
+    *parents, leaf = key.split('.')
+    node = config
+    for depth, part in enumerate(parents):
+      if part not in node:
+        node[part] = ml_collections.ConfigDict()
+      node = node[part]
+      if not isinstance(node, ml_collections.ConfigDict):
+        raise EvaluateError(f"--config.{key}: config.{'.'.join(parents[:depth + 1])} is a value, not a group of keys")
+    node[leaf] = value
+
+
+def eval_config(config: ml_collections.ConfigDict, evals: Sequence[str] | None = None,
+                dataset_names: Sequence[str] | None = None, split: str | None = None, batch_size: int | None = None,
+                overrides: dict[str, Any] | None = None) -> ml_collections.ConfigDict:
+  """The checkpoint's config with the requested values (evals -> config.eval.tasks, dataset_names ->
+  config.eval.datasets, split, batch_size -> config.eval.split / .batch_size; then `overrides`, {KEY: value} as from
+  `--config.KEY=VALUE`), checked by `config.validate` before anything is loaded or compiled: a ConfigError names
+  the first invalid key and its valid choices."""
   config = ml_collections.ConfigDict(config.to_dict())
-  for task in evals or ():
-    if task not in EVALUATORS:
-      raise EvaluateError(f"--evals has '{task}'; valid choices: {sorted(EVALUATORS)}")
-  for name in dataset_names or ():
-    if name not in evalsets.EVAL_SETS:
-      raise EvaluateError(f"--datasets has '{name}'; valid choices: {list(evalsets.EVAL_SETS)}")
-  if split is not None and split not in ('val', 'test'):
-    raise EvaluateError(f"--split={split!r} is not valid; valid choices: ['val', 'test']")
-  if batch_size is not None and batch_size < 1:
-    raise EvaluateError(f'--batch_size must be positive, got {batch_size}')
-  config.eval.tasks = tuple(evals) if evals else tuple(config.eval.tasks)
-  config.eval.datasets = tuple(dataset_names) if dataset_names else tuple(config.eval.datasets)
-  config.eval.split = split or config.eval.split
-  config.eval.batch_size = batch_size or config.eval.batch_size
-  for assignment in overrides or ():
-    key, value = parse_override(config, assignment)
-    parent, _, leaf = key.rpartition('.')
-    (config[parent] if parent else config)[leaf] = value
-  try:
-    config_lib.validate(config)
-  except config_lib.ConfigError as error:
-    raise EvaluateError(f'the checkpoint config, with the overrides, is not valid: {error}') from None
+  if evals:
+    config.eval.tasks = tuple(evals)
+  if dataset_names:
+    config.eval.datasets = tuple(dataset_names)
+  if split is not None:
+    config.eval.split = split
+  if batch_size is not None:
+    config.eval.batch_size = batch_size
+  apply_overrides(config, overrides or {})
+  config_lib.validate(config)
   return config
 
 
@@ -110,11 +116,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   """Run `config.eval.tasks` on `config.eval.datasets` (default: the checkpoint's config) for every eval variant of
   the checkpoint's objective (the trained model, and a teacher where there is one), exactly as the training loop
   does. Returns ({'eval/<dataset>/<metric>': value}, a description of what was evaluated)."""
-  from vlp_jax import evalsets, models, objectives, parallel
-  from vlp_jax.evaluation import Encoder, run_evaluations
-  from vlp_jax.training.checkpoint import load_config
-  from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
-  checkpoint = resolve_checkpoint(checkpoint)
+  checkpoint = common.resolve_checkpoint(checkpoint)
   config = config or eval_config(load_config(checkpoint))
   params, model_state = load_variables(checkpoint)
   model = models.build_model(config.model)
@@ -134,8 +136,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
       encoder = Encoder(model, variables, mesh, config.eval.batch_size, config.model.text.context_length)
     encoder.variables = variables
     began = time.perf_counter()
-    results.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix,
-                                           config.eval.templates))
+    results.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix, config.eval.templates))
     print(f'Evaluated {"the " + prefix.rstrip("_") if prefix else "the model"} in '
           f'{time.perf_counter() - began:.1f}s', flush=True)
     if plots_dir and not prefix:
@@ -151,10 +152,6 @@ def write_plots(out_dir: str, checkpoint: str, encoder, eval_sets: list, objecti
   """The evaluation figures of every eval set, COSMOS cross-attention maps where the objective has them, and the
   training curves of the checkpoint's workdir. Every process embeds (the encoder runs over the whole mesh); process
   0 draws and writes."""
-  import jax
-
-  from vlp_jax.evaluation import plots
-  from vlp_jax.training.curves import plot_curves
   paths = []
   for eval_set in eval_sets:
     image_emb = encoder.images(eval_set.images)
@@ -162,8 +159,8 @@ def write_plots(out_dir: str, checkpoint: str, encoder, eval_sets: list, objecti
     if jax.process_index() != 0:
       continue
     os.makedirs(out_dir, exist_ok=True)
-    paths += plots.write_eval_plots(encoder, eval_set, out_dir, image_emb, text_emb)
-    cross_attention = plots.write_cross_attention_plot(objective, params, model_state, eval_set, out_dir)
+    paths += eval_plots.write_eval_plots(encoder, eval_set, out_dir, image_emb, text_emb)
+    cross_attention = eval_plots.write_cross_attention_plot(objective, params, model_state, eval_set, out_dir)
     paths += [cross_attention] if cross_attention else []
   if jax.process_index() != 0:
     return paths
@@ -193,7 +190,6 @@ def _write_atomically(path: str, text: str) -> None:
 
 def write_results(out_dir: str, results: dict[str, float], info: dict[str, Any]) -> tuple[str, str]:
   """eval_results.json and eval_results.md in `out_dir`, each written whole or not at all."""
-  from vlp_jax.evaluation.results import markdown_table
   os.makedirs(out_dir, exist_ok=True)
   json_path, markdown_path = os.path.join(out_dir, RESULTS_JSON), os.path.join(out_dir, RESULTS_MARKDOWN)
   metrics = {k: float(v) for k, v in sorted(results.items())}
@@ -205,17 +201,11 @@ def write_results(out_dir: str, results: dict[str, float], info: dict[str, Any])
   return json_path, markdown_path
 
 
-def run(checkpoint: str, evals: list[str] | None = None, dataset_names: list[str] | None = None,
+def run(checkpoint: str, evals: Sequence[str] | None = None, dataset_names: Sequence[str] | None = None,
         split: str | None = None, output_dir: str | None = None, plots: bool = False, batch_size: int | None = None,
-        overrides: list[str] | None = None, overwrite: bool = False
-        ) -> dict[str, float]:
-  """The command: check the request, evaluate, write the results (process 0) and print them."""
-  import jax
-
-  from vlp_jax.evaluation.results import summary_lines
-  from vlp_jax.training.checkpoint import load_config
-  from vlp_jax.checkpoint_files import resolve_checkpoint
-  checkpoint = resolve_checkpoint(checkpoint)
+        overrides: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, float]:
+  """The command: check the request (`eval_config`), evaluate, write the results (process 0) and print them."""
+  checkpoint = common.resolve_checkpoint(checkpoint)
   config = eval_config(load_config(checkpoint), evals, dataset_names, split, batch_size, overrides)
   out_dir = output_dir or default_output_dir(checkpoint)
   check_output_dir(out_dir, overwrite)
@@ -227,41 +217,40 @@ def run(checkpoint: str, evals: list[str] | None = None, dataset_names: list[str
   return results
 
 
-def define_flags() -> None:
-  """The command's flags, defined only when it runs as a command: other tools (embed) define --checkpoint too."""
-  flags.DEFINE_string('checkpoint', None, 'Workdir, checkpoint step dir, or imported checkpoint.')
-  flags.DEFINE_list('evals', [], 'Evaluators to run (default: the config\'s eval.tasks).')
-  flags.DEFINE_list('datasets', [], 'Eval sets (default: the config\'s eval.datasets).')
-  flags.DEFINE_string('split', None, "'val' or 'test' (default: the config's eval.split).")
-  flags.DEFINE_string('output_dir', None, 'Where to write the results (see above for the default).')
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The command's flags, with the `--config.KEY=VALUE` overrides (`define_config_overrides`)."""
+  flags.DEFINE_string('checkpoint', None, 'Workdir (its latest step), checkpoint step dir, or imported checkpoint.',
+                      flag_values=flag_values)
+  flags.DEFINE_list('evals', [], "Sets config.eval.tasks: the evaluators to run (default: the checkpoint config's).",
+                    flag_values=flag_values)
+  flags.DEFINE_list('datasets', [], "Sets config.eval.datasets: the eval sets (default: the checkpoint config's).",
+                    flag_values=flag_values)
+  flags.DEFINE_string('split', None, "Sets config.eval.split, 'val' or 'test' (default: the checkpoint config's).",
+                      flag_values=flag_values)
+  flags.DEFINE_integer('batch_size', None, "Sets config.eval.batch_size: examples per forward pass (default: the "
+                       "checkpoint config's).", flag_values=flag_values)
+  flags.DEFINE_string('output_dir', None, 'Where to write the results (default: WORKDIR/eval/<step> for a training '
+                      'checkpoint, CKPT-eval beside any other).', flag_values=flag_values)
   flags.DEFINE_bool('plots', False, 'Also write PNG plots (t-SNE, affinity histogram, retrieval examples, '
-                    'cross-attention maps, training curves).')
-  flags.DEFINE_integer('batch_size', None, 'Examples per forward pass (default: the config\'s).')
-  flags.DEFINE_multi_string('set', [], 'KEY=VALUE: override a value of the checkpoint\'s config, e.g. '
-                            'data.tfds_dir=/data/tfds, data.eval_max_examples=1000 or '
-                            'data.sugarcrepe_dir=/data/sugarcrepe (repeat the flag for several).')
-  flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.')
+                    'cross-attention maps, training curves).', flag_values=flag_values)
+  flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.', flag_values=flag_values)
+  define_config_overrides(flag_values)
+  flags.mark_flag_as_required('checkpoint', flag_values=flag_values)
 
 
-def main(argv):
+def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Evaluate with the parsed flags; raises the user-facing errors of vlp_jax/errors.py."""
   del argv
-  from vlp_jax import parallel
-  from vlp_jax.errors import DataNotFoundError
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
-  try:
-    f = flags.FLAGS
-    run(f.checkpoint, f.evals, f.datasets, f.split, f.output_dir, f.plots, f.batch_size, f.set, f.overwrite)
-  except (EvaluateError, DataNotFoundError, FileNotFoundError) as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+  f = flag_values
+  run(f.checkpoint, f.evals, f.datasets, f.split, f.output_dir, f.plots, f.batch_size,
+      config_flags.get_override_values(f['config']), f.overwrite)
 
 
 def run_command() -> None:
   """The command line: `python -m vlp_jax.evaluate`."""
-  define_flags()
-  flags.mark_flags_as_required(['checkpoint'])
-  app.run(main)
+  common.run(command, define_flags)
 
 
 if __name__ == '__main__':

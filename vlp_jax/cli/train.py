@@ -1,26 +1,29 @@
 """Train: `python -m vlp_jax.main --config=configs/NAME.py --workdir=DIR [--config.key=value ...]`.
 
 A second run with the same workdir resumes from the latest complete checkpoint; a finished run says so and exits.
-Exit codes (vlp_jax/errors.py): 0 done; 2 bad config, missing data or unusable workdir (before anything is
-compiled); 3 too many consecutive non-finite steps (the last good state is checkpointed); 4 broken training data; 75
-preempted by SIGTERM / SIGINT after checkpointing the current step (rerun the same command). See
-docs/reliability.md.
+Exit codes (vlp_jax/errors.py, the same in every command, cli/common.py): 0 done; 2 bad flags, bad config, missing
+data or unusable workdir (before anything is compiled); 3 too many consecutive non-finite steps (the last good state
+is checkpointed); 4 broken training data; 75 preempted by SIGTERM / SIGINT after checkpointing the current step
+(rerun the same command). See docs/reliability.md.
 """
 from __future__ import annotations
 
 import sys
 
 import jax
-from absl import app, flags, logging
+from absl import flags, logging
 
 from vlp_jax import config as config_lib
-from vlp_jax import errors, hardware, parallel
-from vlp_jax.cli import allocator
+from vlp_jax import hardware, parallel
+from vlp_jax.cli import allocator, common
 from vlp_jax.training.loop import train_and_evaluate
 
-_CONFIG = config_lib.define_config_flag()
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
-flags.mark_flags_as_required(['config', 'workdir'])
+
+def define_flags() -> None:
+  """--config (a config file, with `--config.key=value` overrides) and --workdir, on absl's FLAGS."""
+  config_lib.define_config_flag()
+  flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
+  flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def report_backend(config) -> None:
@@ -33,32 +36,21 @@ def report_backend(config) -> None:
     print(warning, file=sys.stderr, flush=True)
 
 
-def exit_on_user_error(fn, *args) -> None:
-  """Run fn(*args); a user-facing error (vlp_jax/errors.py) prints its message and exits with its code."""
-  try:
-    fn(*args)
-  except Exception as error:  # pylint: disable=broad-except
-    code = errors.exit_code(error)
-    if code is None:
-      raise
-    print(str(error) if code == errors.EXIT_PREEMPTED else f'error: {error}', file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def main(argv):
+def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Train (or resume) the run of --config in --workdir; raises the user-facing errors of vlp_jax/errors.py."""
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
-  config = _CONFIG.value
+  config = flag_values.config
   report_backend(config)
-  exit_on_user_error(train_and_evaluate, config, _WORKDIR.value)
+  train_and_evaluate(config, flag_values.workdir)
 
 
 def run_command() -> None:
   """The command line: `python -m vlp_jax.main`."""
   # A speed setting of this CPU trainer, not of the library: before jax starts its CPU client's threads.
   allocator.retain_freed_memory()
-  app.run(main)
+  common.run(command, define_flags)
 
 
 if __name__ == '__main__':

@@ -14,6 +14,8 @@ model's config.json (`--input` may be the model folder) must agree with --model:
 patch and image size, context length and projection dim, or nothing is imported.
 
 Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
+Flags are absl flags; the first argument is the command, import or export. Exit codes as for every command
+(cli/common.py): 2 for a bad request, a file that does not fit the model, or a missing input.
 """
 from __future__ import annotations
 
@@ -26,8 +28,15 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
+from absl import flags, logging
+from safetensors.numpy import load_file, save_file
 
-from vlp_jax import models
+from vlp_jax import errors, models
+from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.cli import common
+from vlp_jax.config import base_config
+from vlp_jax.training.checkpoint import load_config
 
 IMPORT_FORMATS = ('openai', 'open_clip', 'hf')
 EXPORT_FORMATS = ('open_clip', 'hf')
@@ -37,8 +46,12 @@ _IGNORED_KEYS = re.compile(r'^(input_resolution|context_length|vocab_size)$|(^|\
 _INDEXED = re.compile(r'^(resblocks|layer\d|downsample)_(\d+)$')
 
 
-class WeightsError(ValueError):
-  """A state dict does not fit the model; the message lists every mismatch."""
+# The commands and the flags each one takes (the others must not be given).
+COMMANDS = {'import': ('format', 'model', 'input', 'output'), 'export': ('format', 'checkpoint', 'output')}
+
+
+class WeightsError(errors.ConfigError):
+  """A bad request, or a state dict that does not fit the model (the message lists every mismatch). Exit code 2."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -48,9 +61,8 @@ class WeightsError(ValueError):
 def read_state_dict(path: str) -> dict[str, np.ndarray]:
   """A flat {name: float32 array} from `.safetensors` or a torch state-dict file (weights_only=True)."""
   if not os.path.exists(path):
-    raise FileNotFoundError(f'no weights file at {path}')
+    raise errors.DataNotFoundError(f'no weights file at {path}')
   if path.endswith('.safetensors'):
-    from safetensors.numpy import load_file
     try:
       tensors = load_file(path)
     except Exception as error:  # bfloat16 files cannot be read by numpy alone
@@ -62,14 +74,17 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   return {k: np.asarray(v, np.float32) for k, v in tensors.items() if not _IGNORED_KEYS.search(k)}
 
 
+# torch is imported where it is used, not at the top: it is an optional dependency (`.safetensors` files need none).
+
+
 def _load_safetensors_with_torch(path: str) -> dict:
-  from safetensors.torch import load_file
-  return load_file(path)
+  from safetensors.torch import load_file as load_torch_file  # pylint: disable=g-import-not-at-top  # needs torch
+  return load_torch_file(path)
 
 
 def _torch_load(path: str) -> dict:
   try:
-    import torch
+    import torch  # pylint: disable=g-import-not-at-top  # optional
   except ImportError as error:
     raise ImportError(f'reading {path} needs torch (pip install torch); or convert it to .safetensors') from error
   try:
@@ -99,7 +114,7 @@ def _torch_load(path: str) -> dict:
 
 
 def _torch_tensors(state: dict) -> dict[str, np.ndarray]:
-  import torch
+  import torch  # pylint: disable=g-import-not-at-top  # optional
   return {k: (v.float().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in state.items()}
 
 
@@ -374,8 +389,8 @@ def hf_input_files(input_path: str) -> tuple[str, str | None]:
   if os.path.isdir(input_path):
     weights_path = os.path.join(input_path, 'model.safetensors')
     if not os.path.isfile(weights_path):
-      raise FileNotFoundError(f'{input_path} is a folder without model.safetensors (it holds '
-                              f'{sorted(os.listdir(input_path))[:20]}); pass the weights file as --input')
+      raise errors.DataNotFoundError(f'{input_path} is a folder without model.safetensors (it holds '
+                                     f'{sorted(os.listdir(input_path))[:20]}); pass the weights file as --input')
   else:
     weights_path = input_path
   config_path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), 'config.json')
@@ -464,10 +479,9 @@ def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_colle
   """An orbax checkpoint directory with `state` ({step, params, model_state}) and the full `config`, written
   atomically; `training.checkpoint.load_variables` / `load_config` and every vlp_jax command read it like a training
   step directory."""
-  import orbax.checkpoint as ocp
   path = os.path.abspath(path)
   if os.path.exists(path):
-    raise FileExistsError(f'{path} exists; choose a new --output (nothing was overwritten)')
+    raise WeightsError(f'{path} exists; choose a new --output (nothing was overwritten)')
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler('state', 'config'))
   checkpointer.save(path, args=ocp.args.Composite(
       state=ocp.args.StandardSave({'step': np.zeros((), np.int32), 'params': params, 'model_state': model_state}),
@@ -483,7 +497,7 @@ def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
   agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch).
   """
   if fmt not in IMPORT_FORMATS:
-    raise ValueError(f"--format={fmt} is not valid; valid choices: {list(IMPORT_FORMATS)}")
+    raise WeightsError(f"import --format={fmt} is not valid; valid choices: {list(IMPORT_FORMATS)}")
   model_config = model_config_for(name, fmt)
   quickgelu_variant = f'{name}-quickgelu'
   if fmt == 'hf':
@@ -500,20 +514,17 @@ def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict)
   params, model_state = openai_to_variables(state_dict, model_config)
-  from vlp_jax.config import base_config
   config = base_config()
   config.model = model_config
   return save_checkpoint(output, params, model_state, config)
 
 
 def export_weights(fmt: str, checkpoint: str, output: str) -> str:
-  from safetensors.numpy import save_file
-
-  from vlp_jax.training.checkpoint import load_config
-  from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
+  """Export the two towers of `checkpoint` (a step directory, an imported checkpoint or a workdir) as an open_clip
+  .safetensors file or a Hugging Face CLIPModel folder at `output`, which must not exist."""
   if fmt not in EXPORT_FORMATS:
-    raise ValueError(f"--format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
-  checkpoint = resolve_checkpoint(checkpoint)
+    raise WeightsError(f"export --format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
+  checkpoint = common.resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
   params, model_state = load_variables(checkpoint)
   # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
@@ -523,7 +534,7 @@ def export_weights(fmt: str, checkpoint: str, output: str) -> str:
   model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
   state_dict = variables_to_openai(params, model_state)
   if os.path.exists(output):
-    raise FileExistsError(f'{output} exists; choose a new --output (nothing was overwritten)')
+    raise WeightsError(f'{output} exists; choose a new --output (nothing was overwritten)')
   if fmt == 'open_clip':
     save_file(state_dict, output)
     return output
@@ -536,37 +547,61 @@ def export_weights(fmt: str, checkpoint: str, output: str) -> str:
   return output
 
 
-def main(argv: list[str] | None = None) -> int:
-  import argparse
-  parser = argparse.ArgumentParser(prog='python -m vlp_jax.weights', description=__doc__.split('\n\n')[0])
-  commands = parser.add_subparsers(dest='command', required=True)
-  imp = commands.add_parser('import', help='OpenAI / open_clip / HF weights -> vlp_jax checkpoint')
-  imp.add_argument('--format', required=True, choices=IMPORT_FORMATS)
-  imp.add_argument('--model', required=True, help=f'open_clip model name: {sorted(models.PRESETS)}')
-  imp.add_argument('--input', required=True, help='.safetensors, or a torch state dict (read with weights_only); '
-                   'for --format=hf also the model folder (its config.json is checked against --model)')
-  imp.add_argument('--output', required=True, help='checkpoint directory to create')
-  exp = commands.add_parser('export', help='vlp_jax checkpoint -> open_clip safetensors / HF folder')
-  exp.add_argument('--format', required=True, choices=EXPORT_FORMATS)
-  exp.add_argument('--checkpoint', required=True)
-  exp.add_argument('--output', required=True)
-  args = parser.parse_args(argv)
-  from absl import logging
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The flags of both commands (which takes which: COMMANDS)."""
+  flags.DEFINE_string('format', None, f'import: one of {", ".join(IMPORT_FORMATS)}; export: one of '
+                      f'{", ".join(EXPORT_FORMATS)}.', flag_values=flag_values)
+  flags.DEFINE_string('model', None, f'import: the open_clip model name, one of {", ".join(sorted(models.PRESETS))}.',
+                      flag_values=flag_values)
+  flags.DEFINE_string('input', None, 'import: .safetensors, or a torch state dict (read with weights_only); for '
+                      '--format=hf also the model folder (its config.json is checked against --model).',
+                      flag_values=flag_values)
+  flags.DEFINE_string('checkpoint', None, 'export: a checkpoint step directory, an imported checkpoint, or a workdir '
+                      '(its latest step).', flag_values=flag_values)
+  flags.DEFINE_string('output', None, 'import: the checkpoint directory to create; export: the .safetensors file '
+                      '(open_clip) or the folder (hf) to create.', flag_values=flag_values)
+
+
+def run(name: str, values: dict[str, Any]) -> str:
+  """The command `name` (import or export) with the flag values {flag: value or None}: the path it wrote."""
+  if name not in COMMANDS:
+    raise WeightsError(f'unknown command {name!r}; valid choices: {list(COMMANDS)}, e.g. python -m vlp_jax.weights '
+                       'import --format=open_clip --model=ViT-B-32 --input=FILE --output=CKPT')
+  wanted = COMMANDS[name]
+  missing = [f'--{flag}' for flag in wanted if values.get(flag) is None]
+  if missing:
+    raise WeightsError(f'{name} needs {", ".join(missing)} (it takes {", ".join(f"--{f}" for f in wanted)})')
+  extra = [f'--{flag}' for flag, value in values.items() if value is not None and flag not in wanted]
+  if extra:
+    raise WeightsError(f'{name} does not take {", ".join(extra)} (it takes {", ".join(f"--{f}" for f in wanted)})')
+  if name == 'import':
+    return import_weights(values['format'], values['model'], values['input'], values['output'])
+  return export_weights(values['format'], values['checkpoint'], values['output'])
+
+
+def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """argv: the program name and the command (import or export); the flags as parsed. Prints what was written."""
+  if len(argv) != 2:
+    given = f'got {argv[1:]}' if argv[1:] else 'none was given'
+    raise WeightsError(f'expected one command ({given}); valid choices: {list(COMMANDS)}')
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
-  try:
-    if args.command == 'import':
-      print(f'Wrote {import_weights(args.format, args.model, args.input, args.output)}')
-    else:
-      print(f'Wrote {export_weights(args.format, args.checkpoint, args.output)}')
-  except (WeightsError, ValueError, FileNotFoundError, FileExistsError) as error:
-    print(f'error: {error}', file=sys.stderr)
-    return 2
-  return 0
+  names = {flag for flags_of_command in COMMANDS.values() for flag in flags_of_command}
+  print(f'Wrote {run(argv[1], {flag: flag_values[flag].value for flag in sorted(names)})}')
+
+
+def main(args: list[str]) -> int:
+  """`python -m vlp_jax.weights ARGS` in this process (scripts and tests): the exit code, with the messages on
+  stderr as on the command line (cli/common.py `run_in_process`)."""
+  return common.run_in_process(command, define_flags, ['vlp_jax.weights', *args], takes_arguments=True)
 
 
 def run_command() -> None:
-  """The command line: `python -m vlp_jax.weights`."""
-  sys.exit(main())
+  """The command line: `python -m vlp_jax.weights import|export --flag=... ...`."""
+  common.run(command, define_flags, takes_arguments=True)
 
 
 if __name__ == '__main__':

@@ -83,5 +83,5 @@ class RecordStats:
     raise DataError(
         f'{len(failing)} training shard(s) have more than data.max_bad_fraction={self.max_bad_fraction} bad records '
         f'(bad records are replaced by good neighbours, but this many means the data is broken):\n'
-        + '\n'.join(lines) + more + '\nRe-convert these shards (python -m vlp_jax.data.convert drops unusable '
+        + '\n'.join(lines) + more + '\nRe-convert these shards (python -m vlp_jax.convert drops unusable '
         'records and counts them per reason), remove them from data.path, or raise data.max_bad_fraction.')

@@ -64,7 +64,7 @@ DATASETS: dict[str, TfdsDataset] = {
     'cifar100': TfdsDataset(
         name='cifar100', config='', eval_split='test', splits=('train', 'test'), image_key='image',
         label_key='label', caption_path=(), key_feature='id'),
-    # METHODS.md section 5 reports mean-per-class accuracy on these three (zeroshot_mean_per_class).
+    # the papers report mean-per-class accuracy on these three (zeroshot_mean_per_class).
     'caltech101': TfdsDataset(
         name='caltech101', config='', eval_split='test', splits=('train', 'test'), image_key='image',
         label_key='label', caption_path=(), key_feature='image/file_name'),

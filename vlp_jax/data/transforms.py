@@ -230,7 +230,7 @@ def simclr_view(image: np.ndarray, size: int, rng: np.random.Generator,
                 crop_scale: tuple[float, float] = (0.08, 1.0),
                 jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
                 grayscale_p: float = 0.2) -> np.ndarray:
-  """[H, W, 3] uint8 -> [size, size, 3] uint8: the SimCLR view of SLIP (METHODS.md section 2), in SLIP's order:
+  """[H, W, 3] uint8 -> [size, size, 3] uint8: the SimCLR view of SLIP (docs/methods.md §2), in SLIP's order:
   RandomResizedCrop(scale `crop_scale`), ColorJitter(*`jitter`) (brightness, contrast, saturation, hue) with p 0.8,
   grayscale with p `grayscale_p`, Gaussian blur (sigma in [0.1, 2]) with p 0.5, horizontal flip with p 0.5. The
   defaults are SLIP's; a hue of 0 and no grayscale keep the colours, for data whose classes are colours."""

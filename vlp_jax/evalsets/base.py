@@ -6,7 +6,7 @@ An eval set module registers a loader under each name it serves:
   def load(name: str, request: LoadRequest) -> EvalSet: ...
 
 and `config.eval.datasets` may then name it; the evaluators that apply are those whose needs the set has
-(evaluation/registry.py).
+(evaluation/base.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Compositionality (METHODS.md section 5, COSMOS): pick the true caption over hard negatives.
+"""Compositionality (COSMOS): pick the true caption over hard negatives.
 
-  - SugarCrepe (data/compositional_sets.py): each image has a positive and one hard negative caption; accuracy is
+  - SugarCrepe (evalsets/compositional.py): each image has a positive and one hard negative caption; accuracy is
     the fraction of images whose embedding is strictly closer to the positive (ties fail), as in the benchmark's
     `main_eval.py`, per category file and pooled.
   - Winoground: two images and two captions per group; text, image and group scores.

@@ -1,4 +1,4 @@
-"""Linear probe on frozen image features (SaCo's protocol, METHODS.md section 5), read before the projection.
+"""Linear probe on frozen image features (SaCo's protocol), read before the projection.
 
 Features are extracted once; a linear classifier (weights and bias) is then fitted on the train features and scored
 on the test features. Two fitters:
@@ -7,7 +7,7 @@ on the test features. Two fitters:
          permutation (the last batch of an epoch is smaller, as with a PyTorch DataLoader without drop_last), lr 5e-4
          on a per-step cosine decay to 0 without warmup. The protocol does not give a weight decay: we use 0.01,
          PyTorch AdamW's default (what an unstated AdamW setting gives), on the weights only, not the bias
-         (METHODS.md section 1: no decay on biases). Weights and bias start at zero, so a run is a pure function of
+         (docs/methods.md §1: no decay on biases). Weights and bias start at zero, so a run is a pure function of
          the data and the seed (which only orders the minibatches). The whole loop is one jitted function.
   ridge: fast closed form. Least squares onto one-hot targets with an unpenalised bias; the L2 strength is picked
          from a small grid by top-1 accuracy on a stratified 20% held-out part of the train set, then refitted on

@@ -1,6 +1,6 @@
 """Zero-shot semantic segmentation: patch embeddings against class text embeddings, scored by mIoU.
 
-Protocol (METHODS.md section 5 lists no segmentation recipe, so these are our documented choices):
+Protocol (the papers give no segmentation recipe, so these are our documented choices):
   - Patch embeddings: the ViT's patch tokens go through the same `ln_post` and `proj` as the class token, then L2
     normalisation. This is the plain recipe (MaskCLIP's "naive" baseline); MaskCLIP proper would also replace the
     last block's attention by its value path, which needs a change in the model.

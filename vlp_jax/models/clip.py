@@ -41,22 +41,27 @@ class CLIP(nn.Module):
                                       (t.width, self.embed_dim))
     self.logit_scale = self.param('logit_scale', nn.initializers.constant(self.init_logit_scale), ())
 
-  def encode_image(self, images: jax.Array, train: bool = False, with_tokens: bool = True
-                   ) -> dict[str, jax.Array]:
+  def encode_image(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
+                   rng: jax.Array | None = None) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] -> {'embed': [B, d] (not normalised), 'cls': [B, w], 'tokens': [B, N, w]}.
 
     `train` switches BatchNorm (ResNet towers) to batch statistics; under jit over the global batch these are
     statistics of the global batch. `with_tokens=False` leaves out `tokens`, which a ViT then does not compute in
-    its last block (the same `embed` and `cls`, cheaper).
+    its last block (the same `embed` and `cls`, cheaper). `rng`: None or, when training, [B] keys, one per image,
+    for the tower's stochastic options (towers.py).
     """
-    return self.visual(images, train=train, with_tokens=with_tokens)
+    return self.visual(images, train=train, with_tokens=with_tokens, rng=rng)
 
-  def encode_text(self, tokens: jax.Array, with_tokens: bool = True) -> dict[str, jax.Array]:
+  def encode_text(self, tokens: jax.Array, with_tokens: bool = True, rng: jax.Array | None = None
+                  ) -> dict[str, jax.Array]:
     """tokens: [B, L] int, L <= context_length -> {'embed': [B, d], 'eot': [B, w], 'tokens': [B, L, w]}.
 
     The feature is read at the EOT token, the position of the largest id in each row. `with_tokens=False` leaves
-    out `tokens`, and the last block computes the EOT row only (the same `embed` and `eot`, cheaper).
+    out `tokens`, and the last block computes the EOT row only (the same `embed` and `eot`, cheaper). `rng`: None,
+    or [B] keys, one per caption, given only when training: a stochastic option of the text tower draws caption
+    i's randomness from rng[i] alone, as an image tower's (towers.py). The text tower has none: it ignores them.
     """
+    del rng  # no stochastic option in the text tower
     length = tokens.shape[1]
     if length > self.text.context_length:
       raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')

@@ -111,15 +111,18 @@ class ModifiedResNet(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True) -> dict[str, jax.Array]:
+  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
+               rng: jax.Array | None = None) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, d], 'tokens': [B, h*w, 32 * width]}
     (without `tokens` when `with_tokens` is False: the attention pool needs the whole map anyway).
 
     `embed` (= `cls`) is the attention-pool output, not normalised; `tokens` is the final feature map (h = H // 32
     for H divisible by 32) before pooling. `train` uses batch statistics in BatchNorm and, with
     `mutable=['batch_stats']`, updates the running averages. Inputs whose size differs from `image_size` get a
-    bicubically interpolated positional embedding.
+    bicubically interpolated positional embedding. `rng` ([B] keys when training, towers.py) is unused: no
+    stochastic option.
     """
+    del rng
     x = images.astype(self.dtype)
     for i, features in enumerate((self.width // 2, self.width // 2, self.width), start=1):
       x = conv(features, 3, f'conv{i}', self.dtype, strides=2 if i == 1 else 1)(x)

@@ -25,13 +25,16 @@ class VisionTransformer(nn.Module):
   remat: bool = False
 
   @nn.compact
-  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True) -> dict[str, jax.Array]:
+  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
+               rng: jax.Array | None = None) -> dict[str, jax.Array]:
     """images: [B, H, W, 3] normalised float -> {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]}.
 
     `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
     multi-crop local views) get bicubically interpolated positional embeddings. `with_tokens=False` leaves out
-    `tokens`, and the last block computes the [cls] row only (`Transformer`'s `pool_index`).
+    `tokens`, and the last block computes the [cls] row only (`Transformer`'s `pool_index`). `rng`: [B] keys when
+    training, for stochastic options (towers.py); this tower has none yet.
     """
+    del train, rng  # deterministic: no dropout, drop path or patch dropout
     scale = self.width**-0.5
     x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
                 use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))

@@ -11,16 +11,30 @@
 micro-batch and differentiates `batch_features` + `loss` on the whole batch of features, so an objective is exact
 under it as long as `features` is per example. The model state holds non-trained variables (BatchNorm statistics,
 an EMA teacher); it is an empty dict for a plain ViT CLIP.
+
+Randomness in the towers (patch dropout, drop path, ...). `features` gets one key per example, `rng` [B] =
+`example_rngs(step_rng, B)`: row i's key is fold_in(features_rng(step_rng), i), i its row in the global batch.
+`forward` builds them for the whole batch, and decoupled accumulation builds the same [B] keys and slices them with
+the batch, so a row gets the same key however the batch is split. `features` derives each tower call's keys from
+them with `tower_rngs` (row i of tower call t: fold_in(rng[i], t), split once more per crop for multi-view inputs)
+and hands them to `encode_image` / `encode_text`, which give them to the tower only when training. A tower draws
+example i's randomness from its key alone (models/towers.py), so a stochastic tower stays per example, and exact
+under decoupled accumulation, with no change here or in the objectives: the option lives in its model file and its
+config entry. Per-example keys are module inputs, not flax `rngs`: flax accepts one scalar key per stream, and the
+draws from one key for the rows of a call depend on which rows share the call, i.e. on the micro-batching.
+Deterministic towers ignore the keys; XLA removes them, and results are bit-for-bit what they were without keys.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.data.image_ops import images_to_float
 from vlp_jax.models import init_variables
+from vlp_jax.models.towers import fold_in_rows
 from vlp_jax.objectives.views import ClipViews
 from vlp_jax.registry import Registry
 
@@ -36,6 +50,31 @@ def with_defaults(defaults: dict, given: Any) -> ml_collections.ConfigDict:
 def features_rng(step_rng: jax.Array) -> jax.Array:
   """The rng `features` gets; `prepare` gets the step rng itself."""
   return jax.random.fold_in(step_rng, 1)
+
+
+def example_rngs(step_rng: jax.Array, size: int) -> jax.Array:
+  """The per-example keys `features` gets for a batch of `size` rows: [size], row i's = fold_in(features_rng(
+  step_rng), i) (i: the row of the global batch; the same key whatever the batch size or micro-batching)."""
+  return jax.vmap(jax.random.fold_in, (None, 0))(features_rng(step_rng), jnp.arange(size))
+
+
+def num_rows(batch: dict) -> int:
+  """B, the leading size shared by every entry of a batch."""
+  return jax.tree.leaves(batch)[0].shape[0]
+
+
+# Tower calls of an objective's `features`, for `tower_rngs`: each gets keys of its own.
+IMAGE_TOWER, TEXT_TOWER = 0, 1
+
+
+def tower_rngs(rng: jax.Array | None, tower: int, crops: int | None = None) -> jax.Array | None:
+  """The keys of one tower call from the per-example keys `rng` [B]: fold_in(rng[i], tower) for row i ([B]); with
+  `crops` (several views or crops of each example through the same tower), that key split into one per crop
+  ([B, crops]; `.reshape(-1)` matches images [B, crops, ...] reshaped to [B * crops, ...]). None stays None."""
+  if rng is None:
+    return None
+  keys = fold_in_rows(rng, tower)
+  return keys if crops is None else jax.vmap(lambda key: jax.random.split(key, crops))(keys)
 
 
 def tower_variables(params: dict, model_state: dict) -> dict:
@@ -91,30 +130,36 @@ class Objective:
     non-trained model state (BatchNorm statistics)."""
     return init_variables(self.model, rng)
 
-  def encode_image(self, params: dict, model_state: dict, images: jax.Array, train: bool, with_tokens: bool = False
-                   ) -> tuple[dict[str, jax.Array], dict]:
+  def encode_image(self, params: dict, model_state: dict, images: jax.Array, train: bool, with_tokens: bool = False,
+                   rng: jax.Array | None = None) -> tuple[dict[str, jax.Array], dict]:
     """The image tower; returns its outputs and the model state, with the tower's BatchNorm statistics updated when
     training. Other entries of the model state (an EMA teacher, say) pass through untouched. The patch `tokens` only
-    `with_tokens` (without, the last block computes the [cls] row alone)."""
+    `with_tokens` (without, the last block computes the [cls] row alone). rng: None or one key per image ([B], see
+    `tower_rngs`), which the tower gets only when `train` (at eval it runs deterministically, without keys)."""
     variables = tower_variables(params, model_state)
+    rng = rng if train else None
     if train and 'batch_stats' in model_state:
-      out, updates = self.model.apply(variables, images, True, with_tokens, method=self.model.encode_image,
+      out, updates = self.model.apply(variables, images, True, with_tokens, rng, method=self.model.encode_image,
                                       mutable=['batch_stats'])
       return out, {**model_state, 'batch_stats': updates['batch_stats']}
-    return self.model.apply(variables, images, train, with_tokens, method=self.model.encode_image), model_state
+    return self.model.apply(variables, images, train, with_tokens, rng, method=self.model.encode_image), model_state
 
-  def encode_text(self, params: dict, tokens: jax.Array, with_tokens: bool = False) -> dict[str, jax.Array]:
-    """The text tower's outputs; the per-token states (`tokens`) only `with_tokens`."""
-    return self.model.apply({'params': params}, tokens, with_tokens, method=self.model.encode_text)
+  def encode_text(self, params: dict, tokens: jax.Array, with_tokens: bool = False, train: bool = False,
+                  rng: jax.Array | None = None) -> dict[str, jax.Array]:
+    """The text tower's outputs; the per-token states (`tokens`) only `with_tokens`. rng: as `encode_image`'s, one
+    key per caption, given to the tower only when `train`."""
+    return self.model.apply({'params': params}, tokens, with_tokens, rng if train else None,
+                            method=self.model.encode_text)
 
   def prepare(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
     """Whole-batch input transforms applied before the batch is split into micro-batches. Default: none."""
     del rng, train
     return batch
 
-  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
+  def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array | None,
                train: bool = True) -> tuple[Any, dict]:
-    """Per-example outputs of the towers ({name: [B, ...]}) and the model state."""
+    """Per-example outputs of the towers ({name: [B, ...]}) and the model state. rng: [B] keys, one per row
+    (`example_rngs`; None: no tower gets keys), from which every tower call takes its own (`tower_rngs`)."""
     raise NotImplementedError
 
   def batch_features(self, features: dict, params: dict, model_state: dict, train: bool = True
@@ -131,8 +176,8 @@ class Objective:
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
               train: bool = True) -> tuple[dict, dict]:
     """prepared -> features -> batch_features on one whole batch: what `loss` takes, and the model state."""
-    features, model_state = self.features(params, model_state, self.prepared(batch, rng, train),
-                                          features_rng(rng), train)
+    batch = self.prepared(batch, rng, train)
+    features, model_state = self.features(params, model_state, batch, example_rngs(rng, num_rows(batch)), train)
     return self.batch_features(features, params, model_state, train)
 
   def after_step(self, params: dict, model_state: dict, step: jax.Array) -> dict:
@@ -177,7 +222,9 @@ class Term:
     return {}
 
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], features: dict) -> dict:
-    """Extra per-sample features, merged into the objective's."""
+    """Extra per-sample features, merged into the objective's. A tower run here runs in eval mode (SaCo's frozen
+    teacher) and takes no keys; a term that ran a tower in training would need an `rng` argument here, which
+    `Composite.features` would fill from its per-example keys with a tower id of the term's (`tower_rngs`)."""
     del params, model_state, batch, features
     return {}
 

@@ -30,7 +30,7 @@ from vlp_jax.data.text_crops import text_crops
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.models.cross_attention import CrossAttention
-from vlp_jax.objectives.base import OBJECTIVES, Objective, tower_variables
+from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs, tower_variables
 
 _OWN_PARAMS = ('cosmos_xattn_image', 'cosmos_xattn_text', 'cosmos_logit_scale')
 
@@ -38,6 +38,16 @@ _OWN_PARAMS = ('cosmos_xattn_image', 'cosmos_xattn_text', 'cosmos_logit_scale')
 def ema_update(teacher: Any, student: Any, momentum: float) -> Any:
   """theta_t <- momentum * theta_t + (1 - momentum) * theta_s, leaf by leaf."""
   return jax.tree.map(lambda t, s: momentum * t + (1.0 - momentum) * s, teacher, student)
+
+
+def _flat(keys: jax.Array | None) -> jax.Array | None:
+  """[B, C] keys -> [B * C], in the order of crops [B, C, ...] reshaped to [B * C, ...]."""
+  return None if keys is None else keys.reshape(-1)
+
+
+def _split_crops(keys: jax.Array | None, num_global: int) -> tuple[jax.Array | None, jax.Array | None]:
+  """[B, G + N] keys -> ([B, G] of the global crops, [B, N] of the local ones); None -> (None, None)."""
+  return (None, None) if keys is None else (keys[:, :num_global], keys[:, num_global:])
 
 
 def tower_params(params: dict) -> dict:
@@ -173,19 +183,24 @@ class CosmosObjective(Objective):
     # The teacher starts as an exact copy of the student's towers.
     return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
 
-  def _embed_images(self, params, model_state, images: jax.Array, train: bool):
-    """[B, C, H, W, 3] -> (embeddings [B, C, d], model_state)."""
+  def _embed_images(self, params, model_state, images: jax.Array, train: bool, rng: jax.Array | None = None):
+    """[B, C, H, W, 3] -> (embeddings [B, C, d], model_state); rng: None or [B, C] keys, one per crop."""
     b, c = images.shape[:2]
-    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train)
+    out, model_state = self.encode_image(params, model_state, images.reshape(b * c, *images.shape[2:]), train,
+                                         rng=_flat(rng))
     return out['embed'].reshape(b, c, -1), model_state
 
-  def _embed_texts(self, params, tokens: jax.Array) -> jax.Array:
-    """[B, C, L] -> embeddings [B, C, d]."""
+  def _embed_texts(self, params, tokens: jax.Array, train: bool = False, rng: jax.Array | None = None
+                   ) -> jax.Array:
+    """[B, C, L] -> embeddings [B, C, d]; rng: None or [B, C] keys, one per crop."""
     b, c, length = tokens.shape
-    return self.encode_text(params, tokens.reshape(b * c, length))['embed'].reshape(b, c, -1)
+    return self.encode_text(params, tokens.reshape(b * c, length), train=train,
+                            rng=_flat(rng))['embed'].reshape(b, c, -1)
 
-  def _embed_global_images(self, params, model_state, images: jax.Array, train: bool):
-    """[B, G, H, W, 3] -> ({'embed': [B, G, d], 'tokens': [B, N, w] of the first crop}, model_state).
+  def _embed_global_images(self, params, model_state, images: jax.Array, train: bool,
+                           rng: jax.Array | None = None):
+    """[B, G, H, W, 3] -> ({'embed': [B, G, d], 'tokens': [B, N, w] of the first crop}, model_state); rng: None or
+    [B, G] keys, one per crop (a crop gets its own key whichever call embeds it).
 
     Only the first crop's token states feed the cross-attention, so a ViT runs the other crops' last block on
     their [cls] row alone (a separate, pooled call). A ResNet tower gains nothing from that and would normalise
@@ -193,18 +208,21 @@ class CosmosObjective(Objective):
     if self.model.vision.type != 'vit':
       b, g = images.shape[:2]
       out, model_state = self.encode_image(params, model_state, images.reshape(b * g, *images.shape[2:]), train,
-                                           with_tokens=True)
+                                           with_tokens=True, rng=_flat(rng))
       return {'embed': out['embed'].reshape(b, g, -1),
               'tokens': out['tokens'].reshape(b, g, *out['tokens'].shape[1:])[:, 0]}, model_state
-    first, model_state = self.encode_image(params, model_state, images[:, 0], train, with_tokens=True)
-    rest, model_state = self._embed_images(params, model_state, images[:, 1:], train)
+    first, model_state = self.encode_image(params, model_state, images[:, 0], train, with_tokens=True,
+                                           rng=None if rng is None else rng[:, 0])
+    rest, model_state = self._embed_images(params, model_state, images[:, 1:], train,
+                                           None if rng is None else rng[:, 1:])
     return {'embed': jnp.concatenate([first['embed'][:, None], rest], axis=1), 'tokens': first['tokens']}, model_state
 
-  def _embed_global_texts(self, params, tokens: jax.Array):
+  def _embed_global_texts(self, params, tokens: jax.Array, train: bool = False, rng: jax.Array | None = None):
     """[B, G, L] -> {'embed': [B, G, d], 'tokens': [B, L, w] of the first crop}: the other crops run their last
-    block on the EOT row alone."""
-    first = self.encode_text(params, tokens[:, 0], with_tokens=True)
-    rest = self._embed_texts(params, tokens[:, 1:])
+    block on the EOT row alone. rng: None or [B, G] keys, one per crop."""
+    first = self.encode_text(params, tokens[:, 0], with_tokens=True, train=train,
+                             rng=None if rng is None else rng[:, 0])
+    rest = self._embed_texts(params, tokens[:, 1:], train, None if rng is None else rng[:, 1:])
     return {'embed': jnp.concatenate([first['embed'][:, None], rest], axis=1), 'tokens': first['tokens']}
 
   def cross_attend(self, params: dict, cls: jax.Array, eot: jax.Array, text_tokens: jax.Array,
@@ -221,12 +239,20 @@ class CosmosObjective(Objective):
     return h_img, h_txt
 
   def features(self, params, model_state, batch, rng, train=True):
-    del rng
+    # Tower keys of row i: split(fold_in(rng[i], IMAGE_TOWER), G + N)[c] for image crop c (global crops first),
+    # split(fold_in(rng[i], TEXT_TOWER), G + M)[c] for text crop c; the teacher runs deterministically, without keys.
+    global_image_rng, local_image_rng = _split_crops(
+        tower_rngs(rng, IMAGE_TOWER, crops=batch['global_images'].shape[1] + batch['local_images'].shape[1]),
+        batch['global_images'].shape[1])
+    global_text_rng, local_text_rng = _split_crops(
+        tower_rngs(rng, TEXT_TOWER, crops=batch['texts'].shape[1] + batch['local_texts'].shape[1]),
+        batch['texts'].shape[1])
     # the cross-attention reads the token states of the first global crops; no other crop needs them
-    glob, model_state = self._embed_global_images(params, model_state, batch['global_images'], train)
-    local, model_state = self._embed_images(params, model_state, batch['local_images'], train)
-    texts = self._embed_global_texts(params, batch['texts'])
-    local_texts = self._embed_texts(params, batch['local_texts'])
+    glob, model_state = self._embed_global_images(params, model_state, batch['global_images'], train,
+                                                  global_image_rng)
+    local, model_state = self._embed_images(params, model_state, batch['local_images'], train, local_image_rng)
+    texts = self._embed_global_texts(params, batch['texts'], train, global_text_rng)
+    local_texts = self._embed_texts(params, batch['local_texts'], train, local_text_rng)
     cls = jnp.concatenate([glob['embed'], local], axis=1)  # [B, 2 + N, d], global crops first
     eot = jnp.concatenate([texts['embed'], local_texts], axis=1)  # [B, 2 + M, d]
     h_img, h_txt = self.cross_attend(params, cls, eot, texts['tokens'], batch['texts'][:, 0], glob['tokens'])

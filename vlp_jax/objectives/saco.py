@@ -81,6 +81,7 @@ class SacoTerm(Term):
       return {}
     if self.teacher_model is None:
       return {'teacher': batch['teacher']}
+    # The frozen teacher runs in eval mode (train=False): deterministic, so it takes no tower keys.
     teacher = jax.lax.stop_gradient(model_state['saco_teacher'])
     return {'teacher': self.teacher_model.apply(teacher, batch['image'], with_tokens=False,
                                                 method=self.teacher_model.encode_image)['embed']}

@@ -1,4 +1,4 @@
-"""SLIP: CLIP plus SimCLR on two augmented views of each image (METHODS.md section 2, SLIP Algorithm 1).
+"""SLIP: CLIP plus SimCLR on two augmented views of each image (docs/methods.md §2, SLIP Algorithm 1).
 
   L = L_clip(zi, zt) + c * L_simclr(qa, qb)
 zi, zt: the CLIP embeddings of the CLIP view (RandomResizedCrop, scale (0.5, 1)) and the caption. qa, qb: the
@@ -23,7 +23,7 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead
-from vlp_jax.objectives.base import OBJECTIVES, tower_variables
+from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, tower_rngs, tower_variables
 from vlp_jax.objectives.clip import ClipObjective
 
 SSL_VIEWS = ('ssl_a', 'ssl_b')
@@ -167,20 +167,23 @@ class SlipObjective(ClipObjective):
     gets one pass per view, as in SLIP, so that its statistics are per view."""
     return 'batch_stats' not in model_state and len({batch[view].shape for view in VIEWS}) == 1
 
-  def encode_views(self, params: dict, model_state: dict, batch: dict[str, jax.Array], train: bool
-                   ) -> tuple[list[dict[str, jax.Array]], dict]:
+  def encode_views(self, params: dict, model_state: dict, batch: dict[str, jax.Array], train: bool,
+                   rng: jax.Array | None = None) -> tuple[list[dict[str, jax.Array]], dict]:
     """The image tower on batch['image'], batch['ssl_a'], batch['ssl_b'] ([B, H, W, 3] each) -> their
-    {'embed': [B, d], 'cls': [B, w]}, in that order, and the model state."""
+    {'embed': [B, d], 'cls': [B, w]}, in that order, and the model state. rng: [B, 3] keys, one per example and
+    view (`tower_rngs(..., crops=3)`); a view gets the same keys in one fused call as in its own."""
     if not self.fuse_views(model_state, batch):
       outs = []
-      for view in VIEWS:
-        out, model_state = self.encode_image(params, model_state, batch[view], train)
+      for i, view in enumerate(VIEWS):
+        out, model_state = self.encode_image(params, model_state, batch[view], train,
+                                             rng=None if rng is None else rng[:, i])
         outs.append(out)
       return outs, model_state
     # Interleave the views per example ([B, 3, ...] -> [3B, ...]): each device keeps its own rows, no resharding.
     size = batch['image'].shape[0]
     images = jnp.stack([batch[view] for view in VIEWS], axis=1).reshape(3 * size, *batch['image'].shape[1:])
-    out, model_state = self.encode_image(params, model_state, images, train)
+    out, model_state = self.encode_image(params, model_state, images, train,
+                                         rng=None if rng is None else rng.reshape(-1))
     split = {key: out[key].reshape(size, len(VIEWS), -1) for key in ('embed', 'cls')}
     return [{key: value[:, i] for key, value in split.items()} for i in range(len(VIEWS))], model_state
 
@@ -188,14 +191,15 @@ class SlipObjective(ClipObjective):
                train: bool = True) -> tuple[dict, dict]:
     """Per example. batch {'image', 'ssl_a', 'ssl_b': [B, H, W, 3], 'text': [B, L]} -> {'zi', 'zt': [B, d]
     L2-normalised float32, 'ssl_a_cls', 'ssl_b_cls': [B, w] the vision tower's class token of each SSL view}, and
-    the model state."""
-    del rng  # no dropout or stochastic depth in the towers
+    the model state. Tower keys of row i: split(fold_in(rng[i], IMAGE_TOWER), 3)[v] for view v of VIEWS, and
+    fold_in(rng[i], TEXT_TOWER)."""
     missing = [key for key in SSL_VIEWS if key not in batch]
     if missing:
       raise KeyError(f'the SLIP objective needs batch{missing} (the SSL views that SlipObjective.views makes); '
                      f'the batch has {sorted(batch)}')
-    (clip_view, *ssl_views), model_state = self.encode_views(params, model_state, batch, train)
-    text = self.encode_text(params, batch['text'])
+    (clip_view, *ssl_views), model_state = self.encode_views(params, model_state, batch, train,
+                                                             tower_rngs(rng, IMAGE_TOWER, crops=len(VIEWS)))
+    text = self.encode_text(params, batch['text'], train=train, rng=tower_rngs(rng, TEXT_TOWER))
     features = {'zi': l2_normalize(clip_view['embed']), 'zt': l2_normalize(text['embed'])}
     for view, out in zip(SSL_VIEWS, ssl_views):
       features[f'{view}_cls'] = out['cls']

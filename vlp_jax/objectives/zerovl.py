@@ -1,4 +1,4 @@
-"""ZeroVL (METHODS.md section 4): CLIP with coin-flipping mixup and text augmentation.
+"""ZeroVL (docs/methods.md §4): CLIP with coin-flipping mixup and text augmentation.
 
 Debiased (single-source) sampling is a data option, `config.data.mixing = 'single_source'` (data/mixing.py), and
 decoupled gradient accumulation belongs to the train step; this module holds the rest.
@@ -27,12 +27,12 @@ from vlp_jax.objectives.views import ClipViews
 from vlp_jax.data.text_augment import TextAugment
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
-from vlp_jax.objectives.base import OBJECTIVES, Objective
+from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
 
 
 @dataclasses.dataclass
 class ZeroVLViews(ClipViews):
-  """CLIP's views, then ZeroVL's token-level text augmentation (data/text.py) when `augment` is set."""
+  """CLIP's views, then ZeroVL's token-level text augmentation (data/text_augment.py) when `augment` is set."""
   text_augment: TextAugment | None = None
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -64,7 +64,7 @@ class ZeroVLObjective(Objective):
         # or 'targets_only' (ablations: see the module docstring)
         'text_augment': True,  # pick, then mask / replace / delete caption tokens (host side)
         'text_augment_prob': 0.2,  # fraction of caption tokens picked
-        'text_mask_prob': 0.5,  # of the picked: masked (with the mask id of data/text.py) ...
+        'text_mask_prob': 0.5,  # of the picked: masked (with the mask id of data/text_augment.py) ...
         'text_replace_prob': 0.1,  # ... replaced by a random vocabulary id ...
         'text_delete_prob': 0.4,  # ... or deleted
         'fixed_temperature': 0.0,  # > 0: a constant temperature (the paper's 0.02); 0: the learned logit scale
@@ -138,10 +138,12 @@ class ZeroVLObjective(Objective):
                train: bool = True) -> tuple[dict, dict]:
     """Per example. batch {'image': [B, H, W, 3] (already mixed by `prepare`), 'text': [B, L], 'mixup_lambda',
     'mixup_coin': [B]} -> ({'zi': [B, d] L2-normalised, 'text_embed': [B, d] projected but not normalised,
-    'mixup_lambda', 'mixup_coin': [B]}, model state)."""
-    del rng
-    image, model_state = self.encode_image(params, model_state, batch['image'], train)
-    text_embed = self.encode_text(params, batch['text'])['embed'].astype(jnp.float32)
+    'mixup_lambda', 'mixup_coin': [B]}, model state). Tower keys of row i (of the mixed batch): fold_in(rng[i],
+    IMAGE_TOWER) and fold_in(rng[i], TEXT_TOWER)."""
+    image, model_state = self.encode_image(params, model_state, batch['image'], train,
+                                           rng=tower_rngs(rng, IMAGE_TOWER))
+    text_embed = self.encode_text(params, batch['text'], train=train,
+                                  rng=tower_rngs(rng, TEXT_TOWER))['embed'].astype(jnp.float32)
     return {'zi': l2_normalize(image['embed']), 'text_embed': text_embed,
             'mixup_lambda': batch['mixup_lambda'], 'mixup_coin': batch['mixup_coin']}, model_state
 

@@ -13,6 +13,12 @@ Both micro-batch loops are `lax.scan`s, so memory does not grow with the number 
 the same slice of every device's rows, so it stays spread over the whole mesh and no rows move between devices.
 BatchNorm towers (ResNet) normalise with micro-batch statistics in both accumulating modes, as in GradCache; ViT
 towers are exact.
+
+Tower randomness: 'decoupled' gives `features` the per-example keys of the whole batch (`example_rngs`, as
+`Objective.forward` does), sliced with the micro-batch rows and the same in both passes, so a stochastic tower
+that draws per example (models/towers.py) gives the whole batch's features and gradient for any `num_micro`.
+'microbatch' runs each micro-batch as a step of its own, with its own rng (its keys, like its `prepare`, differ
+from the whole batch's: exact in distribution only).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from vlp_jax import parallel
 from vlp_jax.config import ACCUMULATION_MODES
-from vlp_jax.objectives.base import features_rng
+from vlp_jax.objectives.base import example_rngs, num_rows
 
 
 
@@ -79,8 +85,10 @@ def _loss_and_grad_whole(objective, params, model_state, batch, rng, step):
 
 def _loss_and_grad_decoupled(objective, params, model_state, batch, rng, step, num_micro):
   """'decoupled': the exact full-batch (loss, metrics, model_state, grads), computed in `num_micro` passes."""
-  micro = split_micro_batches(objective.prepared(batch, rng, train=True), num_micro)  # rngs as Objective.forward
-  micro_rngs = jax.random.split(features_rng(rng), num_micro)  # micro-batch i gets the same rng in both passes
+  prepared = objective.prepared(batch, rng, train=True)  # rngs as Objective.forward
+  micro = split_micro_batches(prepared, num_micro)
+  # Row r's key is the whole batch's, in micro-batch i and in both passes (embed, backprop).
+  micro_rngs = split_micro_batches(example_rngs(rng, num_rows(prepared)), num_micro)
 
   def embed(state, inputs):
     micro_batch, micro_rng = inputs

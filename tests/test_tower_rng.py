@@ -1,0 +1,203 @@
+"""Tower randomness (objectives/base.py, models/towers.py): when training, the towers get one key per example, and
+none at eval; the deterministic towers give the same features whatever the keys; a stochastic tower, defined here
+as a tower option would be (one module, registered under its own `vision.type`), draws per example, so decoupled
+accumulation stays exact for it and every objective hands each view or crop a key of its own."""
+from typing import Any
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlp_jax import models, objectives, parallel
+from vlp_jax.config import with_term
+from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
+from vlp_jax.objectives.base import example_rngs, tower_rngs
+from vlp_jax.training import accumulation
+
+BATCH = 32
+
+
+class NoisyTower(nn.Module):
+  """A ViT with a stochastic option: when training, Gaussian noise on each image, drawn from that image's key."""
+  inner: Any
+  scale: float = 0.5
+
+  @nn.compact
+  def __call__(self, images, train=False, with_tokens=True, rng=None):
+    if train:
+      assert rng is not None and rng.shape == images.shape[:1], 'a training tower gets one key per image'
+      noise = jax.vmap(lambda key: jax.random.normal(key, images.shape[1:]))(fold_in_rows(rng, 0))
+      images = images + self.scale * noise
+    else:
+      assert rng is None, 'an eval tower gets no keys'
+    return self.inner(images, train=train, with_tokens=with_tokens)
+
+
+@pytest.fixture
+def noisy(monkeypatch):
+  """Registers the noisy tower as vision.type 'noisy' (for the test only); returns its builder."""
+  vit = VISION_TOWERS.get('vit')
+  build = lambda *args: NoisyTower(vit(*args))  # noqa: E731
+  monkeypatch.setitem(VISION_TOWERS, 'noisy', build)
+  return build
+
+
+def _tokens(rng, size, length, eot):
+  text = rng.integers(1, 49000, (*size, length)).astype(np.int32)
+  text[..., 0], text[..., eot] = 49406, 49407
+  text[..., eot + 1:] = 0
+  return text
+
+
+def _batch(config, size=BATCH, seed=0):
+  """Every input any objective reads."""
+  rng = np.random.default_rng(seed)
+  s, length = config.model.vision.image_size, config.model.text.context_length
+  image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
+  return {'image': image(size), 'ssl_a': image(size), 'ssl_b': image(size),
+          'text': _tokens(rng, (size,), length, 7), 'teacher': rng.normal(size=(size, 12)).astype(np.float32),
+          'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
+          'texts': _tokens(rng, (size, 2), length, 9), 'local_texts': _tokens(rng, (size, 2), 8, 5)}
+
+
+def _configure(config, setup, tower='vit'):
+  config.model.vision.type = tower
+  config.objective.name = 'clip' if setup == 'saco' else setup
+  if setup == 'saco':
+    config.data.teacher_embeddings = '/unused/the/batch/carries/teacher.npz'
+    with_term(config, 'saco', alpha=2.0, beta=1.5)
+  if setup == 'slip':
+    config.objective.update(head_mlp_dim=64, head_out_dim=16)
+  if setup == 'cosmos':
+    config.objective.update(num_local_crops=2, num_local_texts=2, local_crop_size=8, local_text_context_length=8,
+                            cross_attention_heads=2)
+  return config
+
+
+def _build(config, setup, tower='vit'):
+  config = _configure(config, setup, tower)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  return objective, params, state, _batch(config)
+
+
+def _differ(a, b, by=1e-3):
+  return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(jax.tree.leaves(a),
+                                                                                   jax.tree.leaves(b))) > by
+
+
+def test_a_stochastic_tower_gets_one_key_per_image_when_training_and_none_at_eval(micro, noisy):
+  objective, params, state, batch = _build(micro, 'clip', 'noisy')
+  images = jnp.asarray(batch['image'])
+  keys, other = example_rngs(jax.random.key(1), BATCH), example_rngs(jax.random.key(2), BATCH)
+  encode = jax.jit(lambda x, r, train: objective.encode_image(params, state, x, train, rng=r)[0]['embed'],
+                   static_argnums=2)
+  first = encode(images, keys, True)
+  chex.assert_trees_all_equal(encode(images, keys, True), first)  # a function of the keys
+  assert _differ(encode(images, other, True), first)  # other keys, other noise
+  # Per example: an image's noise comes from its own key, whichever images share the call.
+  np.testing.assert_allclose(encode(images[:8], keys[:8], True), first[:8], atol=2e-5)
+  np.testing.assert_allclose(encode(images[::-1], keys[::-1], True), first[::-1], atol=2e-5)
+  # At eval the tower gets no keys (it asserts so), given or not, and is deterministic.
+  plain = encode(images, None, False)
+  chex.assert_trees_all_equal(encode(images, keys, False), plain)
+  assert _differ(first, plain)
+  # `features` hands the image tower keys derived from the step's: different steps, different noise.
+  features = jax.jit(lambda r: objective.features(params, state, objective.prepared(batch, r), example_rngs(r, BATCH),
+                                                  True)[0])
+  step_a, step_b = features(jax.random.key(3)), features(jax.random.key(4))
+  chex.assert_trees_all_equal(features(jax.random.key(3)), step_a)
+  assert _differ(step_a['zi'], step_b['zi'])
+  chex.assert_trees_all_equal(step_a['zt'], step_b['zt'])  # the text tower is deterministic
+
+
+def test_tower_keys_are_per_row_tower_and_crop():
+  rng = example_rngs(jax.random.key(0), 8)
+  assert rng.shape == (8,)
+  np.testing.assert_array_equal(jax.random.key_data(example_rngs(jax.random.key(0), 16)[:8]),
+                                jax.random.key_data(rng))  # row i's key does not depend on the batch size
+  data = lambda keys: np.asarray(jax.random.key_data(keys)).reshape(-1, 2)  # noqa: E731
+  image, text, crops = tower_rngs(rng, 0), tower_rngs(rng, 1), tower_rngs(rng, 0, crops=3)
+  assert image.shape == (8,) and crops.shape == (8, 3)
+  every = np.concatenate([data(rng), data(image), data(text), data(crops)])
+  assert len({tuple(k) for k in every}) == len(every)  # no two rows, towers or crops share a key
+  assert tower_rngs(None, 0) is None
+
+
+@pytest.mark.parametrize('setup', [*objectives.OBJECTIVES.names(), 'saco'])
+def test_deterministic_towers_give_the_same_features_whatever_the_keys(micro, setup):
+  """The registered towers have no stochastic option: the keys change nothing (bit for bit), for every objective."""
+  objective, params, state, batch = _build(micro, setup)
+  prepared = objective.prepared(batch, jax.random.key(5))
+  features = jax.jit(lambda r: objective.features(params, state, prepared, r, True))
+  want = jax.jit(lambda: objective.features(params, state, prepared, None, True))()
+  for step in (1, 2):
+    chex.assert_trees_all_equal(features(example_rngs(jax.random.key(step), BATCH)), want)
+
+
+def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
+  fn = accumulation.loss_and_grad_fn(mode, num_micro)
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
+        params, state, parallel.global_batch(batch, mesh), rng)
+  return parallel.to_host(out)
+
+
+def _assert_close_at_scale(got, want, rtol=1e-5):
+  """rtol of each leaf's largest entry (leaves of other shapes round differently; see test_accumulation.py)."""
+  largest = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
+
+  def check(path, g, w):
+    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
+  jax.tree_util.tree_map_with_path(check, got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('setup', ['clip', 'slip', 'cosmos'])
+def test_decoupled_accumulation_is_exact_for_a_stochastic_tower(micro, noisy, setup):
+  """Each row keeps its key in every micro-batch (1 row per device each, on 8 devices), so the decoupled step
+  draws the whole batch's noise: the same loss and gradient. SLIP fuses its three views into one call and COSMOS
+  embeds its first global crops apart from the others: each view and crop still keeps its key."""
+  objective, params, state, batch = _build(micro, setup, 'noisy')
+  mesh = parallel.make_mesh()
+  rng = jax.random.key(3)
+  loss, metrics, _, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
+  d_loss, d_metrics, _, d_grads = _loss_and_grads(objective, params, state, batch, rng, 'decoupled', 4, mesh)
+  np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+  chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
+  _assert_close_at_scale(d_grads, grads, 1e-4 if setup == 'slip' else 1e-5)
+  # The noise is there: another step rng draws another loss.
+  other, *_ = _loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
+  assert abs(float(other) - float(loss)) > 1e-4
+
+
+def test_slip_views_keep_their_keys_fused_or_not(micro, noisy, monkeypatch):
+  """SLIP embeds its three views in one call (no BatchNorm) or one call each: the same keys per view either way."""
+  objective, params, state, batch = _build(micro, 'slip', 'noisy')
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  keys = tower_rngs(example_rngs(jax.random.key(1), BATCH), 0, crops=3)
+  fused, _ = objective.encode_views(params, state, batch, True, keys)
+  monkeypatch.setattr(type(objective), 'fuse_views', staticmethod(lambda *_: False))
+  separate, _ = objective.encode_views(params, state, batch, True, keys)
+  chex.assert_trees_all_close(fused, separate, atol=2e-5)
+  other, _ = objective.encode_views(params, state, batch, True, keys[::-1])
+  assert all(_differ(a['embed'], b['embed']) for a, b in zip(fused, other))  # every view is noisy
+
+
+def test_cosmos_global_crops_keep_their_keys_in_one_call_or_two(micro, noisy, monkeypatch):
+  """COSMOS embeds a ViT's first global crops apart from the others, any other tower's in one call: the same keys
+  per crop either way."""
+  objective, params, state, batch = _build(micro, 'cosmos', 'noisy')  # 'noisy' is not 'vit': one call
+  images = jnp.asarray(batch['global_images'][:8])
+  keys = tower_rngs(example_rngs(jax.random.key(1), 8), 0, crops=2)
+  one_call, _ = objective._embed_global_images(params, state, images, True, keys)
+  monkeypatch.setitem(VISION_TOWERS, 'vit', noisy)  # the same noisy tower under 'vit': the split path
+  split = _build(micro, 'cosmos', 'vit')[0]
+  two_calls, _ = split._embed_global_images(params, state, images, True, keys)
+  chex.assert_trees_all_close(two_calls, one_call, atol=2e-5)
+  other, _ = objective._embed_global_images(params, state, images, True, keys[:, ::-1])
+  assert all(_differ(one_call['embed'][:, c], other['embed'][:, c]) for c in range(2))  # every crop is noisy

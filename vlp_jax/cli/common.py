@@ -1,0 +1,98 @@
+"""What every command shares: absl's `app.run` with one mapping of errors to exit codes.
+
+A command is `define_flags` (its absl flags, defined when it runs, so that the commands' flags never clash in one
+process) and `command(argv, flag_values)`, which raises the user-facing errors of vlp_jax/errors.py. `run` gives
+every one of them the same exit codes (`errors.exit_code`): a bad flag (unknown, missing, of the wrong type), an
+unexpected argument and a bad request (each command's error is an `errors.ConfigError`) all exit 2 with one
+`error: ...` line on stderr and no traceback; anything else is a bug and raises.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Sequence
+
+from absl import app, flags
+
+from vlp_jax import errors
+
+Command = Callable[..., Any]  # command(argv, flag_values=flags.FLAGS): argv[0] is the program, then the arguments
+
+
+def exit_on_user_error(fn: Callable[..., Any], *args, **kwargs) -> Any:
+  """fn(*args, **kwargs); a user-facing error (vlp_jax/errors.py) prints its message and exits with its code."""
+  try:
+    return fn(*args, **kwargs)
+  except Exception as error:  # pylint: disable=broad-except
+    code = errors.exit_code(error)
+    if code is None:
+      raise
+    print(str(error) if code == errors.EXIT_PREEMPTED else f'error: {error}', file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS,
+                define_flags: Callable[[], Any] | None = None) -> list[str]:
+  """Define the flags (`define_flags()`, when given) and parse `argv` (the program name first) into `flag_values`:
+  the arguments that are not flags, the program name first. A bad flag is a bad request: `errors.ConfigError`."""
+  try:
+    if define_flags is not None:
+      define_flags()
+    return flag_values(list(argv))
+  except flags.Error as error:
+    raise errors.ConfigError(f'{error}\n--help lists the flags.') from None
+
+
+def _check_arguments(argv: Sequence[str], takes_arguments: bool) -> None:
+  if len(argv) > 1 and not takes_arguments:
+    raise errors.ConfigError(f'unexpected arguments {list(argv[1:])}: every option is a --flag (--help lists them)')
+
+
+def run(command: Command, define_flags: Callable[[], Any], *, takes_arguments: bool = False) -> None:
+  """The command line: `app.run(command)` with the flags of `define_flags()` (defined on absl's FLAGS), and every
+  user-facing error, from parsing the flags to the end of `command`, mapped to its exit code. Only a command that
+  `takes_arguments` (weights: import / export) may be given arguments besides flags."""
+  def define() -> None:
+    defined = set(flags.FLAGS)
+    define_flags()
+    # `--help` lists the key flags of the program's main module: make the command's flags those of the module that
+    # `python -m vlp_jax.NAME` runs (the alias at the package root, which defines none).
+    for name in set(flags.FLAGS) - defined:
+      flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+
+  def main(argv: list[str]) -> None:
+    _check_arguments(argv, takes_arguments)
+    command(argv)
+
+  app.run(lambda argv: exit_on_user_error(main, argv),
+          flags_parser=lambda argv: exit_on_user_error(parse_flags, argv, flags.FLAGS, define))
+
+
+def run_in_process(command: Command, define_flags: Callable[[flags.FlagValues], Any], argv: Sequence[str], *,
+                   takes_arguments: bool = False) -> int:
+  """`command` on `argv` (the program name first) as `run` runs it, but in this process and with the flags in a
+  FlagValues of their own (absl's FLAGS stay untouched): the exit code, the messages on stderr. For scripts and
+  tests."""
+  flag_values = flags.FlagValues()
+
+  def parse_and_run() -> None:
+    args = parse_flags(argv, flag_values, lambda: define_flags(flag_values))
+    _check_arguments(args, takes_arguments)
+    command(args, flag_values)
+
+  try:
+    exit_on_user_error(parse_and_run)
+  except SystemExit as exit_:
+    return 0 if exit_.code is None else exit_.code
+  return 0
+
+
+def resolve_checkpoint(path: str) -> str:
+  """`checkpoint_files.resolve_checkpoint` for a --checkpoint flag: a path without a checkpoint is missing data
+  (`errors.DataNotFoundError`, a FileNotFoundError, exit 2), named with what a checkpoint looks like."""
+  # Imported here, not at the top: the converter's 'spawn' worker processes import this module (through
+  # cli/convert.py), and checkpoint_files brings jax and orbax, about 1.4 s per worker.
+  from vlp_jax import checkpoint_files  # pylint: disable=g-import-not-at-top
+  try:
+    return checkpoint_files.resolve_checkpoint(path)
+  except FileNotFoundError as error:
+    raise errors.DataNotFoundError(str(error)) from None

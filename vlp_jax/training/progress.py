@@ -1,0 +1,68 @@
+"""What the loop prints: the step rate and ETA (`Progress`), the progress line of a logged step, and the tables of
+eval metrics."""
+from __future__ import annotations
+
+import time
+
+from vlp_jax.evaluation.results import summary_lines
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  hours, rest = divmod(seconds, 3600)
+  return f'{hours}h{rest // 60:02d}m{rest % 60:02d}s' if hours else f'{rest // 60}m{rest % 60:02d}s'
+
+
+class Progress:
+  """Step rate and ETA over the training steps only (evaluation and checkpoint time excluded), and where the host's
+  time goes: waiting for the input pipeline (`waited_for_data`) or for the devices' results (`waited_for_device`).
+  The loop dispatches step n + 1 before it reads step n's results, so device time that is not waited for overlaps
+  the input pipeline and the host's work."""
+
+  def __init__(self, total_steps: int, batch_size: int, start_step: int):
+    self.total_steps, self.batch_size = total_steps, batch_size
+    self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
+    self.data_seconds = self.device_seconds = 0.0
+
+  def waited_for_data(self, seconds: float) -> None:
+    self.data_seconds += seconds
+
+  def waited_for_device(self, seconds: float) -> None:
+    self.device_seconds += seconds
+
+  def pause(self) -> None:
+    self.paused_at = time.perf_counter()
+
+  def resume(self) -> None:
+    self.last_time += time.perf_counter() - self.paused_at
+
+  def tick(self, step: int) -> dict[str, float]:
+    """Throughput since the last tick; {} when no step has been timed yet."""
+    now = time.perf_counter()
+    seconds, steps = now - self.last_time, step - self.last_step
+    if steps == 0:
+      return {}
+    self.last_step, self.last_time = step, now
+    self.train_seconds += seconds
+    self.train_steps += steps
+    rate = steps / max(seconds, 1e-9)
+    mean_rate = self.train_steps / max(self.train_seconds, 1e-9)
+    waits = {'perf/data_wait_fraction': self.data_seconds / max(seconds, 1e-9),
+             'perf/device_wait_fraction': self.device_seconds / max(seconds, 1e-9)}
+    self.data_seconds = self.device_seconds = 0.0
+    return {'perf/samples_per_sec': rate * self.batch_size, 'perf/steps_per_sec': rate,
+            'perf/step_seconds': seconds / steps, **waits,
+            'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9)}
+
+
+def progress_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
+  """`step 4/6 | loss 3.4222 | 190.1 samples/s | ETA 0m00s` from a logged step's metrics ('compiling' in place of
+  the rate while no step has been timed)."""
+  rate = metrics.get('perf/samples_per_sec')
+  return (f'step {step}/{total_steps} | loss {metrics["train/loss"]:.4f} | '
+          + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate else 'compiling'))
+
+
+def print_summary(results: dict[str, float], header: str) -> None:
+  """A readable table of eval metrics, with the chance levels beside the scores."""
+  print('\n'.join([header, *summary_lines(results)]) + '\n', flush=True)
