@@ -27,6 +27,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# The speed setting of the CPU trainer (`python -m vlp_jax.main` sets it too), before jax starts its threads;
+# VLP_JAX_MALLOC=default measures without it.
+from vlp_jax.cli import allocator  # noqa: E402
+
+allocator.retain_freed_memory()
+
 from absl import app, flags  # noqa: E402
 
 _MODELS = flags.DEFINE_list('model', ['ViT-B-32'], 'Model presets (vlp_jax.models.PRESETS).')

@@ -66,7 +66,7 @@ class _Watcher:
 
 
 def _preemption_and_checkpoints(ctx, watcher, steps):
-  chain = [hooks.PreemptionHook(watcher), hooks.CheckpointHook()]
+  chain = [h for h in hooks.default_hooks(ctx, watcher) if isinstance(h, (hooks.PreemptionHook, hooks.CheckpointHook))]
   for step in steps:
     for hook in chain:
       hook.after_step(ctx, step, {})

@@ -9,10 +9,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from vlp_jax.errors import DataNotFoundError
+
 
 def resolve_checkpoint(path: str) -> str:
   """A checkpoint step directory from a step directory, an imported checkpoint, a `checkpoints/` directory or a
-  workdir (the latest step of the last two)."""
+  workdir (the latest step of the last two). A path without one raises errors.DataNotFoundError (exit code 2 in
+  the commands; a FileNotFoundError)."""
   path = os.path.abspath(path)
   if os.path.isdir(os.path.join(path, 'state')):
     return path
@@ -20,7 +23,7 @@ def resolve_checkpoint(path: str) -> str:
     steps = [int(d) for d in os.listdir(candidate) if d.isdigit()] if os.path.isdir(candidate) else []
     if steps:
       return os.path.join(candidate, str(max(steps)))
-  raise FileNotFoundError(f'no checkpoint at {path}: expected a directory with state/ and config/, or a workdir '
+  raise DataNotFoundError(f'no checkpoint at {path}: expected a directory with state/ and config/, or a workdir '
                           'with checkpoints/<step>/')
 
 

@@ -84,15 +84,3 @@ def run_in_process(command: Command, define_flags: Callable[[flags.FlagValues], 
   except SystemExit as exit_:
     return 0 if exit_.code is None else exit_.code
   return 0
-
-
-def resolve_checkpoint(path: str) -> str:
-  """`checkpoint_files.resolve_checkpoint` for a --checkpoint flag: a path without a checkpoint is missing data
-  (`errors.DataNotFoundError`, a FileNotFoundError, exit 2), named with what a checkpoint looks like."""
-  # Imported here, not at the top: the converter's 'spawn' worker processes import this module (through
-  # cli/convert.py), and checkpoint_files brings jax and orbax, about 1.4 s per worker.
-  from vlp_jax import checkpoint_files  # pylint: disable=g-import-not-at-top
-  try:
-    return checkpoint_files.resolve_checkpoint(path)
-  except FileNotFoundError as error:
-    raise errors.DataNotFoundError(str(error)) from None

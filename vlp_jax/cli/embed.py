@@ -18,6 +18,7 @@ import numpy as np
 from absl import flags, logging
 
 from vlp_jax import errors
+from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.data import image_ops, records, sources
 from vlp_jax.evaluation.encoder import Encoder
@@ -107,7 +108,7 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     raise EmbedError(f'--output {output} must end in .npz')
   if os.path.exists(output) and not overwrite:
     raise EmbedError(f'{output} exists; pass --overwrite to replace it')
-  config, encoder = encoder_for_checkpoint(common.resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load
+  config, encoder = encoder_for_checkpoint(resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load
   if dataset:
     data = config.data
     data.name = dataset

@@ -28,7 +28,7 @@ from ml_collections import config_flags
 
 from vlp_jax import config as config_lib
 from vlp_jax import errors, evalsets, models, objectives, parallel
-from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.evaluation import plots as eval_plots
@@ -116,7 +116,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   """Run `config.eval.tasks` on `config.eval.datasets` (default: the checkpoint's config) for every eval variant of
   the checkpoint's objective (the trained model, and a teacher where there is one), exactly as the training loop
   does. Returns ({'eval/<dataset>/<metric>': value}, a description of what was evaluated)."""
-  checkpoint = common.resolve_checkpoint(checkpoint)
+  checkpoint = resolve_checkpoint(checkpoint)
   config = config or eval_config(load_config(checkpoint))
   params, model_state = load_variables(checkpoint)
   model = models.build_model(config.model)
@@ -205,7 +205,7 @@ def run(checkpoint: str, evals: Sequence[str] | None = None, dataset_names: Sequ
         split: str | None = None, output_dir: str | None = None, plots: bool = False, batch_size: int | None = None,
         overrides: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, float]:
   """The command: check the request (`eval_config`), evaluate, write the results (process 0) and print them."""
-  checkpoint = common.resolve_checkpoint(checkpoint)
+  checkpoint = resolve_checkpoint(checkpoint)
   config = eval_config(load_config(checkpoint), evals, dataset_names, split, batch_size, overrides)
   out_dir = output_dir or default_output_dir(checkpoint)
   check_output_dir(out_dir, overwrite)

@@ -33,7 +33,7 @@ from absl import flags, logging
 from safetensors.numpy import load_file, save_file
 
 from vlp_jax import errors, models
-from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.config import base_config
 from vlp_jax.training.checkpoint import load_config
@@ -524,7 +524,7 @@ def export_weights(fmt: str, checkpoint: str, output: str) -> str:
   .safetensors file or a Hugging Face CLIPModel folder at `output`, which must not exist."""
   if fmt not in EXPORT_FORMATS:
     raise WeightsError(f"export --format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
-  checkpoint = common.resolve_checkpoint(checkpoint)
+  checkpoint = resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
   params, model_state = load_variables(checkpoint)
   # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
