@@ -22,11 +22,11 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # The speed setting of the CPU trainer (`python -m vlp_jax.main` sets it too), before jax starts its threads;
 # VLP_JAX_MALLOC=default measures without it.
+from support import ROOT
 from vlp_jax.cli import allocator  # noqa: E402
 
 allocator.retain_freed_memory()
@@ -63,7 +63,7 @@ def open_clip_modules():
   __init__ needs torchvision, which our CPU installs leave out; its model and loss modules do not."""
   sys.path.insert(0, os.path.join(ROOT, 'tests'))
   import pytest
-  from torch_reference import import_open_clip_module
+  from support import import_open_clip_module
   try:
     return import_open_clip_module('model'), import_open_clip_module('loss')
   except pytest.skip.Exception as skipped:

@@ -1,15 +1,16 @@
-"""Test setup: 8 virtual CPU devices (set before jax is imported) and a micro config shared by the tests."""
+"""Test setup: 8 virtual CPU devices (set before jax is imported), the repository and tests/ on the path (for
+`support`, the helpers the tests share), and the micro config fixture."""
 import os
 import sys
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(_TESTS), _TESTS]
 
 import pytest  # noqa: E402
 
-
-from micro_config import micro_config  # noqa: E402
+from support import micro_config  # noqa: E402
 
 
 @pytest.fixture(scope='session')

@@ -3,11 +3,11 @@ import os
 import subprocess
 import sys
 
+from support import ROOT
 import pytest
 
 from vlp_jax import hardware
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_NVIDIA_SMI = lambda name: None  # noqa: E731
 
 

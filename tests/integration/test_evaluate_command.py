@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from support import ROOT
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -20,13 +21,12 @@ from vlp_jax.training.loop import latest_eval, train_and_evaluate
 # Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
 def trained(data_cache, tmp_path_factory):
   """A workdir whose only checkpoint (step 3) was evaluated during training."""
-  from micro_config import micro_config
+  from support import micro_config
   config = micro_config(data_cache)
   config.total_steps = 3
   config.eval.tasks = ('zeroshot', 'retrieval', 'affinity', 'compositional')

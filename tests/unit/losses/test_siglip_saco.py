@@ -7,14 +7,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from support import numeric_grad, unit_vectors
 from vlp_jax import parallel
 from vlp_jax.losses import saco
 from vlp_jax.losses.contrastive import siglip_loss
-
-
-def _unit(rng, shape):
-  x = rng.normal(size=shape)
-  return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def naive_siglip(zi, zt, t, b):
@@ -44,42 +40,29 @@ def _grad(fn, *args):
   return jax.grad(fn, argnums=tuple(range(len(args))))(*[jnp.asarray(a, jnp.float32) for a in args])
 
 
-def _numeric_grad(fn, args, index, eps=1e-6):
-  """Central differences of a numpy function with respect to args[index], in float64."""
-  args = [np.array(a, np.float64) for a in args]
-  grad = np.zeros_like(args[index])
-  for idx in np.ndindex(grad.shape):
-    plus = [a.copy() for a in args]
-    minus = [a.copy() for a in args]
-    plus[index][idx] += eps
-    minus[index][idx] -= eps
-    grad[idx] = (fn(*plus) - fn(*minus)) / (2 * eps)
-  return grad
-
-
 def test_siglip_matches_naive_reference_values_and_gradients():
   rng = np.random.default_rng(0)
-  zi, zt, t, b = _unit(rng, (7, 5)), _unit(rng, (7, 5)), np.log(10.0), -10.0
+  zi, zt, t, b = unit_vectors(rng, (7, 5)), unit_vectors(rng, (7, 5)), np.log(10.0), -10.0
   loss, _ = siglip_loss(jnp.asarray(zi, jnp.float32), jnp.asarray(zt, jnp.float32), jnp.float32(t), jnp.float32(b))
   np.testing.assert_allclose(loss, naive_siglip(zi, zt, t, b), rtol=1e-5)
   grads = _grad(lambda a, c, s, d: siglip_loss(a, c, s, d)[0], zi, zt, t, b)
   for index, got in enumerate(grads):  # zi, zt, the learnable log scale and the learnable bias
-    np.testing.assert_allclose(got, _numeric_grad(naive_siglip, [zi, zt, t, b], index), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got, numeric_grad(naive_siglip, [zi, zt, t, b], index), rtol=1e-4, atol=1e-6)
 
 
 def test_saco_matches_algorithm_1_values_and_gradients():
   rng = np.random.default_rng(1)
-  zi, zt = _unit(rng, (6, 4)), _unit(rng, (6, 4))
+  zi, zt = unit_vectors(rng, (6, 4)), unit_vectors(rng, (6, 4))
   np.testing.assert_allclose(saco.saco_loss(jnp.asarray(zi), jnp.asarray(zt), normalization='sum'),
                              naive_saco(zi, zt), rtol=1e-5)  # the pseudocode's np.sum
   grads = _grad(lambda a, c: saco.saco_loss(a, c, normalization='sum'), zi, zt)
   for index, got in enumerate(grads):
-    np.testing.assert_allclose(got, _numeric_grad(naive_saco, [zi, zt], index), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, numeric_grad(naive_saco, [zi, zt], index), rtol=1e-4, atol=1e-5)
 
 
 def test_saco_normalizations_and_scale():
   rng = np.random.default_rng(2)
-  zi, zt = _unit(rng, (8, 4)).astype(np.float32), _unit(rng, (8, 4)).astype(np.float32)
+  zi, zt = unit_vectors(rng, (8, 4)).astype(np.float32), unit_vectors(rng, (8, 4)).astype(np.float32)
   total = naive_saco(zi, zt)
   np.testing.assert_allclose(saco.saco_loss(zi, zt, normalization='row_mean'), total / 8, rtol=1e-5)
   np.testing.assert_allclose(saco.saco_loss(zi, zt, normalization='mean'), total / 64, rtol=1e-5)
@@ -89,9 +72,9 @@ def test_saco_normalizations_and_scale():
 
 def test_saco_is_zero_for_equal_modalities_and_positive_otherwise():
   rng = np.random.default_rng(3)
-  z = _unit(rng, (9, 6)).astype(np.float32)
+  z = unit_vectors(rng, (9, 6)).astype(np.float32)
   assert float(saco.saco_loss(z, z)) == 0.0
-  assert float(saco.saco_loss(z, _unit(rng, (9, 6)).astype(np.float32))) > 0.1
+  assert float(saco.saco_loss(z, unit_vectors(rng, (9, 6)).astype(np.float32))) > 0.1
   # Invariant to a common rotation of one modality: affinities only see angles inside a modality.
   rotation = np.linalg.qr(rng.normal(size=(6, 6)))[0].astype(np.float32)
   np.testing.assert_allclose(saco.saco_loss(z @ rotation, z), 0.0, atol=1e-5)
@@ -99,7 +82,7 @@ def test_saco_is_zero_for_equal_modalities_and_positive_otherwise():
 
 def test_mimic_matches_reference_and_stops_teacher_gradient():
   rng = np.random.default_rng(4)
-  zi, teacher = _unit(rng, (6, 4)), rng.normal(size=(6, 3)) * 3  # teacher of another width, not normalised
+  zi, teacher = unit_vectors(rng, (6, 4)), rng.normal(size=(6, 3)) * 3  # teacher of another width, not normalised
   e = teacher / np.linalg.norm(teacher, axis=-1, keepdims=True)
   want = np.mean(np.abs(zi @ zi.T - e @ e.T))  # the per-entry mean, the default
   np.testing.assert_allclose(saco.mimic_loss(jnp.asarray(zi), jnp.asarray(teacher)), want, rtol=1e-5)
@@ -131,7 +114,7 @@ def test_alpha_ramps(ramp, half):
 
 def test_affinity_consistency_matches_pearson():
   rng = np.random.default_rng(5)
-  zi, zt = _unit(rng, (10, 4)), _unit(rng, (10, 4))
+  zi, zt = unit_vectors(rng, (10, 4)), unit_vectors(rng, (10, 4))
   np.testing.assert_allclose(saco.affinity_consistency(jnp.asarray(zi), jnp.asarray(zt)),
                              naive_affinity_consistency(zi, zt), rtol=1e-5)
   np.testing.assert_allclose(saco.affinity_consistency(jnp.asarray(zi), jnp.asarray(zi)), 1.0, rtol=1e-6)
@@ -140,7 +123,7 @@ def test_affinity_consistency_matches_pearson():
 @pytest.mark.parametrize('name', ['siglip', 'saco', 'mimic', 'masked_saco'])
 def test_sharded_equals_single_device(name):
   rng = np.random.default_rng(6)
-  zi, zt, teacher = (_unit(rng, (32, 8)).astype(np.float32) for _ in range(3))
+  zi, zt, teacher = (unit_vectors(rng, (32, 8)).astype(np.float32) for _ in range(3))
   fns = {
       'siglip': lambda a, b, s: siglip_loss(a, b, s, -2.0 * s)[0],
       'saco': lambda a, b, s: s * saco.saco_loss(a, b),

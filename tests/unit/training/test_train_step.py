@@ -5,51 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlp_jax import models, objectives, parallel
+from support import initial_state, run_steps
+from vlp_jax import parallel
 from vlp_jax.training import optim
-from vlp_jax.training.state import create_train_state
-from vlp_jax.training.step import compile_train_step
-
-
-def _build(config):
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
-  return objective, optim.make_optimizer(config.optim, config.total_steps)
-
-
-def _initial_state(config):
-  """The initial train state on the host (jit: an eager init compiles op by op, slowly for convolutions)."""
-  objective, tx = _build(config)
-  return jax.device_get(jax.jit(lambda rng: create_train_state(objective, tx, rng))(jax.random.key(0)))
-
-
-def _setup(config, mesh, state=None):
-  objective, tx = _build(config)
-  state = _initial_state(config) if state is None else state
-  shardings = parallel.tree_shardings(state, mesh, min_size=config.mesh.fsdp_min_size)
-  state = jax.device_put(state, shardings)
-  return compile_train_step(objective, tx, mesh, shardings), state
-
-
-def _batches(config, n):
-  rng = np.random.default_rng(0)
-  size, length = config.model.vision.image_size, config.model.text.context_length
-  out = []
-  for _ in range(n):
-    text = rng.integers(1, 49000, (config.batch_size, length)).astype(np.int32)
-    text[:, 0], text[:, 5] = 49406, 49407
-    out.append({'image': rng.normal(size=(config.batch_size, size, size, 3)).astype(np.float32), 'text': text,
-                'label': np.zeros(config.batch_size, np.int32)})
-  return out
-
-
-def _run(config, mesh, steps=3, state=None):
-  step_fn, state = _setup(config, mesh, state)
-  losses = []
-  for batch in _batches(config, steps):
-    state, metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))
-    losses.append(float(metrics['loss']))
-  return parallel.to_host(state.params), losses, state
 
 
 def _resnet(config):
@@ -64,11 +22,11 @@ def test_eight_devices_equal_one(micro, fsdp, tower):
   if tower == 'resnet':
     micro = _resnet(micro)
   micro.mesh.fsdp_min_size = 256  # small enough that the micro model's matrices are fsdp-sharded
-  initial = _initial_state(micro)
-  want_params, want_losses, want = _run(micro, parallel.make_mesh(1, jax.devices()[:1]), state=initial)
+  initial = initial_state(micro)
+  want_params, want_losses, want = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), state=initial)
   want_state = parallel.to_host(want.model_state)
   mesh = parallel.make_mesh(fsdp)
-  got_params, got_losses, state = _run(micro, mesh, state=initial)
+  got_params, got_losses, state = run_steps(micro, mesh, state=initial)
   assert mesh.devices.size == 8
   if fsdp > 1:  # the rule really sharded something
     specs = [s.spec for s in jax.tree.leaves(jax.tree.map(lambda x: x.sharding, state.params))]
@@ -89,7 +47,7 @@ def test_logit_scale_is_clamped_after_each_step(micro):
   micro.model.init_logit_scale = float(np.log(100.0))
   micro.optim.lr = 0.5  # a huge step would push the scale past ln(100) without the clamp
   micro.optim.warmup_steps = 0
-  params, _, _ = _run(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
+  params, _, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
   assert 0.0 <= float(params['logit_scale']) <= np.log(100.0) + 1e-6
 
 

@@ -15,7 +15,7 @@ from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline, records
 from vlp_jax.data.tokenizer import default_tokenizer
 
-from micro_config import micro_config
+from support import micro_config
 
 # Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
 pytestmark = pytest.mark.slow

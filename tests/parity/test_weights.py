@@ -13,7 +13,7 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.checkpoint_files import load_variables
 
-from torch_reference import import_open_clip_module
+from support import import_open_clip_module
 
 CAPTIONS = ['a photo of a cat', 'Ünïcödé & <b>HTML</b> caption!!', '', 'a diagram ' * 40]
 PARITY_ATOL = 1e-4

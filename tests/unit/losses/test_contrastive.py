@@ -6,13 +6,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from support import unit_vectors
 from vlp_jax import parallel
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
-
-
-def _unit(rng, shape):
-  x = rng.normal(size=shape)
-  return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def naive_clip_loss(zi, zt, t):
@@ -44,7 +40,7 @@ def naive_clip_grads(zi, zt, t):
 @pytest.mark.parametrize('batch,dim,t', [(4, 8, np.log(1 / 0.07)), (16, 32, 0.0), (9, 5, np.log(100.0))])
 def test_clip_loss_matches_naive_reference(batch, dim, t):
   rng = np.random.default_rng(batch)
-  zi, zt = _unit(rng, (batch, dim)), _unit(rng, (batch, dim))
+  zi, zt = unit_vectors(rng, (batch, dim)), unit_vectors(rng, (batch, dim))
   loss, metrics = clip_infonce(jnp.asarray(zi, jnp.float32), jnp.asarray(zt, jnp.float32), jnp.float32(t))
   np.testing.assert_allclose(loss, naive_clip_loss(zi, zt, t), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(metrics['logit_scale'], np.exp(t), rtol=1e-6)
@@ -53,7 +49,7 @@ def test_clip_loss_matches_naive_reference(batch, dim, t):
 @pytest.mark.slow
 def test_clip_loss_gradients_match_closed_form():
   rng = np.random.default_rng(0)
-  zi, zt, t = _unit(rng, (12, 16)), _unit(rng, (12, 16)), 2.0
+  zi, zt, t = unit_vectors(rng, (12, 16)), unit_vectors(rng, (12, 16)), 2.0
   grads = jax.grad(lambda a, b, c: clip_infonce(a, b, c)[0], argnums=(0, 1, 2))(
       jnp.asarray(zi, jnp.float32), jnp.asarray(zt, jnp.float32), jnp.float32(t))
   for got, want in zip(grads, naive_clip_grads(zi, zt, t)):
@@ -63,7 +59,7 @@ def test_clip_loss_gradients_match_closed_form():
 @pytest.mark.slow
 def test_clip_loss_numerical_gradients():
   rng = np.random.default_rng(1)
-  zi, zt = jnp.asarray(_unit(rng, (6, 4))), jnp.asarray(_unit(rng, (6, 4)))
+  zi, zt = jnp.asarray(unit_vectors(rng, (6, 4))), jnp.asarray(unit_vectors(rng, (6, 4)))
   with jax.enable_x64(True):
     chex.assert_numerical_grads(lambda a, b, c: clip_infonce(a, b, c)[0],
                                 (zi.astype(jnp.float64), zt.astype(jnp.float64), jnp.float64(1.5)), order=1)
@@ -71,7 +67,7 @@ def test_clip_loss_numerical_gradients():
 
 def test_clip_loss_invariant_to_joint_permutation_and_not_to_mismatch():
   rng = np.random.default_rng(2)
-  zi, zt = _unit(rng, (10, 8)).astype(np.float32), _unit(rng, (10, 8)).astype(np.float32)
+  zi, zt = unit_vectors(rng, (10, 8)).astype(np.float32), unit_vectors(rng, (10, 8)).astype(np.float32)
   perm = rng.permutation(10)
   base = clip_infonce(zi, zt, jnp.float32(2.0))[0]
   np.testing.assert_allclose(clip_infonce(zi[perm], zt[perm], jnp.float32(2.0))[0], base, rtol=1e-6)
@@ -95,7 +91,7 @@ def test_l2_normalize():
 def test_row_sharded_loss_and_grads_equal_single_device():
   assert jax.device_count() == 8
   rng = np.random.default_rng(4)
-  zi, zt = _unit(rng, (32, 16)).astype(np.float32), _unit(rng, (32, 16)).astype(np.float32)
+  zi, zt = unit_vectors(rng, (32, 16)).astype(np.float32), unit_vectors(rng, (32, 16)).astype(np.float32)
   fn = jax.value_and_grad(lambda a, b, c: clip_infonce(a, b, c)[0], argnums=(0, 1, 2))
   want = jax.jit(fn)(zi, zt, jnp.float32(2.5))
   mesh = parallel.make_mesh(fsdp=2)

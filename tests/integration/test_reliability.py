@@ -12,6 +12,7 @@ import time
 import chex
 import jax
 import numpy as np
+from support import MICRO_CONFIG, ROOT
 import pytest
 
 from vlp_jax import parallel
@@ -22,10 +23,9 @@ from vlp_jax.checkpoint_files import load_params
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
-from micro_config import micro_config
+from support import micro_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
+CONFIG = MICRO_CONFIG
 STEPS, EVERY = 24, 4
 LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
             f'--config.eval.every_steps={STEPS}']

@@ -235,7 +235,6 @@ def test_per_category_and_winoground_evaluators_against_naive_loops():
 
 def test_load_sugarcrepe(tmp_path):
   from vlp_jax.data import image_ops
-  from vlp_jax.data import pipeline
   colours = {'a.png': (255, 0, 0), 'b.png': (0, 0, 255)}
   for name, colour in colours.items():
     Image.fromarray(np.full((8, 12, 3), colour, np.uint8)).save(tmp_path / name)

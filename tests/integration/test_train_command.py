@@ -7,13 +7,13 @@ import struct
 import subprocess
 import sys
 
+from support import ROOT
 import pytest
 
 from vlp_jax import errors
 from vlp_jax.cli import convert, embed, evaluate, weights
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO_FLAGS = [
     '--config.total_steps=4', '--config.batch_size=16', '--config.log_every_steps=2', '--config.eval.every_steps=2',
     '--config.checkpoint.every_steps=2', '--config.model.embed_dim=32', '--config.model.vision.width=32',

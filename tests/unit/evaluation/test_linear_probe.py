@@ -10,7 +10,7 @@ import pytest
 
 from vlp_jax import evalsets
 from vlp_jax.data import image_ops
-from vlp_jax.data import pipeline
+
 from vlp_jax.evalsets import digits
 from vlp_jax.evalsets.base import LoadRequest
 from vlp_jax.evaluation.linear_probe import (classification_metrics, linear_probe, linear_probe_evaluator,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from torch_reference import import_open_clip_module
+from support import import_open_clip_module
 from vlp_jax.models.resnet import ModifiedResNet
 
 SMALL = dict(stages=(1, 1, 1, 1), width=8, heads=2, output_dim=16, image_size=64)

@@ -4,11 +4,11 @@ import subprocess
 import sys
 
 import ml_collections
+from support import ROOT
 import pytest
 
 from vlp_jax.config import ConfigError, base_config, from_file, validate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_base_and_shipped_configs_are_valid():

@@ -1,13 +1,13 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
+from support import MICRO_CONFIG, ROOT
 import pytest
 import json
 import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
+CONFIG = MICRO_CONFIG
 
 
 def _run(script, data_cache, *args):

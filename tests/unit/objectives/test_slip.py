@@ -20,12 +20,7 @@ from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.loop import train_and_evaluate
 
-from test_train import _setup
-
-
-def _unit(rng, shape):
-  x = rng.normal(size=shape)
-  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+from support import compiled_step, numeric_grad, unit_vectors
 
 
 def _cross_entropy(logits):
@@ -55,41 +50,29 @@ def nt_xent_without_self(z1, z2, tau=0.1):
   return total / (2 * n)
 
 
-def _numeric_grad(fn, args, index, eps=1e-6):
-  """Central differences of a numpy function with respect to args[index], in float64."""
-  args = [np.array(a, np.float64) for a in args]
-  grad = np.zeros_like(args[index])
-  for idx in np.ndindex(grad.shape):
-    plus, minus = [a.copy() for a in args], [a.copy() for a in args]
-    plus[index][idx] += eps
-    minus[index][idx] -= eps
-    grad[idx] = (fn(*plus) - fn(*minus)) / (2 * eps)
-  return grad
-
-
 @pytest.mark.parametrize('tau', [0.1, 0.5])
 def test_simclr_matches_algorithm_1_values_and_gradients(tau):
   rng = np.random.default_rng(0)
-  qa, qb = _unit(rng, (6, 4)), _unit(rng, (6, 4))
+  qa, qb = unit_vectors(rng, (6, 4)), unit_vectors(rng, (6, 4))
   loss, metrics = simclr_loss(jnp.asarray(qa, jnp.float32), jnp.asarray(qb, jnp.float32), tau)
   np.testing.assert_allclose(loss, naive_simclr(qa, qb, tau), rtol=1e-5)
   np.testing.assert_allclose((metrics['ssl_loss_a'] + metrics['ssl_loss_b']) / 2, loss, rtol=1e-6)
   grads = jax.grad(lambda a, b: simclr_loss(a, b, tau)[0], argnums=(0, 1))(jnp.asarray(qa, jnp.float32),
                                                                           jnp.asarray(qb, jnp.float32))
   for index, got in enumerate(grads):
-    want = _numeric_grad(lambda a, b: naive_simclr(a, b, tau), [qa, qb], index)
+    want = numeric_grad(lambda a, b: naive_simclr(a, b, tau), [qa, qb], index)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_self_similarity_is_masked():
   """qa_i . qa_i takes no part: the loss and its gradient are those of NT-Xent without the self terms."""
   rng = np.random.default_rng(1)
-  qa, qb = _unit(rng, (5, 3)), _unit(rng, (5, 3))
+  qa, qb = unit_vectors(rng, (5, 3)), unit_vectors(rng, (5, 3))
   fn = lambda a, b: simclr_loss(a, b)[0]  # noqa: E731
   args = (jnp.asarray(qa, jnp.float32), jnp.asarray(qb, jnp.float32))
   np.testing.assert_allclose(fn(*args), nt_xent_without_self(qa, qb), rtol=1e-5)
   for index, got in enumerate(jax.grad(fn, argnums=(0, 1))(*args)):
-    np.testing.assert_allclose(got, _numeric_grad(nt_xent_without_self, [qa, qb], index), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, numeric_grad(nt_xent_without_self, [qa, qb], index), rtol=1e-4, atol=1e-5)
   # Without the mask the self term exp(1 / tau) would dominate every denominator.
   unmasked = (_cross_entropy(np.concatenate([qa @ qb.T, qa @ qa.T], 1) / 0.1)
               + _cross_entropy(np.concatenate([qb @ qa.T, qb @ qb.T], 1) / 0.1)) / 2
@@ -98,7 +81,7 @@ def test_self_similarity_is_masked():
 
 def test_simclr_accuracy_and_perfect_views():
   rng = np.random.default_rng(2)
-  q = _unit(rng, (16, 32)).astype(np.float32)
+  q = unit_vectors(rng, (16, 32)).astype(np.float32)
   loss, metrics = simclr_loss(q, q)  # identical views of near-orthogonal embeddings: every positive wins
   assert float(metrics['ssl_acc']) == 1.0 and float(loss) < 1.0
   _, metrics = simclr_loss(q, -q)
@@ -107,7 +90,7 @@ def test_simclr_accuracy_and_perfect_views():
 
 def test_simclr_sharded_equals_single_device_without_full_matrices():
   rng = np.random.default_rng(3)
-  qa, qb = _unit(rng, (32, 8)).astype(np.float32), _unit(rng, (32, 8)).astype(np.float32)
+  qa, qb = unit_vectors(rng, (32, 8)).astype(np.float32), unit_vectors(rng, (32, 8)).astype(np.float32)
   fn = jax.value_and_grad(lambda a, b: simclr_loss(a, b, 0.1)[0], argnums=(0, 1))
   want = jax.jit(fn)(qa, qb)
   mesh = parallel.make_mesh(fsdp=2)
@@ -279,7 +262,7 @@ def test_trains_identically_on_eight_devices_and_one(micro):
   micro.mesh.fsdp_min_size = 256
 
   def run(mesh):
-    step_fn, state = _setup(micro, mesh)
+    step_fn, state = compiled_step(micro, mesh)
     losses = []
     for batch in _batches(micro, 3):
       state, metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))

@@ -5,9 +5,9 @@ import subprocess
 import sys
 import textwrap
 
+from support import ROOT
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A fresh process that sets the allocator first, as `python -m vlp_jax.main` does: a jitted function with a 96 MB
 # temporary runs 16 times (the heap settles over the first few: up to 8 with the suite's 8 host devices of

@@ -160,7 +160,7 @@ def test_cross_attention_weights_leave_the_output_unchanged():
 def cosmos(data_cache):
   """One micro COSMOS (student parameters, model state, objective), an Encoder of its towers and the embedded
   validation set."""
-  from micro_config import micro_config
+  from support import micro_config
   from vlp_jax import models, objectives, parallel
   from vlp_jax import evalsets
   from vlp_jax.evaluation.encoder import Encoder

@@ -1,5 +1,6 @@
 """Multi-host training on this machine: 2 processes x 4 CPU devices (jax.distributed, gloo collectives, host-local
 data, one orbax checkpoint written by both) train exactly as 1 process with 8 devices."""
+from support import MICRO_CONFIG, ROOT
 import pytest
 import os
 import subprocess
@@ -12,8 +13,7 @@ from vlp_jax.checkpoint_files import load_params
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, 'tests', 'micro_config.py')
+CONFIG = MICRO_CONFIG
 
 
 @pytest.mark.slow

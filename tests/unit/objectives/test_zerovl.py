@@ -17,8 +17,8 @@ from vlp_jax.losses.mixup import mixup_infonce
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
-from test_method_losses import _numeric_grad, _unit
-from test_train import _run
+from support import numeric_grad, unit_vectors
+from support import run_steps
 
 
 def naive_mixup_loss(zi, zt, t, lam):
@@ -44,20 +44,20 @@ def naive_mixup_loss(zi, zt, t, lam):
 @pytest.mark.parametrize('lam', [0.3, 0.93])
 def test_mixup_loss_matches_the_appendix_values_and_gradients(lam):
   rng = np.random.default_rng(0)
-  zi, zt, t = _unit(rng, (7, 5)), _unit(rng, (7, 5)), 1.7  # odd: the middle pair is its own reversed partner
+  zi, zt, t = unit_vectors(rng, (7, 5)), unit_vectors(rng, (7, 5)), 1.7  # odd: the middle pair is its own reversed partner
   f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
   loss, metrics = mixup_infonce(f32(zi), f32(zt), f32(t), f32(lam))
   np.testing.assert_allclose(loss, naive_mixup_loss(zi, zt, t, lam), rtol=1e-5)
   grads = jax.grad(lambda a, b, c: mixup_infonce(a, b, c, f32(lam))[0], argnums=(0, 1, 2))(f32(zi), f32(zt), f32(t))
   for index, got in enumerate(grads):  # zi, zt and the learnable log scale
-    want = _numeric_grad(lambda a, b, c: naive_mixup_loss(a, b, c, lam), [zi, zt, t], index)
+    want = numeric_grad(lambda a, b, c: naive_mixup_loss(a, b, c, lam), [zi, zt, t], index)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(metrics['logit_scale'], np.exp(t), rtol=1e-6)
 
 
 def test_lambda_one_is_infonce():
   rng = np.random.default_rng(1)
-  zi, zt = _unit(rng, (8, 6)).astype(np.float32), _unit(rng, (8, 6)).astype(np.float32)
+  zi, zt = unit_vectors(rng, (8, 6)).astype(np.float32), unit_vectors(rng, (8, 6)).astype(np.float32)
   fn = lambda loss: jax.value_and_grad(lambda a, b, c: loss(a, b, c)[0], argnums=(0, 1, 2))  # noqa: E731
   got = fn(lambda a, b, c: mixup_infonce(a, b, c, jnp.float32(1.0)))(zi, zt, jnp.float32(2.0))
   want = fn(clip_infonce)(zi, zt, jnp.float32(2.0))
@@ -66,7 +66,7 @@ def test_lambda_one_is_infonce():
 
 def test_sharded_equals_single_device_without_a_full_logit_matrix():
   rng = np.random.default_rng(2)
-  zi, zt = _unit(rng, (32, 8)).astype(np.float32), _unit(rng, (32, 8)).astype(np.float32)
+  zi, zt = unit_vectors(rng, (32, 8)).astype(np.float32), unit_vectors(rng, (32, 8)).astype(np.float32)
   fn = jax.value_and_grad(lambda a, b, s: mixup_infonce(a, b, s, jnp.float32(0.35))[0], argnums=(0, 1, 2))
   want = jax.jit(fn)(zi, zt, jnp.float32(1.3))
   mesh = parallel.make_mesh(fsdp=2)
@@ -254,8 +254,8 @@ def test_options_are_validated(micro):
 def test_trains_identically_on_eight_devices_and_one(micro):
   micro.objective.name = 'zerovl'
   micro.objective.mixup_alpha = 1.0
-  want_params, want_losses, _ = _run(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
-  got_params, got_losses, _ = _run(micro, parallel.make_mesh(2), steps=2)
+  want_params, want_losses, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
+  got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2), steps=2)
   np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
   chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
 

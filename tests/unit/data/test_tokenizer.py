@@ -16,9 +16,10 @@ import ftfy
 import numpy as np
 import pytest
 
+from support import TEST_DATA
 from vlp_jax.data.tokenizer import Tokenizer, clean_text, default_tokenizer
 
-GOLDEN_PATH = pathlib.Path(__file__).parent / "data" / "tokenizer_golden.json"
+GOLDEN_PATH = pathlib.Path(TEST_DATA) / "tokenizer_golden.json"
 GOLDEN = json.loads(GOLDEN_PATH.read_text(encoding="utf-8"))
 CASES = GOLDEN["cases"]
 LONG_CASES = [c for c in CASES if c["ids"][-1] == 49407]

@@ -1,0 +1,192 @@
+"""What the tests share: the micro config (also a config file: `--config=tests/support.py`, with $VLP_JAX_CACHE as
+the data cache), paths, numpy references (unit vectors, central differences), a few train steps on random batches,
+and open_clip's reference modules without torchvision.
+
+It is a module of its own, not conftest, so that a subprocess can load it as a config file without the 8 host
+devices conftest forces.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)  # the repository
+MICRO_CONFIG = os.path.join(TESTS, 'support.py')  # this file, as a config file
+TEST_DATA = os.path.join(TESTS, 'data')
+
+
+def micro_config(cache_dir: str):
+  """A model and dataset small enough that a few steps compile and run in seconds."""
+  from vlp_jax.config import base_config
+  config = base_config()
+  config.total_steps = 6
+  config.batch_size = 16
+  config.model.embed_dim = 32
+  config.model.vision.update(image_size=16, patch_size=4, width=32, layers=1, heads=2)
+  config.model.text.update(context_length=16, width=32, layers=1, heads=2)
+  config.data.cache_dir = cache_dir
+  config.data.synthetic.update(resolution=16, num_train=64, num_val=16, num_test=32, shards=2)
+  config.optim.warmup_steps = 2
+  config.log_every_steps = 2
+  config.eval.every_steps = 3
+  config.eval.batch_size = 32
+  # The evaluators the training tests check; segmentation, compositionality and the linear probe have their own tests
+  # (each extra task compiles its own encode function in every run).
+  config.eval.tasks = ('zeroshot', 'retrieval', 'affinity')
+  config.checkpoint.every_steps = 3
+  return config
+
+
+def get_config():
+  """As a config file: `--config=tests/support.py`, with $VLP_JAX_CACHE as the data cache."""
+  return micro_config(os.environ.get('VLP_JAX_CACHE', ''))
+
+
+# ------------------------------------------------------------------------------------------ numpy references
+
+
+def unit_vectors(rng: np.random.Generator, shape) -> np.ndarray:
+  """Random rows of unit L2 norm: [..., d]."""
+  x = rng.normal(size=shape)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def numeric_grad(fn, args, index, eps=1e-6):
+  """Central differences of a numpy function with respect to args[index], in float64."""
+  args = [np.array(a, np.float64) for a in args]
+  grad = np.zeros_like(args[index])
+  for idx in np.ndindex(grad.shape):
+    plus = [a.copy() for a in args]
+    minus = [a.copy() for a in args]
+    plus[index][idx] += eps
+    minus[index][idx] -= eps
+    grad[idx] = (fn(*plus) - fn(*minus)) / (2 * eps)
+  return grad
+
+
+# ------------------------------------------------------------------------- train steps on random batches
+
+
+def build_objective(config):
+  """(objective, optimizer) of a config."""
+  from vlp_jax import models, objectives
+  from vlp_jax.training import optim
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  return objective, optim.make_optimizer(config.optim, config.total_steps)
+
+
+def initial_state(config):
+  """The initial train state on the host (jit: an eager init compiles op by op, slowly for convolutions)."""
+  import jax
+  from vlp_jax.training.state import create_train_state
+  objective, tx = build_objective(config)
+  return jax.device_get(jax.jit(lambda rng: create_train_state(objective, tx, rng))(jax.random.key(0)))
+
+
+def compiled_step(config, mesh, state=None):
+  """(the compiled train step, the state placed on `mesh`)."""
+  import jax
+  from vlp_jax import parallel
+  from vlp_jax.training.step import compile_train_step
+  objective, tx = build_objective(config)
+  state = initial_state(config) if state is None else state
+  shardings = parallel.tree_shardings(state, mesh, min_size=config.mesh.fsdp_min_size)
+  state = jax.device_put(state, shardings)
+  return compile_train_step(objective, tx, mesh, shardings), state
+
+
+def random_batches(config, n):
+  """n random batches of the config's shapes (float images, tokens with SOT and EOT)."""
+  rng = np.random.default_rng(0)
+  size, length = config.model.vision.image_size, config.model.text.context_length
+  out = []
+  for _ in range(n):
+    text = rng.integers(1, 49000, (config.batch_size, length)).astype(np.int32)
+    text[:, 0], text[:, 5] = 49406, 49407
+    out.append({'image': rng.normal(size=(config.batch_size, size, size, 3)).astype(np.float32), 'text': text,
+                'label': np.zeros(config.batch_size, np.int32)})
+  return out
+
+
+def run_steps(config, mesh, steps=3, state=None):
+  """(host params, the losses, the state) after `steps` train steps on random batches."""
+  import jax
+  from vlp_jax import parallel
+  step_fn, state = compiled_step(config, mesh, state)
+  losses = []
+  for batch in random_batches(config, steps):
+    state, metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))
+    losses.append(float(metrics['loss']))
+  return parallel.to_host(state.params), losses, state
+
+
+# ------------------------------------------------------------------- open_clip's modules, without torchvision
+# Reference PyTorch modules from open_clip for parity tests, importable without torchvision.
+#
+# `import open_clip` runs the package `__init__`, which imports every submodule, and `open_clip.utils` (imported by
+# nearly all of them) does `from torchvision.ops.misc import FrozenBatchNorm2d` at the top, only for
+# `freeze_batch_norm_2d`. When torchvision is missing, `import_open_clip_module` therefore:
+#   1. registers a bare `open_clip` package (its spec, with its search path, but `__init__` not executed), so that
+#      submodules import one by one with their relative imports intact;
+#   2. imports `open_clip.utils` alone while a placeholder `torchvision.ops.misc` (whose `FrozenBatchNorm2d` raises
+#      when used) sits in `sys.modules`, then removes the placeholder, so nothing else sees a fake torchvision;
+#   3. imports the requested submodule, which finds `open_clip.utils` already loaded.
+# With torchvision installed the real package is imported unchanged.
+
+_TORCHVISION_STUBS = ('torchvision', 'torchvision.ops', 'torchvision.ops.misc')
+
+
+class _FrozenBatchNorm2dUnavailable:
+
+  def __init__(self, *args, **kwargs):
+    raise NotImplementedError('torchvision is not installed; open_clip.utils.freeze_batch_norm_2d is unavailable')
+
+
+@contextlib.contextmanager
+def _placeholder_torchvision():
+  """Temporarily provides `torchvision.ops.misc.FrozenBatchNorm2d` (a placeholder) if torchvision is missing."""
+  if 'torchvision' in sys.modules or importlib.util.find_spec('torchvision') is not None:
+    yield
+    return
+  stubs = {name: types.ModuleType(name) for name in _TORCHVISION_STUBS}
+  stubs['torchvision'].ops = stubs['torchvision.ops']
+  stubs['torchvision.ops'].misc = stubs['torchvision.ops.misc']
+  stubs['torchvision.ops.misc'].FrozenBatchNorm2d = _FrozenBatchNorm2dUnavailable
+  sys.modules.update(stubs)
+  try:
+    yield
+  finally:
+    for name in _TORCHVISION_STUBS:
+      sys.modules.pop(name, None)
+
+
+def import_open_clip_module(name: str) -> types.ModuleType:
+  """`open_clip.<name>` (e.g. 'modified_resnet', 'transformer'); skips the calling test if torch or open_clip is
+  not installed, or if the module needs another missing dependency (e.g. 'transform' needs torchvision proper)."""
+  pytest.importorskip('torch', reason='torch is needed for the open_clip parity tests')
+  full_name = f'open_clip.{name}'
+  if full_name in sys.modules:
+    return sys.modules[full_name]
+  spec = importlib.util.find_spec('open_clip')
+  if spec is None:
+    pytest.skip('open_clip_torch is not installed; needed for the open_clip parity tests')
+  if 'open_clip' not in sys.modules and importlib.util.find_spec('torchvision') is None:
+    # Bare package: submodules resolve from spec.submodule_search_locations; __init__ is never run.
+    sys.modules['open_clip'] = importlib.util.module_from_spec(spec)
+  try:
+    # The placeholder is present only while open_clip.utils (which imports nothing else) loads, so that other
+    # libraries' torchvision probes (e.g. transformers', via open_clip.hf_model) never see it.
+    with _placeholder_torchvision():
+      importlib.import_module('open_clip.utils')
+    return importlib.import_module(full_name)
+  except ModuleNotFoundError as e:
+    pytest.skip(f'{full_name} needs a missing dependency: {e}')
