@@ -12,7 +12,7 @@ from vlp_jax import models
 from vlp_jax.cli import weights
 from vlp_jax.cli import embed
 from vlp_jax.data import image_ops
-from vlp_jax.data import pipeline, records
+from vlp_jax.data import records
 from vlp_jax.data.tokenizer import default_tokenizer
 
 from support import micro_config
