@@ -228,11 +228,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
       EVALUATORS.check(task)
     for name in config.eval.datasets:
       EVAL_SETS.check(name)
+    for source in config.data.synthetic.sources:
+      check_choice('data.synthetic.sources', source, synthetic.SOURCES)
   except RegistryError as error:
     raise ConfigError(str(error)) from None
-  for source in config.data.synthetic.sources:
-    if source not in synthetic.SOURCES:
-      raise ConfigError(f"config.data.synthetic.sources has '{source}'; valid choices: {list(synthetic.SOURCES)}")
   v, t = config.model.vision, config.model.text
   if v.type == 'resnet' and (len(v.stages) != 4 or v.image_size % 32):
     raise ConfigError(f'config.model.vision.stages={tuple(v.stages)} must list 4 stage depths and '

@@ -20,6 +20,7 @@ from vlp_jax.data import records
 from vlp_jax.data.shards import ShardRecords
 from vlp_jax.data.teacher import load_table
 from vlp_jax.errors import DataError
+from vlp_jax.registry import check_choice
 
 # Per-example fields the pipeline adds beside the views' own; the loop pops them before the batch goes to the devices.
 STATUS_KEYS = ('record_error', 'record_shard', 'record_source')
@@ -165,8 +166,7 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     raise ValueError('the training data has no shard files')
   if global_batch_size % process_count:
     raise ValueError(f'batch_size {global_batch_size} is not divisible by the process count {process_count}')
-  if mixing not in mixing_lib.MODES:
-    raise ValueError(f"data.mixing='{mixing}' is not valid; valid choices: {list(mixing_lib.MODES)}")
+  check_choice('data.mixing', mixing, mixing_lib.MODES)
   if sources is None:  # mixed batches take shards holding several sources; the others need one source per shard
     sources = mixing_lib.shard_sources(paths, strict=mixing != 'mixed')
   names = mixing_lib.source_names(sources)

@@ -19,6 +19,9 @@ from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
 from vlp_jax.losses import saco
 from vlp_jax.objectives.base import TERMS, Term, tower_variables
+from vlp_jax.registry import check_choice
+
+TEACHERS = ('embeddings', 'checkpoint')  # where the mimic targets come from
 
 
 @TERMS.register('saco')
@@ -43,15 +46,11 @@ class SacoTerm(Term):
 
   @classmethod
   def validate(cls, term_config, config):
-    for key, choices in (('normalization', saco.NORMALIZATIONS), ('ramp', saco.RAMPS), ('masking', saco.MASKINGS)):
-      if term_config[key] not in choices:
-        raise ValueError(f"config.objective.saco.{key}='{term_config[key]}' is not valid; valid choices: "
-                         f'{list(choices)}')
+    for key, choices in (('normalization', saco.NORMALIZATIONS), ('ramp', saco.RAMPS), ('masking', saco.MASKINGS),
+                         ('teacher', TEACHERS)):
+      check_choice(f'objective.saco.{key}', term_config[key], choices)
     if term_config.ramp_steps < 0:
       raise ValueError(f'config.objective.saco.ramp_steps={term_config.ramp_steps} must be >= 0 (0 = the whole run)')
-    if term_config.teacher not in ('embeddings', 'checkpoint'):
-      raise ValueError(f"config.objective.saco.teacher='{term_config.teacher}' is not valid; valid choices: "
-                       "['embeddings', 'checkpoint']")
     if term_config.beta > 0 and term_config.teacher == 'checkpoint' and not term_config.teacher_checkpoint:
       raise ValueError("config.objective.saco.teacher='checkpoint' needs config.objective.saco.teacher_checkpoint "
                        '(a vlp_jax checkpoint, e.g. one imported with `python -m vlp_jax.weights import`)')

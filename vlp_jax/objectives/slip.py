@@ -25,6 +25,7 @@ from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, tower_rngs, tower_variables
 from vlp_jax.objectives.clip import ClipObjective
+from vlp_jax.registry import check_choice
 
 SSL_VIEWS = ('ssl_a', 'ssl_b')
 VIEWS = ('image', *SSL_VIEWS)  # the CLIP view first
@@ -116,9 +117,7 @@ class SlipObjective(ClipObjective):
       scale = tuple(options[key])
       if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
         raise ValueError(f'config.objective.{key}={scale!r} must be (low, high) with 0 < low <= high <= 1')
-    if options.ssl_background not in SSL_BACKGROUNDS:
-      raise ValueError(f'config.objective.ssl_background={options.ssl_background!r} is not valid; valid choices: '
-                       f'{list(SSL_BACKGROUNDS)}')
+    check_choice('objective.ssl_background', options.ssl_background, SSL_BACKGROUNDS)
     transforms.check_color_options('config.objective.ssl_color_jitter', options.ssl_color_jitter,
                                    'config.objective.ssl_grayscale_prob', options.ssl_grayscale_prob)
 
