@@ -45,8 +45,3 @@ def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
   restored = checkpointer.restore(path, target)
   as_numpy = lambda tree: jax.tree.map(np.asarray, tree or {})  # noqa: E731
   return as_numpy(restored['params']), as_numpy(restored.get('model_state'))
-
-
-def load_params(checkpoint_dir: str) -> dict:
-  """The model parameters of a checkpoint as host numpy arrays."""
-  return load_variables(checkpoint_dir)[0]

@@ -137,7 +137,7 @@ def test_bad_records_are_skipped_and_counted(tmp_path):
       'caption_not_utf8': 1, 'corrupt_image': 2, 'empty_caption': 1, 'empty_image': 1, 'missing_file': 1,
       'missing_image_key': 1, 'too_large': 1}}
   assert [e['key'] for e in _read(tmp_path / 'out')] == ['good0.jpg', 'good2.jpg']
-  assert set(summary['skipped']) <= set(convert.SKIP_REASONS)
+  assert set(summary['skipped']) <= set(convert.INPUT_SKIP_REASONS)
 
 
 def _tar(path, members: list[tuple[str, bytes]]) -> str:

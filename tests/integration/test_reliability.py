@@ -19,7 +19,7 @@ from vlp_jax import parallel
 from vlp_jax.data import sources
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import Checkpointer
-from vlp_jax.checkpoint_files import load_params
+from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
@@ -100,7 +100,7 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
 
   out = _finish(workdir, data_cache)
   assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
-  chex.assert_trees_all_equal(load_params(workdir), load_params(reference))  # bit for bit
+  chex.assert_trees_all_equal(load_variables(workdir)[0], load_variables(reference)[0])  # bit for bit
   losses = lambda w: {r['step']: r['train/loss'] for r in read_metrics(w) if 'train/loss' in r}  # noqa: E731
   assert losses(workdir) == losses(reference)
 
@@ -120,7 +120,7 @@ def test_a_torn_checkpoint_is_moved_aside_and_the_previous_one_used(reference, d
   assert f'Checkpoint step {STEPS} is incomplete or corrupt' in out and f'Resumed from step {STEPS - EVERY}' in out
   moved = [d for d in os.listdir(workdir / 'checkpoints') if d.startswith(f'corrupt-{STEPS}-')]
   assert len(moved) == 1  # kept for inspection, not deleted
-  chex.assert_trees_all_equal(parallel.to_host(again['state'].params), load_params(reference))
+  chex.assert_trees_all_equal(parallel.to_host(again['state'].params), load_variables(reference)[0])
 
 
 def _inject_nan(monkeypatch, at_calls):
@@ -190,7 +190,7 @@ def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, t
   step = saved.latest_complete_step()
   saved.close()
   assert step in (4, 5)
-  chex.assert_trees_all_equal(load_params(str(tmp_path / 'bad')), parallel.to_host(good['state'].params))
+  chex.assert_trees_all_equal(load_variables(str(tmp_path / 'bad'))[0], parallel.to_host(good['state'].params))
 
 
 @pytest.mark.slow

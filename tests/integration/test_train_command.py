@@ -75,10 +75,10 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   assert (workdir / 'curves.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   # The checkpoint alone rebuilds the model.
   from vlp_jax.training.checkpoint import load_config
-  from vlp_jax.checkpoint_files import load_params
+  from vlp_jax.checkpoint_files import load_variables
   config = load_config(str(step_dir))
   assert config.model.vision.width == 32 and config.total_steps == 4
-  params = load_params(str(step_dir))
+  params = load_variables(str(step_dir))[0]
   assert params['visual']['conv1']['kernel'].shape == (8, 8, 3, 32)
   # Done: a third run says so and exits cleanly.
   third = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)

@@ -13,7 +13,7 @@ then train with --config.data.name=array_record --config.data.path=OUTPUT.
 Every usable example becomes one record: the image (its original bytes when it is a plain RGB or grey JPEG / PNG /
 WebP within --max_side, else re-encoded as RGB), the caption, the long caption ('' without a match in
 --long_captions), label -1, the source name and a stable key (the TSV/CSV filepath as written, the webdataset sample
-key, or the folder's file_name). Unusable examples are skipped and counted by reason (SKIP_REASONS). The run ends
+key, or the folder's file_name). Unusable examples are skipped and counted by reason (INPUT_SKIP_REASONS). The run ends
 with one JSON line on stdout, e.g.
   {"written": 9875, "skipped": {"corrupt_image": 3, "missing_file": 122}, "shards": 1}
 
@@ -53,8 +53,9 @@ from vlp_jax.cli import common
 from vlp_jax.data import records
 
 FORMATS = ('tsv', 'csv', 'webdataset', 'folder')
-# Why an example was skipped: the names in the printed summary.
-SKIP_REASONS = {
+# Why an input example was skipped before it became a record (records.SKIP_REASONS are why a record is replaced
+# in training): the names in the printed summary.
+INPUT_SKIP_REASONS = {
     'missing_image_key': 'names no image (webdataset: no member with an --image_keys extension; TSV/CSV/JSONL: '
                          'an empty image field)',
     'missing_caption_key': 'a webdataset sample with no --caption_key member',

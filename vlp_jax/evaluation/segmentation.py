@@ -69,11 +69,6 @@ def mean_iou(iou: np.ndarray) -> float:
   return float(np.mean(iou[present])) if present.any() else float('nan')
 
 
-def miou(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None) -> float:
-  """pred, target [N, H, W] int -> mean IoU over the classes present in the target or the prediction."""
-  return mean_iou(per_class_iou(pred, target, num_classes, ignore_index))
-
-
 def patch_grid(image_hw: tuple[int, int], num_patches: int) -> tuple[int, int]:
   """(H, W) of the images and P patch tokens -> (grid_h, grid_w) with grid_h * grid_w = P (square patches)."""
   height, width = image_hw
