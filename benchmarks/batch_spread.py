@@ -59,7 +59,8 @@ def main(argv):
   from vlp_jax.data import pipeline, records, synthetic
   from vlp_jax.training.checkpoint import load_pretrained
 
-  config = from_file(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs', 'shapes_base.py'))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  config = from_file(os.path.join(root, 'configs', 'shapes_base.py'))
   config.data.synthetic.captions = FLAGS.captions
   validate(config, num_devices=1)
   root = synthetic.ensure_dataset(sources.synthetic_spec(config.data), config.data.cache_dir or None)

@@ -357,8 +357,10 @@ def step_memory_bytes(config) -> int:
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps)
-  iterator = pipeline.train_iterator(sources.train_paths(config.data), objectives.OBJECTIVES.get(config.objective.name).views(
-      config), seed=0, global_batch_size=config.batch_size, process_index=0, process_count=1,
+  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
+  iterator = pipeline.train_iterator(sources.train_paths(config.data), views, seed=0,
+                                     global_batch_size=config.batch_size,
+                                     process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
   batch = pipeline.pop_status(next(iterator))[0]
   state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))

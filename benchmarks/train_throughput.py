@@ -48,9 +48,10 @@ def main(argv):
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
-  iterator = pipeline.train_iterator(sources.train_paths(config.data), objectives.OBJECTIVES.get(config.objective.name).views(
-      config), seed=0,
-                                     global_batch_size=config.batch_size, process_index=0, process_count=1)
+  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
+  iterator = pipeline.train_iterator(sources.train_paths(config.data), views, seed=0,
+                                     global_batch_size=config.batch_size,
+                                     process_index=0, process_count=1)
   began = time.perf_counter()
   host_batches = [pipeline.pop_status(next(iterator))[0] for _ in range(_STEPS.value + 1)]
   pipeline_rate = len(host_batches) * config.batch_size / (time.perf_counter() - began)

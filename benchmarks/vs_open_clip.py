@@ -22,11 +22,11 @@ import statistics
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # The speed setting of the CPU trainer (`python -m vlp_jax.main` sets it too), before jax starts its threads;
 # VLP_JAX_MALLOC=default measures without it.
-from support import ROOT
 from vlp_jax.cli import allocator  # noqa: E402
 
 allocator.retain_freed_memory()

@@ -1,4 +1,5 @@
-"""vlp_jax/cli/allocator.py (set by the train command, not by `import vlp_jax`): the temporaries of a compiled function, freed and allocated again on every call from XLA's
+"""vlp_jax/cli/allocator.py (set by the train command, not by `import vlp_jax`): the temporaries of a compiled
+function, freed and allocated again on every call from XLA's
 worker threads, are reused instead of being mapped and page-faulted afresh."""
 import os
 import subprocess

@@ -1,4 +1,5 @@
-"""The data converter (vlp_jax.convert, vlp_jax/cli/convert.py): every input format, skipped records, colour modes, resizing, long
+"""The data converter (vlp_jax.convert, vlp_jax/cli/convert.py): every input format, skipped records, colour modes,
+resizing, long
 captions, determinism across workers, idempotency, and its errors."""
 import io
 import json

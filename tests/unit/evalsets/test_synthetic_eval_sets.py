@@ -45,7 +45,8 @@ def test_per_source_sets_split_the_test_split_by_source(micro):
   np.testing.assert_array_equal(np.concatenate([p.images for p in parts]), pooled.images)
   assert sum((p.captions for p in parts), []) == pooled.captions
   assert all(p.train_images is None for p in parts)
-  assert sorted(t for t in evaluation.EVALUATORS if evaluation.EVALUATORS.get(t).applies(parts[0])) == ['affinity', 'retrieval']
+  applies = [t for t in evaluation.EVALUATORS if evaluation.EVALUATORS.get(t).applies(parts[0])]
+  assert sorted(applies) == ['affinity', 'retrieval']
   micro.data.synthetic.sources = ('studio',)
   try:
     evalsets.load_eval_set('synthetic_web', micro.data, 'test', 16)

@@ -185,7 +185,8 @@ def test_cifar10_eval_set(prepared):
   assert eval_set.images.shape == (7, 24, 24, 3) and eval_set.images.dtype == np.float32
   assert eval_set.class_names == tuple(CIFAR10_NAMES)
   assert sorted(eval_set.labels.tolist()) == list(range(7))
-  assert eval_set.captions == [] and eval_set.caption_image.shape == (0,) and eval_set.templates == templates.CIFAR_TEMPLATES
+  assert eval_set.captions == [] and eval_set.caption_image.shape == (0,)
+  assert eval_set.templates == templates.CIFAR_TEMPLATES
   source = tfds_sets.open_source('cifar10', 'test', data_dir)
   first = tfds_sets.to_example('cifar10', source[0])['image']
   np.testing.assert_allclose(eval_set.images[0], image_ops.normalize_image(image_ops.resize_image(first, 24)))
@@ -356,7 +357,8 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   sets = [evalsets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
   assert [len(s.images) for s in sets] == [5, 3]  # the fake COCO test split has 3 images
   assert sets[0].templates == templates.CIFAR_TEMPLATES and sets[1].templates == ()
-  assert with_templates(evalsets.load_eval_set('cifar10', micro.data, 'test', 16), 'simple').templates == ('a photo of a {}.',)
+  cifar = evalsets.load_eval_set('cifar10', micro.data, 'test', 16)
+  assert with_templates(cifar, 'simple').templates == ('a photo of a {}.',)
   model = models.build_model(micro.model)
   variables = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32), np.zeros((1, 16), np.int32))
   encoder = Encoder(model, variables, parallel.make_mesh(1), 8, micro.model.text.context_length)

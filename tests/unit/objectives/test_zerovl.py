@@ -44,7 +44,8 @@ def naive_mixup_loss(zi, zt, t, lam):
 @pytest.mark.parametrize('lam', [0.3, 0.93])
 def test_mixup_loss_matches_the_appendix_values_and_gradients(lam):
   rng = np.random.default_rng(0)
-  zi, zt, t = unit_vectors(rng, (7, 5)), unit_vectors(rng, (7, 5)), 1.7  # odd: the middle pair is its own reversed partner
+  # odd: the middle pair is its own reversed partner
+  zi, zt, t = unit_vectors(rng, (7, 5)), unit_vectors(rng, (7, 5)), 1.7
   f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
   loss, metrics = mixup_infonce(f32(zi), f32(zt), f32(t), f32(lam))
   np.testing.assert_allclose(loss, naive_mixup_loss(zi, zt, t, lam), rtol=1e-5)
