@@ -5,6 +5,8 @@ wrong types and invalid choices with an error that names the key and the valid c
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 import ml_collections
@@ -106,8 +108,6 @@ def base_config() -> ml_collections.ConfigDict:
 
 def from_file(path: str) -> ml_collections.ConfigDict:
   """`get_config()` of a config file, e.g. to build one config on another (configs/saco_cc3m.py on clip_cc3m.py)."""
-  import importlib.util
-  import os
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

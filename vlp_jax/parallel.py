@@ -6,6 +6,7 @@ large enough to be sharded over 'fsdp' along their largest divisible dimension.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import jax
@@ -106,7 +107,6 @@ def initialize_distributed() -> None:
   - SLURM with more than one task (`srun`), or VLP_JAX_DISTRIBUTED=1 (TPU pod slices, `launch/tpu_pod.sh`):
     jax.distributed.initialize() detects the rest.
   """
-  import os
   env = os.environ
   if env.get('JAX_COORDINATOR_ADDRESS') and env.get('JAX_NUM_PROCESSES'):
     if int(env['JAX_NUM_PROCESSES']) > 1:

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from typing import Any, Mapping, Sequence
 
 from etils import epath
@@ -245,10 +249,6 @@ def training_shards(name: str, split: str, data_dir: str | None, cache_dir: str,
                     verbose: bool = True) -> list[str]:
   """A prepared tfds split as ArrayRecord shards of our schema (written once into `cache_dir`, like the embedded
   dataset), so that it trains, mixes and resumes like any other source. Returns the shard paths."""
-  import hashlib
-  import os
-  import shutil
-  import tempfile
   spec = dataset_spec(name)
   source = open_source(name, split, data_dir)
   version_dir = prepared_version_dir(spec, resolve_data_dir(data_dir))
