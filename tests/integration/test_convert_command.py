@@ -16,10 +16,11 @@ from absl import flags
 from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
+from support import ROOT
 from vlp_jax.data import records
 from vlp_jax.cli import common, convert
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = ROOT
 PNG_MAGIC, JPEG_MAGIC = b'\x89PNG', b'\xff\xd8'
 
 

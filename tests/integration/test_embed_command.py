@@ -3,6 +3,7 @@ import jax
 import numpy as np
 import pytest
 
+from support import ROOT
 from vlp_jax import models
 from vlp_jax.cli import weights
 from vlp_jax.cli import embed
@@ -102,7 +103,7 @@ def test_embed_cli_contract(checkpoint, tmp_path):
   import os
   import subprocess
   import sys
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = ROOT
   (tmp_path / 't.txt').write_text('a red circle\na blue star\n')
   np.save(tmp_path / 'x.npy', np.zeros((3, 16, 16, 3), np.float32))
   out = tmp_path / 'cli.npz'

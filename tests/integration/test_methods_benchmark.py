@@ -3,12 +3,10 @@
 import ast
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks import methods  # noqa: E402
+from benchmarks import methods
 
 ROOT = methods.ROOT
 

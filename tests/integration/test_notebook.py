@@ -8,6 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
+from support import ROOT
 from vlp_jax import models
 from vlp_jax.cli import weights
 from vlp_jax import evalsets
@@ -15,7 +16,7 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
 
-NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'notebooks',
+NOTEBOOK = os.path.join(ROOT, 'notebooks',
                         'explore_checkpoint.ipynb')
 
 

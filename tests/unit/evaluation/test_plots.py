@@ -12,6 +12,7 @@ from scipy import stats
 
 from vlp_jax.data.image_ops import denormalize_image, normalize_image
 from vlp_jax.evaluation import plots
+from vlp_jax.objectives.base import example_rngs
 from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
 from vlp_jax.models.cross_attention import CrossAttention
 
@@ -196,7 +197,8 @@ def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
            'local_images': rng.normal(size=(4, 1, 8, 8, 3)).astype(np.float32),
            'texts': np.stack([tokens, tokens[::-1]], axis=1),
            'local_texts': default_tokenizer()(['a shape.'] * 4, context_length=8)[:, None]}
-  features, _ = jax.jit(objective.features, static_argnums=4)(params, state, batch, jax.random.key(1), False)
+  keys = example_rngs(jax.random.key(1), 4)  # features takes one key per example
+  features, _ = jax.jit(objective.features, static_argnums=4)(params, state, batch, keys, False)
   np.testing.assert_allclose(_unit(out['h_img']), features['h_img'][:, 0], atol=1e-5)
   np.testing.assert_allclose(_unit(out['h_txt']), features['h_txt'][:, 0], atol=1e-5)
 
