@@ -88,6 +88,7 @@ def test_vs_open_clip_rejects_a_bad_row():
       parse_rows([bad])
 
 
+@pytest.mark.slow  # compiles the towers several times over
 def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
   """benchmarks/batch_spread.py: a batch of one pair repeated has identical embeddings (cosine 1), no logit spread
   and the chance loss ln B; a batch of different pairs has less than cosine 1 and some spread."""

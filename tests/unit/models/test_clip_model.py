@@ -101,6 +101,7 @@ def test_exact_gelu_matches_the_erf_definition():
   assert exact_gelu(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
 
 
+@pytest.mark.slow  # compiles the towers several times over
 @pytest.mark.parametrize('remat', [False, True])
 def test_pooled_outputs_without_tokens_are_the_same_and_cheaper(remat):
   """`with_tokens=False` runs the last block on the pooled row only ([cls], or each caption's EOT under the causal

@@ -175,6 +175,7 @@ def test_decoupled_accumulation_is_exact_for_a_stochastic_tower(micro, noisy, se
   assert abs(float(other) - float(loss)) > 1e-4
 
 
+@pytest.mark.slow  # compiles the towers several times over
 def test_slip_views_keep_their_keys_fused_or_not(micro, noisy, monkeypatch):
   """SLIP embeds its three views in one call (no BatchNorm) or one call each: the same keys per view either way."""
   objective, params, state, batch = _build(micro, 'slip', 'noisy')
@@ -188,6 +189,7 @@ def test_slip_views_keep_their_keys_fused_or_not(micro, noisy, monkeypatch):
   assert all(_differ(a['embed'], b['embed']) for a, b in zip(fused, other))  # every view is noisy
 
 
+@pytest.mark.slow  # compiles the towers several times over
 def test_cosmos_global_crops_keep_their_keys_in_one_call_or_two(micro, noisy, monkeypatch):
   """COSMOS embeds a ViT's first global crops apart from the others, any other tower's in one call: the same keys
   per crop either way."""
