@@ -117,6 +117,27 @@ def random_batches(config, n):
   return out
 
 
+def random_tokens(rng: np.random.Generator, size: tuple[int, ...], length: int, eot: int) -> np.ndarray:
+  """[*size, length] int32 token rows: SOT, random ids, EOT at `eot`, then padding."""
+  text = rng.integers(1, 49000, (*size, length)).astype(np.int32)
+  text[..., 0], text[..., eot] = 49406, 49407
+  text[..., eot + 1:] = 0
+  return text
+
+
+def objective_batch(config, size: int, seed: int = 0) -> dict[str, np.ndarray]:
+  """Every input any objective reads, random but well formed: [size, ...] rows of the config's shapes (CLIP's image
+  and text, SLIP's views, the SaCo teacher, COSMOS's crops and text crops)."""
+  rng = np.random.default_rng(seed)
+  s, length = config.model.vision.image_size, config.model.text.context_length
+  image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
+  return {'image': image(size), 'ssl_a': image(size), 'ssl_b': image(size),
+          'text': random_tokens(rng, (size,), length, 7),
+          'teacher': rng.normal(size=(size, 12)).astype(np.float32),
+          'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
+          'texts': random_tokens(rng, (size, 2), length, 9), 'local_texts': random_tokens(rng, (size, 2), 8, 5)}
+
+
 def run_steps(config, mesh, steps=3, state=None):
   """(host params, the losses, the state) after `steps` train steps on random batches."""
   import jax

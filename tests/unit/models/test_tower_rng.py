@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from support import objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import with_term
 from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
@@ -45,24 +46,6 @@ def noisy(monkeypatch):
   return build
 
 
-def _tokens(rng, size, length, eot):
-  text = rng.integers(1, 49000, (*size, length)).astype(np.int32)
-  text[..., 0], text[..., eot] = 49406, 49407
-  text[..., eot + 1:] = 0
-  return text
-
-
-def _batch(config, size=BATCH, seed=0):
-  """Every input any objective reads."""
-  rng = np.random.default_rng(seed)
-  s, length = config.model.vision.image_size, config.model.text.context_length
-  image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
-  return {'image': image(size), 'ssl_a': image(size), 'ssl_b': image(size),
-          'text': _tokens(rng, (size,), length, 7), 'teacher': rng.normal(size=(size, 12)).astype(np.float32),
-          'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
-          'texts': _tokens(rng, (size, 2), length, 9), 'local_texts': _tokens(rng, (size, 2), 8, 5)}
-
-
 def _configure(config, setup, tower='vit'):
   config.model.vision.type = tower
   config.objective.name = 'clip' if setup == 'saco' else setup
@@ -81,7 +64,7 @@ def _build(config, setup, tower='vit'):
   config = _configure(config, setup, tower)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = jax.jit(objective.init_variables)(jax.random.key(0))
-  return objective, params, state, _batch(config)
+  return objective, params, state, objective_batch(config, BATCH)
 
 
 def _differ(a, b, by=1e-3):

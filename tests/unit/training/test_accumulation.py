@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from support import objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.objectives.clip import ClipObjective
@@ -15,25 +16,6 @@ from vlp_jax.training.state import create_train_state
 from vlp_jax.training.step import compile_train_step
 
 BATCH = 32
-
-
-def _tokens(rng, size, length, eot):
-  text = rng.integers(1, 49000, (*size, length)).astype(np.int32)
-  text[..., 0], text[..., eot] = 49406, 49407
-  text[..., eot + 1:] = 0
-  return text
-
-
-def _batch(config, size=BATCH, seed=0):
-  """Every input any objective reads, random but well formed."""
-  rng = np.random.default_rng(seed)
-  s, length = config.model.vision.image_size, config.model.text.context_length
-  image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
-  return {'image': image(size), 'ssl_a': image(size), 'ssl_b': image(size),
-          'text': _tokens(rng, (size,), length, 7),
-          'teacher': rng.normal(size=(size, 12)).astype(np.float32),
-          'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
-          'texts': _tokens(rng, (size, 2), length, 9), 'local_texts': _tokens(rng, (size, 2), 8, 5)}
 
 
 def _configure(config, setup):
@@ -90,7 +72,7 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))
-  batch = _batch(config)
+  batch = objective_batch(config, BATCH)
   mesh = parallel.make_mesh()
   rngs = [jax.random.key(3)]
   if setup == 'zerovl':  # one step rng where the coin mixes images, one where it mixes texts
@@ -130,7 +112,7 @@ def test_uint8_images_train_as_their_host_normalised_floats(micro, setup):
   params, state = objective.init_variables(jax.random.key(0))
   rng = np.random.default_rng(5)
   raw = {k: rng.integers(0, 256, v.shape, dtype=np.uint8) if v.dtype == np.float32 and v.shape[-1] == 3 else v
-         for k, v in _batch(config).items()}
+         for k, v in objective_batch(config, BATCH).items()}
   floats = {k: normalize_image(v) if v.dtype == np.uint8 else v for k, v in raw.items()}
   assert {k for k, v in raw.items() if v.dtype == np.uint8} >= {'image'}
   mesh = parallel.make_mesh()
@@ -146,7 +128,7 @@ def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
   """The naive average of micro-batch gradients differs for CLIP: the test above could fail."""
   objective = objectives.build(micro, models.build_model(micro.model))
   params, state = objective.init_variables(jax.random.key(0))
-  batch, mesh = _batch(micro), parallel.make_mesh()
+  batch, mesh = objective_batch(micro, BATCH), parallel.make_mesh()
   _, _, _, full = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   _, _, _, average = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
   with pytest.raises(AssertionError):
@@ -167,7 +149,7 @@ class _CosineMatching(ClipObjective):
 def test_microbatch_mode_is_exact_for_a_per_example_loss(micro):
   objective = _CosineMatching(models.build_model(micro.model), ClipObjective.options(micro.objective))
   params, state = objective.init_variables(jax.random.key(0))
-  batch, mesh = _batch(micro), parallel.make_mesh()
+  batch, mesh = objective_batch(micro, BATCH), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   m_loss, _, _, m_grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
   np.testing.assert_allclose(m_loss, loss, rtol=1e-5)
@@ -226,7 +208,8 @@ def test_decoupled_train_step_trains_like_the_whole_batch(micro):
     state = jax.device_put(state, shardings)
     step = compile_train_step(objective, tx, mesh, shardings, mode, num_micro)
     for seed in range(3):
-      state, metrics = step(state, parallel.global_batch(_batch(micro, seed=seed), mesh), jax.random.key(1))
+      batch = parallel.global_batch(objective_batch(micro, BATCH, seed=seed), mesh)
+      state, metrics = step(state, batch, jax.random.key(1))
     results.append((parallel.to_host(state.params), float(metrics['loss'])))
   (params, loss), (d_params, d_loss) = results
   np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
@@ -243,7 +226,7 @@ def test_remat_keeps_parameters_and_gradients(micro):
   remat = objectives.build(micro, models.build_model(micro.model))
   r_params, _ = remat.init_variables(jax.random.key(0))
   chex.assert_trees_all_equal(r_params, params)  # same names, shapes and initial values
-  batch, mesh = _batch(micro, size=16), parallel.make_mesh()
+  batch, mesh = objective_batch(micro, size=16), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   r_loss, _, _, r_grads = _loss_and_grads(remat, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   np.testing.assert_allclose(r_loss, loss, rtol=1e-6)
@@ -261,7 +244,7 @@ def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
   half = objectives.build(micro, models.build_model(micro.model))
   h_params, _ = jax.jit(half.init_variables)(jax.random.key(0))
   chex.assert_trees_all_equal(h_params, params)  # float32 master weights
-  batch, mesh = _batch(micro, size=16), parallel.make_mesh()
+  batch, mesh = objective_batch(micro, size=16), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   h_loss, _, _, h_grads = _loss_and_grads(half, params, state, batch, jax.random.key(0), 'decoupled', 2, mesh)
   assert h_loss.dtype == np.float32 and all(g.dtype == np.float32 for g in jax.tree.leaves(h_grads))
