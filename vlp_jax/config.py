@@ -53,7 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
       'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
-      # The image view of CLIP-style objectives (objectives/views.py ClipViews): () = resize and centre crop (OpenAI CLIP), or
+      # The image view of CLIP-style objectives (ClipViews, objectives/views.py): () = resize and centre crop, or
       # a RandomResizedCrop area range such as (0.9, 1.0) (open_clip); then 'none' | 'randaugment' | 'autoaugment'.
       'crop_scale': (),
       'augment': 'none',

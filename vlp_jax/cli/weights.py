@@ -358,7 +358,8 @@ def hf_config(model_config: ml_collections.ConfigDict) -> dict:
 # A Hugging Face model's config.json against the --model preset
 
 # transformers' CLIPConfig / CLIPTextConfig / CLIPVisionConfig defaults, for the fields a config.json leaves out
-# (save_pretrained may write only what differs from them); tests/parity/test_weights.py checks them against transformers.
+# (save_pretrained may write only what differs from them); tests/parity/test_weights.py checks them against
+# transformers.
 HF_CLIP_DEFAULTS = {
     'projection_dim': 512,
     'text_config': {'hidden_act': 'quick_gelu', 'hidden_size': 512, 'num_hidden_layers': 12, 'num_attention_heads': 8,

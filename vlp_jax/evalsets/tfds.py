@@ -24,11 +24,10 @@ DEFAULT_MEMORY_LIMIT_BYTES = 8 * 2**30
 # The Karpathy COCO test split has 5,000 images and 25,010 captions (a few images have more than 5); the usual protocol
 # keeps the first 5 of each image (25,000 captions).
 DEFAULT_MAX_CAPTIONS_PER_IMAGE = 5
-# Each class dataset's own zero-shot prompts (CLIP's where it published them); others get SIMPLE_TEMPLATES.
+# Each class dataset's own zero-shot prompts (CLIP's where it published them); others get prompts.SIMPLE_TEMPLATES.
 TEMPLATES = {'imagenet2012': prompts.OPENAI_IMAGENET_TEMPLATES, 'cifar10': prompts.CIFAR_TEMPLATES,
              'cifar100': prompts.CIFAR_TEMPLATES, 'caltech101': prompts.CALTECH101_TEMPLATES,
              'oxford_iiit_pet': prompts.PETS_TEMPLATES, 'oxford_flowers102': prompts.FLOWERS_TEMPLATES}
-SIMPLE_TEMPLATES = prompts.SIMPLE_TEMPLATES
 
 
 def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
@@ -73,8 +72,9 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
   max_examples: keep the first N examples (tfds shuffled the files when it prepared them).
   probe_train_examples: for a class dataset, also attach the first N examples of its 'train' split as
   train_images / train_labels for the linear probe (0: the whole split; None: none).
-  Class datasets: labels, class names and the dataset's prompts, no captions (captions [] and caption_image [0]). Caption datasets: labels -1, no class names, the captions of every image flattened, the
-  first `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
+  Class datasets: labels, class names and the dataset's prompts, no captions (captions [] and caption_image [0]).
+  Caption datasets: labels -1, no class names, the captions of every image flattened, the first
+  `max_captions_per_image` of each (None: all), with caption_image [T] the index of each caption's image.
   """
   if max_examples is not None and max_examples < 1:
     raise ValueError(f'max_examples must be positive or None, got {max_examples}')
@@ -93,8 +93,9 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
     train_images, train_labels, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
     probe = {'train_images': train_images, 'train_labels': train_labels}
   class_names = tfds_data.class_names(name, source)
-  return EvalSet(name=name, images=images, labels=labels, class_names=class_names,
-                          templates=TEMPLATES.get(name, SIMPLE_TEMPLATES) if class_names else (), captions=captions, caption_image=caption_image, **probe)
+  templates = TEMPLATES.get(name, prompts.SIMPLE_TEMPLATES) if class_names else ()
+  return EvalSet(name=name, images=images, labels=labels, class_names=class_names, templates=templates,
+                 captions=captions, caption_image=caption_image, **probe)
 
 
 def load(name: str, request: LoadRequest) -> EvalSet:

@@ -1,4 +1,5 @@
-"""CLIP: an image tower (towers.VISION_TOWERS: a ViT, vit.py, or a ResNet, resnet.py) and a causal text tower, with parameters named as in OpenAI CLIP checkpoints.
+"""CLIP: an image tower (towers.VISION_TOWERS: a ViT, vit.py, or a ResNet, resnet.py) and a causal text tower,
+with parameters named as in OpenAI CLIP checkpoints.
 
 Parameter tree (OpenAI name in brackets where it differs only by '.' -> '_'):
   visual/{conv1, class_embedding, positional_embedding, ln_pre, transformer/resblocks_i, ln_post, proj}
