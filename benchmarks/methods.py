@@ -1,35 +1,43 @@
 #!/usr/bin/env python
-"""Train each method on the embedded dataset under one budget, over several seeds, and tabulate mean +- std of the
-metrics its paper reports beside CLIP's, with affinity consistency on every row.
+"""The methods table (benchmarks/RESULTS.md): train each method, its control, its mechanism ablations and, where it
+costs much more, a compute-matched control on the embedded dataset under one budget, over the development seeds and
+the held-out seeds, and tabulate the paired differences and the held-out verdict (docs/evidence.md).
 
-python benchmarks/methods.py --seeds=0,1,2 [--methods=table] [--steps=N] [--jobs=2] [--workdir=/tmp/vlp_methods]
-                             [--output=table.md] [--memory]
+python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,4,5] [--jobs=2] [--workdir=/tmp/vlp_methods]
+                             [--output=table.md] [--notrain] [--memory]
 
---methods takes run names, groups of them (GROUPS below: 'table', 'ablate_saco', 'ablate_zerovl', ...) or 'all'.
-Every run is a config file, and its name says which (one rule):
+--methods takes run names, groups of them (GROUPS below: 'table', 'table_saco', 'table_zerovl', ...) or 'all'; a
+run brings its control, compute-matched control, continued run and teacher along, so `--methods=NAME` regenerates
+NAME's row. Every run is a config file, and its name says which (one rule):
 
   run NAME = configs/NAME_shapes.py if that file exists (the shipped recipes and their controls: 'clip' is
              configs/clip_shapes.py, 'clip_continue' configs/clip_continue_shapes.py), else
-             configs/experiments/NAME.py (ablations, controls and diagnostics: 'saco_sum').
+             configs/experiments/NAME.py (controls and ablations: 'saco_mimic').
 
 Every configs/*_shapes.py and configs/experiments/*.py is a run (a name in both places is an error). What the runner
 needs besides the config it reads from the file's module-level constants (Python literals, read without importing the
 file; a file's own, never inherited from the config it loads):
 
-  LABEL     the row's heading in the tables (required)
-  BASELINE  the CLIP run of the same data and budget that every paired row subtracts (default 'clip')
-  CONTROL   the run it is compared with, seed by seed, in the paired table (default: BASELINE)
-  AFTER     the run (same seed) whose final checkpoint initialises this one (continue pre-training)
-  TEACHER   the run whose checkpoint, trained with seed + 1000, is SaCo's frozen mimic teacher
+  LABEL            the row's heading in the tables (required)
+  METRICS          the metrics its paper reports ('set/metric' keys of COLUMNS), declared before any run; the first
+                   decides the verdict. Only runs with METRICS get a row in the headline table.
+  CONTROL          the run it is compared with, seed by seed (default: BASELINE)
+  COMPUTE_CONTROL  the control trained for as many FLOPs as this run, compared with the same way
+  BASELINE         the CLIP run of the same data and budget that the paired table also subtracts (default 'clip')
+  AFTER            the run (same seed) whose final checkpoint initialises this one (continue pre-training)
+  TEACHER          the run whose checkpoint, trained with seed + 1000, is SaCo's frozen mimic teacher
 
 Each run is `python -m vlp_jax.main --config=<its file> --workdir=WORKDIR/<run>/seed<S> --config.seed=S
 --config.eval.every_steps=...` in a subprocess, exactly as a user runs it, with only the runner's own flags beside the
 file (runner_flags: the seed, the eval interval, --steps for a from-scratch run, the checkpoint of AFTER, the teacher
-of TEACHER); a finished run is not trained again, so an interrupted table resumes. A continue-pre-training run starts
-from the checkpoint of the run it continues (same seed) and keeps its own budget; a SaCo run with the pseudo-affinity
-mimic uses as its frozen teacher a CLIP trained with another seed (seed + 1000) on the train split.
+of TEACHER). A finished run's row (final metrics, training FLOPs from XLA, wall time, its command) is written to
+benchmarks/results/methods/<run>/seed<S>.json, which is kept in git: a run found there is not trained again, so an
+interrupted table resumes (an unfinished run resumes from its checkpoint in WORKDIR), and `--notrain` tabulates what
+the store holds.
 
-Prints one JSON line per finished run, then the Markdown table (also written to --output).
+Prints one JSON line per finished run, then the Markdown tables (also written to --output): the headline (method
+against control on the paper's metrics, development seeds mean ± std, held-out differences and verdict, compute),
+every run's mean ± std, and every run against its controls seed by seed.
 """
 from __future__ import annotations
 
@@ -52,7 +60,23 @@ from absl import app, flags  # noqa: E402
 
 TEACHER_SEED_OFFSET = 1000
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
-METADATA = ('LABEL', 'BASELINE', 'CONTROL', 'AFTER', 'TEACHER')  # module-level constants of a run's config file
+METADATA = ('LABEL', 'BASELINE', 'CONTROL', 'COMPUTE_CONTROL', 'AFTER', 'TEACHER', 'METRICS')  # a config's constants
+DEV_SEEDS = (0, 1, 2)  # the only seeds a choice of setting may look at (docs/evidence.md)
+HELD_OUT_SEEDS = (4, 5)  # never used to choose anything: the verdict is read on them alone
+STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
+
+# The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
+COLUMNS = (
+    ('synthetic/zeroshot_top1', 'zero-shot top-1'),
+    ('synthetic/mean_r1', 'mean R@1, short captions'),
+    ('synthetic/rsum', 'RSUM, short captions'),
+    ('synthetic_long/mean_r1', 'mean R@1, long captions'),
+    ('within_source/mean_r1', 'mean R@1 within a source'),
+    ('synthetic/linear_probe_top1', 'linear probe top-1'),
+    ('synthetic/affinity_consistency', 'affinity consistency'),
+    ('within_source/affinity_consistency', 'affinity consistency within a source'),
+    ('synthetic/compositional_acc', 'compositional acc.'),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +85,8 @@ class Run:
 
   after: the run (same seed) whose final checkpoint initialises this one (continue pre-training).
   teacher: the run whose checkpoint, trained with seed + TEACHER_SEED_OFFSET, is SaCo's frozen mimic teacher.
+  metrics: the metric keys ('set/metric', COLUMNS) its paper reports, declared before any run; the first decides the
+    verdict against the control on the held-out seeds (docs/evidence.md). Empty for controls and teachers.
   """
   config: str
   label: str
@@ -68,6 +94,8 @@ class Run:
   teacher: str | None = None
   control: str | None = None  # the run it is compared with, seed by seed, in the paired table (default: baseline)
   baseline: str = 'clip'  # the CLIP of the same data and budget, which every paired row also subtracts
+  metrics: tuple[str, ...] = ()
+  compute_control: str | None = None  # the control trained for as many FLOPs as this run (docs/evidence.md, rule 1)
 
 
 def config_path(name: str, root: str = ROOT) -> str:
@@ -95,6 +123,10 @@ def read_run(path: str, root: str = ROOT) -> Run:
                            'the file)') from None
   if not isinstance(found.get('LABEL'), str):
     raise ValueError(f"{path}: no LABEL = '...' (the run's heading in the tables of benchmarks/methods.py)")
+  if 'METRICS' in found:
+    unknown = [m for m in found['METRICS'] if m not in dict(COLUMNS)]
+    if unknown or not isinstance(found['METRICS'], tuple):
+      raise ValueError(f'{path}: METRICS must be a tuple of {[key for key, _ in COLUMNS]}; unknown: {unknown}')
   return Run(path, **{key.lower(): value for key, value in found.items()})
 
 
@@ -110,7 +142,7 @@ def discover(root: str = ROOT) -> dict[str, Run]:
     raise ValueError(f'runs {both} are both configs/<name>_shapes.py and configs/experiments/<name>.py: rename one')
   runs = {name: read_run(config_path(name, root), root) for name in shipped + experiments}
   for name, run in runs.items():
-    for field in ('baseline', 'control', 'after', 'teacher'):
+    for field in ('baseline', 'control', 'compute_control', 'after', 'teacher'):
       other = getattr(run, field)
       if other is not None and other not in runs:
         raise ValueError(f"{run.config}: {field.upper()} = '{other}' is not a run; runs: {sorted(runs)}")
@@ -120,41 +152,14 @@ def discover(root: str = ROOT) -> dict[str, Run]:
 RUNS: dict[str, Run] = discover()
 
 GROUPS = {
-    'table': ('clip', 'saco', 'clip_continue', 'saco_continue', 'clip_colour_only', 'slip', 'cosmos', 'zerovl'),
-    'ablate_saco': ('clip', 'saco', 'saco_alpha10', 'saco_sum', 'saco_no_ramp', 'saco_masking', 'saco_mimic'),
-    'ablate_zerovl': ('clip', 'zerovl', 'zerovl_debiased', 'zerovl_single_source', 'zerovl_text_augment',
-                      'zerovl_no_mixup', 'clip_single_source', 'zerovl_no_mixup_t002', 'zerovl_t002'),
-    'ablate_cosmos': ('clip', 'cosmos', 'cosmos_caption_pool', 'cosmos_no_caption', 'cosmos_no_distill',
-                      'cosmos_paper_crop', 'cosmos_keep_colour'),
-    'ablate_slip': ('clip', 'clip_crop', 'slip_paper_views', 'slip_no_ssl', 'slip_paper_colour', 'slip_no_crop'),
-    'slip_weight': ('clip', 'slip_no_crop', 'slip_no_crop_ssl01'),
-    # SLIP where its SimCLR has something to add: captions that never name a shape (RESULTS.md, part 9).
-    'colour_only': ('clip_colour_only', 'slip', 'slip_colour_only_keep_bg'),
-    'slip_background': ('clip', 'slip_no_crop', 'slip_no_crop_random_bg', 'slip_no_crop_ssl01',
-                        'slip_no_crop_random_bg_ssl01'),
-    # ZeroVL in the source-biased setting without repeated captions, from scratch and from a trained CLIP, with
-    # and without clipping the gradient norm, and mixup on 900 pairs (RESULTS.md, part 7).
-    'zerovl_settings': ('clip_detailed', 'clip_detailed_single_source', 'zerovl_detailed_mixed',
-                        'zerovl_detailed_single_source', 'clip_pre_detailed', 'clip_pre_detailed_single_source',
-                        'zerovl_pre_detailed_mixed', 'zerovl_pre_detailed_single_source', 'clip_pre_detailed_clip2',
-                        'clip_pre_detailed_single_source_clip2', 'clip_tinydata', 'zerovl_tinydata'),
-    # Which half of coin-flipping mixup costs retrieval (RESULTS.md, part 8).
-    'ablate_mixup': ('clip', 'zerovl', 'zerovl_image_mixup', 'zerovl_text_mixup', 'zerovl_targets_only'),
-    # Whether a 4x longer budget lets mixup and SimCLR pay (RESULTS.md, part 8).
-    'long_budget': ('clip_long', 'zerovl_long', 'clip_crop_long', 'slip_long', 'slip_no_crop_long'),
-    'lowdata': ('clip_lowdata', 'zerovl_lowdata', 'clip_crop_lowdata', 'slip_lowdata'),
+    # each method with its control, its mechanism ablations and, where it costs much more, a compute-matched control
+    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'clip_continue', 'saco_continue'),
+    'table_slip': ('clip', 'slip', 'clip_slip_compute'),
+    'table_cosmos': ('clip_text_pool', 'cosmos', 'cosmos_no_distill', 'clip_text_pool_compute'),
+    'table_zerovl': ('clip_zerovl_temperature', 'zerovl', 'zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'),
 }
-# The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
-COLUMNS = (
-    ('synthetic/zeroshot_top1', 'zero-shot top-1'),
-    ('synthetic/mean_r1', 'mean R@1, short captions'),
-    ('synthetic/rsum', 'RSUM, short captions'),
-    ('synthetic_long/mean_r1', 'mean R@1, long captions'),
-    ('within_source/mean_r1', 'mean R@1 within a source'),
-    ('synthetic/linear_probe_top1', 'linear probe top-1'),
-    ('synthetic/affinity_consistency', 'affinity consistency'),
-    ('synthetic/compositional_acc', 'compositional acc.'),
-)
+GROUPS['table'] = tuple(dict.fromkeys(name for group in ('saco', 'slip', 'cosmos', 'zerovl')
+                                        for name in GROUPS[f'table_{group}']))
 
 SOURCE_SETS = ('synthetic_studio', 'synthetic_web', 'synthetic_sketch')  # averaged into 'within_source'
 FLAGS = flags.FLAGS
@@ -163,7 +168,10 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """Only when run as a script, so that tests can import the functions beside vlp_jax.main (which has --workdir)."""
   flags.DEFINE_list('methods', ['table'], f'Runs or groups: {sorted(RUNS)}; groups {sorted(GROUPS)}; all.')
-  flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (config.seed) to run every method with.')
+  flags.DEFINE_list('seeds', [str(s) for s in DEV_SEEDS + HELD_OUT_SEEDS],
+                    'Seeds (config.seed) to run every method with: the development seeds, then the held-out ones.')
+  flags.DEFINE_bool('train', True, 'Train the runs the store lacks; --notrain only tabulates the stored ones.')
+  flags.DEFINE_string('store', STORE, "Where each finished run's row is kept ('' keeps none).")
   flags.DEFINE_integer('steps', None, "Override total_steps of every from-scratch run (default: the configs').")
   flags.DEFINE_integer('jobs', 2, 'Runs trained at once. Each uses every core, but compiles, evaluations and the input '
                        'pipeline leave some idle: two at once finish a set of runs about 15% sooner on a 2-core CPU. '
@@ -184,8 +192,9 @@ def expand(names: list[str]) -> list[str]:
       return
     if name not in RUNS:
       raise ValueError(f"--methods has '{name}'; valid runs: {sorted(RUNS)}, groups: {sorted(GROUPS)}, 'all'")
-    for needed in (RUNS[name].after, RUNS[name].teacher):
-      if needed:
+    run = RUNS[name]
+    for needed in (run.after, run.teacher, run.baseline, run.control, run.compute_control):
+      if needed and needed != name:
         add(needed)
     out.append(name)
 
@@ -234,25 +243,30 @@ def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every
 
 
 def final_metrics(workdir: str) -> dict:
-  """The last logged value of every eval metric ('<set>/<metric>'), plus mean R@1 per set, the mean samples/s
-  and the run's wall time."""
-  metrics, rates = {}, []
+  """The last logged value of every eval metric ('<set>/<metric>'), plus mean R@1 and RSUM per set, the mean
+  samples/s and the training FLOPs (XLA's count of one step times the steps)."""
+  metrics, rates, step_flops, steps = {}, [], None, 0
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     for line in f:
       record = json.loads(line)
       metrics.update({k[len('eval/'):]: v for k, v in record.items() if k.startswith('eval/')})
       if 'perf/samples_per_sec' in record:
         rates.append(record['perf/samples_per_sec'])
+      step_flops = record.get('perf/step_flops', step_flops)
+      steps = max(steps, int(record.get('step', 0)))
   for key in [k for k in metrics if k.endswith('/i2t_r1')]:
     prefix = key[:-len('i2t_r1')]
     metrics[f'{prefix}mean_r1'] = (metrics[key] + metrics[f'{prefix}t2i_r1']) / 2
     recalls = [f'{prefix}{d}_r{k}' for d in ('i2t', 't2i') for k in (1, 5, 10)]
     if all(r in metrics for r in recalls):  # ZeroVL's retrieval figure: the six recalls in percent, summed
       metrics[f'{prefix}rsum'] = 100 * sum(metrics[r] for r in recalls)
-  per_source = [metrics[f'{name}/mean_r1'] for name in SOURCE_SETS if f'{name}/mean_r1' in metrics]
-  if len(per_source) == len(SOURCE_SETS):
-    metrics['within_source/mean_r1'] = sum(per_source) / len(per_source)
+  for metric in ('mean_r1', 'affinity_consistency'):  # each source's own test set, averaged
+    per_source = [metrics[f'{name}/{metric}'] for name in SOURCE_SETS if f'{name}/{metric}' in metrics]
+    if len(per_source) == len(SOURCE_SETS):
+      metrics[f'within_source/{metric}'] = sum(per_source) / len(per_source)
   metrics['samples_per_sec'] = sum(rates) / max(len(rates), 1)
+  # the training compute: XLA's count of one compiled step (all devices) times the steps trained (evaluation excluded)
+  metrics['train_flops'] = step_flops * steps if step_flops else None
   return metrics
 
 
@@ -263,23 +277,56 @@ def run_env(root: str) -> dict[str, str]:
   return {'JAX_COMPILATION_CACHE_DIR': os.path.join(root, 'jax_cache'), **os.environ}
 
 
-def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0) -> dict:
+def stored_path(store: str, name: str, seed: int) -> str:
+  return os.path.join(store, name, f'seed{seed}.json')
+
+
+def stored_row(store: str, name: str, seed: int) -> dict | None:
+  """The finished run's row kept in `store`, or None."""
+  path = stored_path(store, name, seed)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0,
+          store: str = '') -> dict:
+  """Train run `name` with `seed` in a subprocess (resuming its workdir) unless `store` already holds its row;
+  return the row, written to `store` (when given) and to the workdir's run_result.json."""
+  if store and (row := stored_row(store, name, seed)) is not None:
+    return row
   workdir = run_dir(root, name, seed)
   done = os.path.join(workdir, 'run_result.json')
   if os.path.exists(done):
     with open(done) as f:
-      return json.load(f)
+      row = json.load(f)
+    write_row(store, row)
+    return row
   began = time.time()
   result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True,
                           env=run_env(root))
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
-  row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1)}
+  row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
+         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:])}
   with open(done, 'w') as f:
     json.dump(row, f)
+  write_row(store, row)
   with lock:
     print(json.dumps(row), flush=True)
   return row
+
+
+def write_row(store: str, row: dict) -> None:
+  """Keep a finished run's row in `store` (nothing when `store` is '')."""
+  if not store:
+    return
+  path = stored_path(store, row['run'], row['seed'])
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(row, f, indent=1, sort_keys=True)
+  os.replace(path + '.tmp', path)
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -327,8 +374,8 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
     spec = RUNS[name]
     if name in ('clip', 'clip_teacher') or not any(r['run'] == name for r in rows):
       continue
-    for control in dict.fromkeys((spec.baseline, spec.control or spec.baseline)):
-      if control == name:
+    for control in dict.fromkeys((spec.baseline, spec.control or spec.baseline, spec.compute_control)):
+      if control is None or control == name:
         continue
       seeds = sorted(seed for (run, seed) in by_key if run == name and (control, seed) in by_key)
       if not seeds:
@@ -345,8 +392,70 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
   return '\n'.join(lines)
 
 
-def step_memory_bytes(config) -> int:
-  """Peak bytes of the compiled train step on one device, for a real batch of this config's views."""
+def verdict(differences: list[float]) -> str:
+  """'ahead' when the method is ahead of its control on every seed given, 'behind' when behind on every one, else
+  'level' (docs/evidence.md); 'not run' without seeds."""
+  if not differences:
+    return 'not run'
+  if all(d > 0 for d in differences):
+    return 'ahead'
+  if all(d < 0 for d in differences):
+    return 'behind'
+  return 'level'
+
+
+def _cell(values: list[float], key: str, signed: bool = False) -> str:
+  """mean ± std of `values` at the metric's precision (RSUM is in percent); '-' without values."""
+  if not values:
+    return '-'
+  digits = 1 if key.endswith('rsum') else 3
+  mean, std = mean_std(values)
+  return f'{mean:{"+" if signed else ""}.{digits}f} ± {std:.{digits}f}'
+
+
+def _mean_of(rows: list[dict], field: str) -> float | None:
+  values = [r[field] for r in rows if r.get(field) is not None]
+  return sum(values) / len(values) if values else None
+
+
+def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS) -> str:
+  """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
+  development seeds (mean ± std), their paired difference there, the difference on each held-out seed and the
+  verdict (`verdict`), then the training compute (XLA's FLOPs) and wall time of each side. A run with a
+  COMPUTE_CONTROL gets a second block against it."""
+  by_key = {(r['run'], r['seed']): r for r in rows}
+  heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
+           'method − control', f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
+           'training TFLOP, method / control', 'wall per run, method / control', 'regenerate']
+  lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
+  for name, control in [(n, c) for n in names for c in dict.fromkeys(
+      (RUNS[n].control or RUNS[n].baseline, RUNS[n].compute_control)) if c and c != n and RUNS[n].metrics]:
+    run = RUNS[name]
+    both = lambda seeds: [s for s in seeds if (name, s) in by_key and (control, s) in by_key]  # noqa: E731
+    dev, held = both(dev_seeds), both(held_out_seeds)
+    mine, theirs = [by_key[(name, s)] for s in dev + held], [by_key[(control, s)] for s in dev + held]
+    for k, key in enumerate(run.metrics):
+      diff = lambda s: by_key[(name, s)][key] - by_key[(control, s)][key]  # noqa: E731
+      held_cells = ', '.join(f'{diff(s):+.{1 if key.endswith("rsum") else 3}f}' for s in held) or '-'
+      cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
+               _cell([by_key[(name, s)][key] for s in dev], key), _cell([by_key[(control, s)][key] for s in dev], key),
+               _cell([diff(s) for s in dev], key, signed=True) + f' ({sum(diff(s) > 0 for s in dev)}/{len(dev)})',
+               held_cells, ('**' + verdict([diff(s) for s in held]) + '**') if k == 0 else verdict(
+                   [diff(s) for s in held])]
+      if k == 0:
+        flops = [_mean_of(side, 'train_flops') for side in (mine, theirs)]
+        walls = [_mean_of(side, 'wall_seconds') for side in (mine, theirs)]
+        cells += [' / '.join(f'{f / 1e12:.0f}' if f else '-' for f in flops)
+                  + (f' ({flops[0] / flops[1]:.2f}x)' if all(flops) else ''),
+                  ' / '.join(f'{w:.0f} s' if w else '-' for w in walls), f'`--methods={name}`']
+      else:
+        cells += ['', '', '']
+      lines.append('| ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def compiled_step(config):
+  """The train step of `config` compiled for one device, for a real batch of its views."""
   import jax
   from vlp_jax import models, objectives, parallel
   from vlp_jax.data import sources
@@ -366,10 +475,20 @@ def step_memory_bytes(config) -> int:
   state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   with jax.set_mesh(mesh):
-    compiled = jax.jit(lambda s, b, r: train_step(objective, tx, s, b, r), donate_argnums=0).lower(
+    return jax.jit(lambda s, b, r: train_step(objective, tx, s, b, r), donate_argnums=0).lower(
         state, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch), jax.random.key(1)).compile()
+
+
+def step_memory_bytes(config) -> int:
+  """Peak bytes of the compiled train step on one device, for a real batch of this config's views."""
   from benchmarks.common import compiled_memory
-  return compiled_memory(compiled)['peak_bytes']
+  return compiled_memory(compiled_step(config))['peak_bytes']
+
+
+def step_flops(config) -> float:
+  """XLA's FLOPs of one train step of `config` on one device (what the trainer logs as perf/step_flops)."""
+  from vlp_jax.training.step import program_flops
+  return program_flops(compiled_step(config))
 
 
 def main(argv):
@@ -388,22 +507,32 @@ def main(argv):
         futures[(run.after, seed)].result()
       if run.teacher:
         futures[(run.teacher, seed + TEACHER_SEED_OFFSET)].result()
-      return train(root, name, seed, steps, lock, FLAGS.eval_every)
+      return train(root, name, seed, steps, lock, FLAGS.eval_every, FLAGS.store)
+
+    def stored(name: str, seed: int) -> dict | None:
+      row = stored_row(FLAGS.store, name, seed) if FLAGS.store else None
+      if row is None and not FLAGS.train:
+        print(f'{name} seed {seed}: not in {FLAGS.store}', flush=True)
+      return row
 
     for seed in seeds:
       for name in names:
+        if not FLAGS.train:
+          futures[(name, seed)] = pool.submit(stored, name, seed)
+          continue
         if RUNS[name].teacher:
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           if teacher not in futures:
             futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock,
-                                             FLAGS.eval_every)
+                                             FLAGS.eval_every, FLAGS.store)
         futures[(name, seed)] = pool.submit(job, name, seed)
-    rows = [f.result() for f in futures.values()]
+    rows = [row for f in futures.values() if (row := f.result()) is not None]
   memory = {}
   if FLAGS.memory:
     for name in names:
       memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps))
-  markdown = table(rows, names, memory) + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names)
+  markdown = (headline_table(rows, names) + '\n\nEvery run, mean ± std over its seeds:\n\n' + table(rows, names, memory)
+              + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names))
   footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, {FLAGS.jobs} at a time: '
             f'{(time.time() - began) / 60:.1f} min wall.')
   print('\n' + markdown + footer)

@@ -1,7 +1,13 @@
 """COSMOS on CC3M with long synthetic captions (COSMOS paper, Sec. 4 and C.1): ViT-B/16, batch 1024, 32 epochs,
 AdamW (0.9, 0.98, 1e-8), lr 5e-4 with 2000 warmup steps and cosine decay, wd 0.5, EMA momentum 0.999, 2 global
 (224px, scale 0.4-1) + 6 local (96px, scale 0.05-0.4) image crops, 2 global (1-5 sentences) + 6 local (1 sentence)
-text crops. The records' `long_caption` field must hold the long captions (DreamLIP's for CC3M).
+text crops. The records' `long_caption` field must hold the synthetic captions (DreamLIP's for CC3M: the authors'
+pool holds its 3 short and 3 long ones), whose sentences form the text-crop pool.
+
+The raw (alt-text) caption is one more sentence of that pool (`caption_in_text_crops=True`). This follows the
+authors' code (github.com/ExplainableML/cosmos, `sample_dict`, mode `textcrop`: the pool is DreamLIP's raw caption
+plus its short and long synthetic captions); the paper's text (Sec. 3.1) samples from the long synthetic caption only.
+Every text crop, global or local, is drawn from that pool as the paper and that code draw it (data/text_crops.py).
 
 python -m vlp_jax.main --config=configs/cosmos_cc3m.py --workdir=/runs/cosmos_cc3m --config.data.path=/data/cc3m
 """
@@ -25,6 +31,7 @@ def get_config():
   config.objective.num_local_crops = 6
   config.objective.num_local_texts = 6
   config.objective.local_crop_size = 96
+  config.objective.caption_in_text_crops = True  # the authors' code (see the docstring)
   config.data.name = 'array_record'
   config.data.num_workers = 16  # multi-crop augmentation is host-heavy
   config.optim.update(lr=5e-4, warmup_init_lr=0.0, warmup_steps=2000, schedule='cosine', end_factor=0.0,

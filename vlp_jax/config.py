@@ -77,6 +77,9 @@ def base_config() -> ml_collections.ConfigDict:
           # 'alt_text' | 'detailed' (every object named in every source: few repeated captions) | 'colour_only' (no
           # shape ever named); data/synthetic.py
           'captions': 'alt_text',
+          # 'full' (the default: 17 to 67 tokens, cut at a 32-token context) | 'compact' (at most 32 tokens with
+          # sot/eot, the same kinds of sentence); data/synthetic.py
+          'long_captions': 'full',
       },
   })
   c.optim = ml_collections.ConfigDict({
@@ -135,6 +138,7 @@ _CHOICES: dict[str, Any] = {
     'eval.split': ('val', 'test'),
     'eval.templates': TEMPLATE_CHOICES,
     'data.synthetic.captions': synthetic.CAPTION_STYLES,
+    'data.synthetic.long_captions': synthetic.LONG_CAPTION_STYLES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
                   'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',

@@ -1,11 +1,13 @@
-"""COSMOS ablation: without the cross-modal self-distillation L_cosmos (weight 0), i.e. CLIP on COSMOS's crops. Versus
-configs/cosmos_shapes.py and configs/clip_shapes.py.
+"""COSMOS's mechanism ablation: configs/cosmos_shapes.py without the cross-modal self-distillation L_cosmos (weight
+0), i.e. the multi-crop CLIP term alone on COSMOS's crops and text pool. Versus COSMOS and its control clip_text_pool.
 """
 import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'COSMOS without L_cosmos (CLIP on its crops)'
+LABEL = 'COSMOS without L_cosmos (multi-crop CLIP on its crops)'
+CONTROL = 'clip_text_pool'
+METRICS = ('synthetic/mean_r1', 'synthetic/zeroshot_top1', 'synthetic_long/mean_r1')
 
 
 def get_config():

@@ -1,14 +1,19 @@
-"""ZeroVL ablation: the recipe (mixup on mixed batches) on the paper's debiased, single-source batches. Versus
-configs/zerovl_shapes.py; clip_single_source is CLIP on the same batches.
+"""ZeroVL's ablation: debiased (single-source) batches alone (no mixup, no text augmentation), with the recipe's
+temperature initialised at 0.02. Versus its control clip_zerovl_temperature and the recipe configs/zerovl_shapes.py,
+which has all three components.
 """
 import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'ZeroVL (mixup) on single-source batches'
+LABEL = 'ZeroVL, debiased (single-source) batches alone (no mixup, no text augmentation)'
+CONTROL = 'clip_zerovl_temperature'
+METRICS = ('synthetic/rsum', 'synthetic/zeroshot_top1')
 
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'zerovl_shapes.py'))
   config.data.mixing = 'single_source'
+  config.objective.mixup = False
+  config.objective.text_augment = False
   return config

@@ -1,14 +1,19 @@
-"""ZeroVL ablation: the recipe (mixup on mixed batches) plus the paper's text augmentation (mask, replace and delete
-tokens). Versus configs/zerovl_shapes.py.
+"""ZeroVL's ablation: word-level text augmentation alone (mixed batches, no mixup), with the recipe's temperature
+initialised at 0.02. Versus its control clip_zerovl_temperature and the recipe configs/zerovl_shapes.py, which has
+all three components.
 """
 import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'ZeroVL (mixup) with text augmentation'
+LABEL = 'ZeroVL, word-level text augmentation alone (mixed batches, no mixup)'
+CONTROL = 'clip_zerovl_temperature'
+METRICS = ('synthetic/rsum', 'synthetic/zeroshot_top1')
 
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'zerovl_shapes.py'))
+  config.data.mixing = 'mixed'
+  config.objective.mixup = False
   config.objective.text_augment = True
   return config

@@ -12,8 +12,9 @@ ROOT = methods.ROOT
 
 
 def test_expand_puts_dependencies_first_and_rejects_unknown_names():
-  assert methods.expand(['saco_continue']) == ['clip', 'saco_continue']
-  assert methods.expand(['saco_mimic', 'clip']) == ['clip_teacher', 'saco_mimic', 'clip']
+  assert methods.expand(['saco_continue']) == ['clip', 'clip_continue', 'saco_continue']  # its start and its control
+  assert methods.expand(['saco_mimic', 'clip']) == ['clip', 'clip_teacher', 'saco_mimic']
+  assert methods.expand(['cosmos']) == ['clip', 'clip_text_pool', 'clip_text_pool_compute', 'cosmos']
   table = methods.expand(['table'])
   assert table.index('clip') < table.index('saco_continue') and len(table) == len(set(table))
   with pytest.raises(ValueError, match='valid runs'):
@@ -23,7 +24,7 @@ def test_expand_puts_dependencies_first_and_rejects_unknown_names():
 def test_a_run_name_is_its_config_file():
   assert methods.RUNS['clip'].config == 'configs/clip_shapes.py'
   assert methods.RUNS['clip_continue'].config == 'configs/clip_continue_shapes.py'
-  assert methods.RUNS['saco_sum'].config == 'configs/experiments/saco_sum.py'
+  assert methods.RUNS['saco_mimic'].config == 'configs/experiments/saco_mimic.py'
   configs = os.path.join(ROOT, 'configs')
   files = {f'configs/{n}' for n in os.listdir(configs) if n.endswith('_shapes.py')} | {
       f'configs/experiments/{n}' for n in os.listdir(os.path.join(configs, 'experiments')) if n.endswith('.py')}
@@ -66,9 +67,10 @@ def test_every_run_trains_its_file_with_only_the_runner_flags_and_validates(monk
 def test_runs_are_compared_only_with_clips_and_controls_of_the_same_data_and_budget():
   """Every name a run file or a group gives is a run; a run's BASELINE is a CLIP, and its BASELINE and CONTROL train
   on the same embedded data as it, for as many steps when they start the same way (both from scratch, or both from
-  the same AFTER run)."""
+  the same AFTER run), except a compute-matched control, whose budget is its method's FLOPs."""
   from vlp_jax.config import from_file
   configs = {name: from_file(os.path.join(ROOT, run.config)) for name, run in methods.RUNS.items()}
+  compute_matched = {run.compute_control for run in methods.RUNS.values()} - {None}  # their budget is the FLOPs'
   for name, run in methods.RUNS.items():
     for other in (run.baseline, run.control, run.after, run.teacher):
       assert other is None or other in methods.RUNS, (name, other)
@@ -76,7 +78,7 @@ def test_runs_are_compared_only_with_clips_and_controls_of_the_same_data_and_bud
     assert baseline.objective.name == 'clip' and not baseline.objective.terms, (name, run.baseline)
     for other in {run.baseline, run.control} - {None}:
       assert configs[other].data.synthetic == configs[name].data.synthetic, (name, other)
-      if methods.RUNS[other].after == run.after:
+      if methods.RUNS[other].after == run.after and name not in compute_matched:
         assert configs[other].total_steps == configs[name].total_steps, (name, other)
   for group, names in methods.GROUPS.items():
     assert names and set(names) <= set(methods.RUNS), (group, set(names) - set(methods.RUNS))
@@ -161,31 +163,80 @@ def test_final_metrics_and_the_table(tmp_path):
   assert 'seeds 0,1' in line and '1.00x' in line
 
 
-def test_paired_table_subtracts_the_control_of_the_same_seed():
+def test_paired_table_subtracts_the_controls_of_the_same_seed():
   def row(run, seed, zeroshot):
     return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot}
-  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_crop', 0, 0.1), row('clip_crop', 1, 0.3),
-          row('slip_paper_views', 0, 0.15), row('slip_paper_views', 1, 0.5),
-          row('slip_paper_views', 2, 0.9)]  # seed 2 has no control: left out
-  lines = methods.paired_table(rows, ['clip', 'clip_crop', 'slip_paper_views']).splitlines()
-  assert len(lines) == 2 + 3  # clip_crop - clip, slip_paper_views - clip, slip_paper_views - clip_crop
-  vs_clip, vs_crop = lines[3], lines[4]
-  assert '`slip_paper_views` − `clip` (seeds 0,1)' in vs_clip
-  assert vs_clip.split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # differences -0.05 and +0.1
-  assert '`slip_paper_views` − `clip_crop` (seeds 0,1)' in vs_crop
-  assert vs_crop.split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # differences 0.05 and 0.2
-  assert vs_crop.split('|')[3].strip() == '-'  # a metric the rows do not have
+  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_text_pool', 0, 0.1), row('clip_text_pool', 1, 0.3),
+          row('clip_text_pool_compute', 1, 0.35), row('cosmos', 0, 0.15), row('cosmos', 1, 0.5),
+          row('cosmos', 2, 0.9)]  # seed 2 has no control: left out
+  lines = methods.paired_table(rows, ['clip', 'clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
+  heads = [line.split('|')[1].strip() for line in lines[2:]]
+  assert heads == ['`clip_text_pool` − `clip` (seeds 0,1)', '`clip_text_pool_compute` − `clip` (seeds 1)',
+                   '`cosmos` − `clip` (seeds 0,1)', '`cosmos` − `clip_text_pool` (seeds 0,1)',
+                   '`cosmos` − `clip_text_pool_compute` (seeds 1)']
+  assert lines[4].split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # cosmos - clip: -0.05 and +0.1
+  assert lines[5].split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # cosmos - clip_text_pool: 0.05 and 0.2
+  assert lines[5].split('|')[3].strip() == '-'  # a metric the rows do not have
 
 
-def test_a_low_data_run_is_paired_with_the_low_data_clip_not_the_full_data_one():
-  rows = [{'run': run, 'seed': 0, 'synthetic/zeroshot_top1': value}
-          for run, value in (('clip', 0.9), ('clip_lowdata', 0.3), ('clip_crop_lowdata', 0.1), ('slip_lowdata', 0.2))]
-  lines = methods.paired_table(rows, ['clip', 'clip_lowdata', 'clip_crop_lowdata', 'slip_lowdata']).splitlines()[2:]
-  assert [line.split('|')[1].strip() for line in lines] == [
-      '`clip_crop_lowdata` − `clip_lowdata` (seeds 0)', '`slip_lowdata` − `clip_lowdata` (seeds 0)',
-      '`slip_lowdata` − `clip_crop_lowdata` (seeds 0)']
-  assert [line.split('|')[2].strip() for line in lines] == ['-0.200 ± 0.000 (0/1)', '-0.100 ± 0.000 (0/1)',
-                                                           '+0.100 ± 0.000 (1/1)']
+def test_verdict_is_read_on_every_held_out_seed():
+  assert methods.verdict([0.1, 0.02]) == 'ahead'
+  assert methods.verdict([-0.1, -0.02]) == 'behind'
+  assert methods.verdict([0.1, -0.02]) == methods.verdict([0.0, 0.3]) == 'level'
+  assert methods.verdict([]) == 'not run'
+
+
+def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metrics():
+  rows = []
+  for seed in methods.DEV_SEEDS + methods.HELD_OUT_SEEDS:
+    for run, r1, flops in (('clip_text_pool', 0.2, 1e13), ('clip_text_pool_compute', 0.25, 3e13),
+                           ('cosmos', 0.2 + 0.01 * (seed + 1), 3e13)):
+      rows.append({'run': run, 'seed': seed, 'synthetic/mean_r1': r1 + (seed == 5) * 0.1 * (run != 'cosmos'),
+                   'synthetic/zeroshot_top1': 0.5, 'synthetic_long/mean_r1': 0.1, 'train_flops': flops,
+                   'wall_seconds': 100.0})
+  lines = methods.headline_table(rows, ['clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
+  assert len(lines) == 2 + 2 * len(methods.RUNS['cosmos'].metrics)  # against the control, then compute-matched
+  first = [cell.strip() for cell in lines[2].split('|')[1:-1]]
+  assert first[:3] == ['COSMOS (`cosmos`)', '`clip_text_pool`', 'mean R@1, short captions']
+  assert first[5] == '+0.020 ± 0.010 (3/3)'  # seeds 0-2: +0.01, +0.02, +0.03
+  assert first[6] == '+0.050, -0.040' and first[7] == '**level**'  # seed 4 ahead, seed 5 behind
+  assert first[8] == '30 / 10 (3.00x)' and first[10] == '`--methods=cosmos`'
+  compute = [cell.strip() for cell in lines[2 + len(methods.RUNS['cosmos'].metrics)].split('|')[1:-1]]
+  assert compute[1] == '`clip_text_pool_compute`' and compute[7] == '**level**' and compute[8].endswith('(1.00x)')
+  assert [cell.strip() for cell in lines[3].split('|')[1:-1]][7] == 'level'  # zero-shot: level on both seeds
+
+
+def test_a_stored_run_is_not_trained_again(tmp_path, monkeypatch):
+  import threading
+  row = {'run': 'clip', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
+  methods.write_row(str(tmp_path / 'store'), row)
+  monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: pytest.fail('a stored run was trained again'))
+  assert methods.train(str(tmp_path / 'w'), 'clip', 7, None, threading.Lock(), store=str(tmp_path / 'store')) == row
+  assert methods.stored_row(str(tmp_path / 'store'), 'clip', 8) is None
+
+
+def test_metrics_must_name_columns(tmp_path):
+  experiments = tmp_path / 'configs' / 'experiments'
+  experiments.mkdir(parents=True)
+  (tmp_path / 'configs' / 'clip_shapes.py').write_text("LABEL = 'CLIP'\n")
+  (experiments / 'x.py').write_text("LABEL = 'X'\nMETRICS = ('synthetic/zeroshot_top1',)\n")
+  assert methods.discover(str(tmp_path))['x'].metrics == ('synthetic/zeroshot_top1',)
+  (experiments / 'x.py').write_text("LABEL = 'X'\nMETRICS = ('synthetic/top1',)\n")
+  with pytest.raises(ValueError, match="unknown: \\['synthetic/top1'\\]"):
+    methods.discover(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_compute_matched_controls_train_for_the_flops_of_their_method():
+  """XLA's FLOPs of one step of each method with a COMPUTE_CONTROL, over its control's, times the method's steps, is
+  the compute-matched control's budget (to a step)."""
+  from vlp_jax.config import from_file
+  load = lambda name: from_file(os.path.join(ROOT, methods.RUNS[name].config))  # noqa: E731
+  for name, run in methods.RUNS.items():
+    if run.compute_control:
+      method, matched = load(name), load(run.compute_control)
+      ratio = methods.step_flops(method) / methods.step_flops(matched)
+      assert matched.total_steps == round(method.total_steps * ratio), (name, ratio)
 
 
 def test_batch_duplicates_counts_rows_that_share_a_caption():

@@ -19,7 +19,7 @@ def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
   s = data.synthetic
   return synthetic.SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
                                  num_test=s.num_test, sources=tuple(s.sources), shards=s.shards,
-                                 captions=s.captions)
+                                 captions=s.captions, long_captions=s.long_captions)
 
 
 def train_paths(data: ml_collections.ConfigDict) -> list[str]:

@@ -22,6 +22,16 @@ Two caption variants (`SyntheticSpec.captions`; the images are the same in both)
             that say what colour things are but never what they are, the part of an image that alt-text leaves out.
             The labels still name colour and shape, so whatever a model knows of shapes it learnt from the images
             alone: the setting of SLIP's SimCLR (benchmarks/RESULTS.md, part 9).
+
+Two long-caption forms (`SyntheticSpec.long_captions`; the images and every other field are the same in both):
+  full:     the default: 'There is a large red circle at the top left.' per object, 'The blue star is below the red
+            circle.' per relation, 'The background is paper with a grid.'. 17 to 67 CLIP tokens with sot/eot, so the
+            tiny model's 32-token context cuts two thirds of them (every scene of two or three objects).
+  compact:  the same kinds of sentence, tersely: 'Large red circle at the top left.' for the main object, 'Small blue
+            star below the red circle.' for each other object (its relation to the main one standing for its grid
+            cell), 'Grid paper background.'. At most 32 tokens with sot/eot for every scene (COMPACT_MAX_TOKENS), so a
+            32-token model reads every sentence; still one sentence per object and one for the background, so that
+            COSMOS's text crops can split it.
 """
 from __future__ import annotations
 
@@ -49,6 +59,8 @@ SOURCES = ('studio', 'web', 'sketch')
 SPLITS = ('train', 'val', 'test')
 FORMAT_VERSION = 1
 CAPTION_STYLES = ('alt_text', 'detailed', 'colour_only')
+LONG_CAPTION_STYLES = ('full', 'compact')
+COMPACT_MAX_TOKENS = 32  # the tiny model's context: every compact long caption fits it with sot and eot
 UNNAMED_SHAPE = 'shape'  # what colour_only captions call every shape
 
 # Fraction of the image side used as the radius of an object of each size.
@@ -61,6 +73,8 @@ POSITIONS = {
 }
 STUDIO_BACKGROUNDS = {'white': (245, 245, 245), 'gray': (128, 128, 128), 'black': (25, 25, 25),
                       'beige': (225, 210, 180)}
+# The background as compact long captions name it ('Grid paper background.'); studio colours are one word already.
+COMPACT_BACKGROUNDS = {'a noisy gradient': 'noisy gradient', 'paper with a grid': 'grid paper'}
 INVERSE_RELATION = {'to the left of': 'to the right of', 'to the right of': 'to the left of',
                     'above': 'below', 'below': 'above'}
 
@@ -250,6 +264,20 @@ def long_caption(objects: list[SceneObject], background: str) -> str:
   return ' '.join(sentences)
 
 
+def compact_long_caption(objects: list[SceneObject], background: str) -> str:
+  """The long caption in at most COMPACT_MAX_TOKENS - 2 BPE ids: the main object with its size and grid cell, each
+  other object with its size and its relation to the main one, then the background; one sentence each.
+  'Large red circle at the top left. Small blue star below the red circle. Grid paper background.'"""
+  main = objects[0]
+  where = 'in the center' if main.position == 'center' else f'at the {main.position}'
+  sentences = [f'{main.size.capitalize()} {main.name} {where}.']
+  for obj in objects[1:]:
+    sentences.append(f'{obj.size.capitalize()} {obj.name} {relation(obj, main).removeprefix("to the ")} the '
+                     f'{main.name}.')
+  sentences.append(f'{COMPACT_BACKGROUNDS.get(background, background).capitalize()} background.')
+  return ' '.join(sentences)
+
+
 def canonical_and_negatives(objects: list[SceneObject], rng: np.random.Generator) -> tuple[str, list[str]]:
   """A noise-free caption and hard negatives that reuse its words: swapped attributes, swapped relation,
   or a replaced colour / shape."""
@@ -272,9 +300,10 @@ def canonical_and_negatives(objects: list[SceneObject], rng: np.random.Generator
 
 
 def make_example(seed: int, split: str, source: str, index: int, resolution: int,
-                 captions: str = 'alt_text') -> dict[str, Any]:
+                 captions: str = 'alt_text', long_captions: str = 'full') -> dict[str, Any]:
   """The example (seed, split, source, index) as a record dict (see records.py); `captions` is the caption style
-  of the short caption (CAPTION_STYLES). The image and every other field do not depend on it."""
+  of the short caption (CAPTION_STYLES), `long_captions` the form of the long one (LONG_CAPTION_STYLES). The image
+  and every other field do not depend on either."""
   rng = _rng(seed, split, source, index)
   objects = sample_scene(rng)
   image, mask, background = render(objects, source, resolution, rng)
@@ -282,7 +311,7 @@ def make_example(seed: int, split: str, source: str, index: int, resolution: int
   return {
       'image': records.encode_png(image),
       'caption': short_caption(objects, source, background, rng, captions),
-      'long_caption': long_caption(objects, background),
+      'long_caption': {'full': long_caption, 'compact': compact_long_caption}[long_captions](objects, background),
       'label': class_label(objects[0].color, objects[0].shape),
       'source': source,
       'key': f'{source}/{split}/{index}',
@@ -290,6 +319,10 @@ def make_example(seed: int, split: str, source: str, index: int, resolution: int
       'canonical_caption': canonical,
       'hard_negatives': negatives,
   }
+
+
+# Fields added after FORMAT_VERSION 1 and the value that generates what the spec generated before them.
+_FIELDS_ADDED_LATER = {'captions': 'alt_text', 'long_captions': 'full'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,21 +336,23 @@ class SyntheticSpec:
   sources: tuple[str, ...] = SOURCES
   shards: int = 2
   captions: str = 'alt_text'  # the short captions' style, CAPTION_STYLES
+  long_captions: str = 'full'  # the long captions' form, LONG_CAPTION_STYLES
 
   def num_examples(self, split: str) -> int:
     return {'train': self.num_train, 'val': self.num_val, 'test': self.num_test}[split]
 
   def digest(self) -> str:
     fields = dataclasses.asdict(self)
-    if fields['captions'] == 'alt_text':  # the default keeps the digest (and cache) it had before the field existed
-      del fields['captions']
+    for name, default in _FIELDS_ADDED_LATER.items():
+      if fields[name] == default:  # a default keeps the digest (and cache) the spec had before the field existed
+        del fields[name]
     payload = json.dumps({**fields, 'version': FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def _examples(spec: SyntheticSpec, split: str, source: str) -> Iterator[dict[str, Any]]:
   for index in range(spec.num_examples(split)):
-    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions)
+    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions, spec.long_captions)
 
 
 def default_cache_dir() -> str:
@@ -335,6 +370,9 @@ def ensure_dataset(spec: SyntheticSpec, cache_dir: str | None = None, verbose: b
       raise ValueError(f"unknown synthetic source '{source}'; valid choices: {SOURCES}")
   if spec.captions not in CAPTION_STYLES:
     raise ValueError(f"unknown synthetic caption style '{spec.captions}'; valid choices: {CAPTION_STYLES}")
+  if spec.long_captions not in LONG_CAPTION_STYLES:
+    raise ValueError(f"unknown synthetic long caption form '{spec.long_captions}'; valid choices: "
+                     f'{LONG_CAPTION_STYLES}')
   root = os.path.join(cache_dir or default_cache_dir(), f'synthetic-{spec.digest()}')
   if os.path.exists(os.path.join(root, 'spec.json')):
     return root

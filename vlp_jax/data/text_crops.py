@@ -1,8 +1,15 @@
 """COSMOS text crops from long, multi-sentence captions: a global crop is 1 to 5 sentences sampled without
 replacement and joined; a local crop is one sentence. Optionally the original (short) caption is one more sentence
-of the pool, as DreamLIP, whose long captions COSMOS trains on, samples the raw caption beside the sub-captions."""
+of the pool, as DreamLIP, whose long captions COSMOS trains on, samples the raw caption beside the sub-captions.
+
+How the crops of one example relate (COSMOS supplementary E.7 and the authors' `sample_dict`, mode `textcrop`): each
+global crop is drawn on its own, so the two global crops, and a global and a local crop, may share sentences ("global
+captions may or may not include local captions"); the local crops are drawn together, without replacement, so they
+are distinct sentences while the pool has enough of them (`local_crops`).
+"""
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -21,19 +28,46 @@ def global_crop(sentences: list[str], rng: np.random.Generator, max_sentences: i
   return ' '.join(sentences[i] for i in rng.choice(len(sentences), size=count, replace=False))
 
 
-def local_crop(sentences: list[str], rng: np.random.Generator) -> str:
-  return sentences[int(rng.integers(len(sentences)))]
+def local_crops(sentences: list[str], rng: np.random.Generator, count: int) -> list[str]:
+  """`count` one-sentence crops drawn without replacement from the n sentences. With count > n (a short pool) the
+  pool is drawn again once it is used up: every sentence appears floor(count / n) or ceil(count / n) times, the
+  extra ones a uniform subset (as the authors' `random_sample_from_list` "minimizing caption duplications")."""
+  if count == 0:
+    return []
+  order = np.concatenate([rng.permutation(len(sentences)) for _ in range(-(-count // len(sentences)))])
+  return [sentences[i] for i in order[:count]]
+
+
+def crop_pool(long_caption: str, caption: str, include_caption: bool = False) -> list[str]:
+  """The sentences crops are drawn from: those of `long_caption`, plus `caption` when `include_caption` or when
+  there is no long caption (then it is the only sentence)."""
+  sentences = split_sentences(long_caption)
+  return sentences + [caption] if include_caption or not sentences else sentences
 
 
 def text_crops(long_caption: str, caption: str, rng: np.random.Generator, num_global: int = 2,
-               num_local: int = 6, include_caption: bool = False, caption_first: bool = False) -> list[str]:
-  """num_global global crops then num_local local crops, sampled independently from the sentences of
-  `long_caption`, plus `caption` (the short one) as one more sentence when `include_caption`. With
-  `caption_first`, the first global crop is `caption` itself and the other crops are sampled as before. Examples
-  without a long caption use `caption` as their only sentence."""
-  sentences = split_sentences(long_caption)
-  if include_caption or not sentences:
-    sentences = sentences + [caption]
+               num_local: int = 6, include_caption: bool = False, caption_first: bool = False,
+               max_sentences: int = 5) -> list[str]:
+  """num_global global crops (1 to `max_sentences` sentences), each drawn on its own, then num_local local crops
+  drawn together without replacement (`local_crops`), from `crop_pool`. With `caption_first`, the first global crop
+  is `caption` itself and the other crops are sampled as before.
+
+  The global crops are drawn first, in order, so the first one depends only on the generator's state: a call with
+  num_global=1, num_local=0 draws the same first crop (`FirstGlobalCrop`, CLIP's text under that option)."""
+  sentences = crop_pool(long_caption, caption, include_caption)
   first = [caption] if caption_first and num_global else []
-  return (first + [global_crop(sentences, rng) for _ in range(num_global - len(first))] +
-          [local_crop(sentences, rng) for _ in range(num_local)])
+  return (first + [global_crop(sentences, rng, max_sentences) for _ in range(num_global - len(first))] +
+          local_crops(sentences, rng, num_local))
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstGlobalCrop:
+  """(long_caption, caption, rng) -> the first global text crop COSMOS's views would draw with this generator state
+  and these options (without `caption_first`, which would give the caption itself): a text for CLIP that is drawn
+  from COSMOS's pool by COSMOS's sampler (`objective.text_source='text_crops'`)."""
+  include_caption: bool = False
+  max_sentences: int = 5
+
+  def __call__(self, long_caption: str, caption: str, rng: np.random.Generator) -> str:
+    return text_crops(long_caption, caption, rng, num_global=1, num_local=0, include_caption=self.include_caption,
+                      max_sentences=self.max_sentences)[0]

@@ -47,6 +47,9 @@ class EvalSet:
   # for Winoground (images and captions in groups of two, caption k of a group describing its image k).
   categories: list[str] | None = None
   winoground_captions: list[str] | None = None
+  # Retrieval counts a caption with the same text as the image's own as a hit, both ways (evaluation/retrieval.py):
+  # for sets whose captions repeat by construction (the embedded dataset's). False: exact matches, as CLIP_benchmark.
+  identical_captions_match: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

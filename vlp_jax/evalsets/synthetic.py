@@ -7,6 +7,11 @@
                    retrieval and affinity only (zero-shot, segmentation and compositionality per image would only
                    split the pooled set's). Retrieval inside one domain is how ZeroVL evaluates (COCO, Flickr30k):
                    a downstream set never asks a model to tell its training sources apart.
+
+Every one of them scores retrieval with identical caption texts as one another's match
+(`EvalSet.identical_captions_match`, evaluation/retrieval.py): captions repeat by construction (the test split's 1500
+short captions hold 952 texts), and under exact matching a repeated caption ties with its copies and caps R@1 for
+every method alike.
 """
 from __future__ import annotations
 
@@ -56,7 +61,8 @@ def load(name: str, request: LoadRequest) -> EvalSet:
   if name != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
     field = 'long_caption' if name == 'synthetic_long' else 'caption'
     return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
-                   captions=[e[field] for e in examples], caption_image=np.arange(len(examples)))
+                   captions=[e[field] for e in examples], caption_image=np.arange(len(examples)),
+                   identical_captions_match=True)
   has_masks = bool(examples) and all('mask' in e for e in examples)
   has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
   train_images = train_labels = None
@@ -71,7 +77,8 @@ def load(name: str, request: LoadRequest) -> EvalSet:
                                   for e in examples]) if has_masks else None),
                  train_images=train_images, train_labels=train_labels,
                  canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,
-                 hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None)
+                 hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None,
+                 identical_captions_match=True)
 
 
 for _name in SOURCE_SETS:

@@ -1,8 +1,9 @@
 """COSMOS: cross-modality self-distillation with an EMA teacher (COSMOS paper, Sec. 3 and Algorithm 1).
 
-Per example the views hold 2 global + N local image crops and 2 global + M local text crops (sentences of the long
-caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`, and the first global
-text crop, `caption_first_global`: deviations for the embedded dataset, documented in benchmarks/RESULTS.md).
+Per example the views hold 2 global + N local image crops and 2 global + M local text crops (data/text_crops.py:
+sentences of the long caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`,
+as the authors' code does, and the first global text crop, `caption_first_global`, in neither the paper nor the
+authors' code: a deviation for the embedded dataset, documented in benchmarks/RESULTS.md).
 The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds the
 global crops only. The student's cross-attention modules give
   h_I = cls + CrossAttn(q=cls, kv=tokens of the first global text crop)
@@ -80,6 +81,7 @@ class CosmosViews(grain.transforms.RandomMap):
   local_scale: tuple[float, float] = (0.05, 0.4)
   caption_in_text_crops: bool = False
   caption_first_global: bool = False
+  text_crop_max_sentences: int = 5
   color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)  # brightness, contrast, saturation, hue
   grayscale_prob: float = 0.2
 
@@ -103,7 +105,7 @@ class CosmosViews(grain.transforms.RandomMap):
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
                        self.num_text_local, include_caption=self.caption_in_text_crops,
-                       caption_first=self.caption_first_global)
+                       caption_first=self.caption_first_global, max_sentences=self.text_crop_max_sentences)
     tokenize = default_tokenizer()
     return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
             'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
@@ -123,12 +125,14 @@ class CosmosObjective(Objective):
             'local_text_context_length': 0,
             'global_crop_scale': (0.4, 1.0), 'local_crop_scale': (0.05, 0.4),
             'cross_attention_heads': 8, 'zero_init_cross_attention': False,
-            # The short caption as one more sentence of the text-crop pool (DreamLIP's sampling; the paper crops
-            # the long caption only).
+            # The short caption as one more sentence of the text-crop pool (the authors' code, whose pool holds
+            # DreamLIP's raw caption beside the synthetic ones; the paper's text crops the long caption only).
             'caption_in_text_crops': False,
             # The short caption as the first global text crop of every example: L_clip then holds CLIP's own pairs
-            # (caption, global image crop), and h_I attends to the caption's tokens (a deviation; see RESULTS.md).
+            # (caption, global image crop), and h_I attends to the caption's tokens (in neither the paper nor the
+            # authors' code; see RESULTS.md).
             'caption_first_global': False,
+            'text_crop_max_sentences': 5,  # a global text crop holds 1 to this many sentences (the paper: 5)
             # DINO's colour augmentation of every crop. Hue jitter and grayscale teach invariance to colour, which
             # erases half the label of the embedded dataset's classes ('red circle'); (0.4, 0.4, 0.2, 0.0) and 0
             # keep the colours (but for DINO's solarisation of the second global view, p 0.2).
@@ -139,7 +143,7 @@ class CosmosObjective(Objective):
 
   @classmethod
   def validate(cls, options, config):
-    for key in ('num_local_crops', 'num_local_texts', 'local_crop_size'):
+    for key in ('num_local_crops', 'num_local_texts', 'local_crop_size', 'text_crop_max_sentences'):
       if not isinstance(options[key], int) or options[key] < 1:
         raise ValueError(f'config.objective.{key} must be a positive integer, got {options[key]!r}')
     context = config.model.text.context_length
@@ -164,6 +168,7 @@ class CosmosObjective(Objective):
                        num_text_local=c.num_local_texts,
                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
                        caption_in_text_crops=c.caption_in_text_crops, caption_first_global=c.caption_first_global,
+                       text_crop_max_sentences=c.text_crop_max_sentences,
                        color_jitter=tuple(float(x) for x in c.crop_color_jitter),
                        grayscale_prob=float(c.crop_grayscale_prob))
 
@@ -171,10 +176,19 @@ class CosmosObjective(Objective):
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,
                           self.config.zero_init_cross_attention, self.model.dtype)
 
+  def image_token_width(self, params: dict, model_state: dict) -> int:
+    """w of the image tower's tokens [B, N, w], by shape inference (no compute): a ViT's width, a ResNet's
+    32 * width channels."""
+    size = self.model.vision.image_size
+    images = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
+    out = jax.eval_shape(lambda p, s, x: self.encode_image(p, s, x, False, with_tokens=True)[0]['tokens'],
+                         params, model_state, images)
+    return out.shape[-1]
+
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = super().init_variables(rng)
     image_rng, text_rng = jax.random.split(jax.random.fold_in(rng, 1))
-    d, v, t = self.model.embed_dim, self.model.vision.width, self.model.text.width
+    d, v, t = self.model.embed_dim, self.image_token_width(params, model_state), self.model.text.width
     xattn = self._cross_attention()
     params = {**params,
               'cosmos_xattn_image': xattn.init(image_rng, jnp.zeros((1, 1, d)), jnp.zeros((1, 1, t)))['params'],

@@ -32,14 +32,18 @@ class SacoTerm(Term):
     return {
         'alpha': 5.0,  # SaCo paper, Figure 6
         'beta': 0.0,  # pseudo-affinity mimic weight (5.0 in the paper from scratch; needs teacher embeddings)
-        # 'mean' (/B^2, the scale of the paper's Figure 3b) | 'row_mean' (/B) | 'sum' (the pseudocode's np.sum)
+        # 'mean' (/B^2, the scale of the paper's Figure 3b) | 'row_mean' (/B) | 'sum' (the pseudocode's np.sum).
+        # With masking, B is the kept count K = sum_i w_i: 'mean' divides by the kept pairs K^2, 'sum' sums over them.
         'normalization': 'mean',
         'ramp': 'constant',  # 'linear' | 'exponential' | 'polynomial': alpha grows over ramp_steps
         'ramp_steps': 0,  # 0: the whole run (config.total_steps)
         'ramp_power': 2.0,
         'ramp_rate': 5.0,
-        'masking': 'none',  # 'hard' | 'soft': sample-wise masking by the pair's image-text cosine
-        'mask_threshold': 0.5,
+        # 'hard' | 'soft': sample-wise masking by each image-text pair's cosine (weight w_i: 1 above mask_threshold,
+        # else 0; or the cosine clipped to [0, 1]). Entry (i, j) weighs w_i w_j: a masked sample drops out as a query
+        # and as a neighbour, and gets no gradient from the term. The mimic term is never masked.
+        'masking': 'none',
+        'mask_threshold': 0.5,  # our choice: the paper thresholds the cosine but gives no value
         'teacher': 'embeddings',  # where the mimic targets come from: 'embeddings' | 'checkpoint'
         'teacher_checkpoint': '',
     }
@@ -95,7 +99,7 @@ class SacoTerm(Term):
                'affinity_consistency': jax.lax.stop_gradient(saco.affinity_consistency(zi, zt))}
     total = alpha * saco_loss
     if weights is not None:
-      metrics['saco_kept_fraction'] = weights.mean()
+      metrics['saco_kept_fraction'] = weights.mean()  # of the samples; of the pairs, its square
     if c.beta > 0:
       mimic = saco.mimic_loss(zi, features['teacher'], c.normalization)
       metrics['mimic_loss'] = mimic

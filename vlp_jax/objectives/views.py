@@ -3,7 +3,7 @@ default `Objective.views`; SLIP, COSMOS and ZeroVL define their own beside their
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import grain
 import numpy as np
@@ -23,12 +23,16 @@ class ClipViews(grain.transforms.RandomMap):
   resized (shorter side) and centre-cropped, as OpenAI's CLIP trains and every method evaluates, or, with
   `crop_scale` (e.g. (0.9, 1.0), open_clip's), a RandomResizedCrop; then `augment` ('randaugment', 'autoaugment',
   data/autoaugment.py) when it is not 'none'.
+
+  The text is the example's `caption_field`, or with `text_crop` (CLIP's `objective.text_source='text_crops'`) a
+  crop drawn from the caption and `long_caption`: text_crop(long_caption, caption, rng), after the image's draws.
   """
   image_size: int
   context_length: int
   caption_field: str = 'caption'
   crop_scale: tuple[float, ...] = ()
   augment: str = 'none'
+  text_crop: Callable[[str, str, np.random.Generator], str] | None = None  # e.g. text_crops.FirstGlobalCrop
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     if self.crop_scale:
@@ -37,6 +41,8 @@ class ClipViews(grain.transforms.RandomMap):
       image = resize_image(example['image'], self.image_size)
     if self.augment != 'none':
       image = autoaugment.AUGMENTATIONS.get(self.augment)(image, rng)
-    return {'image': image,
-            'text': default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0],
+    text = example[self.caption_field]
+    if self.text_crop is not None:
+      text = self.text_crop(example.get('long_caption', ''), text, rng)
+    return {'image': image, 'text': default_tokenizer()(text, context_length=self.context_length)[0],
             **passthrough(example)}

@@ -12,6 +12,11 @@ halves; 'targets_only' mixes nothing and keeps the two-target loss with the pair
 weight of the dominant input under mixup), which separates the soft targets from the mixed inputs: label smoothing
 of weight min(lam, 1 - lam) toward the reversed partner.
 The loss is `mixup_infonce`: lam CE(logits, arange) + (1 - lam) CE(logits, reversed arange), in both directions.
+
+Temperature. The paper's is learned: "the trainable temperature of contrastive loss is initialized to 0.02"
+(appendix A.9), i.e. `fixed_temperature=0` with `config.model.init_logit_scale = log(1 / 0.02)` (as
+configs/zerovl_multisource.py). The authors' released configs keep it constant instead (`temperature.name:
+constant`, 0.02): `fixed_temperature=0.02`.
 """
 from __future__ import annotations
 
@@ -32,13 +37,16 @@ from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objecti
 
 @dataclasses.dataclass
 class ZeroVLViews(ClipViews):
-  """CLIP's views, then ZeroVL's token-level text augmentation (data/text_augment.py) when `augment` is set."""
+  """CLIP's views (with the paper's RandomResizedCrop and AutoAugment when config.data says so), then, when
+  `text_augment` is set, the caption tokenised after ZeroVL's word-level augmentation (data/text_augment.py)."""
   text_augment: TextAugment | None = None
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    # The image draws first, so it is the same with and without text augmentation; the words are augmented on the
+    # raw caption, so CLIP's tokenisation of it in `out` is replaced (a few microseconds per caption).
     out = super().random_map(example, rng)
     if self.text_augment is not None:
-      out['text'] = self.text_augment(out['text'], rng)
+      out['text'] = self.text_augment(example[self.caption_field], rng, self.context_length)
     return out
 
 
@@ -62,12 +70,14 @@ class ZeroVLObjective(Objective):
         'mixup_alpha': 0.1,  # lam ~ Beta(alpha, alpha)
         'mixup_modality': 'coin',  # 'coin': a fair coin per step picks what is mixed (the paper); 'image', 'text'
         # or 'targets_only' (ablations: see the module docstring)
-        'text_augment': True,  # pick, then mask / replace / delete caption tokens (host side)
-        'text_augment_prob': 0.2,  # fraction of caption tokens picked
-        'text_mask_prob': 0.5,  # of the picked: masked (with the mask id of data/text_augment.py) ...
-        'text_replace_prob': 0.1,  # ... replaced by a random vocabulary id ...
+        'text_augment': True,  # pick, then mask / replace / delete caption words (host side, appendix A.9)
+        'text_augment_prob': 0.2,  # fraction of caption words picked
+        'text_mask_prob': 0.5,  # of the picked: masked (one mask id of data/text_augment.py per word) ...
+        'text_replace_prob': 0.1,  # ... replaced by a random vocabulary word ...
         'text_delete_prob': 0.4,  # ... or deleted
-        'fixed_temperature': 0.0,  # > 0: a constant temperature (the paper's 0.02); 0: the learned logit scale
+        # > 0: a constant temperature (the authors' released configs: 0.02); 0: the learned logit scale, from
+        # config.model.init_logit_scale (the paper: trainable, initialised at 0.02, i.e. log 50)
+        'fixed_temperature': 0.0,
     }
 
   @classmethod

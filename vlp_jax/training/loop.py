@@ -138,8 +138,10 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
   ctx.state, metrics = ctx.step_fn(ctx.state, batch, ctx.step_rng)
   if step == ctx.start_step + 1:
     jax.block_until_ready(ctx.state)
-    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step)
-    print(f'Compiled and ran step {step}.', flush=True)
+    flops = getattr(ctx.step_fn, 'flops', None)
+    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size)
+    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from XLA).' if flops else '.'),
+          flush=True)
   return metrics
 
 

@@ -17,10 +17,14 @@ class Progress:
   """Step rate and ETA over the training steps only (evaluation and checkpoint time excluded), and where the host's
   time goes: waiting for the input pipeline (`waited_for_data`) or for the devices' results (`waited_for_device`).
   The loop dispatches step n + 1 before it reads step n's results, so device time that is not waited for overlaps
-  the input pipeline and the host's work."""
+  the input pipeline and the host's work. `device_flops`: one step's floating-point operations on one of the
+  `devices` devices (XLA's count, training/step.py), which adds the step's FLOPs and the achieved TFLOP/s per device
+  to every tick."""
 
-  def __init__(self, total_steps: int, batch_size: int, start_step: int):
+  def __init__(self, total_steps: int, batch_size: int, start_step: int, device_flops: float | None = None,
+               devices: int = 1):
     self.total_steps, self.batch_size = total_steps, batch_size
+    self.device_flops, self.devices = device_flops, devices
     self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
     self.data_seconds = self.device_seconds = 0.0
 
@@ -52,7 +56,14 @@ class Progress:
     self.data_seconds = self.device_seconds = 0.0
     return {'perf/samples_per_sec': rate * self.batch_size, 'perf/steps_per_sec': rate,
             'perf/step_seconds': seconds / steps, **waits,
-            'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9)}
+            'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9), **self.utilisation(rate)}
+
+  def utilisation(self, steps_per_sec: float) -> dict[str, float]:
+    """XLA's FLOPs of one step on all devices, and the TFLOP/s per device achieved at `steps_per_sec`."""
+    if not self.device_flops:
+      return {}
+    return {'perf/step_flops': self.device_flops * self.devices,
+            'perf/device_tflops_per_sec': self.device_flops * steps_per_sec / 1e12}
 
 
 def progress_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:

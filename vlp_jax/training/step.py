@@ -1,7 +1,7 @@
 """The jitted train step: features -> loss -> gradient -> AdamW -> logit-scale clamp, sharded over the mesh."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,13 +48,35 @@ def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, stat
       donate_argnums=0)
 
 
-def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                       mode: str = 'none', num_micro: int = 1
-                       ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
-  """`jit_train_step` as a function that runs under the mesh."""
-  jitted = jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro)
+class CompiledStep:
+  """`jit_train_step` compiled ahead of time on its first call, run under the mesh. `flops` is XLA's count of
+  floating-point operations of one step on one device (its cost analysis of the compiled program; None before the
+  first call or where the backend gives none). A loop over micro-batches (decoupled accumulation) is counted by XLA
+  once per loop body, so that figure undercounts; the loop notes it."""
 
-  def step(state, batch, rng):
-    with jax.set_mesh(mesh):  # lets the losses place row-sharding constraints on logit matrices
-      return jitted(state, batch, rng)
-  return step
+  def __init__(self, jitted, mesh: Mesh):
+    self.jitted, self.mesh = jitted, mesh
+    self.compiled = None
+    self.flops: float | None = None
+
+  def __call__(self, state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict]:
+    with jax.set_mesh(self.mesh):  # lets the losses place row-sharding constraints on logit matrices
+      if self.compiled is None:
+        self.compiled = self.jitted.lower(state, batch, rng).compile()
+        self.flops = program_flops(self.compiled)
+      return self.compiled(state, batch, rng)
+
+
+def program_flops(compiled) -> float | None:
+  """Floating-point operations of a compiled XLA program on one device, from its cost analysis (None if absent)."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older jax: one dict per program
+    analysis = analysis[0] if analysis else None
+  flops = (analysis or {}).get('flops')
+  return float(flops) if flops is not None and flops > 0 else None
+
+
+def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
+                       mode: str = 'none', num_micro: int = 1) -> CompiledStep:
+  """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`)."""
+  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro), mesh)

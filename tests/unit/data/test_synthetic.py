@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from vlp_jax.data import pipeline, records, synthetic
+from vlp_jax.data import pipeline, records, synthetic, text_crops
+from vlp_jax.data.tokenizer import default_tokenizer
 
 
 def test_examples_are_deterministic_per_seed_split_source_index():
@@ -119,12 +120,107 @@ def test_colour_only_captions_are_the_alt_text_without_its_shapes():
 
 def test_default_caption_style_keeps_the_cache_digest():
   spec = synthetic.SyntheticSpec()
-  fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != 'captions'}
+  fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ('captions', 'long_captions')}
   payload = json.dumps({**fields, 'version': synthetic.FORMAT_VERSION}, sort_keys=True)
   assert spec.digest() == hashlib.sha256(payload.encode()).hexdigest()[:12]
   assert synthetic.SyntheticSpec(captions='detailed').digest() != spec.digest()
 
 
+def test_digests_of_specs_from_before_the_long_caption_field_are_unchanged():
+  """The digests name existing caches (and results): a field added later leaves them as they were at its default."""
+  assert synthetic.SyntheticSpec().digest() == 'edd5a33c5599'
+  assert synthetic.SyntheticSpec(captions='detailed').digest() == '5400104c4e5e'
+  assert synthetic.SyntheticSpec(seed=3, captions='colour_only').digest() == '45b7700ea00d'
+  assert synthetic.SyntheticSpec(long_captions='full').digest() == 'edd5a33c5599'
+  compact = {synthetic.SyntheticSpec(long_captions='compact').digest(),
+             synthetic.SyntheticSpec(captions='detailed', long_captions='compact').digest()}
+  assert len(compact) == 2 and not compact & {'edd5a33c5599', '5400104c4e5e'}
+
+
+def test_default_examples_keep_their_text():
+  """Everything but the PNG bytes (which depend on the encoder's version) of the default examples, as generated before
+  the long caption forms existed."""
+  texts = [{k: v for k, v in synthetic.make_example(0, split, source, i, 8).items() if k not in ('image', 'mask')}
+           for split in synthetic.SPLITS for source in synthetic.SOURCES for i in range(10)]
+  assert hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16] == '0616e3238102d069'
+
+
 def test_unknown_caption_style_is_rejected(tmp_path):
   with pytest.raises(ValueError, match="caption style 'verbose'.*detailed"):
     synthetic.ensure_dataset(synthetic.SyntheticSpec(captions='verbose'), str(tmp_path))
+
+
+def test_unknown_long_caption_form_is_rejected(tmp_path):
+  with pytest.raises(ValueError, match="long caption form 'short'.*compact"):
+    synthetic.ensure_dataset(synthetic.SyntheticSpec(long_captions='short'), str(tmp_path))
+
+
+def _object(color, shape, size, position):
+  cx, cy = synthetic.POSITIONS[position]
+  return synthetic.SceneObject(color, shape, size, position, (cx, cy), 0.1)
+
+
+def test_every_compact_long_caption_fits_the_context():
+  """The longest sentence of each kind, over every colour, shape, size, position, relation and background, summed for
+  three objects (BPE ids do not cross a sentence boundary: '.' and ' ' end a pre-token), fits in
+  COMPACT_MAX_TOKENS with sot and eot."""
+  encode = default_tokenizer().encode
+  cells = {'to the left of': 'left', 'to the right of': 'right', 'above': 'top', 'below': 'bottom'}
+  main_sentence, other_sentence, background_sentence = 0, 0, 0
+  for color in synthetic.COLOR_NAMES:
+    for shape in synthetic.SHAPES:
+      for position in synthetic.POSITIONS:
+        caption = synthetic.compact_long_caption([_object(color, shape, 'large', position)], 'white')
+        main_sentence = max(main_sentence, len(encode(text_crops.split_sentences(caption)[0])))
+      main = _object(color, shape, 'large', 'center')
+      for relation, position in cells.items():
+        for size in ('medium', 'small'):
+          for other in synthetic.CLASS_NAMES:
+            obj = _object(*other.split(), size, position)
+            assert synthetic.relation(obj, main) == relation
+            caption = synthetic.compact_long_caption([main, obj], 'white')
+            other_sentence = max(other_sentence, len(encode(text_crops.split_sentences(caption)[1])))
+  for background in (*synthetic.STUDIO_BACKGROUNDS, 'a noisy gradient', 'paper with a grid'):
+    caption = synthetic.compact_long_caption([_object('red', 'star', 'large', 'top')], background)
+    background_sentence = max(background_sentence, len(encode(text_crops.split_sentences(caption)[-1])))
+  longest = main_sentence + 2 * other_sentence + background_sentence
+  assert longest + 2 <= synthetic.COMPACT_MAX_TOKENS, (main_sentence, other_sentence, background_sentence)
+  assert longest + 2 > 24  # a bound that says something: the full form takes up to 67
+
+
+def test_generated_compact_long_captions_fit_and_split_into_sentences():
+  tokenize = default_tokenizer()
+  for source in synthetic.SOURCES:
+    examples = [synthetic.make_example(0, 'train', source, i, 8, long_captions='compact') for i in range(150)]
+    captions = [e['long_caption'] for e in examples]
+    lengths = [len(tokenize.encode(c)) + 2 for c in captions]
+    assert max(lengths) <= synthetic.COMPACT_MAX_TOKENS
+    rows = tokenize(captions, context_length=synthetic.COMPACT_MAX_TOKENS)
+    for row, caption in zip(rows, captions):  # nothing cut: the tokens decode to the whole caption
+      assert tokenize.decode(row).strip().lower().replace(' .', '.') == caption.lower(), caption
+    full = [len(tokenize.encode(synthetic.make_example(0, 'train', source, i, 8)['long_caption'])) + 2
+            for i in range(150)]
+    assert max(full) > synthetic.COMPACT_MAX_TOKENS  # the default form does not fit: why the compact one exists
+
+
+def test_compact_long_captions_say_what_the_full_ones_say_and_change_nothing_else():
+  """One sentence per object and one for the background; the main object's size and cell, every other object's
+  size and its relation to the main one, and the background, as the full caption has them."""
+  for source in synthetic.SOURCES:
+    for index in range(40):
+      full = synthetic.make_example(0, 'val', source, index, 16)
+      compact = synthetic.make_example(0, 'val', source, index, 16, long_captions='compact')
+      assert {k: v for k, v in full.items() if k != 'long_caption'} == \
+             {k: v for k, v in compact.items() if k != 'long_caption'}
+      objects = re.findall(r'There is an? (\w+) (\w+ \w+) (?:at the|in the) ([\w ]+?)\.', full['long_caption'])
+      relations = re.findall(r'The (\w+ \w+) is ([\w ]+?) the (\w+ \w+)\.', full['long_caption'])
+      background = re.search(r'The background is ([\w ]+)\.', full['long_caption']).group(1)
+      sentences = text_crops.split_sentences(compact['long_caption'])
+      assert len(sentences) == len(objects) + 1, compact['long_caption']
+      (size, name, position), *others = objects
+      assert sentences[0].lower() == f'{size} {name} ' + ('in the center.' if position == 'center'
+                                                          else f'at the {position}.')
+      for sentence, (size, name, _), (rel_name, rel, main_name) in zip(sentences[1:], others, relations):
+        assert rel_name == name and main_name == objects[0][1]
+        assert sentence.lower() == f'{size} {name} {rel.removeprefix("to the ")} the {main_name}.'
+      assert sentences[-1].lower() == f'{synthetic.COMPACT_BACKGROUNDS.get(background, background)} background.'

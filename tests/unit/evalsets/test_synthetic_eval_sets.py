@@ -1,12 +1,17 @@
 """The embedded dataset's eval sets: short captions (every task), long captions (retrieval and affinity only) and
 the linear probe's fitting set from the train split."""
+import collections
+import dataclasses
+
 import numpy as np
+import pytest
 
 from vlp_jax import evaluation
 from vlp_jax import evalsets
 from vlp_jax.evalsets.synthetic import SOURCE_SETS
 from vlp_jax.data import sources
 from vlp_jax.data import pipeline, synthetic
+from vlp_jax.data.tokenizer import default_tokenizer
 
 
 def test_long_caption_set_pairs_the_same_images_with_their_long_captions(micro):
@@ -54,3 +59,46 @@ def test_per_source_sets_split_the_test_split_by_source(micro):
     assert "needs the source 'web'" in str(error)
   else:
     raise AssertionError('a source outside config.data.synthetic.sources must be refused')
+
+
+class _TextTable:
+  """A text encoder that gives every distinct text its own fixed direction: identical texts, identical embeddings."""
+
+  def __init__(self, texts):
+    self.index = {t: k for k, t in enumerate(sorted(set(texts)))}
+
+  def texts(self, captions):
+    return np.eye(len(self.index))[[self.index[c] for c in captions]]
+
+
+def test_every_synthetic_set_counts_identical_caption_texts_as_a_match(micro):
+  """With images embedded exactly as their captions, a model can do no better: every synthetic set scores it R@1 = 1
+  in both directions, although its captions repeat (exact matching would lose every image whose caption repeats)."""
+  for name in ('synthetic', 'synthetic_long', *SOURCE_SETS):
+    eval_set = evalsets.load_eval_set(name, micro.data, 'test', 16)
+    assert eval_set.identical_captions_match, name
+    encoder = _TextTable(eval_set.captions)
+    metrics = evaluation.EVALUATORS.get('retrieval').fn(encoder, eval_set, encoder.texts(eval_set.captions))
+    assert metrics['i2t_r1'] == metrics['t2i_r1'] == 1.0, name
+    repeats = len(eval_set.captions) - len(set(eval_set.captions))
+    assert metrics['i2t_r1_chance'] >= 1 / len(eval_set.captions), name  # g / T for a caption shared g times
+    if name == 'synthetic':
+      assert repeats > 0  # the case the rule is for
+      exact = evaluation.EVALUATORS.get('retrieval').fn(
+          encoder, dataclasses.replace(eval_set, identical_captions_match=False), encoder.texts(eval_set.captions))
+      assert exact['i2t_r1'] == pytest.approx(1 - sum(
+          n for n in collections.Counter(eval_set.captions).values() if n > 1) / len(eval_set.captions))
+      assert exact['i2t_r1_chance'] == pytest.approx(1 / len(eval_set.captions))
+      assert metrics['i2t_r1_chance'] > exact['i2t_r1_chance']
+
+
+def test_compact_long_captions_reach_the_long_caption_set(micro):
+  """config.data.synthetic.long_captions picks the form synthetic_long reads; the images stay the same."""
+  full = evalsets.load_eval_set('synthetic_long', micro.data, 'test', 16)
+  micro.data.synthetic.long_captions = 'compact'
+  compact = evalsets.load_eval_set('synthetic_long', micro.data, 'test', 16)
+  np.testing.assert_array_equal(compact.images, full.images)
+  tokenizer = default_tokenizer()
+  assert max(len(tokenizer.encode(c)) + 2 for c in compact.captions) <= synthetic.COMPACT_MAX_TOKENS
+  assert max(len(tokenizer.encode(c)) + 2 for c in full.captions) > synthetic.COMPACT_MAX_TOKENS
+  assert all(c.endswith(' background.') for c in compact.captions)

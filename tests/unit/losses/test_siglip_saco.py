@@ -22,10 +22,11 @@ def naive_siglip(zi, zt, t, b):
 
 
 def naive_saco(zi, zt, weights=None):
-  """SaCo Algorithm 1: np.sum(np.abs(SI - ST)), with optional per-query weights."""
+  """SaCo Algorithm 1: np.sum(np.abs(SI - ST)), with optional per-sample weights w: pair (i, j) weighs w_i w_j (a
+  masked sample drops out as a query and as a neighbour; test_saco_masking.py checks this by loops)."""
   diff = np.abs(zi @ zi.T - zt @ zt.T)
   if weights is not None:
-    diff = diff * weights[:, None]
+    diff = diff * weights[:, None] * weights[None, :]
   return np.sum(diff)
 
 
@@ -97,8 +98,9 @@ def test_masking_weights():
   np.testing.assert_array_equal(saco.pair_weights(zi, zt, 'hard', 0.7), [1.0, 0.0, 0.0])
   np.testing.assert_allclose(saco.pair_weights(zi, zt, 'soft', 0.7), [1.0, 0.6, 0.0])
   assert saco.pair_weights(zi, zt, 'none', 0.7) is None
-  weights = np.asarray(saco.pair_weights(zi, zt, 'hard', 0.7))
-  np.testing.assert_allclose(saco.saco_loss(zi, zt, weights, 'sum'), naive_saco(zi, zt, weights), rtol=1e-6)
+  for masking in ('hard', 'soft'):
+    weights = np.asarray(saco.pair_weights(zi, zt, masking, 0.7))
+    np.testing.assert_allclose(saco.saco_loss(zi, zt, weights, 'sum'), naive_saco(zi, zt, weights), rtol=1e-6)
 
 
 @pytest.mark.parametrize('ramp,half', [('constant', 5.0), ('linear', 2.5), ('polynomial', 1.25),

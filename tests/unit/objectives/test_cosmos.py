@@ -1,16 +1,22 @@
 """COSMOS: the loss against a naive numpy reference, the EMA teacher, the zero-initialised cross-attention special
 case, multi-crop views, and training identically on 8 devices and on 1."""
+import os
+
 import pytest
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from support import ROOT
+
 from vlp_jax import models, objectives, parallel
+from vlp_jax.config import ConfigError, from_file, validate
 from vlp_jax.data import synthetic
 from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.data import records
+from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.objectives.cosmos import ema_update, tower_params
 from vlp_jax.training import optim
 from vlp_jax.training.state import create_train_state
@@ -236,3 +242,51 @@ def test_global_crops_embed_as_one_call_with_tokens(micro, tower):
     np.testing.assert_allclose(got['embed'], whole['embed'].reshape(4, 2, -1), atol=2e-5)
     np.testing.assert_allclose(got['tokens'], whole['tokens'].reshape(4, 2, *whole['tokens'].shape[1:])[:, 0],
                                atol=2e-5)
+
+
+def test_cc3m_config_puts_the_short_caption_in_the_text_crop_pool():
+  """configs/cosmos_cc3m.py follows the authors' code: DreamLIP's raw caption is one more sentence of the pool (and
+  not the first global crop, which neither the paper nor that code does)."""
+  config = from_file(os.path.join(ROOT, 'configs', 'cosmos_cc3m.py'))
+  validate(config)
+  options = objectives.OBJECTIVES.get('cosmos').options(config.objective)
+  assert options.caption_in_text_crops and not options.caption_first_global
+  views = objectives.OBJECTIVES.get('cosmos').views(config)
+  assert views.caption_in_text_crops and not views.caption_first_global and views.text_crop_max_sentences == 5
+  assert (views.num_global, views.num_local, views.num_text_local, views.local_size) == (2, 6, 6, 96)
+
+
+def test_text_crop_max_sentences_reaches_the_views_and_is_validated(micro):
+  config = _cosmos(micro)
+  config.objective.text_crop_max_sentences = 1
+  validate(config)
+  batch = _batch(config)
+  # one-sentence global crops: every crop is a sentence of the long caption, tokenised alone
+  longs = [synthetic.make_example(0, 'train', 'studio', i, 16)['long_caption'] for i in range(8)]
+  tokenize = default_tokenizer()
+  for i, long_caption in enumerate(longs):
+    sentences = tokenize(split_sentences(long_caption), context_length=16)
+    for crop in batch['texts'][i]:
+      assert any(np.array_equal(crop, s) for s in sentences)
+  config.objective.text_crop_max_sentences = 0
+  with pytest.raises(ConfigError, match='config.objective.text_crop_max_sentences'):
+    validate(config)
+
+
+@pytest.mark.slow
+def test_resnet_image_tower_trains(micro):
+  """The cross-attention's token projection takes the image tower's token width: a ResNet's tokens have 32 * width
+  channels, not `vision.width` (that mismatch crashed the first forward)."""
+  config = _cosmos(micro)
+  config.model.vision.update(type='resnet', stages=(1, 1, 1, 1), width=8, heads=2, image_size=32)
+  config.objective.local_crop_size = 32  # the ResNet's stride is 32
+  validate(config)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  assert params['cosmos_xattn_text']['token_proj']['kernel'].shape == (32 * 8, config.model.embed_dim)
+  assert params['cosmos_xattn_image']['token_proj']['kernel'].shape == (config.model.text.width,
+                                                                         config.model.embed_dim)
+  features, _ = jax.jit(objective.forward)(params, state, _batch(config, size=4), jax.random.key(1))
+  loss, metrics = objective.loss(features, params, 0)
+  assert features['h_txt'].shape == (4, 4, config.model.embed_dim) and np.isfinite(loss)
+  assert np.isfinite(metrics['cosmos_loss'])

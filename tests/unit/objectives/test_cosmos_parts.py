@@ -72,3 +72,51 @@ def test_text_crops_can_start_with_the_short_caption():
   pool = set(split_sentences(caption))
   crops = [text_crops(caption, 'x', rng, num_global=1, num_local=2, caption_first=True)[1:] for _ in range(100)]
   assert {c for sampled in crops for c in sampled} == pool
+
+
+def naive_authors_local_crops(pool, count, rand):
+  """The authors' `random_sample_from_list` (COSMOS code, training/data.py), with Python's `random`: the whole pool
+  as many times as it fits, then a sample without replacement of the rest."""
+  full, rest = divmod(count, len(pool))
+  return full * list(pool) + rand.sample(list(pool), rest)
+
+
+@pytest.mark.parametrize('size', [3, 4, 6, 8])
+def test_local_text_crops_are_drawn_without_replacement_like_the_authors(size):
+  """Six local crops from a pool of `size` sentences: distinct while the pool lasts, else every sentence floor or ceil
+  of 6 / size times; the multiset of crops has the distribution of the authors' sampler."""
+  import collections
+  import random
+  pool = [f'S{i} sentence.' for i in range(size)]
+  caption = ' '.join(pool)
+  rng, rand, trials = np.random.default_rng(0), random.Random(0), 3000
+  ours = collections.Counter(tuple(sorted(text_crops(caption, 'x', rng)[2:])) for _ in range(trials))
+  naive = collections.Counter(tuple(sorted(naive_authors_local_crops(pool, 6, rand))) for _ in range(trials))
+  assert set(ours) == set(naive)  # the same support: no multiset the authors' sampler cannot draw
+  for crops in ours:
+    counts = collections.Counter(crops)
+    assert set(counts.values()) <= {6 // size, -(-6 // size)} and len(crops) == 6
+  for crops in set(ours) | set(naive):  # the same frequencies, up to sampling noise (std < 0.01)
+    assert abs(ours[crops] - naive[crops]) / trials < 0.04, crops
+
+
+def test_global_text_crops_are_drawn_independently_of_each_other_and_of_the_local_ones():
+  """Supplementary E.7: "global captions may or may not include local captions"; the two global crops are drawn
+  on their own too. So with 8 sentences a global crop often shares a sentence with a local one or with the other
+  global one, and the first global crop is what a call drawing it alone gives (the same generator state)."""
+  caption = ' '.join(f'S{i} sentence.' for i in range(8))
+  shared_local = shared_global = 0
+  for seed in range(300):
+    crops = text_crops(caption, 'x', np.random.default_rng(seed))
+    first, second = (set(split_sentences(c)) for c in crops[:2])
+    shared_local += bool(first & set(crops[2:]))
+    shared_global += bool(first & second)
+    assert crops[0] == text_crops(caption, 'x', np.random.default_rng(seed), num_global=1, num_local=0)[0]
+  assert shared_local > 150 and shared_global > 50
+
+
+def test_global_text_crops_take_up_to_max_sentences():
+  caption = ' '.join(f'S{i} sentence.' for i in range(8))
+  rng = np.random.default_rng(0)
+  lengths = {len(split_sentences(c)) for _ in range(200) for c in text_crops(caption, 'x', rng, 2, 0, max_sentences=3)}
+  assert lengths == {1, 2, 3}

@@ -1,6 +1,8 @@
 """ZeroVL: the coin-flipping mixup loss against a naive numpy reference from the appendix (values and gradients),
 its reduction to InfoNCE, sharding; the objective's mixing of images and text embeddings; text augmentation; and a
-short training run with single-source batches."""
+short training run with single-source batches; the paper's settings in configs/zerovl_multisource.py."""
+import os
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -8,10 +10,13 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vlp_jax import models, objectives, parallel
-from vlp_jax.config import ConfigError, validate
+from vlp_jax import evalsets, models, objectives, parallel
+from vlp_jax.config import ConfigError, from_file, validate
+from vlp_jax.data import autoaugment, transforms
 from vlp_jax.data import text_augment as text_lib
+from vlp_jax.data.image_ops import resize_image
 from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.evalsets.base import LoadRequest
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
 from vlp_jax.training.loop import train_and_evaluate
@@ -19,6 +24,8 @@ from vlp_jax.training.writer import read_metrics
 
 from support import numeric_grad, unit_vectors
 from support import run_steps
+
+MULTISOURCE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'configs', 'zerovl_multisource.py')
 
 
 def naive_mixup_loss(zi, zt, t, lam):
@@ -179,62 +186,66 @@ def test_fixed_temperature_is_constant(micro):
   assert float(jax.grad(lambda p: loss_fn(p)[0])(params)['logit_scale']) == 0.0
 
 
-def _tokens(captions, length=16):
-  return default_tokenizer()(captions, context_length=length)
-
-
-def test_text_augmentation_keeps_rows_valid_and_is_deterministic():
-  captions = ['a red circle and a blue square on a gray background', 'sketch of a star', 'x', ''] * 50
-  rows = _tokens(captions, 12)  # some truncated (EOT in the last slot), one with no caption tokens
-  augment = text_lib.TextAugment(prob=0.5)
-  rng = np.random.default_rng(0)
-  out = np.stack([augment(row, rng) for row in rows])
-  assert out.dtype == rows.dtype and out.shape == rows.shape
-  assert (out[:, 0] == text_lib.SOT_TOKEN).all()
-  eot = out.argmax(1)
-  assert (out[np.arange(len(out)), eot] == text_lib.EOT_TOKEN).all()
-  assert ((np.arange(12) > eot[:, None]) <= (out == 0)).all()  # only padding after EOT
-  assert ((out == text_lib.SOT_TOKEN).sum(1) == 1).all() and ((out == text_lib.EOT_TOKEN).sum(1) == 1).all()
-  assert not np.array_equal(out, rows)
-  again = np.stack([augment(row, np.random.default_rng(0)) for row in rows[:1]])
-  np.testing.assert_array_equal(again, np.stack([augment(rows[0], np.random.default_rng(0))]))
-  np.testing.assert_array_equal(augment(rows[3], rng), rows[3])  # nothing to pick in an empty caption
-  # The mask id (byte 0xFF) is never produced by text, not even by 'ÿ' (U+00FF, which UTF-8 encodes as C3 BF).
-  every_char = ' '.join(chr(c) + chr(c + 1) for c in range(33, 0x800, 2))
-  assert text_lib.MASK_TOKEN not in default_tokenizer().encode(every_char + ' ÿ ÿÿ')
-
-
-def test_text_augmentation_proportions():
-  rows = _tokens(['a red circle and a blue square on a gray background with a small green star'] * 400, 24)
-  rng = np.random.default_rng(1)
-  plans = np.stack([text_lib.augment_plan(row, rng) for row in rows])
-  content = np.stack([text_lib.content_positions(row) for row in rows])
-  assert not plans[~content].any()  # SOT, EOT and padding are never picked
-  picked = plans[content] > 0
-  np.testing.assert_allclose(picked.mean(), 0.2, atol=0.01)
-  actions = np.bincount(plans[content][picked], minlength=4)[1:] / picked.sum()
-  np.testing.assert_allclose(actions, [0.5, 0.1, 0.4], atol=0.03)
-  # The applied result: masked tokens carry the mask id, deleted ones shorten the caption.
-  row, plan = rows[0], plans[0]
-  out = text_lib.apply_plan(row, plan, np.full(24, 7))
-  assert (out == text_lib.MASK_TOKEN).sum() == (plan == text_lib.MASK).sum()
-  assert (out == 7).sum() == (plan == text_lib.REPLACE).sum() + (row == 7).sum()
-  assert out.argmax() == row.argmax() - (plan == text_lib.DELETE).sum()
-
-
-def test_views_augment_text_when_on(micro):
+def test_views_augment_the_caption_words_when_on(micro):
   micro.objective.name = 'zerovl'
-  example = {'image': np.zeros((20, 20, 3), np.uint8), 'caption': 'a red circle and a blue square on gray',
-             'label': 3}
+  caption = 'an unbelievably large red-circle, on gray'
+  example = {'image': np.zeros((20, 20, 3), np.uint8), 'caption': caption, 'label': 3}
   micro.objective.text_augment = False
   plain = objectives.OBJECTIVES.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
+  np.testing.assert_array_equal(plain['text'], default_tokenizer()(caption, context_length=16)[0])
   micro.objective.update(text_augment=True, text_augment_prob=1.0, text_mask_prob=1.0, text_replace_prob=0.0,
                          text_delete_prob=0.0)
   masked = objectives.OBJECTIVES.get('zerovl').views(micro).random_map(example, np.random.default_rng(0))
-  content = text_lib.content_positions(plain['text'])
-  assert (masked['text'][content] == text_lib.MASK_TOKEN).all()
-  np.testing.assert_array_equal(masked['text'][~content], plain['text'][~content])
+  words = caption.split()  # 6 words, 9 BPE pieces: each word, not each piece, becomes one mask
+  want = [text_lib.SOT_TOKEN] + [text_lib.MASK_TOKEN] * len(words) + [text_lib.EOT_TOKEN]
+  np.testing.assert_array_equal(masked['text'], want + [0] * (16 - len(want)))
   np.testing.assert_array_equal(masked['image'], plain['image'])
+
+
+def _example(seed=0):
+  rng = np.random.default_rng(seed)
+  return {'image': rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), 'caption': 'a red circle', 'label': 3}
+
+
+def test_multisource_config_has_the_papers_image_augmentation(micro):
+  """A.9: RandomResizedCrop (area 60-100%, aspect 3/4-4/3) then AutoAugment (ImageNet policy), on the training view;
+  the eval images stay resized and centre-cropped."""
+  config = from_file(MULTISOURCE)
+  validate(config)
+  assert tuple(config.data.crop_scale) == (0.6, 1.0) and config.data.augment == 'autoaugment'
+  views = objectives.OBJECTIVES.get('zerovl').views(config)
+  assert tuple(views.crop_scale) == (0.6, 1.0) and views.augment == 'autoaugment'
+  size = config.model.vision.image_size
+  example = _example()
+  got = views.random_map(example, np.random.default_rng(5))['image']
+  rng = np.random.default_rng(5)  # the same draws, in the views' order: the crop, then AutoAugment
+  want = autoaugment.auto_augment(transforms.random_resized_crop(example['image'], size, (0.6, 1.0), rng), rng)
+  np.testing.assert_array_equal(got, want)
+  assert got.shape == (size, size, 3) and got.dtype == np.uint8
+  assert not np.array_equal(got, resize_image(example['image'], size))  # not the un-augmented view
+  assert not np.array_equal(got, views.random_map(example, np.random.default_rng(6))['image'])
+  # Evaluation never sees the training views: the same eval images with and without the augmentation.
+  plain = evalsets.EVAL_SETS.get('synthetic')('synthetic', LoadRequest(micro.data, 'test', 16)).images
+  micro.data.update(crop_scale=(0.6, 1.0), augment='autoaugment')
+  augmented = evalsets.EVAL_SETS.get('synthetic')('synthetic', LoadRequest(micro.data, 'test', 16)).images
+  np.testing.assert_array_equal(augmented, plain)
+
+
+def test_multisource_config_has_the_papers_trainable_temperature(micro):
+  """A.9: "the trainable temperature of contrastive loss is initialized to 0.02": the logit scale starts at log 50
+  and gets a gradient (the towers here are the micro ones, to keep the test small)."""
+  config = from_file(MULTISOURCE)
+  assert config.objective.fixed_temperature == 0.0
+  np.testing.assert_allclose(config.model.init_logit_scale, np.log(50.0), rtol=1e-12)
+  micro.model.init_logit_scale = config.model.init_logit_scale
+  objective, params, state, batch = _zerovl(micro, **config.objective.to_dict())
+  np.testing.assert_allclose(params['logit_scale'], np.log(50.0), rtol=1e-6)
+  features, _ = objective.forward(params, state, batch, jax.random.key(0))
+  grad = jax.grad(lambda p: objective.loss(features, p, jnp.int32(0))[0])(params)['logit_scale']
+  assert abs(float(grad)) > 1e-6
+  assert config.objective.mixup_alpha == 0.1 and config.data.mixing == 'single_source'
+  assert (config.objective.text_augment_prob, config.objective.text_mask_prob, config.objective.text_replace_prob,
+          config.objective.text_delete_prob) == (0.2, 0.5, 0.1, 0.4)
 
 
 def test_options_are_validated(micro):
