@@ -168,7 +168,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   from vlp_jax import config as config_lib, models, objectives, parallel
   from vlp_jax.training.optim import make_optimizer
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import jit_train_step
+  from vlp_jax.training.step import jit_train_step, program_cost
   chip = chip_of(topology)
   devices = tpu_devices(topology)
   config = config.copy_and_resolve_references()
@@ -213,9 +213,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   args, out, alias, temp = (int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
                             int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes))
   total = args + out - alias + temp
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops, hbm_traffic = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
+  cost = program_cost(compiled)
+  flops, hbm_traffic = cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)
   num_micro = config_lib.num_micro_batches(config)
   if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
     flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro

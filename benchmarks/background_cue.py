@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How much a trained image tower encodes the background of the embedded scenes.
 
-python benchmarks/background_cue.py --runs=clip=/tmp/m/clip/seed0,slip=/tmp/m/slip_no_crop/seed0 [--examples=500]
+python benchmarks/background_cue.py --runs=clip=/tmp/m/clip/seed0,slip=/tmp/m/slip/seed0 [--examples=500]
 
 For each run (a label and a workdir or checkpoint), every image of the embedded test split's web and studio sources
 is embedded as it is and with its background replaced by another of its own source (the record's class mask finds
@@ -16,7 +16,7 @@ with j(i) another test image of the same source (a fixed permutation): 0 when th
 what zero-shot and retrieval read) and for the tower's class token ('cls', what SLIP's SimCLR head and the linear
 probe read). The web scenes draw a random gradient per image, an instance cue; the studio scenes one of four flat
 colours (a quarter of the new ones are the old colour); the sketch scenes all share one grid, so they are left out.
-benchmarks/RESULTS.md (part 9) reads it for SLIP.
+benchmarks/RESULTS_ARCHIVE.md (part 9) reads it for SLIP.
 """
 from __future__ import annotations
 

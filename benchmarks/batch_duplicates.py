@@ -6,7 +6,7 @@ python benchmarks/batch_duplicates.py [--batch_size=128] [--batches=300] [--seed
 
 Prints one JSON line: distinct captions per source, and the mean fraction of a batch's rows whose caption appears
 more than once in it, for random mixed batches, for single-source batches (a source drawn in proportion to size,
-as config.data.mixing='single_source' does) and per source. benchmarks/RESULTS.md reads it for the ZeroVL ablation.
+as config.data.mixing='single_source' does) and per source. benchmarks/RESULTS_ARCHIVE.md reads it for the ZeroVL ablation.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ prints one JSON line per (model, batch kind):
   logit_std:     standard deviation of the scaled image-text logits inside a row, averaged over rows;
   loss:          the CLIP loss of the batch (ln 128 = 4.85 is chance);
   grad_norm:     the global norm of the loss's gradient with respect to every parameter.
-benchmarks/RESULTS.md reads it for the ZeroVL ablation.
+benchmarks/RESULTS_ARCHIVE.md reads it for the ZeroVL ablation.
 """
 from __future__ import annotations
 

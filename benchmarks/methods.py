@@ -277,6 +277,17 @@ def run_env(root: str) -> dict[str, str]:
   return {'JAX_COMPILATION_CACHE_DIR': os.path.join(root, 'jax_cache'), **os.environ}
 
 
+def code_commit() -> str:
+  """The commit the runs train (ROOT's HEAD, '+' when its tracked files differ from it), or '' outside git."""
+  try:
+    head = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(['git', 'diff', '--quiet', 'HEAD', '--', 'vlp_jax', 'configs'], cwd=ROOT).returncode
+  except (OSError, subprocess.CalledProcessError):
+    return ''
+  return head + ('+' if dirty else '')
+
+
 def stored_path(store: str, name: str, seed: int) -> str:
   return os.path.join(store, name, f'seed{seed}.json')
 
@@ -309,7 +320,8 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
-         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:])}
+         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:]),
+         'commit': code_commit()}
   with open(done, 'w') as f:
     json.dump(row, f)
   write_row(store, row)
@@ -487,8 +499,8 @@ def step_memory_bytes(config) -> int:
 
 def step_flops(config) -> float:
   """XLA's FLOPs of one train step of `config` on one device (what the trainer logs as perf/step_flops)."""
-  from vlp_jax.training.step import program_flops
-  return program_flops(compiled_step(config))
+  from vlp_jax.training.step import program_cost
+  return program_cost(compiled_step(config))['flops']
 
 
 def main(argv):

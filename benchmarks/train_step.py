@@ -83,7 +83,7 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import train_step
+  from vlp_jax.training.step import program_cost, train_step
   config = build_config(model, batch_size, objective, precision, _REMAT.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
@@ -106,9 +106,7 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
                               'are free; try a smaller --batch_size or --remat'}
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops = float(cost.get('flops', 0.0))
+  flops = program_cost(compiled).get('flops', 0.0)
 
   def step():
     nonlocal state

@@ -64,7 +64,8 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert all('step' in r for r in records)
   names = set().union(*records)
-  assert {'train/loss', 'perf/samples_per_sec', 'train/learning_rate'} <= names
+  assert {'train/loss', 'perf/samples_per_sec', 'train/learning_rate', 'perf/step_flops',
+          'perf/device_tflops_per_sec'} <= names  # XLA's FLOPs of the step, and the utilisation
   assert {f'eval/synthetic/{m}' for m in CONTRACT_EVAL} <= names
   assert sorted(r['step'] for r in records if 'eval/synthetic/zeroshot_top1' in r) == [2, 4]
   assert {f'eval/synthetic/{m}' for m in CONTRACT_EVAL} | {'train/loss', 'perf/samples_per_sec'} <= \

@@ -5,7 +5,7 @@ worker thread that runs the step. glibc serves a block that large in a thread's 
 M_MMAP_MAX says (a thread arena's heap cannot grow past 64 MB), and unmaps it when the step ends. So every step
 page-faults its temporaries in again: 111k minor faults per tiny step, a fifth of its time on a 2-core CPU. With one
 arena (the main heap), no mmap for large blocks, and no trimming of the heap's top, the block is reused and a step
-faults nothing after the first (benchmarks/RESULTS.md, 2026-11-24).
+faults nothing after the first (benchmarks/RESULTS_ARCHIVE.md, 2026-11-24).
 
 The cost is that freed host memory stays with the process (its peak resident size is not given back), which a
 training or evaluation process does not mind. VLP_JAX_MALLOC=default leaves glibc's defaults alone.

@@ -21,7 +21,7 @@ Two caption variants (`SyntheticSpec.captions`; the images are the same in both)
   colour_only: the alt-text with every shape called 'shape' ('a large red shape on a white background'): captions
             that say what colour things are but never what they are, the part of an image that alt-text leaves out.
             The labels still name colour and shape, so whatever a model knows of shapes it learnt from the images
-            alone: the setting of SLIP's SimCLR (benchmarks/RESULTS.md, part 9).
+            alone. A diagnostic: captions rewritten for a method, which no shipped recipe uses (docs/evidence.md).
 
 Two long-caption forms (`SyntheticSpec.long_captions`; the images and every other field are the same in both):
   full:     the default: 'There is a large red circle at the top left.' per object, 'The blue star is below the red

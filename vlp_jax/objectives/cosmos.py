@@ -3,7 +3,7 @@
 Per example the views hold 2 global + N local image crops and 2 global + M local text crops (data/text_crops.py:
 sentences of the long caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`,
 as the authors' code does, and the first global text crop, `caption_first_global`, in neither the paper nor the
-authors' code: a deviation for the embedded dataset, documented in benchmarks/RESULTS.md).
+authors' code: an option kept for diagnostics, off in every shipped config).
 The student embeds every crop; the teacher, an EMA of the student's towers kept in the model state, embeds the
 global crops only. The student's cross-attention modules give
   h_I = cls + CrossAttn(q=cls, kv=tokens of the first global text crop)
@@ -130,7 +130,7 @@ class CosmosObjective(Objective):
             'caption_in_text_crops': False,
             # The short caption as the first global text crop of every example: L_clip then holds CLIP's own pairs
             # (caption, global image crop), and h_I attends to the caption's tokens (in neither the paper nor the
-            # authors' code; see RESULTS.md).
+            # authors' code: a diagnostic, off in every shipped config).
             'caption_first_global': False,
             'text_crop_max_sentences': 5,  # a global text crop holds 1 to this many sentences (the paper: 5)
             # DINO's colour augmentation of every crop. Hue jitter and grayscale teach invariance to colour, which

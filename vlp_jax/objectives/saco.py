@@ -9,7 +9,8 @@ Deliberate deviation: the affinity distance is normalised as a mean over the B x
 pseudocode writes np.sum. The paper's Figure 3b plots "the SaCo loss of Eq. 5" at about 0.15 for CLIP, the size of
 the per-entry mean (a trained clip_shapes run: 0.135; the sum would be about 2e3 at B = 128), and its alpha sweep is
 unimodal around 5, which the sum (weighing the term B^2 times more, 4 million times at B = 2048) could not give: with
-it the contrastive loss has no say and training collapses to chance (benchmarks/RESULTS.md). 'sum' stays available.
+it the contrastive loss has no say and training collapses to chance (benchmarks/RESULTS_ARCHIVE.md, 2026-11-22).
+'sum' stays available.
 """
 from __future__ import annotations
 

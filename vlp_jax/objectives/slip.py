@@ -90,10 +90,11 @@ class SlipObjective(ClipObjective):
         'ssl_crop_scale': (0.08, 1.0),
         'ssl_color_jitter': (0.4, 0.4, 0.4, 0.1),  # brightness, contrast, saturation, hue
         'ssl_grayscale_prob': 0.2,
-        # 'keep' (SLIP). 'random', an ablation that needs records with a class mask: each SimCLR view gets its own
-        # random background (transforms.random_background) before its augmentations, so that the two views share
-        # only their objects. The embedded web scenes have a random gradient per image, an instance cue that SimCLR
-        # learns (benchmarks/RESULTS.md, part 9).
+        # 'keep' (SLIP). 'random' is a diagnostic, not SLIP, and never a recipe: it reads the records' ground-truth
+        # class masks (an oracle neither SLIP nor its control has) to give each SimCLR view its own random background
+        # (transforms.random_background) before its augmentations, so that the two views share only their objects.
+        # It measures how far SimCLR matches the embedded web scenes' per-image gradient (benchmarks/background_cue.py;
+        # benchmarks/RESULTS_ARCHIVE.md, part 9).
         'ssl_background': 'keep',
     }
 

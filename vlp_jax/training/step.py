@@ -51,11 +51,11 @@ def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, stat
 class CompiledStep:
   """`jit_train_step` compiled ahead of time on its first call, run under the mesh. `flops` is XLA's count of
   floating-point operations of one step on one device (its cost analysis of the compiled program; None before the
-  first call or where the backend gives none). A loop over micro-batches (decoupled accumulation) is counted by XLA
-  once per loop body, so that figure undercounts; the loop notes it."""
+  first call or where the backend gives none). XLA counts a loop body once, so with accumulation over `num_micro`
+  micro-batches the count is scaled by `num_micro`: nearly all the work is in those loops (as benchmarks/aot.py)."""
 
-  def __init__(self, jitted, mesh: Mesh):
-    self.jitted, self.mesh = jitted, mesh
+  def __init__(self, jitted, mesh: Mesh, num_micro: int = 1):
+    self.jitted, self.mesh, self.num_micro = jitted, mesh, num_micro
     self.compiled = None
     self.flops: float | None = None
 
@@ -63,20 +63,21 @@ class CompiledStep:
     with jax.set_mesh(self.mesh):  # lets the losses place row-sharding constraints on logit matrices
       if self.compiled is None:
         self.compiled = self.jitted.lower(state, batch, rng).compile()
-        self.flops = program_flops(self.compiled)
+        flops = program_cost(self.compiled).get('flops', 0.0)
+        self.flops = flops * self.num_micro if flops > 0 else None
       return self.compiled(state, batch, rng)
 
 
-def program_flops(compiled) -> float | None:
-  """Floating-point operations of a compiled XLA program on one device, from its cost analysis (None if absent)."""
+def program_cost(compiled) -> dict[str, float]:
+  """XLA's cost analysis of a compiled program on one device ('flops', 'bytes accessed', ...; {} if it has none)."""
   analysis = compiled.cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older jax: one dict per program
     analysis = analysis[0] if analysis else None
-  flops = (analysis or {}).get('flops')
-  return float(flops) if flops is not None and flops > 0 else None
+  return {key: float(value) for key, value in (analysis or {}).items() if isinstance(value, (int, float))}
 
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
                        mode: str = 'none', num_micro: int = 1) -> CompiledStep:
   """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`)."""
-  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro), mesh)
+  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro), mesh,
+                      num_micro if mode != 'none' else 1)

@@ -74,3 +74,32 @@ def test_param_sharding_rule():
   assert parallel.param_spec((6, 512), 4, 2**10) == jax.sharding.PartitionSpec(None, 'fsdp')
   assert parallel.param_spec((16,), 4, 2**10) == jax.sharding.PartitionSpec()  # too small
   assert parallel.param_spec((1024, 512), 1, 2**10) == jax.sharding.PartitionSpec()
+
+
+def test_program_cost_counts_the_flops_of_a_matmul():
+  from vlp_jax.training.step import program_cost
+  a, b = jnp.ones((8, 16)), jnp.ones((16, 4))
+  assert program_cost(jax.jit(jnp.dot).lower(a, b).compile())['flops'] == 2 * 8 * 16 * 4
+
+
+def test_compiled_step_runs_the_program_it_compiled_and_scales_its_flops_by_micro_batches():
+  from vlp_jax.training.step import CompiledStep
+  mesh = parallel.make_mesh(1, jax.devices()[:1])
+  jitted = jax.jit(lambda state, batch, rng: (state @ batch, {}))
+  state, batch = jnp.ones((8, 16)), jnp.ones((16, 4))
+  for num_micro in (1, 3):
+    step = CompiledStep(jitted, mesh, num_micro)
+    assert step.flops is None  # nothing compiled yet
+    out, _ = step(state, batch, jax.random.key(0))
+    np.testing.assert_array_equal(out, np.full((8, 4), 16.0))
+    assert step.flops == num_micro * 2 * 8 * 16 * 4
+
+
+def test_progress_reports_the_steps_flops_and_the_tflops_per_device():
+  from vlp_jax.training.progress import Progress
+  progress = Progress(total_steps=10, batch_size=4, start_step=0, device_flops=2e12, devices=8)
+  progress.last_time -= 2.0  # two seconds for the steps below
+  logged = progress.tick(4)
+  assert logged['perf/step_flops'] == 8 * 2e12
+  assert logged['perf/device_tflops_per_sec'] == pytest.approx(2.0 * 4 / 2.0, rel=1e-3)  # 2 TFLOP x 2 steps/s
+  assert 'perf/step_flops' not in Progress(10, 4, 0).tick(0) | Progress(10, 4, 0).tick(1)
