@@ -1,6 +1,11 @@
-"""SLIP: the SimCLR loss against a naive numpy reference of the paper's pseudocode (values and gradients), its
-masked self-similarity, sharded == single device without a full B x 2B matrix per device; the objective (views,
-head variables, loss = clip + c * simclr) trained by the sharded step and end to end."""
+"""SLIP: the SimCLR loss against a naive numpy reference of the paper's pseudocode (values and gradients) and of the
+official code's per-rank loss, its masked self-similarity, sharded == single device without a full B x 2B matrix per
+device; the head against a numpy MLP; the SimCLR views (order, probabilities, SLIP's PIL blur); which view feeds
+which loss; the objective (views, head variables, loss = clip + c * simclr) trained by the sharded step and end to
+end; configs/slip_cc3m.py against the paper's recipe."""
+import importlib.util
+import math
+import os
 import pickle
 
 import chex
@@ -10,17 +15,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
+from PIL import Image, ImageFilter
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
-from vlp_jax.data import records
+from vlp_jax.data import records, transforms
 from vlp_jax.losses import saco
 from vlp_jax.losses.contrastive import clip_infonce
 from vlp_jax.losses.simclr import simclr_loss
+from vlp_jax.models.heads import SimCLRHead
 from vlp_jax.objectives.base import tower_variables
+from vlp_jax.objectives.slip import SSL_VIEWS, VIEWS
+from vlp_jax.training import optim
 from vlp_jax.training.loop import train_and_evaluate
 
-from support import compiled_step, numeric_grad, unit_vectors
+from support import ROOT, compiled_step, numeric_grad, unit_vectors
 
 
 def _cross_entropy(logits):
@@ -103,6 +112,39 @@ def test_simclr_sharded_equals_single_device_without_full_matrices():
   for shape in ('f32[32,64]', 'f32[64,32]', 'f32[32,32]'):  # each device holds 4 rows of every logit matrix
     assert shape not in hlo
   assert 'f32[4,64]' in hlo
+
+
+def official_simclr(qa, qb, tau=0.1, world=2):
+  """SLIP's released SIMCLRLoss as `world` ranks run it: each normalises its rows, gathers every rank's keys, takes
+  labels rank * n + arange(n) and subtracts the self mask after the temperature; DDP averages the ranks' losses.
+  -> (loss, accuracy as a fraction)."""
+  qa = qa / np.linalg.norm(qa, axis=1, keepdims=True)
+  qb = qb / np.linalg.norm(qb, axis=1, keepdims=True)
+  n, total = len(qa) // world, len(qa)
+  losses, correct = [], 0
+  for rank in range(world):
+    rows, labels = slice(rank * n, (rank + 1) * n), rank * n + np.arange(n)
+    mask = np.eye(total)[labels] * 1e9
+    logits_a = np.concatenate([qa[rows] @ qb.T / tau, qa[rows] @ qa.T / tau - mask], axis=1)
+    logits_b = np.concatenate([qb[rows] @ qa.T / tau, qb[rows] @ qb.T / tau - mask], axis=1)
+    ce = [np.mean(np.log(np.sum(np.exp(x - x.max(1, keepdims=True)), 1)) + x.max(1) - x[np.arange(n), labels])
+          for x in (logits_a, logits_b)]
+    losses.append((ce[0] + ce[1]) / 2)
+    correct += np.sum(np.argmax(logits_a, axis=1) == labels)
+  return np.mean(losses), correct / total
+
+
+def test_simclr_matches_the_official_per_rank_code():
+  """The global-batch loss is what SLIP's ranks compute together: the same 2B - 2 negatives for every anchor (the
+  other view and the same view of every other image of the global batch), tau 0.1 by default."""
+  rng = np.random.default_rng(4)
+  qa, qb = rng.normal(size=(8, 5)), rng.normal(size=(8, 5))
+  want_loss, want_acc = official_simclr(qa, qb, world=4)
+  normalise = lambda x: jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), jnp.float32)  # noqa: E731
+  loss, metrics = simclr_loss(normalise(qa), normalise(qb))
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+  np.testing.assert_allclose(metrics['ssl_acc'], want_acc, rtol=1e-6)
+  np.testing.assert_allclose(official_simclr(qa, qb, world=1)[0], want_loss, rtol=1e-10)  # one rank: the same
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -214,6 +256,140 @@ def test_views(micro):
   chex.assert_trees_all_equal(dataset[1], out)  # deterministic per (seed, index)
   again = grain.MapDataset.source(examples).random_map(views, seed=8)[1]
   assert not np.array_equal(again['ssl_a'], out['ssl_a'])
+
+
+def test_head_is_slips_three_layer_mlp():
+  """Linear, BN, ReLU, Linear, BN, ReLU, Linear (with bias, no BN) on a numpy reference; BatchNorm normalises with
+  the batch's statistics (biased variance, eps 1e-5) in training and moves its running mean by 0.1 of the batch's."""
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(6, 5)).astype(np.float32)
+  head = SimCLRHead(mlp_dim=8, out_dim=3)
+  variables = head.init(jax.random.key(0), x, train=False)
+  params = jax.tree.map(lambda p: np.asarray(p) + 0.3 * rng.normal(size=p.shape).astype(np.float32),
+                        variables['params'])  # affine BatchNorm parameters and a bias away from their init
+  assert set(params) == {'layer1', 'bn1', 'layer2', 'bn2', 'layer3'}
+  assert [params[f'layer{i}']['kernel'].shape for i in (1, 2, 3)] == [(5, 8), (8, 8), (8, 3)]
+  assert set(params['layer3']) == {'kernel', 'bias'}  # the hidden biases are cancelled by BN (docs/methods.md)
+  out, updates = head.apply({'params': params, 'batch_stats': variables['batch_stats']}, x, True,
+                            mutable=['batch_stats'])
+
+  def bn(h, p):
+    return (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-5) * p['scale'] + p['bias']
+
+  h = np.asarray(x, np.float64)
+  for i in (1, 2):
+    h = np.maximum(bn(h @ params[f'layer{i}']['kernel'], params[f'bn{i}']), 0.0)
+  want = h @ params['layer3']['kernel'] + params['layer3']['bias']
+  np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(updates['batch_stats']['bn1']['mean'],
+                             0.1 * (np.asarray(x, np.float64) @ params['layer1']['kernel']).mean(0), rtol=1e-4,
+                             atol=1e-6)
+  defaults = objectives.OBJECTIVES.get('slip').default_config()
+  assert (defaults['head_mlp_dim'], defaults['head_out_dim']) == (4096, 256)
+  assert (defaults['ssl_scale'], defaults['ssl_temperature']) == (1.0, 0.1)
+
+
+def test_each_view_feeds_its_loss(micro):
+  """zi is the CLIP view's projected embedding; the SimCLR head reads each SSL view's class token (width 32), not
+  its projection (embed 24); and loss = clip(zi, zt) + c * simclr(ssl_a, ssl_b)."""
+  _slip(micro, ssl_scale=0.5)
+  micro.model.embed_dim = 24
+  micro.batch_size = 8
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  batch = _batches(micro, 1)[0]
+
+  @jax.jit
+  def run(params, state, batch):
+    features, _ = objective.forward(params, state, batch, jax.random.key(1), True)
+    towers = {view: objective.encode_image(params, state, batch[view], False)[0] for view in VIEWS}
+    heads = {view: objective.project(params, state, towers[view]['cls'], True)[0] for view in SSL_VIEWS}
+    return features, towers, heads, objective.loss(features, params, np.int32(0))[0]
+
+  features, towers, heads, loss = run(params, state, batch)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+  np.testing.assert_allclose(features['zi'], unit(np.asarray(towers['image']['embed'])), rtol=1e-4, atol=1e-5)
+  for view in SSL_VIEWS:
+    assert features[f'{view}_cls'].shape == (8, 32)
+    np.testing.assert_allclose(features[f'{view}_cls'], towers[view]['cls'], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(features[view], heads[view], rtol=1e-4, atol=1e-5)
+  assert not np.allclose(features['zi'], unit(np.asarray(towers['ssl_a']['embed'])), atol=1e-3)
+  want = (clip_infonce(features['zi'], features['zt'], params['logit_scale'])[0]
+          + 0.5 * simclr_loss(features['ssl_a'], features['ssl_b'], 0.1)[0])
+  np.testing.assert_allclose(loss, want, rtol=1e-5)
+
+
+def test_simclr_view_follows_slips_augment(monkeypatch):
+  """SLIP's `augment`: RandomResizedCrop(scale (0.08, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) applied with p 0.8,
+  RandomGrayscale(0.2), GaussianBlur(sigma (0.1, 2)) with p 0.5, RandomHorizontalFlip, in that order."""
+  calls = []
+
+  def spy(name, fn):
+    def wrapped(image, *args, **kwargs):
+      calls.append((name, args[1] if name == 'crop' else None, kwargs))  # the crop's scale: (size, scale, rng)
+      return fn(image, *args, **kwargs)
+    monkeypatch.setattr(transforms, fn.__name__, wrapped)
+
+  for name, fn in (('crop', transforms.random_resized_crop), ('jitter', transforms.color_jitter),
+                   ('gray', transforms.random_grayscale), ('blur', transforms.gaussian_blur),
+                   ('flip', transforms.horizontal_flip)):
+    spy(name, fn)
+  image = np.random.default_rng(0).integers(0, 256, (20, 20, 3), dtype=np.uint8)
+  jittered = 0
+  for seed in range(400):
+    calls.clear()
+    transforms.simclr_view(image, 8, np.random.default_rng(seed))
+    names = [name for name, _, _ in calls]
+    jittered += 'jitter' in names
+    assert names in (['crop', 'jitter', 'gray', 'blur', 'flip'], ['crop', 'gray', 'blur', 'flip'])
+    args = {name: (a, k) for name, a, k in calls}
+    assert args['crop'][0] == (0.08, 1.0)
+    assert args['gray'][1] == {'p': 0.2} and args['blur'][1] == {'sigma': (0.1, 2.0), 'p': 0.5}
+    assert args['flip'][1] == {'p': 0.5}
+    if 'jitter' in names:
+      assert args['jitter'][1] == {'brightness': 0.4, 'contrast': 0.4, 'saturation': 0.4, 'hue': 0.1}
+  assert abs(jittered / 400 - 0.8) < 0.06  # 3 standard deviations of a binomial(400, 0.8) fraction
+
+
+@pytest.mark.parametrize('sigma', [0.5, 1.0, 2.0])
+def test_blur_matches_slips_pil_blur_at_224(sigma):
+  """SLIP blurs with PIL's GaussianBlur(radius=sigma), whose support is not truncated; at 224 px our SimCLR kernel
+  (23 taps) gives the same image to within a grey level on average (docs/methods.md: not so at 32 px)."""
+  image = np.random.default_rng(6).integers(0, 256, (224, 224, 3), dtype=np.uint8)
+  ours = transforms.gaussian_blur(image, np.random.default_rng(0), sigma=(sigma, sigma), p=1.0).astype(np.float64)
+  pil = np.asarray(Image.fromarray(image).filter(ImageFilter.GaussianBlur(radius=sigma)), np.float64)
+  inner = slice(8, -8)  # the borders are padded differently (reflect vs PIL's edge)
+  assert np.abs(ours - pil)[inner, inner].mean() < 1.5
+
+
+def test_cc3m_config_is_the_papers_recipe():
+  """configs/slip_cc3m.py: ViT-B/16 (SLIP's CC3M model), batch 4096, 40 epochs; AdamW (0.9, 0.98, 1e-8), lr 3e-3 from
+  1e-6 over one epoch, cosine to 1e-5, wd 0.1; c = 1, tau 0.1, head 4096-4096-256; the paper's views."""
+  spec = importlib.util.spec_from_file_location('slip_cc3m', os.path.join(ROOT, 'configs', 'slip_cc3m.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert module.DATASET == 'cc3m' and module.SETTINGS['cc3m'][1] == 40  # supplementary §3
+  assert module.SETTINGS['yfcc15m'] == (14_600_000, 25)  # ~3,500 warmup steps at batch 4096 (supplementary §3)
+  config = module.get_config()
+  validate(config)
+  vision, text = config.model.vision, config.model.text
+  assert (vision.type, vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads) == (
+      'vit', 224, 16, 768, 12, 12)
+  assert (config.model.embed_dim, text.width, text.heads, text.layers, text.context_length) == (512, 512, 8, 12, 77)
+  steps_per_epoch = math.ceil(module.CC3M_TRAIN_EXAMPLES / 4096)
+  assert config.batch_size == 4096 and config.total_steps == 40 * steps_per_epoch
+  o = config.optim
+  assert (o.b1, o.b2, o.eps, o.weight_decay, o.grad_clip_norm, o.warmup_steps) == (
+      0.9, 0.98, 1e-8, 0.1, 0.0, steps_per_epoch)
+  schedule = optim.learning_rate_schedule(o, config.total_steps)
+  np.testing.assert_allclose([schedule(0), schedule(steps_per_epoch), schedule(config.total_steps)],
+                             [1e-6, 3e-3, 1e-5], rtol=1e-5)
+  options = objectives.OBJECTIVES.get('slip').options(config.objective)
+  assert (options.ssl_scale, options.ssl_temperature, options.head_mlp_dim, options.head_out_dim) == (
+      1.0, 0.1, 4096, 256)
+  assert tuple(options.clip_crop_scale) == (0.5, 1.0) and tuple(options.ssl_crop_scale) == (0.08, 1.0)
+  assert tuple(options.ssl_color_jitter) == (0.4, 0.4, 0.4, 0.1) and options.ssl_grayscale_prob == 0.2
+  assert options.ssl_background == 'keep'
 
 
 def test_random_background_views_share_only_the_objects(micro):
