@@ -314,6 +314,7 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
       row = json.load(f)
     write_row(store, row)
     return row
+  resumed = has_checkpoint(workdir)  # its wall time then covers only the rest of the run
   began = time.time()
   result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True,
                           env=run_env(root))
@@ -321,13 +322,19 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
          'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:]),
-         'commit': code_commit()}
+         'commit': code_commit(), **({'resumed': True} if resumed else {})}
   with open(done, 'w') as f:
     json.dump(row, f)
   write_row(store, row)
   with lock:
     print(json.dumps(row), flush=True)
   return row
+
+
+def has_checkpoint(workdir: str) -> bool:
+  """Whether `workdir` holds a checkpoint (a continued run or a SaCo mimic starts from its run's)."""
+  directory = os.path.join(workdir, 'checkpoints')
+  return os.path.isdir(directory) and any(entry.isdigit() for entry in os.listdir(directory))
 
 
 def write_row(store: str, row: dict) -> None:
@@ -364,7 +371,8 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
       digits = 1 if key.endswith('rsum') else 3  # RSUM is in percent
       cells.append(f'{mean_std(values)[0]:.{digits}f} ± {mean_std(values)[1]:.{digits}f}' if values else '-')
     rate = sum(r['samples_per_sec'] for r in runs) / len(runs)
-    cells += [f"{sum(r['wall_seconds'] for r in runs) / len(runs):.0f} s", f'{base_rate / rate:.2f}x']
+    wall = _mean_of(runs, 'wall_seconds')
+    cells += [f'{wall:.0f} s' if wall else '-', f'{base_rate / rate:.2f}x']
     if memory:
       cells.append(f"{memory[name] / memory.get('clip', memory[name]):.2f}x" if name in memory else '-')
     seeds = ','.join(str(r['seed']) for r in runs)
@@ -426,7 +434,8 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
 
 
 def _mean_of(rows: list[dict], field: str) -> float | None:
-  values = [r[field] for r in rows if r.get(field) is not None]
+  """The mean of `field` over `rows` (wall times only over runs trained from the start), or None."""
+  values = [r[field] for r in rows if r.get(field) is not None and not (field == 'wall_seconds' and r.get('resumed'))]
   return sum(values) / len(values) if values else None
 
 
@@ -515,10 +524,14 @@ def main(argv):
 
     def job(name: str, seed: int) -> dict:
       run = RUNS[name]
-      if run.after:  # submitted earlier, so already running or done: no deadlock with a FIFO pool
-        futures[(run.after, seed)].result()
-      if run.teacher:
-        futures[(run.teacher, seed + TEACHER_SEED_OFFSET)].result()
+      # AFTER and TEACHER were submitted earlier, so are running or done: no deadlock with a FIFO pool. A stored
+      # run whose workdir is gone (another machine, a cleaned /tmp) is trained again for its checkpoint, which is
+      # the same bit for bit; its stored row stays.
+      for needed, needed_seed in ((run.after, seed), (run.teacher, seed + TEACHER_SEED_OFFSET)):
+        if needed:
+          futures[(needed, needed_seed)].result()
+          if not has_checkpoint(run_dir(root, needed, needed_seed)):
+            train(root, needed, needed_seed, steps, lock, FLAGS.eval_every)
       return train(root, name, seed, steps, lock, FLAGS.eval_every, FLAGS.store)
 
     def stored(name: str, seed: int) -> dict | None:

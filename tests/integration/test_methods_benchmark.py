@@ -249,3 +249,13 @@ def test_batch_duplicates_counts_rows_that_share_a_caption():
   assert result['per_source']['a'] == result['per_source']['b'] == 0.0 and result['per_source']['templated'] > 0.9
   # a third of single-source batches are templated (about 1/3 x 0.97); a mixed batch holds ~3 templated rows
   assert 0.25 < result['single_source'] < 0.42 and result['mixed'] < result['single_source'] - 0.05
+
+
+def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path):
+  rows = [{'wall_seconds': 100.0}, {'wall_seconds': 300.0}, {'wall_seconds': 20.0, 'resumed': True}]
+  assert methods._mean_of(rows, 'wall_seconds') == 200.0  # the resumed run timed only its second half
+  assert not methods.has_checkpoint(str(tmp_path))
+  (tmp_path / 'checkpoints' / 'tmp-1').mkdir(parents=True)
+  assert not methods.has_checkpoint(str(tmp_path))  # a save that never finished
+  (tmp_path / 'checkpoints' / '400').mkdir()
+  assert methods.has_checkpoint(str(tmp_path))
