@@ -3,7 +3,7 @@
 costs much more, a compute-matched control on the embedded dataset under one budget, over the development seeds and
 the held-out seeds, and tabulate the paired differences and the held-out verdict (docs/evidence.md).
 
-python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,4,5] [--jobs=2] [--workdir=/tmp/vlp_methods]
+python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,4,5] [--jobs=1] [--workdir=/tmp/vlp_methods]
                              [--output=table.md] [--notrain] [--memory]
 
 --methods takes run names, groups of them (GROUPS below: 'table', 'table_saco', 'table_zerovl', ...) or 'all'; a
@@ -173,9 +173,9 @@ def define_flags() -> None:
   flags.DEFINE_bool('train', True, 'Train the runs the store lacks; --notrain only tabulates the stored ones.')
   flags.DEFINE_string('store', STORE, "Where each finished run's row is kept ('' keeps none).")
   flags.DEFINE_integer('steps', None, "Override total_steps of every from-scratch run (default: the configs').")
-  flags.DEFINE_integer('jobs', 2, 'Runs trained at once. Each uses every core, but compiles, evaluations and the input '
-                       'pipeline leave some idle: two at once finish a set of runs about 15% sooner on a 2-core CPU. '
-                       'The wall and step-time columns then include the sharing; --jobs=1 for clean timings.')
+  flags.DEFINE_integer('jobs', 1, 'Runs trained at once. Each uses every core, but compiles, evaluations and the input '
+                       'pipeline leave some idle: two at once finish a set of runs about 15% sooner on a 2-core CPU, '
+                       'but then no wall time is clean, and the tables average only those of runs trained alone.')
   flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
   flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
@@ -302,7 +302,7 @@ def stored_row(store: str, name: str, seed: int) -> dict | None:
 
 
 def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0,
-          store: str = '') -> dict:
+          store: str = '', jobs: int = 1) -> dict:
   """Train run `name` with `seed` in a subprocess (resuming its workdir) unless `store` already holds its row;
   return the row, written to `store` (when given) and to the workdir's run_result.json."""
   if store and (row := stored_row(store, name, seed)) is not None:
@@ -322,7 +322,7 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
          'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:]),
-         'commit': code_commit(), **({'resumed': True} if resumed else {})}
+         'commit': code_commit(), 'jobs': jobs, **({'resumed': True} if resumed else {})}
   with open(done, 'w') as f:
     json.dump(row, f)
   write_row(store, row)
@@ -434,8 +434,9 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
 
 
 def _mean_of(rows: list[dict], field: str) -> float | None:
-  """The mean of `field` over `rows` (wall times only over runs trained from the start), or None."""
-  values = [r[field] for r in rows if r.get(field) is not None and not (field == 'wall_seconds' and r.get('resumed'))]
+  """The mean of `field` over `rows`, or None. Wall times count only for runs trained alone and from the start."""
+  clean = lambda r: r.get('jobs') == 1 and not r.get('resumed')  # noqa: E731
+  values = [r[field] for r in rows if r.get(field) is not None and (field != 'wall_seconds' or clean(r))]
   return sum(values) / len(values) if values else None
 
 
@@ -531,8 +532,8 @@ def main(argv):
         if needed:
           futures[(needed, needed_seed)].result()
           if not has_checkpoint(run_dir(root, needed, needed_seed)):
-            train(root, needed, needed_seed, steps, lock, FLAGS.eval_every)
-      return train(root, name, seed, steps, lock, FLAGS.eval_every, FLAGS.store)
+            train(root, needed, needed_seed, steps, lock, FLAGS.eval_every, jobs=FLAGS.jobs)
+      return train(root, name, seed, steps, lock, FLAGS.eval_every, FLAGS.store, FLAGS.jobs)
 
     def stored(name: str, seed: int) -> dict | None:
       row = stored_row(FLAGS.store, name, seed) if FLAGS.store else None
@@ -549,7 +550,7 @@ def main(argv):
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           if teacher not in futures:
             futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock,
-                                             FLAGS.eval_every, FLAGS.store)
+                                             FLAGS.eval_every, FLAGS.store, FLAGS.jobs)
         futures[(name, seed)] = pool.submit(job, name, seed)
     rows = [row for f in futures.values() if (row := f.result()) is not None]
   memory = {}

@@ -156,7 +156,7 @@ def test_final_metrics_and_the_table(tmp_path):
     assert metrics['synthetic/zeroshot_top1'] == zeroshot  # the last eval, not the first
     assert metrics['synthetic/mean_r1'] == pytest.approx((i2t + t2i) / 2)
     assert metrics['samples_per_sec'] == 200.0
-    rows.append({'run': 'clip', 'seed': seed, **metrics, 'wall_seconds': 10.0})
+    rows.append({'run': 'clip', 'seed': seed, **metrics, 'wall_seconds': 10.0, 'jobs': 1})
   line = methods.table(rows, ['clip'], {}).splitlines()[2]
   assert '0.300 ± 0.141' in line  # zero-shot mean and sample std of 0.2 and 0.4
   assert '0.300 ± 0.141' in line.split('|')[3]  # mean R@1: 0.2 and 0.4
@@ -193,7 +193,7 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
                            ('cosmos', 0.2 + 0.01 * (seed + 1), 3e13)):
       rows.append({'run': run, 'seed': seed, 'synthetic/mean_r1': r1 + (seed == 5) * 0.1 * (run != 'cosmos'),
                    'synthetic/zeroshot_top1': 0.5, 'synthetic_long/mean_r1': 0.1, 'train_flops': flops,
-                   'wall_seconds': 100.0})
+                   'wall_seconds': 100.0, 'jobs': 1})
   lines = methods.headline_table(rows, ['clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
   assert len(lines) == 2 + 2 * len(methods.RUNS['cosmos'].metrics)  # against the control, then compute-matched
   first = [cell.strip() for cell in lines[2].split('|')[1:-1]]
@@ -252,8 +252,9 @@ def test_batch_duplicates_counts_rows_that_share_a_caption():
 
 
 def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path):
-  rows = [{'wall_seconds': 100.0}, {'wall_seconds': 300.0}, {'wall_seconds': 20.0, 'resumed': True}]
-  assert methods._mean_of(rows, 'wall_seconds') == 200.0  # the resumed run timed only its second half
+  rows = [{'wall_seconds': 100.0, 'jobs': 1}, {'wall_seconds': 300.0, 'jobs': 1},
+          {'wall_seconds': 20.0, 'jobs': 1, 'resumed': True}, {'wall_seconds': 500.0, 'jobs': 2}]
+  assert methods._mean_of(rows, 'wall_seconds') == 200.0  # resumed: timed half a run; jobs 2: timed a shared CPU
   assert not methods.has_checkpoint(str(tmp_path))
   (tmp_path / 'checkpoints' / 'tmp-1').mkdir(parents=True)
   assert not methods.has_checkpoint(str(tmp_path))  # a save that never finished
