@@ -184,7 +184,8 @@ def define_flags() -> None:
 
 
 def expand(names: list[str]) -> list[str]:
-  """Run and group names -> run names, in order, without repeats, dependencies first."""
+  """Run and group names -> run names, in order, without repeats, each after the runs it starts from or is compared
+  with."""
   out: list[str] = []
 
   def add(name: str) -> None:
@@ -193,7 +194,8 @@ def expand(names: list[str]) -> list[str]:
     if name not in RUNS:
       raise ValueError(f"--methods has '{name}'; valid runs: {sorted(RUNS)}, groups: {sorted(GROUPS)}, 'all'")
     run = RUNS[name]
-    for needed in (run.after, run.teacher, run.baseline, run.control, run.compute_control):
+    # (a TEACHER is trained with seed + TEACHER_SEED_OFFSET by main, not as a row of the requested seeds)
+    for needed in (run.after, run.baseline, run.control, run.compute_control):
       if needed and needed != name:
         add(needed)
     out.append(name)
