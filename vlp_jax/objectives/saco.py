@@ -70,14 +70,17 @@ class SacoTerm(Term):
     if config.ramp != 'constant' and self.ramp_steps < 1:
       raise ValueError(f"config.objective.saco.ramp='{config.ramp}' needs config.objective.saco.ramp_steps > 0 or "
                        'the run config (whose total_steps it then follows)')
-    self.teacher_model = None
+    self.teacher_model, self.teacher_variables = None, None
     if config.beta > 0 and config.teacher == 'checkpoint':
       self.teacher_model = models.build_model(models.complete(read_saved_config(config.teacher_checkpoint)['model']))
+      # Read now, on the host: init_state runs inside the jitted (or shape-only) creation of the train state, where
+      # a checkpoint cannot be read; there the arrays become the initial values of the frozen teacher's state.
+      self.teacher_variables = tower_variables(*load_variables(config.teacher_checkpoint))
 
   def init_state(self):
     if self.teacher_model is None:
       return {}
-    return {'saco_teacher': tower_variables(*load_variables(self.config.teacher_checkpoint))}
+    return {'saco_teacher': self.teacher_variables}
 
   def features(self, params, model_state, batch, features):
     del params, features

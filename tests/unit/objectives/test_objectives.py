@@ -11,6 +11,7 @@ from vlp_jax.cli import embed
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.losses import saco
 from vlp_jax.losses.contrastive import clip_infonce, siglip_loss
+from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.training.loop import train_and_evaluate
 
 from support import run_steps
@@ -134,4 +135,17 @@ def test_mimic_with_an_on_the_fly_teacher_checkpoint(micro, tmp_path):
   micro.objective.saco.teacher_checkpoint = ''
   with pytest.raises(ConfigError, match='teacher_checkpoint'):
     validate(micro)
+
+
+def test_a_run_trains_with_a_teacher_from_a_training_checkpoint(micro, tmp_path):
+  """The trainer creates its state in a jitted function: the teacher of another run's workdir is read before it."""
+  micro.total_steps = 2
+  train_and_evaluate(micro, str(tmp_path / 'teacher'))
+  with_term(micro, 'saco', alpha=1.0, beta=2.0, normalization='mean', teacher='checkpoint',
+            teacher_checkpoint=str(tmp_path / 'teacher'))
+  result = train_and_evaluate(micro, str(tmp_path / 'run'))
+  assert int(result['state'].step) == 2
+  teacher = result['state'].model_state['saco_teacher']
+  want = load_variables(str(tmp_path / 'teacher'))[0]['visual']
+  chex.assert_trees_all_equal(parallel.to_host(teacher['params']['visual']), want)  # frozen: still the teacher's
 
