@@ -153,7 +153,8 @@ RUNS: dict[str, Run] = discover()
 
 GROUPS = {
     # each method with its control, its mechanism ablations and, where it costs much more, a compute-matched control
-    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'clip_continue', 'saco_continue'),
+    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'clip_mimic_compute', 'clip_continue',
+                   'saco_continue'),
     'table_slip': ('clip', 'slip', 'clip_slip_compute'),
     'table_cosmos': ('clip_text_pool', 'cosmos', 'cosmos_no_distill', 'clip_text_pool_compute'),
     'table_zerovl': ('clip_zerovl_temperature', 'zerovl', 'zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'),

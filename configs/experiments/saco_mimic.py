@@ -8,6 +8,7 @@ from vlp_jax.config import from_file
 
 LABEL = 'SaCo + pseudo-affinity mimic (beta 5, separately seeded CLIP teacher)'
 TEACHER = 'clip_teacher'
+COMPUTE_CONTROL = 'clip_mimic_compute'  # the teacher's training counts as the method's compute
 # the paper's: zero-shot, retrieval, linear probe, and affinity consistency, taken within each source (pooled, the
 # source blocks make it high for any model that separates the sources: docs/data.md)
 METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/linear_probe_top1',

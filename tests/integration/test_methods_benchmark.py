@@ -13,7 +13,8 @@ ROOT = methods.ROOT
 
 def test_expand_puts_dependencies_first_and_rejects_unknown_names():
   assert methods.expand(['saco_continue']) == ['clip', 'clip_continue', 'saco_continue']  # its start and its control
-  assert methods.expand(['saco_mimic', 'clip']) == ['clip', 'saco_mimic']  # its teacher trains with another seed
+  # its teacher trains with another seed, not as a row
+  assert methods.expand(['saco_mimic', 'clip']) == ['clip', 'clip_mimic_compute', 'saco_mimic']
   assert methods.expand(['cosmos']) == ['clip', 'clip_text_pool', 'clip_text_pool_compute', 'cosmos']
   table = methods.expand(['table'])
   assert table.index('clip') < table.index('saco_continue') and len(table) == len(set(table))
@@ -227,16 +228,28 @@ def test_metrics_must_name_columns(tmp_path):
 
 
 @pytest.mark.slow
-def test_compute_matched_controls_train_for_the_flops_of_their_method():
-  """XLA's FLOPs of one step of each method with a COMPUTE_CONTROL, over its control's, times the method's steps, is
-  the compute-matched control's budget (to a step)."""
+def test_compute_matched_controls_train_for_the_flops_of_their_method(tmp_path):
+  """XLA's FLOPs of each method with a COMPUTE_CONTROL (its steps, plus its TEACHER's training), over those of one
+  step of the control, is the compute-matched control's budget (to a step)."""
+  import jax
+  from vlp_jax import models
+  from vlp_jax.cli import weights
   from vlp_jax.config import from_file
   load = lambda name: from_file(os.path.join(ROOT, methods.RUNS[name].config))  # noqa: E731
+  checked = 0
   for name, run in methods.RUNS.items():
-    if run.compute_control:
-      method, matched = load(name), load(run.compute_control)
-      ratio = methods.step_flops(method) / methods.step_flops(matched)
-      assert matched.total_steps == round(method.total_steps * ratio), (name, ratio)
+    if not run.compute_control:
+      continue
+    method, matched = load(name), load(run.compute_control)
+    flops = method.total_steps * methods.step_flops(method) if not run.teacher else 0.0
+    if run.teacher:  # a teacher of the same architecture (its values do not change the FLOPs), and its training
+      teacher = load(run.teacher)
+      params, state = models.init_variables(models.build_model(teacher.model), jax.random.key(0))
+      method.objective.saco.teacher_checkpoint = weights.save_checkpoint(str(tmp_path / name), params, state, teacher)
+      flops = method.total_steps * methods.step_flops(method) + teacher.total_steps * methods.step_flops(teacher)
+    assert matched.total_steps == round(flops / methods.step_flops(matched)), (name, flops)
+    checked += 1
+  assert checked == 3  # SLIP, COSMOS and SaCo's mimic
 
 
 def test_batch_duplicates_counts_rows_that_share_a_caption():
