@@ -48,6 +48,7 @@ import glob
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -363,7 +364,7 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
   by_name = {name: [r for r in rows if r['run'] == name] for name in names}
   base = by_name.get('clip') or next(iter(by_name.values()))
   base_rate = sum(r['samples_per_sec'] for r in base) / len(base)
-  heads = [h for _, h in COLUMNS] + ['wall per run', 'step time vs CLIP'] + (['step memory vs CLIP'] if memory else [])
+  heads = [h for _, h in COLUMNS] + ['wall per run (median)', 'step time vs CLIP'] + (['step memory vs CLIP'] if memory else [])
   lines = ['| run | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name, runs in by_name.items():
     if not runs or name == 'clip_teacher':
@@ -437,9 +438,12 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
 
 
 def _mean_of(rows: list[dict], field: str) -> float | None:
-  """The mean of `field` over `rows`, or None. Wall times count only for runs trained alone and from the start."""
+  """The mean of `field` over `rows`, or None. For wall times, the median of the runs trained alone and from the
+  start: a run that shared the machine with other work (a test suite, a compile) stands out, and is left out."""
   clean = lambda r: r.get('jobs') == 1 and not r.get('resumed')  # noqa: E731
   values = [r[field] for r in rows if r.get(field) is not None and (field != 'wall_seconds' or clean(r))]
+  if field == 'wall_seconds' and values:
+    return statistics.median(values)
   return sum(values) / len(values) if values else None
 
 
@@ -451,7 +455,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   by_key = {(r['run'], r['seed']): r for r in rows}
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
            'method − control', f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
-           'training TFLOP, method / control', 'wall per run, method / control', 'regenerate']
+           'training TFLOP, method / control', 'wall per run (median), method / control', 'regenerate']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for name, control in [(n, c) for n in names for c in dict.fromkeys(
       (RUNS[n].control or RUNS[n].baseline, RUNS[n].compute_control)) if c and c != n and RUNS[n].metrics]:

@@ -265,9 +265,10 @@ def test_batch_duplicates_counts_rows_that_share_a_caption():
 
 
 def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path):
-  rows = [{'wall_seconds': 100.0, 'jobs': 1}, {'wall_seconds': 300.0, 'jobs': 1},
+  rows = [{'wall_seconds': 100.0, 'jobs': 1}, {'wall_seconds': 900.0, 'jobs': 1}, {'wall_seconds': 120.0, 'jobs': 1},
           {'wall_seconds': 20.0, 'jobs': 1, 'resumed': True}, {'wall_seconds': 500.0, 'jobs': 2}]
-  assert methods._mean_of(rows, 'wall_seconds') == 200.0  # resumed: timed half a run; jobs 2: timed a shared CPU
+  assert methods._mean_of(rows, 'wall_seconds') == 120.0  # the median; resumed: half a run; jobs 2: a shared CPU
+  assert methods._mean_of(rows, 'jobs') == 1.2
   assert not methods.has_checkpoint(str(tmp_path))
   (tmp_path / 'checkpoints' / 'tmp-1').mkdir(parents=True)
   assert not methods.has_checkpoint(str(tmp_path))  # a save that never finished
