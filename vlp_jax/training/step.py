@@ -56,16 +56,18 @@ class CompiledStep:
 
   def __init__(self, jitted, mesh: Mesh, num_micro: int = 1):
     self.jitted, self.mesh, self.num_micro = jitted, mesh, num_micro
-    self.compiled = None
+    self.compiled: dict = {}  # one program per batch signature (the loop's batches all share one)
     self.flops: float | None = None
 
   def __call__(self, state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict]:
+    signature = (jax.tree.structure(batch), tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
     with jax.set_mesh(self.mesh):  # lets the losses place row-sharding constraints on logit matrices
-      if self.compiled is None:
-        self.compiled = self.jitted.lower(state, batch, rng).compile()
-        flops = program_cost(self.compiled).get('flops', 0.0)
-        self.flops = flops * self.num_micro if flops > 0 else None
-      return self.compiled(state, batch, rng)
+      if signature not in self.compiled:
+        self.compiled[signature] = self.jitted.lower(state, batch, rng).compile()
+        if self.flops is None:
+          flops = program_cost(self.compiled[signature]).get('flops', 0.0)
+          self.flops = flops * self.num_micro if flops > 0 else None
+      return self.compiled[signature](state, batch, rng)
 
 
 def program_cost(compiled) -> dict[str, float]:

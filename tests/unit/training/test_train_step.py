@@ -103,3 +103,12 @@ def test_progress_reports_the_steps_flops_and_the_tflops_per_device():
   assert logged['perf/step_flops'] == 8 * 2e12
   assert logged['perf/device_tflops_per_sec'] == pytest.approx(2.0 * 4 / 2.0, rel=1e-3)  # 2 TFLOP x 2 steps/s
   assert 'perf/step_flops' not in Progress(10, 4, 0).tick(0) | Progress(10, 4, 0).tick(1)
+
+
+def test_compiled_step_compiles_again_for_a_batch_of_other_types():
+  from vlp_jax.training.step import CompiledStep
+  step = CompiledStep(jax.jit(lambda state, batch, rng: (state + batch['x'].astype(jnp.float32).sum(), {})),
+                      parallel.make_mesh(1, jax.devices()[:1]))
+  assert float(step(jnp.float32(1), {'x': jnp.ones(3, jnp.uint8)}, jax.random.key(0))[0]) == 4.0
+  assert float(step(jnp.float32(1), {'x': jnp.full(3, 0.5, jnp.float32)}, jax.random.key(0))[0]) == 2.5
+  assert len(step.compiled) == 2
