@@ -439,8 +439,9 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
 
 def _mean_of(rows: list[dict], field: str) -> float | None:
   """The mean of `field` over `rows`, or None. For wall times, the median of the runs trained alone and from the
-  start: a run that shared the machine with other work (a test suite, a compile) stands out, and is left out."""
-  clean = lambda r: r.get('jobs') == 1 and not r.get('resumed')  # noqa: E731
+  start, leaving out those marked `contended` (other work shared the machine); the median keeps an unmarked one
+  from moving the figure."""
+  clean = lambda r: r.get('jobs') == 1 and not r.get('resumed') and not r.get('contended')  # noqa: E731
   values = [r[field] for r in rows if r.get(field) is not None and (field != 'wall_seconds' or clean(r))]
   if field == 'wall_seconds' and values:
     return statistics.median(values)
