@@ -451,8 +451,8 @@ def _mean_of(rows: list[dict], field: str) -> float | None:
 def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS) -> str:
   """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
   development seeds (mean ± std), their paired difference there, the difference on each held-out seed and the
-  verdict (`verdict`), then the training compute (XLA's FLOPs) and wall time of each side. A run with a
-  COMPUTE_CONTROL gets a second block against it."""
+  verdict (`verdict`), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
+  without its rows) and wall time of each side. A run with a COMPUTE_CONTROL gets a second block against it."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
            'method − control', f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
@@ -474,6 +474,10 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
                    [diff(s) for s in held])]
       if k == 0:
         flops = [_mean_of(side, 'train_flops') for side in (mine, theirs)]
+        if run.teacher and flops[0]:  # the teacher's training is part of the method's compute
+          teachers = [by_key[(run.teacher, s + TEACHER_SEED_OFFSET)] for s in dev + held
+                      if (run.teacher, s + TEACHER_SEED_OFFSET) in by_key]
+          flops[0] = flops[0] + _mean_of(teachers, 'train_flops') if teachers else None
         walls = [_mean_of(side, 'wall_seconds') for side in (mine, theirs)]
         cells += [' / '.join(f'{f / 1e12:.0f}' if f else '-' for f in flops)
                   + (f' ({flops[0] / flops[1]:.2f}x)' if all(flops) else ''),
@@ -553,6 +557,9 @@ def main(argv):
       for name in names:
         if not FLAGS.train:
           futures[(name, seed)] = pool.submit(stored, name, seed)
+          if RUNS[name].teacher:
+            futures[(RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)] = pool.submit(
+                stored, RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           continue
         if RUNS[name].teacher:
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)

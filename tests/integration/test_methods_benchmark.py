@@ -207,6 +207,16 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
   assert [cell.strip() for cell in lines[3].split('|')[1:-1]][7] == 'level'  # zero-shot: level on both seeds
 
 
+def test_a_teachers_training_counts_as_its_methods_compute():
+  rows = [{'run': run, 'seed': seed, **{key: 0.5 for key in methods.RUNS['saco_mimic'].metrics}, 'train_flops': flops}
+          for run, seed, flops in (('saco_mimic', 4, 12e12), ('clip_mimic_compute', 4, 22e12),
+                                   ('clip_teacher', 4 + methods.TEACHER_SEED_OFFSET, 10e12))]
+  line = methods.headline_table(rows, ['clip_mimic_compute', 'saco_mimic']).splitlines()[-4]
+  assert [cell.strip() for cell in line.split('|')[1:-1]][8] == '22 / 22 (1.00x)'
+  without_teacher = methods.headline_table(rows[:2], ['clip_mimic_compute', 'saco_mimic']).splitlines()[-4]
+  assert [cell.strip() for cell in without_teacher.split('|')[1:-1]][8] == '- / 22'
+
+
 def test_a_stored_run_is_not_trained_again(tmp_path, monkeypatch):
   import threading
   row = {'run': 'clip', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
