@@ -41,8 +41,11 @@ class ClipViews(grain.transforms.RandomMap):
       image = resize_image(example['image'], self.image_size)
     if self.augment != 'none':
       image = autoaugment.AUGMENTATIONS.get(self.augment)(image, rng)
+    return {'image': image, 'text': self.text_tokens(example, rng), **passthrough(example)}
+
+  def text_tokens(self, example: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    """The example's text as a [L] int32 token row, drawn after the image (a subclass may change the text)."""
     text = example[self.caption_field]
     if self.text_crop is not None:
       text = self.text_crop(example.get('long_caption', ''), text, rng)
-    return {'image': image, 'text': default_tokenizer()(text, context_length=self.context_length)[0],
-            **passthrough(example)}
+    return default_tokenizer()(text, context_length=self.context_length)[0]

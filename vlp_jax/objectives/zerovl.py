@@ -41,13 +41,11 @@ class ZeroVLViews(ClipViews):
   `text_augment` is set, the caption tokenised after ZeroVL's word-level augmentation (data/text_augment.py)."""
   text_augment: TextAugment | None = None
 
-  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    # The image draws first, so it is the same with and without text augmentation; the words are augmented on the
-    # raw caption, so CLIP's tokenisation of it in `out` is replaced (a few microseconds per caption).
-    out = super().random_map(example, rng)
-    if self.text_augment is not None:
-      out['text'] = self.text_augment(example[self.caption_field], rng, self.context_length)
-    return out
+  def text_tokens(self, example: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    # Drawn after the image, so the image is the same with and without text augmentation.
+    if self.text_augment is None:
+      return super().text_tokens(example, rng)
+    return self.text_augment(example[self.caption_field], rng, self.context_length)
 
 
 MIXUP_MODALITIES = ('coin', 'image', 'text', 'targets_only')
