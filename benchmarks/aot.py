@@ -5,8 +5,9 @@
   python benchmarks/aot.py --config=configs/saco_cc3m.py --topology=v5p:4x4x4 [--config.key=value ...]
 
 libtpu describes a TPU topology (`jax.experimental.topologies`) without the chips being there; the step that
-`python -m vlp_jax.main` would run (the config's model, objective, accumulation, FSDP mesh, dtype and remat, at the
-config's global batch) is lowered and compiled for it. Nothing runs: the batch and the state are shapes only.
+`python -m vlp_jax.main` would run (the config's model, objective, accumulation, FSDP mesh, dtype, remat policy and
+scanned layers, at the config's global batch) is lowered and compiled for it. Nothing runs: the batch and the state
+are shapes only.
 
 Prints one JSON line per topology:
   - per-chip HBM from the compiler's memory analysis: arguments, temporaries, total (arguments + outputs not
@@ -41,13 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-# Published per-chip figures (Cloud TPU system architecture pages): HBM in GiB, dense bf16 FLOP/s, HBM bytes/s.
-CHIPS = {
-    'v4': {'hbm_gib': 32, 'bf16_flops': 275e12, 'hbm_bytes_per_sec': 1228e9},
-    'v5e': {'hbm_gib': 16, 'bf16_flops': 197e12, 'hbm_bytes_per_sec': 819e9},
-    'v5p': {'hbm_gib': 95, 'bf16_flops': 459e12, 'hbm_bytes_per_sec': 2765e9},
-    'v6e': {'hbm_gib': 32, 'bf16_flops': 918e12, 'hbm_bytes_per_sec': 1640e9},
-}
+from vlp_jax.hardware import ACCELERATORS  # noqa: E402
+
+# Published per-chip figures of the TPUs (vlp_jax/hardware.py's table, by its short names: 'v5e'): HBM in GiB, dense
+# bf16 FLOP/s, HBM bytes/s.
+CHIPS = {name: {'hbm_gib': chip.hbm_gib, 'bf16_flops': chip.bf16_flops, 'hbm_bytes_per_sec': chip.hbm_bytes_per_sec}
+         for name, chip in ACCELERATORS.items() if chip.platform == 'tpu'}
 COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute')
 DTYPE_BYTES = {'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 'f8e4m3fn': 1, 'f8e5m2': 1, 'bf16': 2, 'f16': 2,
                's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4, 'f64': 8, 's64': 8, 'u64': 8, 'c64': 8, 'c128': 16}
@@ -154,6 +154,8 @@ def fit_advice(config, chip: dict) -> list[str]:
     advice.append(f'a smaller --config.accumulation.micro_batch_size (now {config.accumulation.micro_batch_size})')
   if not config.model.get('remat', False):
     advice.append('--config.model.remat=True: recompute each block in the backward pass')
+  elif config.model.get('remat_policy', 'nothing_saveable') != 'nothing_saveable':
+    advice.append('--config.model.remat_policy=nothing_saveable: keep only each block\'s input')
   if config.model.dtype == 'float32':
     advice.append('--config.model.dtype=bfloat16: half the activation memory')
   if config.mesh.fsdp < chip['chips']:
@@ -192,7 +194,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'mesh': dict(mesh.shape), 'global_batch': config.batch_size,
       'micro_batch': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else None,
       'accumulation': config.accumulation.mode, 'dtype': config.model.dtype,
-      'remat': bool(config.model.get('remat', False)), 'params_millions': round(num_params / 1e6, 2),
+      'remat': bool(config.model.get('remat', False)) and config.model.get('remat_policy', 'nothing_saveable'),
+      'scan_layers': bool(config.model.get('scan_layers', False)), 'params_millions': round(num_params / 1e6, 2),
   }
   hbm = chip['hbm_gib'] * 2**30
   began = time.perf_counter()

@@ -160,6 +160,8 @@ GROUPS = {
     'table_cosmos': ('clip_text_pool', 'cosmos', 'cosmos_no_distill', 'clip_text_pool_compute'),
     'table_zerovl': ('clip_zerovl_temperature', 'zerovl', 'zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'),
 }
+# speed levers of the pod configs, each against CLIP at equal steps (not part of the methods table)
+GROUPS['speed'] = ('clip', 'clip_bf16', 'clip_patch_dropout')
 GROUPS['table'] = tuple(dict.fromkeys(name for group in ('saco', 'slip', 'cosmos', 'zerovl')
                                         for name in GROUPS[f'table_{group}']))
 

@@ -20,6 +20,7 @@ def get_config():
   steps_per_epoch = math.ceil(CC3M_TRAIN_EXAMPLES / config.batch_size)
   config.total_steps = EPOCHS * steps_per_epoch
   config.model = models.preset('ViT-B-32')
+  config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.data.name = 'array_record'
   config.data.path = ''  # directory (or glob) of ArrayRecord shards in the vlp_jax record format
   config.data.num_workers = 8

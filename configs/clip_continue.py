@@ -20,6 +20,7 @@ def get_config():
   config.batch_size = 2048
   config.total_steps = EPOCHS * math.ceil(TRAIN_EXAMPLES / config.batch_size)
   config.model = models.preset('ViT-B-32-quickgelu')  # OpenAI's towers use QuickGELU
+  config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.init.require_checkpoint = True
   config.data.name = 'array_record'
   config.data.num_workers = 8

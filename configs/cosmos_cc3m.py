@@ -26,6 +26,7 @@ def get_config():
   config.batch_size = 1024
   config.total_steps = EPOCHS * math.ceil(CC3M_TRAIN_EXAMPLES / config.batch_size)
   config.model = models.preset('ViT-B-16')
+  config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.objective.name = 'cosmos'
   config.objective.ema_momentum = 0.999
   config.objective.num_local_crops = 6

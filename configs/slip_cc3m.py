@@ -33,6 +33,7 @@ def get_config():
   steps_per_epoch = math.ceil(examples / config.batch_size)
   config.total_steps = epochs * steps_per_epoch
   config.model = models.preset('ViT-B-16')
+  config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.objective.name = 'slip'
   config.objective.ssl_scale = 1.0
   config.objective.ssl_temperature = 0.1

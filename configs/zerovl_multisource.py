@@ -35,6 +35,7 @@ def get_config():
   steps_per_epoch = math.ceil(TRAIN_EXAMPLES / config.batch_size)
   config.total_steps = EPOCHS * steps_per_epoch
   config.model = models.preset('ViT-B-16')
+  config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.data.name = 'array_record'
   config.data.path = ''  # comma-separated folders (or globs) of single-source ArrayRecord shards
   config.data.mixing = 'single_source'

@@ -6,6 +6,7 @@ wrong types and invalid choices with an error that names the key and the valid c
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from typing import Any
 
@@ -21,7 +22,7 @@ from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS
-from vlp_jax.models.transformer import ACTIVATIONS
+from vlp_jax.models.transformer import ACTIVATIONS, REMAT_POLICIES
 from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
 
@@ -101,6 +102,10 @@ def base_config() -> ml_collections.ConfigDict:
       'templates': 'dataset',
   })
   c.log_every_steps = 20
+  # perf/mfu divides the achieved FLOP/s per device by the device's published dense bf16 peak (vlp_jax/hardware.py,
+  # whatever model.dtype); peak_device_tflops > 0 sets that peak instead (TFLOP/s per device), e.g. for a device not
+  # in the table, which otherwise logs no perf/mfu. 0 = look the device up.
+  c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0})
   # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
   c.max_nonfinite_steps = 10
   # async_save: the step goes on while the files are written (the state is copied to host memory first); the
@@ -130,6 +135,7 @@ _CHOICES: dict[str, Any] = {
     'model.act': ACTIVATIONS,
     'model.vision.type': VISION_TOWERS,
     'model.dtype': DTYPES,
+    'model.remat_policy': REMAT_POLICIES,
     'data.name': TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),
@@ -243,6 +249,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if v.type == 'vit' and v.image_size % v.patch_size:
     raise ConfigError(f'config.model.vision.image_size={v.image_size} is not a multiple of '
                       f'config.model.vision.patch_size={v.patch_size}')
+  patch_dropout = v.get('patch_dropout', 0.0)
+  if not 0 <= patch_dropout < 1:
+    raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} must be in [0, 1) (the fraction of patch '
+                      'tokens dropped in training)')
+  if patch_dropout and v.type != 'vit':  # other towers would ignore it silently
+    raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} applies to ViT towers only, not '
+                      f"config.model.vision.type='{v.type}'; leave it at 0")
   for tower, spec in (('vision', v), ('text', t)) if v.type == 'vit' else (('text', t),):
     if spec.width % spec.heads:
       raise ConfigError(f'config.model.{tower}.width={spec.width} is not divisible by '
@@ -272,6 +285,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                       f'{config.max_nonfinite_steps!r}')
   if config.optim.lr <= 0:
     raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
+  if not 0 <= config.log.peak_device_tflops < math.inf:  # NaN fails too
+    raise ConfigError(f'config.log.peak_device_tflops must be a finite number >= 0 (TFLOP/s per device; 0 = the '
+                      f"device's published peak), got {config.log.peak_device_tflops!r}")
   if num_devices is not None and config.batch_size % num_devices:
     raise ConfigError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
   if num_devices is not None and num_devices % config.mesh.fsdp:

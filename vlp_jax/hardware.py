@@ -1,14 +1,85 @@
-"""What jax runs on, and warnings when that is not what the config or the machine suggests.
+"""What jax runs on, and warnings when that is not what the config or the machine suggests; and the published
+figures of each accelerator (`ACCELERATORS`).
 
 `python -m vlp_jax.main` prints `startup_lines(...)` before anything is compiled: the backend and device count, then
 one line per problem, e.g. a GPU that the system shows but jax does not use (the CPU-only jax that a plain
 `pip install -e .` gives; `pip install -e ".[cuda12]"` or `".[tpu]"` installs the accelerator build).
+
+`peak_flops(device_kind)` is the peak the trainer's `perf/mfu` divides by (training/progress.py), and
+`ACCELERATORS` the one table of chip figures that benchmarks/aot.py's roofline reads too.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shutil
 from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+  """Published figures of one accelerator, per jax device. `bf16_flops`: peak dense bf16 FLOP/s (matrix units, no
+  2:4 sparsity); `hbm_gib` / `hbm_bytes_per_sec`: its HBM and the bandwidth of it (None where nothing here needs
+  them). `device_kinds`: what `jax.Device.device_kind` says for it (matched as `normalise_kind` writes them), or for
+  GPUs the words every matching kind contains (tried in table order, so a variant comes before its base model)."""
+  platform: str  # 'tpu' | 'gpu'
+  bf16_flops: float
+  device_kinds: tuple[str, ...]
+  hbm_gib: float | None = None
+  hbm_bytes_per_sec: float | None = None
+
+
+# Peak dense bf16 FLOP/s per jax device (on the TPUs listed, one device is one chip). Sources: the Cloud TPU system
+# architecture pages (TPU v4, v5e, v5p, v6e); NVIDIA's A100, H100, H200, GH200 and L4 datasheets, with their
+# "with sparsity" figures halved. TPU names are the short ones of benchmarks/aot.py's --topology ('v5e:4x4').
+ACCELERATORS: dict[str, Accelerator] = {
+    'v4': Accelerator('tpu', 275e12, ('tpu v4',), hbm_gib=32, hbm_bytes_per_sec=1228e9),
+    'v5e': Accelerator('tpu', 197e12, ('tpu v5 lite', 'tpu v5e'), hbm_gib=16, hbm_bytes_per_sec=819e9),
+    'v5p': Accelerator('tpu', 459e12, ('tpu v5', 'tpu v5p'), hbm_gib=95, hbm_bytes_per_sec=2765e9),
+    'v6e': Accelerator('tpu', 918e12, ('tpu v6 lite', 'tpu v6e'), hbm_gib=32, hbm_bytes_per_sec=1640e9),
+    'h100-pcie': Accelerator('gpu', 756e12, ('h100 pcie',)),  # 'NVIDIA H100 PCIe'
+    'h100-nvl': Accelerator('gpu', 835e12, ('h100 nvl',)),  # 'NVIDIA H100 NVL'
+    'h100': Accelerator('gpu', 989e12, ('h100',)),  # SXM: 'NVIDIA H100 80GB HBM3'
+    'h200-nvl': Accelerator('gpu', 835e12, ('h200 nvl',)),  # 'NVIDIA H200 NVL'
+    'h200': Accelerator('gpu', 989e12, ('h200',)),  # SXM: 'NVIDIA H200'
+    'gh200': Accelerator('gpu', 989e12, ('gh200',)),  # 'NVIDIA GH200 480GB': an H100 or H200 GPU
+    'a100': Accelerator('gpu', 312e12, ('a100',)),  # 'NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', ...
+    'l4': Accelerator('gpu', 121e12, ('l4',)),  # 'NVIDIA L4' (242 with sparsity)
+}
+
+
+def normalise_kind(device_kind: str) -> str:
+  """'NVIDIA A100-SXM4-80GB' -> 'nvidia a100 sxm4 80gb': lower case, words split at anything not a letter or digit."""
+  return ' '.join(re.findall(r'[a-z0-9]+', device_kind.lower()))
+
+
+def accelerator_of(device_kind: str) -> Accelerator | None:
+  """The `ACCELERATORS` entry of a `jax.Device.device_kind` ('TPU v5 lite', 'NVIDIA H100 80GB HBM3'); None for the
+  CPU ('cpu') and any device not in the table. A TPU kind must match one of its entry's kinds exactly ('TPU v5' is
+  v5p, 'TPU v5 lite' v5e); a GPU kind must contain all the words of one of its entry's kinds, the first such entry
+  winning ('NVIDIA H100 PCIe' is h100-pcie, not h100)."""
+  kind = normalise_kind(device_kind)
+  words = set(kind.split())
+  for spec in ACCELERATORS.values():
+    for pattern in spec.device_kinds:
+      if (kind == pattern) if spec.platform == 'tpu' else set(pattern.split()) <= words:
+        return spec
+  return None
+
+
+def peak_flops(device_kind: str) -> float | None:
+  """The device's peak dense bf16 FLOP/s (None when unknown). MFU is measured against this peak whatever the
+  config's compute dtype, as maxtext and PaLM do: a float32 run's MFU is against the bf16 peak too."""
+  spec = accelerator_of(device_kind)
+  return spec.bf16_flops if spec else None
+
+
+def peak_device_flops(device_kind: str, override_tflops: float = 0.0) -> float | None:
+  """The peak FLOP/s per device that `perf/mfu` divides by: `override_tflops` * 1e12 when > 0
+  (config.log.peak_device_tflops, for a device not in the table or another precision's peak), else
+  `peak_flops(device_kind)`."""
+  return override_tflops * 1e12 if override_tflops > 0 else peak_flops(device_kind)
 
 # What to install for each accelerator (pyproject.toml extras).
 INSTALL_HINTS = {'gpu': 'pip install -e ".[cuda12]"', 'tpu': 'pip install -e ".[tpu]"'}

@@ -35,11 +35,23 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES))
 
 
-def param_spec(shape: tuple[int, ...], fsdp_size: int, min_size: int) -> P:
-  """Shard the largest dim divisible by `fsdp_size` over 'fsdp' for arrays with >= min_size elements."""
+# The name under which a scanned transformer (models/transformer.py, model.scan_layers) keeps its blocks' parameters,
+# stacked on a leading layer axis.
+SCANNED_BLOCKS = 'resblocks'
+
+
+def stacked_axes(path: tuple) -> int:
+  """How many leading stacking axes a parameter at `path` (jax tree-path keys) has: 1 under `SCANNED_BLOCKS`, else 0.
+  Rules that read a parameter's shape (FSDP sharding, weight decay) skip them."""
+  return int(any(getattr(key, 'key', None) == SCANNED_BLOCKS for key in path))
+
+
+def param_spec(shape: tuple[int, ...], fsdp_size: int, min_size: int, layer_axes: int = 0) -> P:
+  """Shard the largest dim divisible by `fsdp_size` over 'fsdp' for arrays with >= min_size elements. The first
+  `layer_axes` dims (the layer axis of scanned blocks, which the scan slices step by step) are never sharded."""
   if fsdp_size <= 1 or math.prod(shape) < min_size:
     return P()
-  for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+  for dim in sorted(range(layer_axes, len(shape)), key=lambda d: -shape[d]):
     if shape[dim] % fsdp_size == 0:
       spec = [None] * len(shape)
       spec[dim] = 'fsdp'
@@ -50,7 +62,8 @@ def param_spec(shape: tuple[int, ...], fsdp_size: int, min_size: int) -> P:
 def tree_shardings(tree: Any, mesh: Mesh, min_size: int = 2**18) -> Any:
   """NamedSharding for every array leaf of `tree` (params, optimizer state) by the fsdp rule."""
   fsdp_size = mesh.shape['fsdp']
-  return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(tuple(np.shape(x)), fsdp_size, min_size)), tree)
+  return jax.tree_util.tree_map_with_path(lambda path, x: NamedSharding(
+      mesh, param_spec(tuple(np.shape(x)), fsdp_size, min_size, stacked_axes(path))), tree)
 
 
 def constrain_rows(x: jax.Array) -> jax.Array:

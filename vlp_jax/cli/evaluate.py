@@ -33,6 +33,7 @@ from vlp_jax.cli import common
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.evaluation import plots as eval_plots
 from vlp_jax.evaluation.results import markdown_table, summary_lines
+from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.curves import plot_curves
 
@@ -119,6 +120,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   checkpoint = resolve_checkpoint(checkpoint)
   config = config or eval_config(load_config(checkpoint))
   params, model_state = load_variables(checkpoint)
+  params = in_layout(params, BlockStack.from_config(config.model))  # the overrides may change scan_layers
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   mesh = parallel.make_mesh()

@@ -36,6 +36,7 @@ from vlp_jax import errors, models
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.config import base_config
+from vlp_jax.models.transformer import unstacked_layout
 from vlp_jax.training.checkpoint import load_config
 
 IMPORT_FORMATS = ('openai', 'open_clip', 'hf')
@@ -531,7 +532,7 @@ def export_weights(fmt: str, checkpoint: str, output: str) -> str:
   # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
   # have no place in an open_clip or transformers CLIP.
   towers = {path[0] for path in expected_variables(config.model)['params']}
-  params = {k: v for k, v in params.items() if k in towers}
+  params = unstacked_layout({k: v for k, v in params.items() if k in towers})  # weight files name every block
   model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
   state_dict = variables_to_openai(params, model_state)
   if os.path.exists(output):

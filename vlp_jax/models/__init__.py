@@ -16,14 +16,16 @@ _TEXT_BASE = dict(vocab_size=49408, context_length=77, width=512, layers=12, hea
 
 
 def _vit(image_size: int, patch_size: int, width: int, layers: int, heads: int) -> dict:
+  # patch_dropout: the fraction of patch tokens each image drops in training (FLIP; models/vit.py), in [0, 1).
   return dict(type='vit', image_size=image_size, patch_size=patch_size, width=width, layers=layers, heads=heads,
-              stages=())
+              stages=(), patch_dropout=0.0)
 
 
 def _resnet(image_size: int, stages: tuple[int, ...], width: int) -> dict:
-  # OpenAI's rule for the attention-pool heads; patch_size and layers do not apply.
+  # OpenAI's rule for the attention-pool heads; patch_size, layers and patch_dropout (which validation keeps at 0)
+  # do not apply. Every vision dict has the same keys, as `complete` gives an old config the tiny preset's.
   return dict(type='resnet', image_size=image_size, patch_size=32, width=width, layers=0, heads=width * 32 // 64,
-              stages=stages)
+              stages=stages, patch_dropout=0.0)
 
 
 _PRESETS = {
@@ -48,7 +50,7 @@ for _name, _spec in _PRESETS.items():
 def preset(name: str, **overrides) -> ml_collections.ConfigDict:
   """The model config of a named preset: name, embed_dim, vision, text, act, dtype, init_logit_scale.
 
-  vision.type is 'vit' (patch_size, width, layers, heads) or 'resnet' (stages, width, heads).
+  vision.type is 'vit' (patch_size, width, layers, heads, patch_dropout) or 'resnet' (stages, width, heads).
   """
   spec = PRESETS.get(name)
   cfg = ml_collections.ConfigDict({
@@ -59,6 +61,8 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'act': spec.get('act', 'gelu'),  # 'quick_gelu' for OpenAI weights
       'dtype': 'float32',  # compute dtype ('bfloat16' for mixed precision); parameters and loss math stay float32
       'remat': False,  # recompute transformer-block activations in the backward pass to save memory
+      'remat_policy': 'nothing_saveable',  # what remat keeps (transformer.REMAT_POLICIES)
+      'scan_layers': False,  # run each tower's blocks as one scanned layer (transformer.BlockStack)
       'init_logit_scale': math.log(1 / 0.07),
   })
   cfg.update(overrides)

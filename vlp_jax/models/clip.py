@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS
-from vlp_jax.models.transformer import Transformer, layer_norm
+from vlp_jax.models.transformer import BlockStack, Transformer, layer_norm
 
 
 class CLIP(nn.Module):
@@ -27,16 +27,16 @@ class CLIP(nn.Module):
   act: str = 'gelu'
   dtype: Any = jnp.float32
   init_logit_scale: float = math.log(1 / 0.07)
-  remat: bool = False  # rematerialise every transformer block (both towers)
+  stack: BlockStack = BlockStack()  # remat and scan of both towers' transformer blocks
 
   def setup(self):
     v, t = self.vision, self.text
-    self.visual = VISION_TOWERS.get(v.type)(v, self.embed_dim, self.act, self.dtype, self.remat)
+    self.visual = VISION_TOWERS.get(v.type)(v, self.embed_dim, self.act, self.dtype, self.stack)
     self.token_embedding = nn.Embed(t.vocab_size, t.width, embedding_init=nn.initializers.normal(0.02),
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
                                            (t.context_length, t.width))
-    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype, self.remat)
+    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype, self.stack)
     self.ln_final = layer_norm('ln_final', self.dtype)
     self.text_projection = self.param('text_projection', nn.initializers.normal(t.width**-0.5),
                                       (t.width, self.embed_dim))
@@ -83,7 +83,7 @@ def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
   return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
               text=ml_collections.FrozenConfigDict(model_config.text),
               act=model_config.act, dtype=DTYPES.get(model_config.dtype),
-              init_logit_scale=model_config.init_logit_scale, remat=model_config.get('remat', False))
+              init_logit_scale=model_config.init_logit_scale, stack=BlockStack.from_config(model_config))
 
 
 def init_variables(model: CLIP, rng: jax.Array) -> tuple[dict, dict]:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS
+from vlp_jax.models.transformer import BlockStack
 
 EXPANSION = 4  # bottleneck output channels = planes * EXPANSION
 BN_EPS = 1e-5
@@ -139,6 +140,6 @@ class ModifiedResNet(nn.Module):
 
 
 @VISION_TOWERS.register('resnet')
-def build(vision, embed_dim: int, act: str, dtype: Any, remat: bool) -> ModifiedResNet:
-  del act, remat  # OpenAI's ResNet towers use ReLU and are shallow enough not to need rematerialisation
+def build(vision, embed_dim: int, act: str, dtype: Any, stack: BlockStack) -> ModifiedResNet:
+  del act, stack  # OpenAI's ResNet towers use ReLU and have no transformer blocks to remat or scan
   return ModifiedResNet(tuple(vision.stages), vision.width, vision.heads, embed_dim, vision.image_size, dtype)

@@ -2,13 +2,14 @@
 (`config.model.dtype`). A tower module registers a builder
 
   @VISION_TOWERS.register('vit')
-  def build(vision, embed_dim, act, dtype, remat) -> nn.Module: ...
+  def build(vision, embed_dim, act, dtype, stack) -> nn.Module: ...
 
-whose module maps [B, H, W, 3] images to {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]} (see vit.py); its
-options live under `config.model.vision`. The module is called as `module(images, train=..., with_tokens=...,
-rng=...)`: `rng` is None, or when training one key per image ([B] typed keys, from the objective's per-example keys;
-objectives/base.py). A stochastic option (patch dropout, drop path, ...) is active only when `train`, and draws image
-i's randomness from rng[i] alone, e.g.
+whose module maps [B, H, W, 3] images to {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]} (see vit.py); `stack`
+(transformer.BlockStack) says how transformer blocks are rematerialised and scanned. Its options live under
+`config.model.vision`. The module is called as `module(images, train=..., with_tokens=..., rng=...)`: `rng` is
+None, or when training one key per image ([B] typed keys, from the objective's per-example keys; objectives/base.py).
+A stochastic option (the ViT's patch dropout, drop path, ...) is active only when `train`, and draws image i's
+randomness from rng[i] alone, e.g.
 
   keep = jax.vmap(lambda key: jax.random.bernoulli(key, 1 - p, (num_patches,)))(fold_in_rows(rng, SITE))
 

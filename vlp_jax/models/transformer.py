@@ -2,13 +2,17 @@
 `mlp.c_proj`), so that OpenAI / open_clip weights map onto these parameters by name."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from vlp_jax.parallel import SCANNED_BLOCKS
 from vlp_jax.registry import Registry
 
 _INV_SQRT2 = 1 / math.sqrt(2)
@@ -100,18 +104,47 @@ class ResidualAttentionBlock(nn.Module):
     return x + Mlp(self.width, self.layers, self.act, self.dtype, name='mlp')(layer_norm('ln_2', self.dtype)(x))
 
 
-class Transformer(nn.Module):
-  """A stack of blocks named `resblocks_{i}` (OpenAI: `resblocks.{i}`).
+# What a rematerialised block keeps from its forward pass for the backward pass (`config.model.remat_policy`; the
+# rest is recomputed). jax.checkpoint_policies' names: 'nothing_saveable' keeps only each block's input (the least
+# memory, one extra forward pass); 'dots_saveable' keeps every matmul output (recomputes only the elementwise ops:
+# LayerNorm, GELU, softmax); 'dots_with_no_batch_dims_saveable' keeps the projections' outputs but not the attention
+# matmuls, whose [B, heads, T, T] scores are what grows with the sequence.
+REMAT_POLICIES: Registry[Callable] = Registry('remat policy', 'model.remat_policy')
+for _name in ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_saveable'):
+  REMAT_POLICIES.add(_name, getattr(jax.checkpoint_policies, _name))
 
-  remat: recompute each block's activations in the backward pass instead of keeping them (same parameters and
-  results; trades about one extra forward pass for activation memory).
+
+@dataclasses.dataclass(frozen=True)
+class BlockStack:
+  """How a tower runs its stack of blocks (`config.model.remat`, `remat_policy`, `scan_layers`); the same values
+  whatever is chosen.
+
+  remat: recompute block activations in the backward pass instead of keeping them, keeping what `remat_policy`
+    names (REMAT_POLICIES).
+  scan: run the blocks before the last as one `jax.lax.scan` over stacked parameters (`resblocks`, leading axis
+    [layers - 1]) instead of unrolling them: the compiler sees one block, so compile time and program size no
+    longer grow with depth. The last block stays its own (`resblocks_{layers-1}`): a pooled tower computes only
+    its pooled row there. `stacked_layout`/`unstacked_layout` convert parameter trees between the two layouts.
   """
+  remat: bool = False
+  remat_policy: str = 'nothing_saveable'
+  scan: bool = False
+
+  @classmethod
+  def from_config(cls, model_config: Any) -> 'BlockStack':
+    return cls(bool(model_config.get('remat', False)), model_config.get('remat_policy', 'nothing_saveable'),
+               bool(model_config.get('scan_layers', False)))
+
+
+class Transformer(nn.Module):
+  """A stack of blocks named `resblocks_{i}` (OpenAI: `resblocks.{i}`), or with `stack.scan` the blocks before the
+  last stacked under `resblocks` (see BlockStack)."""
   width: int
   layers: int
   heads: int
   act: str
   dtype: Any = jnp.float32
-  remat: bool = False
+  stack: BlockStack = BlockStack()
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool = False, pool_index: jax.Array | None = None) -> jax.Array:
@@ -121,9 +154,74 @@ class Transformer(nn.Module):
     it then computes that row's query, attention, output projection and MLP only (every row's keys and values
     still), the same values for about three quarters less of the last block's work.
     """
-    # static_argnums counts `self` as 0: `causal` (argument 2) picks the attention mask at trace time.
-    block = nn.remat(ResidualAttentionBlock, static_argnums=(2,)) if self.remat else ResidualAttentionBlock
-    for i in range(self.layers):
+    block = ResidualAttentionBlock
+    if self.stack.remat:
+      # static_argnums counts `self` as 0: `causal` (argument 2) picks the attention mask at trace time. Inside a
+      # scan the common-subexpression guard is not needed (scan already keeps recomputation apart) and costs speed.
+      block = nn.remat(block, static_argnums=(2,), policy=REMAT_POLICIES.get(self.stack.remat_policy),
+                       prevent_cse=not self.stack.scan)
+    first = 0
+    if self.stack.scan and self.layers > 1:
+      first = self.layers - 1
+      scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
+                        split_rngs={'params': True}, length=first)
+      x, _ = scanned(block(self.width, self.heads, self.layers, self.act, self.dtype, name=SCANNED_BLOCKS), x, None)
+    for i in range(first, self.layers):
       x = block(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(
           x, causal, pool_index if i == self.layers - 1 else None)
     return x
+
+
+_BLOCK_NAME = re.compile(r'^resblocks_(\d+)$')
+
+
+def _is_block_stack(tree: Any) -> bool:
+  return isinstance(tree, dict) and any(key == SCANNED_BLOCKS or _BLOCK_NAME.match(key) for key in tree)
+
+
+def _restack(tree: Any, convert: Callable[[dict], dict]) -> Any:
+  """`tree` with `convert` applied to every dict holding a Transformer's blocks; dicts, lists, tuples and named
+  tuples (optax states) are walked, other leaves kept."""
+  if isinstance(tree, dict):
+    return convert(tree) if _is_block_stack(tree) else {k: _restack(v, convert) for k, v in tree.items()}
+  if isinstance(tree, tuple) and hasattr(tree, '_fields'):
+    return type(tree)(*(_restack(v, convert) for v in tree))
+  if isinstance(tree, (list, tuple)):
+    return type(tree)(_restack(v, convert) for v in tree)
+  return tree
+
+
+def _stack_blocks(blocks: dict) -> dict:
+  indices = sorted(int(_BLOCK_NAME.match(k).group(1)) for k in blocks if _BLOCK_NAME.match(k))
+  if SCANNED_BLOCKS in blocks or len(indices) < 2:
+    return blocks  # already stacked, or a single block (nothing to scan)
+  last = indices[-1]
+  rest = {k: v for k, v in blocks.items() if not _BLOCK_NAME.match(k)}
+  stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *(blocks[f'resblocks_{i}'] for i in range(last)))
+  return {**rest, SCANNED_BLOCKS: stacked, f'resblocks_{last}': blocks[f'resblocks_{last}']}
+
+
+def _unstack_blocks(blocks: dict) -> dict:
+  if SCANNED_BLOCKS not in blocks:
+    return blocks
+  stacked = blocks[SCANNED_BLOCKS]
+  count = len(jax.tree.leaves(stacked)[0])
+  rest = {k: v for k, v in blocks.items() if k != SCANNED_BLOCKS}
+  return {**rest, **{f'resblocks_{i}': jax.tree.map(lambda leaf: leaf[i], stacked) for i in range(count)}}
+
+
+def stacked_layout(tree: Any) -> Any:
+  """A parameter tree (or any tree holding parameter-shaped dicts: optimizer states) in the scanned layout: in each
+  transformer, `resblocks_0 .. resblocks_{L-2}` become `resblocks` with a leading [L-1] axis. Host arrays; a tree
+  already stacked is returned as it is."""
+  return _restack(tree, _stack_blocks)
+
+
+def unstacked_layout(tree: Any) -> Any:
+  """The inverse of `stacked_layout`: `resblocks_{i}` for every block (OpenAI's layout, what weight files name)."""
+  return _restack(tree, _unstack_blocks)
+
+
+def in_layout(tree: Any, stack: BlockStack) -> Any:
+  """`tree` in the layout a model with `stack` expects."""
+  return stacked_layout(tree) if stack.scan else unstacked_layout(tree)

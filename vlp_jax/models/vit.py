@@ -1,4 +1,5 @@
-"""The ViT image tower, OpenAI's layout: patch conv, class token, pre-LN transformer, projection of the class token."""
+"""The ViT image tower, OpenAI's layout: patch conv, class token, pre-LN transformer, projection of the class token.
+Its one stochastic option is FLIP's patch dropout (`config.model.vision.patch_dropout`, as open_clip's)."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,33 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
-from vlp_jax.models.towers import VISION_TOWERS
-from vlp_jax.models.transformer import Transformer, layer_norm
+from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
+from vlp_jax.models.transformer import BlockStack, Transformer, layer_norm
+
+# The tower's random sites, folded into each image's key (towers.py): one constant per site, so that a site added
+# later draws independently of the existing ones.
+PATCH_DROPOUT_SITE = 0
+
+
+def kept_patch_count(num_patches: int, rate: float) -> int:
+  """K = max(1, int(N (1 - rate))), the patches an image keeps out of N under patch dropout (open_clip's rule)."""
+  return max(1, int(num_patches * (1 - rate)))
+
+
+def kept_patch_indices(rng: jax.Array, num_patches: int, rate: float) -> jax.Array:
+  """rng: [B] keys -> [B, K] int32, each image's kept patches (0-based among its N patches, ascending): a uniformly
+  random K-subset drawn from that image's key alone, so it does not depend on the other images of the call."""
+  keep = kept_patch_count(num_patches, rate)
+  # Ascending: the kept tokens stay in image order, and the result is a set (independent of the draw order).
+  draw = lambda key: jnp.sort(jax.random.permutation(key, num_patches)[:keep])  # noqa: E731
+  return jax.vmap(draw)(fold_in_rows(rng, PATCH_DROPOUT_SITE))
+
+
+def drop_patches(x: jax.Array, indices: jax.Array) -> jax.Array:
+  """x: [B, 1 + N, w] (the class token first), indices: [B, K] -> [B, 1 + K, w]: the class token, always kept, then
+  the patches at `indices`, in that order."""
+  patches = jnp.take_along_axis(x[:, 1:], indices[:, :, None], axis=1)
+  return jnp.concatenate([x[:, :1], patches], axis=1)
 
 
 class VisionTransformer(nn.Module):
@@ -22,7 +48,8 @@ class VisionTransformer(nn.Module):
   output_dim: int
   act: str
   dtype: Any = jnp.float32
-  remat: bool = False
+  stack: BlockStack = BlockStack()
+  patch_dropout: float = 0.0  # fraction of patch tokens dropped per image in training (FLIP); 0 = none
 
   @nn.compact
   def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
@@ -32,9 +59,14 @@ class VisionTransformer(nn.Module):
     `cls` and `tokens` are after `ln_post` and before `proj`. Images whose size differs from `image_size` (e.g.
     multi-crop local views) get bicubically interpolated positional embeddings. `with_tokens=False` leaves out
     `tokens`, and the last block computes the [cls] row only (`Transformer`'s `pool_index`). `rng`: [B] keys when
-    training, for stochastic options (towers.py); this tower has none yet.
+    training, for stochastic options (towers.py).
+
+    Patch dropout (`patch_dropout` = p > 0, only when `train` and `rng` is given): after the positional embeddings,
+    before `ln_pre`, each image keeps its class token and K = max(1, int(N (1 - p))) of its N patch tokens, a
+    uniformly random subset drawn from rng[i] alone, in their original order (N from the actual grid, so resized
+    crops work too). The transformer then sees 1 + K tokens and `tokens` is [B, K, w]: the kept patches' states,
+    ascending by patch index. Without `train` (evaluation, export) or without keys, nothing is dropped.
     """
-    del train, rng  # deterministic: no dropout, drop path or patch dropout
     scale = self.width**-0.5
     x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
                 use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
@@ -46,9 +78,13 @@ class VisionTransformer(nn.Module):
     pos = resize_positional_embedding(pos, grid, (grid_h, grid_w))
     cls = jnp.broadcast_to(class_embedding.astype(x.dtype), (batch, 1, self.width))
     x = jnp.concatenate([cls, x], axis=1) + pos.astype(x.dtype)
+    if self.patch_dropout and train and rng is not None:  # p = 0 touches no key: the deterministic graph as before
+      if rng.shape != (batch,):
+        raise ValueError(f'patch dropout needs one key per image, rng of shape ({batch},), got {rng.shape}')
+      x = drop_patches(x, kept_patch_indices(rng, grid_h * grid_w, self.patch_dropout))
     x = layer_norm('ln_pre', self.dtype)(x)
     pool_index = None if with_tokens else jnp.zeros((batch,), jnp.int32)
-    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.remat, name='transformer')(
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.stack, name='transformer')(
         x, pool_index=pool_index)
     x = layer_norm('ln_post', self.dtype)(x)
     proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
@@ -57,7 +93,8 @@ class VisionTransformer(nn.Module):
 
 
 @VISION_TOWERS.register('vit')
-def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, remat: bool
+def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
           ) -> VisionTransformer:
+  # .get: model configs written before the option (presets registered by hand, say) have no key.
   return VisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
-                           embed_dim, act, dtype, remat)
+                           embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0))

@@ -15,6 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
+from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.config import with_current_defaults
 
 
@@ -198,6 +199,7 @@ def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_
     raise ValueError(f'config.init.checkpoint was trained with act={saved_config.model.act!r} but '
                      f'config.model.act={model_config.act!r}; set --config.model.act={saved_config.model.act}')
   saved_params, saved_state = load_variables(checkpoint_dir)
+  saved_params = in_layout(saved_params, BlockStack.from_config(model_config))  # scanned or not, as configured
   problems, fresh = [], []
 
   def merge(current: dict, saved: dict, prefix: str) -> dict:

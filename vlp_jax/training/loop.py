@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax import config as config_lib
-from vlp_jax import models, objectives, parallel
+from vlp_jax import hardware, models, objectives, parallel
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.data import sources
@@ -23,7 +23,7 @@ from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
-from vlp_jax.training.checkpoint import Checkpointer, load_pretrained
+from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
 from vlp_jax.training.hooks import Hook, default_hooks
@@ -76,6 +76,16 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
   return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
 
 
+def check_resume_layout(step_dir: str, model_config: ml_collections.ConfigDict) -> None:
+  """Raise ConfigError when the checkpoint to resume stores its blocks in the other layout (model.scan_layers): the
+  optimizer state is restored as saved. (Evaluation, export and init.checkpoint convert; resuming does not.)"""
+  saved = bool(load_config(step_dir).model.get('scan_layers', False))
+  if saved != bool(model_config.get('scan_layers', False)):
+    raise errors.ConfigError(f'the checkpoint to resume ({step_dir}) was written with '
+                             f'config.model.scan_layers={saved}; resume with --config.model.scan_layers={saved}, or '
+                             'start a new run from it with --config.init.checkpoint (which converts the layout)')
+
+
 def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.Array, mesh,
                 checkpointer: Checkpointer, latest: int | None, data_iterator) -> tuple[TrainState, Any]:
   """(the train state, its shardings): restored from step `latest` (the data iterator too), else initialised from
@@ -83,6 +93,7 @@ def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
   state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
   if latest is not None:
+    check_resume_layout(checkpointer.step_directory(latest), config.model)
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state,
                             state_shardings)
     state = checkpointer.restore(latest, abstract, data_iterator)
@@ -139,9 +150,13 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
   if step == ctx.start_step + 1:
     jax.block_until_ready(ctx.state)
     flops = getattr(ctx.step_fn, 'flops', None)
-    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size)
-    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from XLA).' if flops else '.'),
-          flush=True)
+    # perf/mfu's denominator: config.log.peak_device_tflops, else the device's published bf16 peak (None: no MFU)
+    peak = hardware.peak_device_flops(ctx.mesh.devices.flat[0].device_kind,
+                                      ctx.config.log.peak_device_tflops) if flops else None
+    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak)
+    peak_text = f'; MFU against {peak / 1e12:g} TFLOP/s per device' if peak else ''
+    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from XLA{peak_text}).'
+                                             if flops else '.'), flush=True)
   return metrics
 
 

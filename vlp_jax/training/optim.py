@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vlp_jax.parallel import stacked_axes
+
 
 def learning_rate_schedule(optim: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
   """Linear warmup from `warmup_init_lr` to `lr` over `warmup_steps`, then cosine (or constant) to `lr * end_factor`."""
@@ -21,9 +23,9 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, total_steps: int) -
 
 
 def weight_decay_mask(params: dict) -> dict:
-  """True where weight decay applies: matrices and kernels (ndim >= 2). Gains, biases, the class embedding
-  (ndim 1) and logit scales (ndim 0) are never decayed."""
-  return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
+  """True where weight decay applies: matrices and kernels (ndim >= 2, not counting the layer axis of scanned
+  blocks). Gains, biases, the class embedding (ndim 1) and logit scales (ndim 0) are never decayed."""
+  return jax.tree_util.tree_map_with_path(lambda path, p: jnp.ndim(p) - stacked_axes(path) >= 2, params)
 
 
 def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:

@@ -19,12 +19,12 @@ class Progress:
   The loop dispatches step n + 1 before it reads step n's results, so device time that is not waited for overlaps
   the input pipeline and the host's work. `device_flops`: one step's floating-point operations on one of the
   `devices` devices (XLA's count, training/step.py), which adds the step's FLOPs and the achieved TFLOP/s per device
-  to every tick."""
+  to every tick; with `peak_flops`, the device's peak FLOP/s (`hardware.peak_device_flops`), the MFU too."""
 
   def __init__(self, total_steps: int, batch_size: int, start_step: int, device_flops: float | None = None,
-               devices: int = 1):
+               devices: int = 1, peak_flops: float | None = None):
     self.total_steps, self.batch_size = total_steps, batch_size
-    self.device_flops, self.devices = device_flops, devices
+    self.device_flops, self.devices, self.peak_flops = device_flops, devices, peak_flops
     self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
     self.data_seconds = self.device_seconds = 0.0
 
@@ -59,19 +59,26 @@ class Progress:
             'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9), **self.utilisation(rate)}
 
   def utilisation(self, steps_per_sec: float) -> dict[str, float]:
-    """XLA's FLOPs of one step on all devices, and the TFLOP/s per device achieved at `steps_per_sec`."""
+    """XLA's FLOPs of one step on all devices, the TFLOP/s per device achieved at `steps_per_sec`, and, where the
+    device's peak is known, the model FLOPs utilisation `perf/mfu`: achieved FLOP/s per device / peak FLOP/s per
+    device (a fraction, 0.413 = 41.3%). The peak is the dense bf16 one whatever the compute dtype (as maxtext and
+    PaLM report MFU). The FLOPs are XLA's count of the compiled step, so rematerialised recomputation (model.remat)
+    counts as work done: with remat this is nearer PaLM's hardware FLOPs utilisation than its MFU."""
     if not self.device_flops:
       return {}
-    return {'perf/step_flops': self.device_flops * self.devices,
-            'perf/device_tflops_per_sec': self.device_flops * steps_per_sec / 1e12}
+    achieved = self.device_flops * steps_per_sec
+    mfu = {'perf/mfu': achieved / self.peak_flops} if self.peak_flops else {}
+    return {'perf/step_flops': self.device_flops * self.devices, 'perf/device_tflops_per_sec': achieved / 1e12,
+            **mfu}
 
 
 def progress_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
   """`step 4/6 | loss 3.4222 | 190.1 samples/s | ETA 0m00s` from a logged step's metrics ('compiling' in place of
-  the rate while no step has been timed)."""
-  rate = metrics.get('perf/samples_per_sec')
+  the rate while no step has been timed), then `| MFU 41.3%` where the metrics have `perf/mfu`."""
+  rate, mfu = metrics.get('perf/samples_per_sec'), metrics.get('perf/mfu')
   return (f'step {step}/{total_steps} | loss {metrics["train/loss"]:.4f} | '
-          + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate else 'compiling'))
+          + (f'{rate:.1f} samples/s | ETA {format_duration(metrics["perf/eta_seconds"])}' if rate else 'compiling')
+          + (f' | MFU {mfu:.1%}' if rate and mfu is not None else ''))
 
 
 def print_summary(results: dict[str, float], header: str) -> None:
