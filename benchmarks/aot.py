@@ -15,7 +15,9 @@ Prints one JSON line per topology:
     fits, and a config that does not fit gets `advice` naming the knobs that would make it fit;
   - FLOPs and HBM bytes per chip per step, from the compiler's cost analysis (rematerialised recomputation
     included). The analysis counts a loop body once, so with accumulation they are multiplied by the number of
-    micro-batches (the loops over them hold nearly all the work; `cost_scaled_by_micro_batches` says by how much);
+    micro-batches (the loops over them hold nearly all the work; `cost_scaled_by_micro_batches` says by how much).
+    With scanned layers the blocks the layer loop hides are added (their FLOPs from the unrolled step, lowered, not
+    compiled), and the HBM bytes are scaled as the lowered programs' bytes scale (an estimate);
   - the bytes each kind of collective moves per chip per step, read from the compiled HLO;
   - `bxb_arrays`: arrays in the compiled program, other than parameter-shaped ones, with two dimensions of at least
     the global batch size (a [B, B] logit matrix on one chip; row-sharded losses keep this at 0);
@@ -170,7 +172,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   from vlp_jax import config as config_lib, models, objectives, parallel
   from vlp_jax.training.optim import make_optimizer
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import jit_train_step, program_cost
+  from vlp_jax.training.step import UnrolledFlops, jit_train_step, program_cost
   chip = chip_of(topology)
   devices = tpu_devices(topology)
   config = config.copy_and_resolve_references()
@@ -201,7 +203,9 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   began = time.perf_counter()
   try:
     with jax.set_mesh(mesh):
-      compiled = step.lower(state, batch, jax.ShapeDtypeStruct(rng.shape, rng.dtype)).compile()
+      abstract_rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype)
+      lowered = step.lower(state, batch, abstract_rng)
+      compiled = lowered.compile()
   except jax.errors.JaxRuntimeError as error:
     needed = out_of_memory(str(error))
     if needed is None:
@@ -218,6 +222,17 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   total = args + out - alias + temp
   cost = program_cost(compiled)
   flops, hbm_traffic = cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)
+  if config.model.get('scan_layers', False):
+    # The cost analysis counts the layer loop's body once: add the left-out blocks' FLOPs (training/step.py), and
+    # scale the HBM traffic as the lowered programs' traffic scales (an estimate: fusion changes traffic).
+    unrolled = config.copy_and_resolve_references()
+    unrolled.model.scan_layers = False
+    counter = UnrolledFlops(objectives.build(unrolled, models.build_model(unrolled.model)), tx, mesh,
+                            config.mesh.fsdp_min_size, config.accumulation.mode, config_lib.num_micro_batches(config))
+    lowered_unrolled, lowered_scanned = counter.lowered_costs(lowered, batch, abstract_rng)
+    flops += max(lowered_unrolled.get('flops', 0.0) - lowered_scanned.get('flops', 0.0), 0.0) / len(devices)
+    if lowered_scanned.get('bytes accessed'):
+      hbm_traffic *= lowered_unrolled.get('bytes accessed', 0.0) / lowered_scanned['bytes accessed']
   num_micro = config_lib.num_micro_batches(config)
   if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
     flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro

@@ -180,10 +180,13 @@ def _is_block_stack(tree: Any) -> bool:
 
 
 def _restack(tree: Any, convert: Callable[[dict], dict]) -> Any:
-  """`tree` with `convert` applied to every dict holding a Transformer's blocks; dicts, lists, tuples and named
-  tuples (optax states) are walked, other leaves kept."""
+  """`tree` with `convert` applied to every dict holding a Transformer's blocks; dicts, lists, tuples, named tuples
+  (optax states) and dataclasses (a TrainState) are walked, other leaves kept."""
   if isinstance(tree, dict):
     return convert(tree) if _is_block_stack(tree) else {k: _restack(v, convert) for k, v in tree.items()}
+  if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+    return dataclasses.replace(tree, **{f.name: _restack(getattr(tree, f.name), convert)
+                                        for f in dataclasses.fields(tree) if f.init})
   if isinstance(tree, tuple) and hasattr(tree, '_fields'):
     return type(tree)(*(_restack(v, convert) for v in tree))
   if isinstance(tree, (list, tuple)):

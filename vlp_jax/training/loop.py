@@ -30,7 +30,7 @@ from vlp_jax.training.hooks import Hook, default_hooks
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.progress import Progress, print_summary
 from vlp_jax.training.state import TrainState, create_train_state
-from vlp_jax.training.step import compile_train_step
+from vlp_jax.training.step import UnrolledFlops, compile_train_step
 from vlp_jax.training.writer import MetricWriter, read_metrics
 
 
@@ -105,6 +105,17 @@ def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.
   return state, state_shardings
 
 
+def unrolled_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFlops | None:
+  """For a scanned model, what counts the FLOPs its layer loops hide (training/step.py); None otherwise."""
+  if not config.model.get('scan_layers', False):
+    return None
+  unrolled = ml_collections.ConfigDict(config.to_dict())
+  unrolled.model.scan_layers = False
+  objective = objectives.build(unrolled, models.build_model(unrolled.model))
+  return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
+                       config_lib.num_micro_batches(config))
+
+
 def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[str], checkpointer: Checkpointer,
                   latest: int | None, stop_at_step: int | None) -> TrainContext:
   """Mesh, model, objective, optimizer, data, state (restored when `latest`), the compiled step, eval sets and the
@@ -124,7 +135,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
-                               config_lib.num_micro_batches(config))
+                               config_lib.num_micro_batches(config), unrolled_flops_of(config, tx, mesh))
   eval_sets = evalsets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)

@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 from vlp_jax import parallel
 from vlp_jax.training import accumulation
 from vlp_jax.training.optim import clamp_logit_scales
-from vlp_jax.training.state import TrainState
+from vlp_jax.training.state import TrainState, create_train_state
 
 
 def train_step(objective, tx: optax.GradientTransformation, state: TrainState, batch: dict[str, jax.Array],
@@ -52,10 +52,11 @@ class CompiledStep:
   """`jit_train_step` compiled ahead of time on its first call, run under the mesh. `flops` is XLA's count of
   floating-point operations of one step on one device (its cost analysis of the compiled program; None before the
   first call or where the backend gives none). XLA counts a loop body once, so with accumulation over `num_micro`
-  micro-batches the count is scaled by `num_micro`: nearly all the work is in those loops (as benchmarks/aot.py)."""
+  micro-batches the count is scaled by `num_micro`: nearly all the work is in those loops (as benchmarks/aot.py).
+  A scanned model (`unrolled_flops` given) adds the blocks the count of its layer loop leaves out."""
 
-  def __init__(self, jitted, mesh: Mesh, num_micro: int = 1):
-    self.jitted, self.mesh, self.num_micro = jitted, mesh, num_micro
+  def __init__(self, jitted, mesh: Mesh, num_micro: int = 1, unrolled_flops=None):
+    self.jitted, self.mesh, self.num_micro, self.unrolled_flops = jitted, mesh, num_micro, unrolled_flops
     self.compiled: dict = {}  # one program per batch signature (the loop's batches all share one)
     self.flops: float | None = None
 
@@ -63,11 +64,41 @@ class CompiledStep:
     signature = (jax.tree.structure(batch), tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
     with jax.set_mesh(self.mesh):  # lets the losses place row-sharding constraints on logit matrices
       if signature not in self.compiled:
-        self.compiled[signature] = self.jitted.lower(state, batch, rng).compile()
+        lowered = self.jitted.lower(state, batch, rng)
+        self.compiled[signature] = lowered.compile()
         if self.flops is None:
           flops = program_cost(self.compiled[signature]).get('flops', 0.0)
+          if flops > 0 and self.unrolled_flops is not None:
+            flops += self.unrolled_flops.missing(lowered, batch, rng)
           self.flops = flops * self.num_micro if flops > 0 else None
       return self.compiled[signature](state, batch, rng)
+
+
+class UnrolledFlops:
+  """What XLA's FLOP count of a scanned model's step (model.scan_layers) leaves out. The cost analysis counts a loop
+  body once, so of the blocks a tower scans it counts one. `missing` lowers (never compiles) the same step with the
+  blocks unrolled, `objective` built from the config with scan_layers off, and returns the difference of the two
+  lowered programs' counts per device: the left-out blocks are batch work, split over every device of the mesh."""
+
+  def __init__(self, objective, tx: optax.GradientTransformation, mesh: Mesh, fsdp_min_size: int, mode: str = 'none',
+               num_micro: int = 1):
+    self.objective, self.tx, self.mesh, self.min_size = objective, tx, mesh, fsdp_min_size
+    self.mode, self.num_micro = mode, num_micro
+
+  def lowered_costs(self, scanned_lowered, batch: dict, rng: jax.Array) -> tuple[dict, dict]:
+    """(the unrolled step's, the scanned step's) cost analyses before compilation, whole-program (not per device)."""
+    abstract = jax.eval_shape(lambda r: create_train_state(self.objective, self.tx, r), rng)
+    shardings = parallel.tree_shardings(abstract, self.mesh, self.min_size)
+    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+    with jax.set_mesh(self.mesh):
+      unrolled = jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode, self.num_micro).lower(
+          state, batch, rng)
+    return program_cost(unrolled), program_cost(scanned_lowered)
+
+  def missing(self, scanned_lowered, batch: dict, rng: jax.Array) -> float:
+    """The FLOPs per device that the scanned program's count leaves out."""
+    unrolled, scanned = self.lowered_costs(scanned_lowered, batch, rng)
+    return max(unrolled.get('flops', 0.0) - scanned.get('flops', 0.0), 0.0) / self.mesh.size
 
 
 def program_cost(compiled) -> dict[str, float]:
@@ -79,7 +110,9 @@ def program_cost(compiled) -> dict[str, float]:
 
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                       mode: str = 'none', num_micro: int = 1) -> CompiledStep:
-  """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`)."""
+                       mode: str = 'none', num_micro: int = 1, unrolled_flops: UnrolledFlops | None = None
+                       ) -> CompiledStep:
+  """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`; a scanned
+  model passes `unrolled_flops`)."""
   return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro), mesh,
-                      num_micro if mode != 'none' else 1)
+                      num_micro if mode != 'none' else 1, unrolled_flops)

@@ -10,14 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import objective_batch
+from support import build_objective, compiled_step, objective_batch, random_batches
 from vlp_jax import errors, models, objectives, parallel
 from vlp_jax.cli import weights
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax.models.transformer import BlockStack, REMAT_POLICIES, in_layout, stacked_layout, unstacked_layout
 from vlp_jax.training import accumulation, optim
 from vlp_jax.training.checkpoint import load_pretrained
-from vlp_jax.training.loop import check_resume_layout
+from vlp_jax.training.loop import check_resume_layout, unrolled_flops_of
+from vlp_jax.training.step import compile_train_step
 
 
 def _tiny(scan=False, remat=False, policy='nothing_saveable', layers=3):
@@ -195,3 +196,23 @@ def test_checkpoints_of_either_layout_export_initialise_and_refuse_a_mismatched_
   with pytest.raises(errors.ConfigError, match=r'scan_layers=True'):
     check_resume_layout(scanned_dir, unrolled_config)
   assert os.path.isdir(scanned_dir)
+
+
+def test_the_flops_of_a_scanned_step_count_every_block(micro):
+  """XLA counts a loop body once: the trainer's FLOPs (perf/step_flops, perf/mfu, the methods table's compute) add
+  the blocks the layer loop hides, so a scanned step counts what the unrolled one does."""
+  micro.model.vision.layers = micro.model.text.layers = 6  # 4 of 6 blocks hidden per tower: about a third
+  mesh = parallel.make_mesh()
+  batch = parallel.global_batch(random_batches(micro, 1)[0], mesh)
+  unrolled_step, state = compiled_step(micro, mesh)
+  scanned_state = stacked_layout(jax.device_get(state))
+  unrolled_step(state, batch, jax.random.key(0))  # donates `state`
+  micro.model.scan_layers = True
+  objective, tx = build_objective(micro)
+  shardings = parallel.tree_shardings(scanned_state, mesh, min_size=micro.mesh.fsdp_min_size)
+  counted = compile_train_step(objective, tx, mesh, shardings, unrolled_flops=unrolled_flops_of(micro, tx, mesh))
+  uncounted = compile_train_step(objective, tx, mesh, shardings)
+  for step in (counted, uncounted):
+    step(jax.device_put(scanned_state, shardings), batch, jax.random.key(0))
+  assert uncounted.flops < 0.8 * unrolled_step.flops  # the loop hides blocks (so the check below can fail)
+  np.testing.assert_allclose(counted.flops, unrolled_step.flops, rtol=0.03)
