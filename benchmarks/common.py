@@ -18,7 +18,8 @@ def compiled_memory(compiled) -> dict[str, int]:
 PRECISIONS = {'fp32': 'float32', 'bf16': 'bfloat16'}
 
 
-def build_config(model: str, batch_size: int, objective: str, precision: str, remat: bool):
+def build_config(model: str, batch_size: int, objective: str, precision: str, remat: bool, patch_dropout: float = 0.0,
+                 scan_layers: bool = False):
   import ml_collections
   from vlp_jax import models, objectives
   from vlp_jax.config import base_config, validate, with_term
@@ -29,6 +30,9 @@ def build_config(model: str, batch_size: int, objective: str, precision: str, re
     raise ValueError(f"--precision has '{precision}'; valid choices: {list(PRECISIONS)}")
   config.model.dtype = PRECISIONS[precision]
   config.model.remat = remat
+  config.model.scan_layers = scan_layers
+  if patch_dropout:
+    config.model.vision.patch_dropout = patch_dropout
   if objective in objectives.TERMS:
     config = with_term(config, objective)
   else:

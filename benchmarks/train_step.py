@@ -43,6 +43,8 @@ _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps.')
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compiling.')
 _PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Side of the peak matmul (0: 2048 on CPU, 8192 on GPU).')
 _REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block.')
+_SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one scanned layer.")
+_PATCH_DROPOUT = flags.DEFINE_float('patch_dropout', 0.0, 'Fraction of image patches dropped in training (FLIP).')
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -82,9 +84,10 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   from benchmarks.common import build_config, compiled_memory, real_batch
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
+  from vlp_jax.training.loop import unrolled_flops_of
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import program_cost, train_step
-  config = build_config(model, batch_size, objective, precision, _REMAT.value)
+  config = build_config(model, batch_size, objective, precision, _REMAT.value, _PATCH_DROPOUT.value, _SCAN.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
   tx = optim.make_optimizer(config.optim, config.total_steps)
@@ -95,18 +98,22 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   rng = jax.random.key(1)
   began = time.perf_counter()
   with jax.set_mesh(mesh):
-    compiled = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).lower(state, batch,
-                                                                                             rng).compile()
+    lowered = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).lower(state, batch, rng)
+    compiled = lowered.compile()
   compile_seconds = time.perf_counter() - began
   memory = compiled_memory(compiled)
   available = available_memory_bytes()
   row = {'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-         'remat': _REMAT.value, 'device': device.device_kind, 'platform': device.platform,
+         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': _PATCH_DROPOUT.value,
+         'device': device.device_kind, 'platform': device.platform,
          'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes']}
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
                               'are free; try a smaller --batch_size or --remat'}
   flops = program_cost(compiled).get('flops', 0.0)
+  counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: the layer loop's body is counted once
+  if counter is not None and flops:
+    flops += counter.missing(lowered, batch, rng)
 
   def step():
     nonlocal state

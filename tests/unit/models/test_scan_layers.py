@@ -71,8 +71,8 @@ def test_scanned_towers_equal_the_unrolled_towers(with_tokens):
   chex.assert_trees_all_close(got, want, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize('policy', REMAT_POLICIES.names())
-def test_every_remat_policy_keeps_the_gradients(policy):
+@pytest.mark.parametrize('policy', [p for p in REMAT_POLICIES.names() if p != 'nothing_saveable'])  # that one:
+def test_every_remat_policy_keeps_the_gradients(policy):  # the FSDP test below
   """Whatever a policy saves, the backward pass recomputes the rest to the same gradient (the text tower's pooled
   path: scanned blocks, then the last block's single row)."""
   unrolled_config = _tiny()
