@@ -224,15 +224,18 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   flops, hbm_traffic = cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)
   if config.model.get('scan_layers', False):
     # The cost analysis counts the layer loop's body once: add the left-out blocks' FLOPs (training/step.py), and
-    # scale the HBM traffic as the lowered programs' traffic scales (an estimate: fusion changes traffic).
+    # scale the HBM traffic as the lowered programs' traffic scales (an estimate: fusion changes traffic). The TPU
+    # lowering has no cost analysis here, so both programs are lowered for one CPU device (whole-program counts).
     unrolled = config.copy_and_resolve_references()
     unrolled.model.scan_layers = False
-    counter = UnrolledFlops(objectives.build(unrolled, models.build_model(unrolled.model)), tx, mesh,
-                            config.mesh.fsdp_min_size, config.accumulation.mode, config_lib.num_micro_batches(config))
-    lowered_unrolled, lowered_scanned = counter.lowered_costs(lowered, batch, abstract_rng)
-    flops += max(lowered_unrolled.get('flops', 0.0) - lowered_scanned.get('flops', 0.0), 0.0) / len(devices)
-    if lowered_scanned.get('bytes accessed'):
-      hbm_traffic *= lowered_unrolled.get('bytes accessed', 0.0) / lowered_scanned['bytes accessed']
+    cpu = parallel.make_mesh(1, jax.devices('cpu')[:1])
+    plain_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
+    costs = [UnrolledFlops(o, tx, cpu, config.mesh.fsdp_min_size, config.accumulation.mode,
+                           config_lib.num_micro_batches(config)).lowered_cost(plain_batch, abstract_rng)
+             for o in (objectives.build(unrolled, models.build_model(unrolled.model)), objective)]
+    flops += max(costs[0].get('flops', 0.0) - costs[1].get('flops', 0.0), 0.0) / len(devices)
+    if costs[1].get('bytes accessed'):
+      hbm_traffic *= costs[0].get('bytes accessed', 0.0) / costs[1]['bytes accessed']
   num_micro = config_lib.num_micro_batches(config)
   if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
     flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro

@@ -85,20 +85,19 @@ class UnrolledFlops:
     self.objective, self.tx, self.mesh, self.min_size = objective, tx, mesh, fsdp_min_size
     self.mode, self.num_micro = mode, num_micro
 
-  def lowered_costs(self, scanned_lowered, batch: dict, rng: jax.Array) -> tuple[dict, dict]:
-    """(the unrolled step's, the scanned step's) cost analyses before compilation, whole-program (not per device)."""
+  def lowered_cost(self, batch: dict, rng: jax.Array) -> dict[str, float]:
+    """The cost analysis of `objective`'s step lowered (not compiled) on `mesh`: whole-program, not per device."""
     abstract = jax.eval_shape(lambda r: create_train_state(self.objective, self.tx, r), rng)
     shardings = parallel.tree_shardings(abstract, self.mesh, self.min_size)
     state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     with jax.set_mesh(self.mesh):
-      unrolled = jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode, self.num_micro).lower(
-          state, batch, rng)
-    return program_cost(unrolled), program_cost(scanned_lowered)
+      return program_cost(jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode,
+                                         self.num_micro).lower(state, batch, rng))
 
   def missing(self, scanned_lowered, batch: dict, rng: jax.Array) -> float:
     """The FLOPs per device that the scanned program's count leaves out."""
-    unrolled, scanned = self.lowered_costs(scanned_lowered, batch, rng)
-    return max(unrolled.get('flops', 0.0) - scanned.get('flops', 0.0), 0.0) / self.mesh.size
+    left_out = self.lowered_cost(batch, rng).get('flops', 0.0) - program_cost(scanned_lowered).get('flops', 0.0)
+    return max(left_out, 0.0) / self.mesh.size
 
 
 def program_cost(compiled) -> dict[str, float]:
