@@ -7,8 +7,10 @@
 
 Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
 XLA's cost analysis and the FLOP/s achieved, and the utilisation: achieved FLOP/s over the machine's peak, measured
-in the same run as the fastest of 15 runs of a large matmul (--peak_size square; fp32 on CPU, bf16 on GPU). It also has
-the compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
+in the same run as the fastest of 15 runs of a large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and
+`mfu`, the trainer's perf/mfu: achieved FLOP/s over the device's published bf16 peak (vlp_jax/hardware.py; None on a
+CPU). With --scan_layers the FLOPs count every block (the layer loop's body is counted once by XLA). It also has the
+compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
 
 Models are the presets of vlp_jax.models (names as in open_clip: ViT-B-32, ViT-B-16, ...; and 'tiny'). Objectives
 are registered objective names or terms ('saco' adds the SaCo term to CLIP), with their default options. The batch
@@ -84,6 +86,7 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   from benchmarks.common import build_config, compiled_memory, real_batch
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
+  from vlp_jax.hardware import peak_flops
   from vlp_jax.training.loop import unrolled_flops_of
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import program_cost, train_step
@@ -129,6 +132,8 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
       'samples_per_sec': round(batch_size / seconds, 2), 'flops_per_step': flops,
       'achieved_flops_per_sec': achieved, 'peak_flops_per_sec': peak['peak_flops_per_sec'],
       'peak_matmul_size': peak['peak_matmul_size'], 'utilisation': round(achieved / peak['peak_flops_per_sec'], 4),
+      # as the trainer's perf/mfu: against the device's published bf16 peak (hardware.py); None where unknown (CPU)
+      'mfu': round(achieved / published, 4) if (published := peak_flops(device.device_kind)) else None,
       'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
       'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
   }
