@@ -155,7 +155,11 @@ def fit_advice(config, chip: dict) -> list[str]:
   elif config.accumulation.micro_batch_size > chip['chips']:
     advice.append(f'a smaller --config.accumulation.micro_batch_size (now {config.accumulation.micro_batch_size})')
   if not config.model.get('remat', False):
-    advice.append('--config.model.remat=True: recompute each block in the backward pass')
+    advice.append('--config.model.remat=True --config.model.scan_layers=True: recompute each block in the backward '
+                  'pass, one block live at a time')
+  elif not config.model.get('scan_layers', False):
+    advice.append('--config.model.scan_layers=True: with remat, bounds what is live to one block (unrolled, the '
+                  'schedule keeps more)')
   elif config.model.get('remat_policy', 'nothing_saveable') != 'nothing_saveable':
     advice.append('--config.model.remat_policy=nothing_saveable: keep only each block\'s input')
   if config.model.dtype == 'float32':
