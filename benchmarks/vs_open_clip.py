@@ -1,49 +1,74 @@
 #!/usr/bin/env python
-"""Train-step throughput of vlp_jax against open_clip on this machine, side by side in one run.
+"""Train-step throughput of vlp_jax against open_clip on this machine, each in its own process, alternating.
 
-python benchmarks/vs_open_clip.py [--rows=tiny:128,ViT-B-32:32] [--rounds=3] [--steps=3] [--precision=fp32]
-                                  [--profile=N]
+python benchmarks/vs_open_clip.py [--rows=tiny:128,ViT-B-32:32] [--rounds=6] [--steps=5] [--warmup=1]
+                                  [--precision=fp32] [--isolated=true] [--profile=N]
 
 Both sides train the same architecture (the vlp_jax preset's widths, layers, heads, patch, image size, context and
-vocab, with its activation), with AdamW (the config's betas, eps, weight decay) and the CLIP loss, on one batch of the
-same shape, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under CPU autocast). The rounds
-alternate the two sides, so that the machine's drift hits both; each round times `--steps` steps after two untimed
-ones. Prints one JSON line per row: the median samples/s of each side over the rounds and their ratio (> 1: vlp_jax
-is faster). With --profile=N it then profiles N steps of each side and prints a table of where the step's time goes
-by op kind (matmuls, attention, GELU, LayerNorm, embeddings, copies, optimizer), side by side, and each side's
-costliest ops. Without torch or open_clip_torch it prints why and exits 0.
+vocab, with its activation; the parameter counts must agree), with AdamW (the config's betas, eps, weight decay) and
+the CLIP loss, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under CPU autocast).
+
+The batch is the same on both sides: images drawn from a standard normal (float32, already normalised; NHWC for
+vlp_jax, the same values as NCHW for torch) and token ids with the tokenizer's layout (start token, random ids, the
+end token (the highest id) at the middle position, zero padding), both from one seed; each side reports a digest of
+the arrays it trains on and the run stops if they differ. Random content is enough: neither step's speed depends on
+pixel or token values, and both run the full context length. vlp_jax's trainer feeds uint8 images and normalises them
+in the step; here both sides skip that.
+
+By default (--isolated) each side runs in a worker process of its own (this script with --worker=jax|torch), set up
+as its users run it: the vlp_jax worker sets the CPU trainer's malloc (`vlp_jax/cli/allocator.py`, as `python -m
+vlp_jax.main` does; VLP_JAX_MALLOC=default turns it off), the open_clip worker runs with glibc's defaults
+(VLP_JAX_MALLOC=default in its environment) and torch's default thread count. Each worker builds its step and runs
+two untimed steps once, then waits on stdin; the parent asks one worker at a time for a turn ('time N': --warmup
+untimed steps, then N timed ones, answered as one JSON line of step times), so only one side computes at a time.
+Rounds alternate the order (vlp_jax, open_clip, open_clip, vlp_jax, ...), so that an even --rounds puts each side
+first equally often and the machine's drift hits both. --isolated=false runs both sides in this process instead,
+under the trainer's malloc, with XLA's and torch's thread pools side by side: the harness of the earlier results
+(which also put vlp_jax first in every round and gave it embedded-dataset examples, open_clip random ones).
+
+Prints one JSON line per row: each side's median samples/s over its turns and the ratio of the medians (> 1: vlp_jax
+is faster); the ratio within each round (vlp_jax's turn over the adjacent open_clip turn) with its median, min and
+max; the turns' rates; the 1-minute load average before and after the rounds (a busy machine makes the run
+meaningless); and per side the malloc setting, thread counts and versions. With --profile=N it then profiles N steps
+of each side (in its worker, or in this process) and prints a table of where the step's time goes by op kind
+(matmuls, attention, GELU, LayerNorm, embeddings, copies, optimizer), side by side, and each side's costliest ops.
+Without torch or open_clip_torch it prints why and exits 0.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-# The speed setting of the CPU trainer (`python -m vlp_jax.main` sets it too), before jax starts its threads;
-# VLP_JAX_MALLOC=default measures without it.
-from vlp_jax.cli import allocator  # noqa: E402
-
-allocator.retain_freed_memory()
-
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
+SIDES = ('vlp_jax', 'open_clip')  # the names in the output; the workers are 'jax' and 'torch'
+WORKERS = {'vlp_jax': 'jax', 'open_clip': 'torch'}
 
 
 def define_flags() -> None:
   """Only when run as a script, so that tests can import the functions beside other modules' flags."""
   flags.DEFINE_list('rows', ['tiny:128', 'ViT-B-32:32'], 'Model preset:global batch pairs.')
-  flags.DEFINE_integer('rounds', 3, 'Alternating rounds (vlp_jax, then open_clip).')
-  flags.DEFINE_integer('steps', 3, 'Timed steps per side and round.')
+  flags.DEFINE_integer('rounds', 6, 'Rounds; each times one turn of each side, in the order of the round (even: '
+                       'vlp_jax first, odd: open_clip first).', lower_bound=1)
+  flags.DEFINE_integer('steps', 5, 'Timed steps per side and round.', lower_bound=1)
+  flags.DEFINE_integer('warmup', 1, 'Untimed steps at the start of each turn (after the two of the build): they '
+                       "refill the caches the other side used and outlast its idle threads' spinning.", lower_bound=0)
   flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
+  flags.DEFINE_bool('isolated', True, 'Run each side in a worker process of its own (false: both in this one).')
   flags.DEFINE_integer('profile', 0, 'Also profile this many steps of each side (jax.profiler, torch.profiler) and '
                        'print where the time goes, by op kind, side by side.')
+  flags.DEFINE_enum('worker', None, ['jax', 'torch'], 'Internal: serve one side to the parent over stdin/stdout.')
+  flags.DEFINE_string('spec', None, 'Internal: the JSON row spec of a worker (`row_spec`).')
 
 
 def parse_rows(rows: list[str]) -> list[tuple[str, int]]:
@@ -59,16 +84,16 @@ def parse_rows(rows: list[str]) -> list[tuple[str, int]]:
 
 
 def open_clip_modules():
-  """(open_clip.model, open_clip.loss), or None when torch or open_clip_torch is missing. open_clip's package
-  __init__ needs torchvision, which our CPU installs leave out; its model and loss modules do not."""
+  """(open_clip.model, open_clip.loss), or the reason they cannot be imported (torch or open_clip_torch missing).
+  open_clip's package __init__ needs torchvision, which our CPU installs leave out; its model and loss modules do
+  not."""
   sys.path.insert(0, os.path.join(ROOT, 'tests'))
   import pytest
   from support import import_open_clip_module
   try:
     return import_open_clip_module('model'), import_open_clip_module('loss')
   except pytest.skip.Exception as skipped:
-    print(json.dumps({'benchmark': 'vs_open_clip', 'skipped': str(skipped)}))
-    return None
+    return str(skipped)
 
 
 def open_clip_config(model: dict) -> dict:
@@ -83,15 +108,48 @@ def open_clip_config(model: dict) -> dict:
                             heads=t['heads'], layers=t['layers']))
 
 
-def jax_side(name: str, batch_size: int, precision: str):
-  """(a function running one vlp_jax train step (blocking), the config, the parameter count)."""
+def row_spec(name: str, batch_size: int, precision: str) -> dict:
+  """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax."""
+  from benchmarks.common import build_config
+  config = build_config(name, batch_size, 'clip', precision, remat=False)
+  o, m = config.optim, config.model
+  return {'model': name, 'batch_size': batch_size, 'precision': precision,
+          'open_clip': open_clip_config(m.to_dict()),
+          'optim': {'lr': o.lr, 'betas': [o.b1, o.b2], 'eps': o.eps, 'weight_decay': o.weight_decay},
+          'image_size': m.vision.image_size, 'context_length': m.text.context_length, 'vocab_size': m.text.vocab_size}
+
+
+def shared_batch(spec: dict, seed: int = 0) -> dict:
+  """The batch both sides train on, the same arrays in every process: {'image': [B, S, S, 3] float32 (standard
+  normal, as normalised pixels are), 'text': [B, L] int32 (start token, random ids, the end token at L // 2, then
+  zero padding)}."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  size, length, vocab = spec['image_size'], spec['context_length'], spec['vocab_size']
+  images = rng.standard_normal((spec['batch_size'], size, size, 3), dtype=np.float32)
+  tokens = rng.integers(1, vocab - 2, (spec['batch_size'], length), dtype=np.int32)
+  end = length // 2
+  tokens[:, 0], tokens[:, end], tokens[:, end + 1:] = vocab - 2, vocab - 1, 0  # vocab - 1 is the EOT token
+  return {'image': images, 'text': tokens}
+
+
+def batch_digest(batch: dict) -> str:
+  """A short hash of the batch's arrays, so that the parent can check both sides train on the same one."""
+  h = hashlib.sha256()
+  for key in sorted(batch):
+    h.update(key.encode() + batch[key].tobytes())
+  return h.hexdigest()[:16]
+
+
+def jax_side(spec: dict):
+  """(a function running one vlp_jax train step (blocking) on `shared_batch`, the parameter count)."""
   import jax
-  from benchmarks.common import build_config, real_batch
+  from benchmarks.common import build_config
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import compile_train_step
-  config = build_config(name, batch_size, 'clip', precision, remat=False)
+  config = build_config(spec['model'], spec['batch_size'], 'clip', spec['precision'], remat=False)
   objective = objectives.build(config, models.build_model(config.model))
   tx = optim.make_optimizer(config.optim, config.total_steps)
   mesh = parallel.make_mesh(1, jax.devices()[:1])
@@ -99,7 +157,7 @@ def jax_side(name: str, batch_size: int, precision: str):
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
-  batch = parallel.global_batch(real_batch(config, batch_size), mesh)
+  batch = parallel.global_batch(shared_batch(spec), mesh)
   rng = jax.random.key(1)
   count = sum(x.size for x in jax.tree.leaves(state.params))
 
@@ -114,25 +172,25 @@ def jax_side(name: str, batch_size: int, precision: str):
     with jax.set_mesh(mesh):
       return jit_train_step(objective, tx, mesh, shardings).lower(state, batch, rng).compile().as_text()
   step.hlo_text = hlo_text
-  return step, config, count
+  return step, count
 
 
-def torch_side(config, batch_size: int, precision: str, modules):
-  """(a function running one open_clip train step of the same architecture, optimizer and batch shape, the
+def torch_side(spec: dict, modules):
+  """(a function running one open_clip train step of the same architecture and optimizer on `shared_batch`, the
   parameter count)."""
   import torch
   model_module, loss_module = modules
   torch.manual_seed(0)
-  model = model_module.CLIP(**open_clip_config(config.model.to_dict()))
+  model = model_module.CLIP(**spec['open_clip'])
   model.train()
-  o = config.optim
-  optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.b1, o.b2), eps=o.eps,
-                                weight_decay=o.weight_decay)
+  o = spec['optim']
+  optimizer = torch.optim.AdamW(model.parameters(), lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
+                                weight_decay=o['weight_decay'])
   loss_fn = loss_module.ClipLoss()
-  size, context = config.model.vision.image_size, config.model.text.context_length
-  images = torch.randn(batch_size, 3, size, size)
-  texts = torch.randint(1, config.model.text.vocab_size - 1, (batch_size, context))
-  texts[:, -1] = config.model.text.vocab_size - 1  # the EOT token (the highest id) ends every caption
+  batch = shared_batch(spec)
+  images = torch.from_numpy(batch['image'].transpose(0, 3, 1, 2).copy())  # NCHW, as torch's patch conv takes it
+  texts = torch.from_numpy(batch['text']).long()
+  precision = spec['precision']
 
   def step():
     optimizer.zero_grad(set_to_none=True)
@@ -144,6 +202,86 @@ def torch_side(config, batch_size: int, precision: str, modules):
     loss.backward()
     optimizer.step()
   return step, sum(p.numel() for p in model.parameters())
+
+
+def malloc_setting(retained: bool) -> str:
+  return ('one arena, no mmap, no trim (vlp_jax.cli.allocator)' if retained else
+          'glibc defaults' + (' (VLP_JAX_MALLOC=default)' if os.environ.get('VLP_JAX_MALLOC') == 'default' else ''))
+
+
+def process_info(worker: str, retained: bool) -> dict:
+  """How this process runs its side: malloc, threads (the OS threads alive after the warm-up, and the libraries'
+  own counts), versions."""
+  info = {'pid': os.getpid(), 'malloc': malloc_setting(retained), 'python': platform.python_version()}
+  if os.path.isdir('/proc/self/task'):
+    info['os_threads'] = len(os.listdir('/proc/self/task'))
+  if hasattr(os, 'sched_getaffinity'):
+    info['cpus_available'] = len(os.sched_getaffinity(0))
+  if worker == 'jax':
+    import jax
+    import jaxlib
+    info.update(jax=jax.__version__, jaxlib=jaxlib.__version__, xla_flags=os.environ.get('XLA_FLAGS', ''))
+  else:
+    import importlib.metadata
+    import torch
+    info.update(torch=torch.__version__, open_clip=importlib.metadata.version('open_clip_torch'),
+                torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
+                omp_num_threads=os.environ.get('OMP_NUM_THREADS', ''))
+  return info
+
+
+def build_side(worker: str, spec: dict, retained: bool):
+  """(step, ready message) of one side, after the build's two untimed steps; (None, {'skipped': why}) when
+  open_clip cannot be imported."""
+  if worker == 'jax':
+    step, count = jax_side(spec)
+  else:
+    modules = open_clip_modules()
+    if isinstance(modules, str):
+      return None, {'skipped': modules}
+    step, count = torch_side(spec, modules)
+  for _ in range(2):  # compile (jax) and first-touch of the buffers, outside every turn
+    step()
+  return step, {'parameters': count, 'batch_digest': batch_digest(shared_batch(spec)),
+                **process_info(worker, retained)}
+
+
+def turn(step, warmup: int, steps: int) -> list[float]:
+  """Seconds of each of `steps` steps, after `warmup` untimed ones (which refill the caches the other side used)."""
+  for _ in range(warmup):
+    step()
+  seconds = []
+  for _ in range(steps):
+    began = time.perf_counter()
+    step()
+    seconds.append(time.perf_counter() - began)
+  return seconds
+
+
+def profile(worker: str, step, steps: int) -> dict:
+  kinds, top = (jax_op_profile if worker == 'jax' else torch_op_profile)(step, steps)
+  return {'kinds': kinds, 'top': top}
+
+
+def serve(worker: str, spec: dict) -> None:
+  """The worker process: build, say so, then answer 'time N' and 'profile N' lines until stdin closes."""
+  channel = os.fdopen(os.dup(1), 'w', buffering=1)
+  os.dup2(2, 1)  # whatever else writes to stdout (libraries, C code) goes to stderr, not into the replies
+  retained = False
+  if worker == 'jax':  # the CPU trainer's speed setting, before jax starts its CPU client's threads
+    from vlp_jax.cli import allocator
+    retained = allocator.retain_freed_memory()
+  step, ready = build_side(worker, spec, retained)
+  channel.write(json.dumps(ready) + '\n')
+  if step is None:
+    return
+  while line := sys.stdin.readline():
+    command, count = line.split()
+    if command == 'time':
+      reply = {'seconds': turn(step, FLAGS.warmup, int(count))}
+    else:
+      reply = profile(worker, step, int(count))
+    channel.write(json.dumps(reply) + '\n')
 
 
 # The op kinds both profiles are sorted into, in the order the table prints them.
@@ -257,54 +395,172 @@ def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_
   return '\n'.join(lines)
 
 
-def timed_rate(step, steps: int, batch_size: int) -> float:
-  for _ in range(2):
-    step()
-  began = time.perf_counter()
-  for _ in range(steps):
-    step()
-  return steps * batch_size / (time.perf_counter() - began)
+class LocalSide:
+  """One side in this process (--isolated=false)."""
+
+  def __init__(self, worker: str, spec: dict, retained: bool):
+    self.worker = worker
+    self.step, self.ready = build_side(worker, spec, retained)
+
+  def turn(self, steps: int) -> list[float]:
+    return turn(self.step, FLAGS.warmup, steps)
+
+  def profile(self, steps: int) -> dict:
+    return profile(self.worker, self.step, steps)
+
+  def close(self) -> None:
+    pass
+
+
+class WorkerSide:
+  """One side in a worker process of its own (this script with --worker), driven over its stdin and stdout."""
+
+  def __init__(self, worker: str, spec: dict):
+    env = dict(os.environ)
+    if worker == 'torch':  # torch as its users run it: glibc's malloc, not the vlp_jax trainer's
+      env['VLP_JAX_MALLOC'] = 'default'
+    self.worker = worker
+    self.process = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), f'--worker={worker}', f'--spec={json.dumps(spec)}',
+         f'--warmup={FLAGS.warmup}'], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    self.ready = None
+
+  def reply(self) -> dict:
+    line = self.process.stdout.readline()
+    if not line:
+      raise RuntimeError(f'the {self.worker} worker exited ({self.process.wait()}) without replying; its stderr '
+                         'is above')
+    return json.loads(line)
+
+  def ask(self, command: str) -> dict:
+    self.process.stdin.write(command + '\n')
+    self.process.stdin.flush()
+    return self.reply()
+
+  def turn(self, steps: int) -> list[float]:
+    return self.ask(f'time {steps}')['seconds']
+
+  def profile(self, steps: int) -> dict:
+    return self.ask(f'profile {steps}')
+
+  def close(self) -> None:
+    if self.ready is None or 'skipped' in self.ready:  # not (or no longer) needed: still building, or failed
+      self.process.kill()
+    self.process.stdin.close()  # the worker's loop ends on end of input
+    self.process.wait()
+
+
+def start_sides(spec: dict, retained: bool) -> dict:
+  """{side name: LocalSide or WorkerSide}, built and warmed up. The two workers build at the same time (nothing is
+  timed yet); open_clip's answers first, so that a missing open_clip does not wait for vlp_jax's compile."""
+  if not FLAGS.isolated:
+    return {side: LocalSide(WORKERS[side], spec, retained) for side in SIDES}
+  sides = {side: WorkerSide(WORKERS[side], spec) for side in SIDES}
+  try:
+    for side in SIDES[::-1]:
+      sides[side].ready = sides[side].reply()
+      if 'skipped' in sides[side].ready:
+        break
+  except BaseException:
+    for side in sides.values():
+      side.close()
+    raise
+  return sides
+
+
+def round_order(index: int) -> tuple[str, str]:
+  """vlp_jax first in even rounds, open_clip first in odd ones: ABBA ABBA ..."""
+  return SIDES if index % 2 == 0 else SIDES[::-1]
+
+
+def time_rounds(sides: dict, rounds: int, steps: int, batch_size: int) -> dict:
+  """{side: [samples/s of each round's turn]}; one side computes at a time."""
+  rates = {side: [] for side in SIDES}
+  for index in range(rounds):
+    for side in round_order(index):
+      rates[side].append(steps * batch_size / sum(sides[side].turn(steps)))
+  return rates
+
+
+def summary(rates: dict) -> dict:
+  """The medians, their ratio and the per-round ratios (vlp_jax over the adjacent open_clip turn)."""
+  median = {side: statistics.median(rates[side]) for side in SIDES}
+  pairs = [j / t for j, t in zip(rates['vlp_jax'], rates['open_clip'])]
+  return {'vlp_jax_samples_per_sec': round(median['vlp_jax'], 1),
+          'open_clip_samples_per_sec': round(median['open_clip'], 1),
+          'ratio': round(median['vlp_jax'] / median['open_clip'], 3),
+          'pair_ratios': [round(p, 3) for p in pairs], 'pair_ratio_median': round(statistics.median(pairs), 3),
+          'pair_ratio_min': round(min(pairs), 3), 'pair_ratio_max': round(max(pairs), 3),
+          'round_rates': {side: [round(r, 1) for r in rates[side]] for side in SIDES}}
+
+
+def check_same_work(name: str, ready: dict) -> None:
+  """The two sides must train the same network on the same batch."""
+  j, t = ready['vlp_jax'], ready['open_clip']
+  if j['parameters'] != t['parameters']:
+    raise RuntimeError(f"{name}: vlp_jax has {j['parameters']} parameters, open_clip {t['parameters']}")
+  if j['batch_digest'] != t['batch_digest']:
+    raise RuntimeError(f"{name}: the sides' batches differ ({j['batch_digest']} vs {t['batch_digest']})")
+
+
+def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None:
+  jax_profile, torch_profile = sides['vlp_jax'].profile(FLAGS.profile), sides['open_clip'].profile(FLAGS.profile)
+  print(f'\n{name}, batch {batch_size}, {FLAGS.profile} profiled steps per side:\n')
+  step_ms = {side: 1e3 * batch_size / result[f'{side}_samples_per_sec'] for side in SIDES}
+  print(profile_table(jax_profile['kinds'], torch_profile['kinds'], step_ms['vlp_jax'], step_ms['open_clip']))
+  print('\nvlp_jax costliest ops (thread ms/step, HLO op, model code):')
+  for row in jax_profile['top']:
+    print('  ', *row)
+  print('open_clip costliest ops (ms/step, aten op, input shapes):')
+  for row in torch_profile['top']:
+    print('  ', *row)
+  print(flush=True)
+
+
+def run_row(name: str, batch_size: int, retained: bool) -> bool:
+  """Time (and profile) one row and print its JSON line; False when open_clip is not there (the line says why).
+  retained: whether this process has the trainer's malloc (in-process mode)."""
+  spec = row_spec(name, batch_size, FLAGS.precision)
+  sides = start_sides(spec, retained)
+  try:
+    ready = {side: sides[side].ready for side in SIDES}
+    if 'skipped' in ready['open_clip']:  # vlp_jax's worker was not waited for
+      print(json.dumps({'benchmark': 'vs_open_clip', 'skipped': ready['open_clip']['skipped']}), flush=True)
+      return False
+    check_same_work(name, ready)
+    load_before = os.getloadavg()[0]
+    result = summary(time_rounds(sides, FLAGS.rounds, FLAGS.steps, batch_size))
+    # The 1-minute load around the rounds: anything else running shows here (torch's OpenMP threads slow down many
+    # times over when a core is taken from them, XLA's far less), and such a run measures the load, not the sides.
+    result['load_average'] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    print(json.dumps({
+        'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
+        'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'rounds': FLAGS.rounds,
+        'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'parameters': ready['vlp_jax']['parameters'],
+        'batch_digest': ready['vlp_jax']['batch_digest'],
+        'sides': {side: {k: v for k, v in ready[side].items() if k not in ('parameters', 'batch_digest')}
+                  for side in SIDES},
+        'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count()}), flush=True)
+    if FLAGS.profile:
+      print_profile(name, batch_size, sides, result)
+    return True
+  finally:
+    for side in sides.values():
+      side.close()
 
 
 def main(argv):
   del argv
-  rows = parse_rows(FLAGS.rows)
-  modules = open_clip_modules()
-  if modules is None:
+  if FLAGS.worker:
+    serve(FLAGS.worker, json.loads(FLAGS.spec))
     return
-  import jax
-  import torch
-  for name, batch_size in rows:
-    jax_step, config, jax_params = jax_side(name, batch_size, FLAGS.precision)
-    torch_step, torch_params = torch_side(config, batch_size, FLAGS.precision, modules)
-    if jax_params != torch_params:  # the two sides must train the same network
-      raise RuntimeError(f'{name}: vlp_jax has {jax_params} parameters, open_clip {torch_params}')
-    rates = {'vlp_jax': [], 'open_clip': []}
-    for _ in range(FLAGS.rounds):
-      rates['vlp_jax'].append(timed_rate(jax_step, FLAGS.steps, batch_size))
-      rates['open_clip'].append(timed_rate(torch_step, FLAGS.steps, batch_size))
-    median = {side: statistics.median(r) for side, r in rates.items()}
-    print(json.dumps({
-        'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
-        'vlp_jax_samples_per_sec': round(median['vlp_jax'], 1),
-        'open_clip_samples_per_sec': round(median['open_clip'], 1),
-        'ratio': round(median['vlp_jax'] / median['open_clip'], 3), 'parameters': jax_params,
-        'rounds': {side: [round(r, 1) for r in v] for side, v in rates.items()},
-        'jax': jax.__version__, 'torch': torch.__version__, 'torch_threads': torch.get_num_threads(),
-        'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count()}), flush=True)
-    if FLAGS.profile:
-      jax_kinds, jax_top = jax_op_profile(jax_step, FLAGS.profile)
-      torch_kinds, torch_top = torch_op_profile(torch_step, FLAGS.profile)
-      print(f'\n{name}, batch {batch_size}, {FLAGS.profile} profiled steps per side:\n')
-      print(profile_table(jax_kinds, torch_kinds, 1e3 * batch_size / median['vlp_jax'],
-                          1e3 * batch_size / median['open_clip']))
-      print('\nvlp_jax costliest ops (thread ms/step, HLO op, model code):')
-      for row in jax_top:
-        print('  ', *row)
-      print('open_clip costliest ops (ms/step, aten op, input shapes):')
-      for row in torch_top:
-        print('  ', *row)
-      print(flush=True)
+  retained = False
+  if not FLAGS.isolated:  # the trainer's malloc for this whole process, before jax starts its threads
+    from vlp_jax.cli import allocator
+    retained = allocator.retain_freed_memory()
+  for name, batch_size in parse_rows(FLAGS.rows):
+    if not run_row(name, batch_size, retained):
+      return
 
 
 if __name__ == '__main__':

@@ -63,31 +63,6 @@ def test_train_step_benchmark():
     assert row['utilisation'] == round(row['achieved_flops_per_sec'] / row['peak_flops_per_sec'], 4)
 
 
-@pytest.mark.slow
-def test_vs_open_clip_trains_the_same_network_on_both_sides():
-  pytest.importorskip('torch', reason='torch is needed for the open_clip side')
-  env = {**os.environ}
-  env.pop('XLA_FLAGS', None)
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'vs_open_clip.py'), '--rows=tiny:8',
-                           '--rounds=1', '--steps=1'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-  if rows and 'skipped' in rows[0]:
-    pytest.skip(rows[0]['skipped'])
-  # the benchmark refuses to compare networks of different sizes; the tiny preset has 7.97M parameters
-  assert [(r['model'], r['batch_size'], r['parameters']) for r in rows] == [('tiny', 8, 7_974_913)]
-  assert rows[0]['vlp_jax_samples_per_sec'] > 0 and rows[0]['open_clip_samples_per_sec'] > 0
-
-
-def test_vs_open_clip_rejects_a_bad_row():
-  sys.path.insert(0, ROOT)
-  from benchmarks.vs_open_clip import parse_rows
-  assert parse_rows(['tiny:128', 'ViT-B-32:32']) == [('tiny', 128), ('ViT-B-32', 32)]
-  for bad in ('tiny', 'ViT-Q-7:32', 'tiny:0', 'tiny:x'):
-    with pytest.raises(ValueError, match='--rows'):
-      parse_rows([bad])
-
-
 @pytest.mark.slow  # compiles the towers several times over
 def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
   """benchmarks/batch_spread.py: a batch of one pair repeated has identical embeddings (cosine 1), no logit spread

@@ -1,0 +1,73 @@
+"""benchmarks/vs_open_clip.py: both sides train the same network on the same batch, each in its own process by
+default, in alternating order (its figures are measured by hand, not asserted on timings here)."""
+from support import ROOT
+import pytest
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, ROOT)
+
+
+@pytest.mark.slow  # compiles the tiny step and starts two workers
+def test_isolated_workers_train_the_same_network_on_the_same_batch():
+  pytest.importorskip('torch', reason='torch is needed for the open_clip side')
+  env = {**os.environ}
+  env.pop('XLA_FLAGS', None)  # one host device, as the benchmark is run by hand
+  env.pop('VLP_JAX_MALLOC', None)
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'vs_open_clip.py'), '--rows=tiny:8',
+                           '--rounds=2', '--steps=1', '--warmup=0'], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+  if rows and 'skipped' in rows[0]:
+    pytest.skip(rows[0]['skipped'])
+  # the benchmark refuses to compare networks of different sizes or batches; the tiny preset has 7.97M parameters
+  assert [(r['model'], r['batch_size'], r['parameters'], r['mode']) for r in rows] == [
+      ('tiny', 8, 7_974_913, 'isolated')]
+  row = rows[0]
+  assert row['vlp_jax_samples_per_sec'] > 0 and row['open_clip_samples_per_sec'] > 0 and row['ratio'] > 0
+  assert (row['rounds'], row['steps'], len(row['pair_ratios'])) == (2, 1, 2)
+  assert row['pair_ratio_min'] <= row['pair_ratio_median'] <= row['pair_ratio_max']
+  jax_side, torch_side = row['sides']['vlp_jax'], row['sides']['open_clip']
+  assert jax_side['pid'] != torch_side['pid']
+  if sys.platform == 'linux':  # the trainer's malloc on the vlp_jax side only
+    assert jax_side['malloc'].startswith('one arena')
+  assert torch_side['malloc'].startswith('glibc defaults')
+  assert torch_side['torch_threads'] >= 1 and 'jax' in jax_side and 'open_clip' in torch_side
+
+
+def test_rows_alternate_which_side_goes_first():
+  from benchmarks.vs_open_clip import round_order
+  assert [round_order(i) for i in range(4)] == [('vlp_jax', 'open_clip'), ('open_clip', 'vlp_jax')] * 2
+
+
+def test_summary_pairs_each_round_of_the_two_sides():
+  from benchmarks.vs_open_clip import summary
+  result = summary({'vlp_jax': [10.0, 30.0, 20.0], 'open_clip': [20.0, 10.0, 20.0]})
+  assert result['ratio'] == 1.0  # medians 20 and 20
+  assert result['pair_ratios'] == [0.5, 3.0, 1.0]
+  assert (result['pair_ratio_median'], result['pair_ratio_min'], result['pair_ratio_max']) == (1.0, 0.5, 3.0)
+
+
+def test_shared_batch_is_the_same_arrays_with_the_tokenizer_layout():
+  import numpy as np
+  from benchmarks.vs_open_clip import batch_digest, shared_batch
+  spec = {'batch_size': 3, 'image_size': 8, 'context_length': 10, 'vocab_size': 100}
+  batch = shared_batch(spec)
+  assert batch['image'].shape == (3, 8, 8, 3) and batch['image'].dtype == np.float32
+  assert batch_digest(shared_batch(spec)) == batch_digest(batch)  # what each worker builds on its own
+  text = batch['text']
+  assert text.shape == (3, 10) and text.dtype == np.int32
+  assert (text[:, 0] == 98).all() and (text[:, 5] == 99).all() and (text[:, 6:] == 0).all()
+  assert (text.argmax(-1) == 5).all()  # both towers pool the end token, the highest id
+  assert ((text[:, 1:5] >= 1) & (text[:, 1:5] < 98)).all()
+
+
+def test_vs_open_clip_rejects_a_bad_row():
+  from benchmarks.vs_open_clip import parse_rows
+  assert parse_rows(['tiny:128', 'ViT-B-32:32']) == [('tiny', 128), ('ViT-B-32', 32)]
+  for bad in ('tiny', 'ViT-Q-7:32', 'tiny:0', 'tiny:x'):
+    with pytest.raises(ValueError, match='--rows'):
+      parse_rows([bad])
