@@ -418,11 +418,14 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
   return '\n'.join(lines)
 
 
-def verdict(differences: list[float]) -> str:
+def verdict(differences: list[float], expected: int | None = None) -> str:
   """'ahead' when the method is ahead of its control on every seed given, 'behind' when behind on every one, else
-  'level' (docs/evidence.md); 'not run' without seeds."""
+  'level' (docs/evidence.md); 'not run' without seeds, and 'pending (k of n seeds)' while fewer than the `expected`
+  held-out seeds are in (a verdict is read on all of them, never on some)."""
   if not differences:
     return 'not run'
+  if expected is not None and len(differences) < expected:
+    return f'pending ({len(differences)} of {expected} seeds)'
   if all(d > 0 for d in differences):
     return 'ahead'
   if all(d < 0 for d in differences):
@@ -472,8 +475,8 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
       cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
                _cell([by_key[(name, s)][key] for s in dev], key), _cell([by_key[(control, s)][key] for s in dev], key),
                _cell([diff(s) for s in dev], key, signed=True) + f' ({sum(diff(s) > 0 for s in dev)}/{len(dev)})',
-               held_cells, ('**' + verdict([diff(s) for s in held]) + '**') if k == 0 else verdict(
-                   [diff(s) for s in held])]
+               held_cells, ('**{}**' if k == 0 else '{}').format(verdict([diff(s) for s in held],
+                                                                          len(held_out_seeds)))]
       if k == 0:
         flops = [_mean_of(side, 'train_flops') for side in (mine, theirs)]
         if run.teacher and flops[0]:  # the teacher's training is part of the method's compute
@@ -576,8 +579,9 @@ def main(argv):
       memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps))
   markdown = (headline_table(rows, names) + '\n\nEvery run, mean ± std over its seeds:\n\n' + table(rows, names, memory)
               + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names))
-  footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, {FLAGS.jobs} at a time: '
-            f'{(time.time() - began) / 60:.1f} min wall.')
+  footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, ' + (
+      f'{FLAGS.jobs} at a time: {(time.time() - began) / 60:.1f} min wall.' if FLAGS.train
+      else f'tabulated from {os.path.relpath(FLAGS.store, ROOT)} (--notrain).'))
   print('\n' + markdown + footer)
   if FLAGS.output:
     with open(FLAGS.output, 'w') as f:

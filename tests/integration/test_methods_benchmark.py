@@ -185,6 +185,9 @@ def test_verdict_is_read_on_every_held_out_seed():
   assert methods.verdict([-0.1, -0.02]) == 'behind'
   assert methods.verdict([0.1, -0.02]) == methods.verdict([0.0, 0.3]) == 'level'
   assert methods.verdict([]) == 'not run'
+  # Read on all the held-out seeds or not at all: one seed of two gives no verdict.
+  assert methods.verdict([0.1], expected=2) == 'pending (1 of 2 seeds)'
+  assert methods.verdict([0.1, 0.02], expected=2) == 'ahead'
 
 
 def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metrics():
