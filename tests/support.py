@@ -117,6 +117,33 @@ def random_batches(config, n):
   return out
 
 
+def accumulated_loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
+  """(loss, metrics, model_state, grads) on the host of one step's gradient computed whole or in `num_micro`
+  micro-batches (`mode`, training/accumulation.py), jitted on `mesh` at step 4."""
+  import jax
+  import jax.numpy as jnp
+  from vlp_jax import parallel
+  from vlp_jax.training import accumulation
+  fn = accumulation.loss_and_grad_fn(mode, num_micro)
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
+        params, state, parallel.global_batch(batch, mesh), rng)
+  return parallel.to_host(out)
+
+
+def assert_close_at_scale(got, want, rtol=1e-5):
+  """rtol of each leaf's largest entry: matmuls of other shapes round differently, so entries near 0 differ by more
+  than rtol of themselves. Leaves that are mathematically zero hold only rounding noise, so no leaf's scale is taken
+  below 1e-3 of the largest."""
+  import jax
+  largest = max((float(np.abs(w).max()) for w in jax.tree.leaves(want)), default=0.0)
+
+  def check(path, g, w):
+    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
+  jax.tree_util.tree_map_with_path(check, got, want)
+
+
 def random_tokens(rng: np.random.Generator, size: tuple[int, ...], length: int, eot: int) -> np.ndarray:
   """[*size, length] int32 token rows: SOT, random ids, EOT at `eot`, then padding."""
   text = rng.integers(1, 49000, (*size, length)).astype(np.int32)

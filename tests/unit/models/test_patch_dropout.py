@@ -9,12 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import objective_batch
+from support import accumulated_loss_and_grads, assert_close_at_scale, objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate
 from vlp_jax.models.vit import PATCH_DROPOUT_SITE, kept_patch_count, kept_patch_indices
 from vlp_jax.objectives.base import example_rngs
-from vlp_jax.training import accumulation
 
 RATE = 0.5
 GRID = 4  # the tiny preset: 32 px images in 8 px patches
@@ -190,24 +189,6 @@ def test_config_validation_and_old_configs():
 BATCH = 32
 
 
-def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
-  fn = accumulation.loss_and_grad_fn(mode, num_micro)
-  with jax.set_mesh(mesh):
-    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
-        params, state, parallel.global_batch(batch, mesh), rng)
-  return parallel.to_host(out)
-
-
-def _assert_close_at_scale(got, want, rtol=1e-5):
-  """rtol of each leaf's largest entry (leaves of other shapes round differently; see test_accumulation.py)."""
-  largest = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
-
-  def check(path, g, w):
-    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
-    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
-  jax.tree_util.tree_map_with_path(check, got, want)
-
-
 @pytest.mark.slow
 def test_decoupled_accumulation_is_exact_with_patch_dropout(micro):
   """Micro config (16 patches, 8 kept), CLIP, 4 micro-batches of 8 rows (1 per device on 8): each row keeps its
@@ -219,11 +200,11 @@ def test_decoupled_accumulation_is_exact_with_patch_dropout(micro):
   objective = objectives.build(micro, models.build_model(micro.model))
   params, state = objective.init_variables(jax.random.key(0))
   batch, mesh, rng = objective_batch(micro, BATCH), parallel.make_mesh(), jax.random.key(3)
-  loss, metrics, _, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
-  d_loss, d_metrics, _, d_grads = _loss_and_grads(objective, params, state, batch, rng, 'decoupled', 4, mesh)
+  loss, metrics, _, grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
+  d_loss, d_metrics, _, d_grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'decoupled', 4, mesh)
   np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
   chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
-  _assert_close_at_scale(d_grads, grads)
+  assert_close_at_scale(d_grads, grads)
   # Patch dropout is on in the step: another step rng drops other patches, another loss.
-  other, *_ = _loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
+  other, *_ = accumulated_loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
   assert abs(float(other) - float(loss)) > 1e-4

@@ -11,12 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import objective_batch
+from support import accumulated_loss_and_grads, assert_close_at_scale, objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import with_term
 from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
 from vlp_jax.objectives.base import example_rngs, tower_rngs
-from vlp_jax.training import accumulation
 
 BATCH = 32
 
@@ -121,24 +120,6 @@ def test_deterministic_towers_give_the_same_features_whatever_the_keys(micro, se
     chex.assert_trees_all_equal(features(example_rngs(jax.random.key(step), BATCH)), want)
 
 
-def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
-  fn = accumulation.loss_and_grad_fn(mode, num_micro)
-  with jax.set_mesh(mesh):
-    out = jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))(
-        params, state, parallel.global_batch(batch, mesh), rng)
-  return parallel.to_host(out)
-
-
-def _assert_close_at_scale(got, want, rtol=1e-5):
-  """rtol of each leaf's largest entry (leaves of other shapes round differently; see test_accumulation.py)."""
-  largest = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
-
-  def check(path, g, w):
-    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
-    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
-  jax.tree_util.tree_map_with_path(check, got, want)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize('setup', ['clip', 'slip', 'cosmos'])
 def test_decoupled_accumulation_is_exact_for_a_stochastic_tower(micro, noisy, setup):
@@ -148,13 +129,13 @@ def test_decoupled_accumulation_is_exact_for_a_stochastic_tower(micro, noisy, se
   objective, params, state, batch = _build(micro, setup, 'noisy')
   mesh = parallel.make_mesh()
   rng = jax.random.key(3)
-  loss, metrics, _, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
-  d_loss, d_metrics, _, d_grads = _loss_and_grads(objective, params, state, batch, rng, 'decoupled', 4, mesh)
+  loss, metrics, _, grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
+  d_loss, d_metrics, _, d_grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'decoupled', 4, mesh)
   np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
   chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
-  _assert_close_at_scale(d_grads, grads, 1e-4 if setup == 'slip' else 1e-5)
+  assert_close_at_scale(d_grads, grads, 1e-4 if setup == 'slip' else 1e-5)
   # The noise is there: another step rng draws another loss.
-  other, *_ = _loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
+  other, *_ = accumulated_loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
   assert abs(float(other) - float(loss)) > 1e-4
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import objective_batch
+from support import assert_close_at_scale, objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.objectives.clip import ClipObjective
@@ -50,18 +50,6 @@ def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh)
   return parallel.to_host(out)
 
 
-def _assert_close_at_scale(got, want, rtol=1e-5):
-  """rtol relative to each leaf's largest entry: matmuls of other shapes round differently, so entries near 0 differ
-  by more than rtol of themselves. Leaves that are mathematically zero (the key bias of attention: softmax ignores
-  a shift shared by all keys) hold only rounding noise, so no leaf's scale is taken below 1e-3 of the largest."""
-  largest = max([float(np.abs(w).max()) for w in jax.tree.leaves(want)], default=0.0)
-
-  def check(path, g, w):
-    scale = max(float(np.abs(w).max()), 1e-3 * largest, 1e-30)
-    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
-  jax.tree_util.tree_map_with_path(check, got, want)
-
-
 SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos+saco', 'zerovl']  # cosmos+saco covers COSMOS and composition
 
 
@@ -90,8 +78,8 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
       # and divides by each channel's batch std, small for some channels of 32 rows. That amplifies float32
       # rounding to ~1e-5 of a leaf on some CPUs (AMD EPYC), in the head and in everything upstream of it.
       rtol = 1e-4 if setup == 'slip' else 1e-5
-      _assert_close_at_scale(d_state, new_state, rtol)
-      _assert_close_at_scale(d_grads, grads, rtol)
+      assert_close_at_scale(d_state, new_state, rtol)
+      assert_close_at_scale(d_grads, grads, rtol)
   # The loss's own parameters get their gradient too (it is not zero, so the check above means something).
   own = {'clip': ['logit_scale'], 'siglip': ['logit_scale', 'logit_bias'], 'saco': ['logit_scale'],
          'slip': ['logit_scale', 'simclr_head'], 'cosmos+saco': ['logit_scale', 'cosmos_logit_scale'],
@@ -120,7 +108,7 @@ def test_uint8_images_train_as_their_host_normalised_floats(micro, setup):
     got = _loss_and_grads(objective, params, state, raw, jax.random.key(3), mode, num_micro, mesh)
     want = _loss_and_grads(objective, params, state, floats, jax.random.key(3), mode, num_micro, mesh)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
-    _assert_close_at_scale(got[3], want[3], 1e-4 if setup == 'slip' else 1e-5)
+    assert_close_at_scale(got[3], want[3], 1e-4 if setup == 'slip' else 1e-5)
 
 
 @pytest.mark.slow
@@ -132,7 +120,7 @@ def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
   _, _, _, full = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   _, _, _, average = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
   with pytest.raises(AssertionError):
-    _assert_close_at_scale(average, full, rtol=1e-3)
+    assert_close_at_scale(average, full, rtol=1e-3)
 
 
 class _CosineMatching(ClipObjective):
@@ -153,7 +141,7 @@ def test_microbatch_mode_is_exact_for_a_per_example_loss(micro):
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   m_loss, _, _, m_grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
   np.testing.assert_allclose(m_loss, loss, rtol=1e-5)
-  _assert_close_at_scale(m_grads, grads)
+  assert_close_at_scale(m_grads, grads)
 
 
 @pytest.mark.parametrize('setup', ['clip', 'saco', 'zerovl'])
@@ -230,7 +218,7 @@ def test_remat_keeps_parameters_and_gradients(micro):
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   r_loss, _, _, r_grads = _loss_and_grads(remat, params, state, batch, jax.random.key(0), 'none', 1, mesh)
   np.testing.assert_allclose(r_loss, loss, rtol=1e-6)
-  _assert_close_at_scale(r_grads, grads, rtol=1e-5)
+  assert_close_at_scale(r_grads, grads, rtol=1e-5)
   text = jax.jit(lambda p: jax.grad(lambda q: jnp.sum(remat.encode_text(q, batch['text'])['embed']))(p))
   assert 'remat' in str(jax.make_jaxpr(text)(params)) or 'checkpoint' in str(jax.make_jaxpr(text)(params))
 
