@@ -7,7 +7,7 @@ import ml_collections
 from support import ROOT
 import pytest
 
-from vlp_jax.config import ConfigError, base_config, from_file, validate
+from vlp_jax.config import ConfigError, advisories, base_config, from_file, validate
 
 
 
@@ -116,3 +116,13 @@ def test_command_line_overrides_reach_keys_the_file_does_not_name(override, expe
   else:
     assert result.returncode != 0
     assert expected_err in result.stderr, result.stderr
+
+
+def test_advisories_warn_of_scan_without_remat_only():
+  config = base_config()
+  assert advisories(config) == []
+  config.model.scan_layers = True
+  (line,) = advisories(config)
+  assert 'config.model.scan_layers=True without config.model.remat' in line
+  config.model.remat = True
+  assert advisories(config) == []

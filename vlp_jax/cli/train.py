@@ -27,12 +27,13 @@ def define_flags() -> None:
 
 
 def report_backend(config) -> None:
-  """Print where jax runs (stdout) and, on stderr, one line per mismatch with the config or the visible hardware."""
+  """Print where jax runs (stdout) and, on stderr, one line per mismatch with the config or the visible hardware, then
+  the config's advisories."""
   backend_line, *warnings = hardware.startup_lines(
       jax.default_backend(), jax.device_count(), jax.process_count(), config.model.dtype, config.mesh.fsdp,
       hardware.visible_accelerators())
   print(backend_line, flush=True)
-  for warning in warnings:
+  for warning in [*warnings, *config_lib.advisories(config)]:
     print(warning, file=sys.stderr, flush=True)
 
 
