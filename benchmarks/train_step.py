@@ -12,6 +12,11 @@ in the same run as the fastest of 15 runs of a large matmul (--peak_size square;
 CPU). With --scan_layers the FLOPs count every block (the layer loop's body is counted once by XLA). It also has the
 compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
 
+--patch_dropout takes several fractions (`--patch_dropout=0,0.5`): the variants of each setting are compiled first,
+then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
+first variant's, round by round (`speedup_vs_first`: the median of the per-round ratios, with min and max), so a
+comparison holds while the machine's speed drifts.
+
 Models are the presets of vlp_jax.models (names as in open_clip: ViT-B-32, ViT-B-16, ...; and 'tiny'). Objectives
 are registered objective names or terms ('saco' adds the SaCo term to CLIP), with their default options. The batch
 is real: the objective's own views of embedded-dataset examples rendered at the model's image size, repeated to the
@@ -46,7 +51,9 @@ _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compiling.')
 _PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Side of the peak matmul (0: 2048 on CPU, 8192 on GPU).')
 _REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block.')
 _SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one scanned layer.")
-_PATCH_DROPOUT = flags.DEFINE_float('patch_dropout', 0.0, 'Fraction of image patches dropped in training (FLIP).')
+_PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image patches dropped in training (FLIP); '
+                                     'several are timed in alternating rounds.')
+_ROUNDS = flags.DEFINE_integer('rounds', 1, 'Alternating timing rounds over the variants of one setting.')
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -81,7 +88,9 @@ def available_memory_bytes() -> int | None:
   return int(psutil.virtual_memory().available)
 
 
-def measure(model: str, batch_size: int, objective: str, precision: str, peak: dict) -> dict:
+def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, peak: dict):
+  """Compile one variant's step. Returns (row, step): the row so far (compile time, memory, FLOPs) and a function
+  that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
   import jax
   from benchmarks.common import build_config, compiled_memory, real_batch
   from vlp_jax import models, objectives, parallel
@@ -90,7 +99,7 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   from vlp_jax.training.loop import unrolled_flops_of
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import program_cost, train_step
-  config = build_config(model, batch_size, objective, precision, _REMAT.value, _PATCH_DROPOUT.value, _SCAN.value)
+  config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
   tx = optim.make_optimizer(config.optim, config.total_steps)
@@ -107,16 +116,18 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
   memory = compiled_memory(compiled)
   available = available_memory_bytes()
   row = {'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': _PATCH_DROPOUT.value,
+         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout,
          'device': device.device_kind, 'platform': device.platform,
          'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes']}
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
-                              'are free; try a smaller --batch_size or --remat'}
+                              'are free; try a smaller --batch_size or --remat'}, None
   flops = program_cost(compiled).get('flops', 0.0)
   counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: the layer loop's body is counted once
   if counter is not None and flops:
     flops += counter.missing(lowered, batch, rng)
+  published = peak_flops(device.device_kind)
+  row = {**row, 'flops_per_step': flops, 'published_peak': published}
 
   def step():
     nonlocal state
@@ -125,18 +136,48 @@ def measure(model: str, batch_size: int, objective: str, precision: str, peak: d
 
   for _ in range(_WARMUP.value):
     step()
-  seconds = median_seconds(step, _STEPS.value)
-  achieved = flops / seconds
+  return row, step
+
+
+def timed_row(row: dict, seconds: float, peak: dict) -> dict:
+  """`row` from `prepare` completed with the step time and what follows from it."""
+  published = row.pop('published_peak')
+  achieved = row['flops_per_step'] / seconds
   return {
-      **row, 'step_seconds': round(seconds, 4),
-      'samples_per_sec': round(batch_size / seconds, 2), 'flops_per_step': flops,
+      **row, 'step_seconds': round(seconds, 4), 'samples_per_sec': round(row['batch_size'] / seconds, 2),
       'achieved_flops_per_sec': achieved, 'peak_flops_per_sec': peak['peak_flops_per_sec'],
       'peak_matmul_size': peak['peak_matmul_size'], 'utilisation': round(achieved / peak['peak_flops_per_sec'], 4),
       # as the trainer's perf/mfu: against the device's published bf16 peak (hardware.py); None where unknown (CPU)
-      'mfu': round(achieved / published, 4) if (published := peak_flops(device.device_kind)) else None,
+      'mfu': round(achieved / published, 4) if published else None,
       'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
       'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
   }
+
+
+def measure_variants(model: str, batch_size: int, objective: str, precision: str, patch_dropouts: list[float],
+                     peak: dict, rounds: int) -> list[dict]:
+  """One row per patch-dropout variant of a setting: all compiled first, then timed in `rounds` alternating rounds
+  (each round the median of --steps steps per variant). A row's step time is the median over rounds; rows after the
+  first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
+  prepared = [prepare(model, batch_size, objective, precision, fraction, peak) for fraction in patch_dropouts]
+  runnable = [i for i, (_, step) in enumerate(prepared) if step is not None]
+  per_round = {i: [] for i in runnable}
+  for _ in range(rounds):
+    for i in runnable:
+      per_round[i].append(median_seconds(prepared[i][1], _STEPS.value))
+  rows = []
+  for i, (row, step) in enumerate(prepared):
+    if step is None:
+      rows.append(row)
+      continue
+    result = timed_row(row, statistics.median(per_round[i]), peak)
+    result['round_step_seconds'] = [round(t, 4) for t in per_round[i]]
+    if i and 0 in per_round:
+      ratios = [first / mine for first, mine in zip(per_round[0], per_round[i])]
+      result['speedup_vs_first'] = {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3),
+                                    'max': round(max(ratios), 3), 'first_patch_dropout': patch_dropouts[0]}
+    rows.append(result)
+  return rows
 
 
 def main(argv):
@@ -150,7 +191,9 @@ def main(argv):
     for batch_size in (int(b) for b in _BATCHES.value):
       for objective in _OBJECTIVES.value:
         for precision in _PRECISIONS.value:
-          print(json.dumps(measure(model, batch_size, objective, precision, peak)), flush=True)
+          for row in measure_variants(model, batch_size, objective, precision,
+                                      [float(f) for f in _PATCH_DROPOUTS.value], peak, _ROUNDS.value):
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == '__main__':

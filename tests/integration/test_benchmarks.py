@@ -54,13 +54,22 @@ def test_train_step_benchmark():
   env.pop('XLA_FLAGS', None)
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'train_step.py'), '--model=tiny',
                            '--batch_size=8', '--objective=saco', '--precision=fp32', '--steps=1', '--warmup=0',
-                           '--peak_size=256'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                           '--peak_size=256', '--patch_dropout=0,0.5', '--rounds=2'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-  assert [(r['objective'], r['batch_size']) for r in rows] == [('saco', 8)]  # a term on CLIP
+  # a term on CLIP, and each patch-dropout variant timed in the same alternating rounds
+  assert [(r['objective'], r['batch_size'], r['patch_dropout']) for r in rows] == [('saco', 8, 0.0), ('saco', 8, 0.5)]
   for row in rows:
     assert row['flops_per_step'] > 0 and row['samples_per_sec'] > 0 and row['peak_bytes'] > 0
     assert row['utilisation'] == round(row['achieved_flops_per_sec'] / row['peak_flops_per_sec'], 4)
+    assert len(row['round_step_seconds']) == 2
+  dense, dropped = rows
+  assert 'speedup_vs_first' not in dense
+  assert dropped['flops_per_step'] < dense['flops_per_step']  # half the image patches: fewer FLOPs
+  ratios = [a / b for a, b in zip(dense['round_step_seconds'], dropped['round_step_seconds'])]
+  speedup = dropped['speedup_vs_first']
+  assert speedup['min'] <= speedup['median'] <= speedup['max']
+  assert speedup['min'] == pytest.approx(min(ratios), abs=2e-3) and speedup['first_patch_dropout'] == 0.0
 
 
 @pytest.mark.slow  # compiles the towers several times over
