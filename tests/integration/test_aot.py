@@ -56,3 +56,23 @@ def test_micro_config_compiles_for_v5e_2x2(micro):
   assert fsdp['hbm_per_chip']['arguments_gib'] < row['hbm_per_chip']['arguments_gib']
   assert fsdp['collective_bytes_per_chip'].get('all-gather', 0) > row['collective_bytes_per_chip'].get(
       'all-gather', 0)
+
+
+def test_aot_table_renders_a_fitting_and_a_refused_row():
+  from benchmarks import aot_table
+  fits = {'config': 'clip_cc3m', 'topology': 'v5e:4x4', 'chips': 16, 'model': 'ViT-B-32', 'dtype': 'bfloat16',
+          'global_batch': 2048, 'micro_batch': None, 'scan_layers': True, 'remat': 'nothing_saveable',
+          'hbm_per_chip': {'arguments_gib': 1.709, 'temporaries_gib': 1.48, 'total_gib': 3.19, 'fraction_of_chip': 0.2,
+                           'chip_gib': 16},
+          'fits': True, 'flops_per_chip': 6.5e12, 'collective_bytes_per_chip': {'all-reduce': 1.02e8},
+          'roofline_estimate': {'step_seconds': 0.1604, 'mfu': 0.212, 'samples_per_sec': 12824.2},
+          'compile_seconds': 211.6}
+  refused = {**fits, 'config': 'slip_cc3m', 'scan_layers': False, 'remat': False, 'micro_batch': 512, 'fits': False,
+             'hbm_per_chip': {'temporaries_gib': 18.44, 'available_gib': 15.75}, 'flops_per_chip': None,
+             'collective_bytes_per_chip': {}, 'roofline_estimate': None, 'compile_seconds': 29.2}
+  header, rule, *rows = aot_table.table([fits, refused]).splitlines()
+  assert header.count('|') == rule.count('|') == rows[0].count('|') == rows[1].count('|') == 12
+  assert rows[0] == ('| `clip_cc3m` | v5e:4x4 (16) | ViT-B-32, bf16 | 2048 | scan, remat nothing_saveable | '
+                     '1.71 / 1.48 / 3.19 (20% of 16) | yes | 6.5 | all-reduce 102 | 0.160 / 0.21 / 12824 | 212 |')
+  assert rows[1] == ('| `slip_cc3m` | v5e:4x4 (16) | ViT-B-32, bf16 | 2048 (512) | unrolled, remat none | '
+                     'temporaries alone 18.4 > 15.8 available | **no** | - | - | - | 29 |')
