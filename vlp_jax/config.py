@@ -86,6 +86,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim = ml_collections.ConfigDict({
       'lr': 5e-4, 'warmup_init_lr': 0.0, 'warmup_steps': 100, 'schedule': 'cosine', 'end_factor': 0.0,
       'b1': 0.9, 'b2': 0.98, 'eps': 1e-6, 'weight_decay': 0.2, 'grad_clip_norm': 0.0,
+      # Locked towers (LiT; open_clip's --lock-image, --lock-text): no update and no optimizer state for a locked
+      # tower's parameters, and a locked ResNet's BatchNorm statistics stay as they are. *_unlocked_groups /
+      # *_unlocked_layers: how many of the tower's last L + 2 groups still train (0 = none; models/groups.py: the
+      # embeddings, one per block, the last block with the final LayerNorm, the projection). A ResNet locks whole.
+      'lock_image': False, 'lock_image_unlocked_groups': 0, 'lock_text': False, 'lock_text_unlocked_layers': 0,
+      # Layer-wise lr decay (BEiT, timm), in (0, 1]; 1 = off: a tower parameter of layer id i (0 the embeddings,
+      # 1 .. L the blocks, L + 1 the final LayerNorm and projection) trains at lr * decay ** (L + 1 - i).
+      'image_layer_decay': 1.0, 'text_layer_decay': 1.0,
   })
   c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
   # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
@@ -285,6 +293,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                       f'{config.max_nonfinite_steps!r}')
   if config.optim.lr <= 0:
     raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
+  _validate_tower_options(config)
   if not 0 <= config.log.peak_device_tflops < math.inf:  # NaN fails too
     raise ConfigError(f'config.log.peak_device_tflops must be a finite number >= 0 (TFLOP/s per device; 0 = the '
                       f"device's published peak), got {config.log.peak_device_tflops!r}")
@@ -313,6 +322,34 @@ def num_micro_batches(config: ml_collections.ConfigDict) -> int:
   """Micro-batches per step: batch_size / accumulation.micro_batch_size, or 1 without accumulation."""
   acc = config.accumulation
   return 1 if acc.mode == 'none' else config.batch_size // acc.micro_batch_size
+
+
+def _validate_tower_options(config: ml_collections.ConfigDict) -> None:
+  """The locked-tower and layer-decay keys of config.optim, against the towers they apply to."""
+  optim, vision = config.optim, config.model.vision
+  transformer = {'image': vision.type == 'vit', 'text': True}  # the towers whose blocks make groups and layers
+  depths = {'image': vision.layers, 'text': config.model.text.layers}
+  keys = (('image', 'lock_image', 'lock_image_unlocked_groups', 'image_layer_decay'),
+          ('text', 'lock_text', 'lock_text_unlocked_layers', 'text_layer_decay'))
+  for tower, lock, unlocked_key, decay_key in keys:
+    unlocked, decay, groups = optim[unlocked_key], optim[decay_key], depths[tower] + 2
+    if not isinstance(unlocked, int) or isinstance(unlocked, bool) or unlocked < 0:
+      raise ConfigError(f'config.optim.{unlocked_key} must be an integer >= 0 (how many of the last layer groups '
+                        f'of the {tower} tower stay trainable), got {unlocked!r}')
+    if unlocked and not optim[lock]:
+      raise ConfigError(f'config.optim.{unlocked_key}={unlocked} applies only to a locked tower; set '
+                        f'config.optim.{lock}=True, or leave it at 0')
+    if unlocked and not transformer[tower]:
+      raise ConfigError(f"config.optim.{unlocked_key}={unlocked}: a config.model.vision.type='{vision.type}' tower "
+                        'has no layer groups and locks whole (as in open_clip); leave it at 0')
+    if unlocked > groups:
+      raise ConfigError(f'config.optim.{unlocked_key}={unlocked} is more than the {groups} layer groups of the '
+                        f'{tower} tower ({depths[tower]} blocks + the embeddings + the projection)')
+    if not 0 < decay <= 1:  # NaN fails too
+      raise ConfigError(f'config.optim.{decay_key} must be in (0, 1] (1 = no layer-wise lr decay), got {decay!r}')
+    if decay != 1 and not transformer[tower]:
+      raise ConfigError(f"config.optim.{decay_key}={decay}: a config.model.vision.type='{vision.type}' tower has no "
+                        'transformer layers to decay by; leave it at 1.0')
 
 
 def _validate_accumulation(config, objective_cls, terms, num_devices) -> None:

@@ -114,6 +114,11 @@ class Objective:
     """`config.objective` with every option it does not set taken from `default_config()`."""
     return with_defaults(cls.default_config(), objective_config)
 
+  # A locked image tower (config.optim.lock_image, set by `objectives.build`) runs its BatchNorm on the running
+  # statistics and never updates them, as open_clip's FrozenBatchNorm2d (`freeze_batch_norm_2d`, its
+  # --lock-image-freeze-bn-stats): training must not move any of a locked tower's variables.
+  freeze_image_batch_norm = False
+
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).
   uses_data_augment = True
@@ -135,9 +140,13 @@ class Objective:
     """The image tower; returns its outputs and the model state, with the tower's BatchNorm statistics updated when
     training. Other entries of the model state (an EMA teacher, say) pass through untouched. The patch `tokens` only
     `with_tokens` (without, the last block computes the [cls] row alone). rng: None or one key per image ([B], see
-    `tower_rngs`), which the tower gets only when `train` (at eval it runs deterministically, without keys)."""
+    `tower_rngs`), which the tower gets only when `train` (at eval it runs deterministically, without keys). With
+    `freeze_image_batch_norm`, a tower with BatchNorm statistics runs as in evaluation, its statistics unchanged."""
     variables = tower_variables(params, model_state)
     rng = rng if train else None
+    if train and 'batch_stats' in model_state and self.freeze_image_batch_norm:
+      # `train` of a BatchNorm tower (the ResNet: no stochastic option) only switches BatchNorm to batch statistics.
+      return self.model.apply(variables, images, False, with_tokens, method=self.model.encode_image), model_state
     if train and 'batch_stats' in model_state:
       out, updates = self.model.apply(variables, images, True, with_tokens, rng, method=self.model.encode_image,
                                       mutable=['batch_stats'])
@@ -239,6 +248,7 @@ class Composite(Objective):
     super().__init__(base.model, base.config)
     self.base, self.terms = base, terms
     self.name = base.name
+    self.freeze_image_batch_norm = base.freeze_image_batch_norm
     self.per_example_loss = base.per_example_loss and all(term.per_example_loss for term in terms)
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
