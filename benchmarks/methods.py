@@ -542,6 +542,8 @@ def main(argv):
 
     def job(name: str, seed: int) -> dict:
       run = RUNS[name]
+      if FLAGS.store and (row := stored_row(FLAGS.store, name, seed)) is not None:
+        return row  # stored: its AFTER and TEACHER checkpoints are not needed again
       # AFTER and TEACHER were submitted earlier, so are running or done: no deadlock with a FIFO pool. A stored
       # run whose workdir is gone (another machine, a cleaned /tmp) is trained again for its checkpoint, which is
       # the same bit for bit; its stored row stays.
