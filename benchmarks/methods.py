@@ -64,6 +64,9 @@ NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at it
 METADATA = ('LABEL', 'BASELINE', 'CONTROL', 'COMPUTE_CONTROL', 'AFTER', 'TEACHER', 'METRICS')  # a config's constants
 DEV_SEEDS = (0, 1, 2)  # the only seeds a choice of setting may look at (docs/evidence.md)
 HELD_OUT_SEEDS = (4, 5)  # never used to choose anything: the verdict is read on them alone
+RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
+RESULTS_BEGIN = '<!-- methods table: written by benchmarks/methods.py --update_results -->'
+RESULTS_END = '<!-- end of methods table -->'
 STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
 
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
@@ -182,6 +185,8 @@ def define_flags() -> None:
                        'but then no wall time is clean, and the tables average only those of runs trained alone.')
   flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
   flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
+  flags.DEFINE_bool('update_results', False, 'Also write the tables into benchmarks/RESULTS.md, between its '
+                    f'{RESULTS_BEGIN!r} and {RESULTS_END!r} lines (the text outside them is kept).')
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
   flags.DEFINE_integer('eval_every', 0, 'Evaluate every N steps as well as at the end (0: at the end only, which '
                        'the table reads; the configs evaluate every 100 steps for their curves).')
@@ -335,6 +340,24 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
   with lock:
     print(json.dumps(row), flush=True)
   return row
+
+
+def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, steps: int | None, lock: threading.Lock,
+                             eval_every: int = 0, store: str = '', jobs: int = 1) -> dict:
+  """`train`, after the checkpoints of run `name`'s AFTER (same seed) and TEACHER (seed + 1000) are there.
+
+  `futures` maps (run, seed) to the submitted job of each; AFTER and TEACHER were submitted earlier, so are running
+  or done (no deadlock with a FIFO pool). A stored run needs neither. A stored prerequisite whose workdir is gone
+  (another machine, a cleaned /tmp) is trained again for its checkpoint, the same bit for bit; its stored row stays."""
+  if store and (row := stored_row(store, name, seed)) is not None:
+    return row
+  run = RUNS[name]
+  for needed, needed_seed in ((run.after, seed), (run.teacher, seed + TEACHER_SEED_OFFSET)):
+    if needed:
+      futures[(needed, needed_seed)].result()
+      if not has_checkpoint(run_dir(root, needed, needed_seed)):
+        train(root, needed, needed_seed, steps, lock, eval_every, jobs=jobs)
+  return train(root, name, seed, steps, lock, eval_every, store, jobs)
 
 
 def has_checkpoint(workdir: str) -> bool:
@@ -530,6 +553,22 @@ def step_flops(config) -> float:
   return program_cost(compiled_step(config))['flops']
 
 
+def update_results(path: str, tables: str) -> None:
+  """Replace what lies between the RESULTS_BEGIN and RESULTS_END lines of the Markdown file `path` with `tables`;
+  everything outside them stays. Raises ValueError, writing nothing, unless each marker is there exactly once."""
+  with open(path) as f:
+    text = f.read()
+  counts = {marker: text.count(marker) for marker in (RESULTS_BEGIN, RESULTS_END)}
+  if any(count != 1 for count in counts.values()) or text.index(RESULTS_BEGIN) > text.index(RESULTS_END):
+    raise ValueError(f'{path} must hold the line {RESULTS_BEGIN!r} once and, after it, {RESULTS_END!r} once '
+                     f'(found {counts[RESULTS_BEGIN]} and {counts[RESULTS_END]}); nothing was written')
+  head, rest = text.split(RESULTS_BEGIN)
+  tail = rest.split(RESULTS_END)[1]
+  with open(path + '.tmp', 'w') as f:
+    f.write(f'{head}{RESULTS_BEGIN}\n\n{tables.strip()}\n\n{RESULTS_END}{tail}')
+  os.replace(path + '.tmp', path)
+
+
 def main(argv):
   del argv
   names = expand(FLAGS.methods)
@@ -541,18 +580,8 @@ def main(argv):
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(FLAGS.jobs, 1)) as pool:
 
     def job(name: str, seed: int) -> dict:
-      run = RUNS[name]
-      if FLAGS.store and (row := stored_row(FLAGS.store, name, seed)) is not None:
-        return row  # stored: its AFTER and TEACHER checkpoints are not needed again
-      # AFTER and TEACHER were submitted earlier, so are running or done: no deadlock with a FIFO pool. A stored
-      # run whose workdir is gone (another machine, a cleaned /tmp) is trained again for its checkpoint, which is
-      # the same bit for bit; its stored row stays.
-      for needed, needed_seed in ((run.after, seed), (run.teacher, seed + TEACHER_SEED_OFFSET)):
-        if needed:
-          futures[(needed, needed_seed)].result()
-          if not has_checkpoint(run_dir(root, needed, needed_seed)):
-            train(root, needed, needed_seed, steps, lock, FLAGS.eval_every, jobs=FLAGS.jobs)
-      return train(root, name, seed, steps, lock, FLAGS.eval_every, FLAGS.store, FLAGS.jobs)
+      return train_with_prerequisites(root, name, seed, futures, steps, lock, FLAGS.eval_every, FLAGS.store,
+                                      FLAGS.jobs)
 
     def stored(name: str, seed: int) -> dict | None:
       row = stored_row(FLAGS.store, name, seed) if FLAGS.store else None
@@ -588,6 +617,12 @@ def main(argv):
   if FLAGS.output:
     with open(FLAGS.output, 'w') as f:
       f.write(markdown + footer + '\n')
+  if FLAGS.update_results:
+    seeds_held = ','.join(map(str, seeds))
+    update_results(RESULTS_MD, headline_table(rows, names) + '\n\n<details><summary>Every run, mean ± std over its '
+                   'seeds, and every run against its controls seed by seed</summary>\n\n' + table(rows, names, memory)
+                   + '\n\n' + paired_table(rows, names) + f'\n\n</details>\n\n{len(rows)} runs, seeds {seeds_held}.')
+    print(f'Wrote the tables into {os.path.relpath(RESULTS_MD, ROOT)}.')
 
 
 if __name__ == '__main__':

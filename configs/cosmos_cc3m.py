@@ -16,7 +16,7 @@ import math
 from vlp_jax import models
 from vlp_jax.config import base_config
 
-CC3M_TRAIN_EXAMPLES = 2_800_000  # set it to your shard count for exact epochs
+CC3M_TRAIN_EXAMPLES = 2_823_019  # the paper's copy (Tab. 6; the authors' --train-num-samples); set it to your shard count
 EPOCHS = 32
 
 

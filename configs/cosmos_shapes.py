@@ -35,7 +35,9 @@ def get_config():
   config.objective.global_crop_scale = (1.0, 1.0)  # the whole image, as its control (see the docstring)
   config.objective.local_crop_scale = (0.05, 0.4)
   config.objective.local_crop_size = 16
-  config.objective.local_text_context_length = 16  # a sentence of the embedded captions is at most 14 tokens
+  # A long-caption sentence of the embedded data is at most 11 tokens; the short caption, also in the pool, runs to
+  # 22 (14% of them over 16), so a local crop that draws it is cut at 16, its EOT kept.
+  config.objective.local_text_context_length = 16
   config.objective.caption_in_text_crops = True
   config.objective.caption_first_global = False
   config.objective.crop_color_jitter = (0.4, 0.4, 0.2, 0.1)

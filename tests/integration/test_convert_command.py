@@ -18,6 +18,7 @@ from PIL import Image
 
 from support import ROOT
 from vlp_jax.data import records
+from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.cli import common, convert
 
 REPO = ROOT
@@ -273,11 +274,14 @@ def test_long_captions_match_by_key_then_basename(tmp_path):
     _write(tmp_path / 'imgs' / name, _png(seed=len(name)))
   tsv = _write_table(tmp_path / 'cc.tsv', [(f'imgs/{n}', f'short {n}') for n in ('a.jpg', 'b.png', 'c.jpg', 'd.jpg')])
   long_path = _write(tmp_path / 'long.json', json.dumps(
-      {'a.jpg': 'not this: the key comes first', 'imgs/a.jpg': 'Long a.', 'b.png': ['Long', 'b.'], 'c': 'Long c.',
+      {'a.jpg': 'not this: the key comes first', 'imgs/a.jpg': 'Long a.', 'b.png': ['Long b', 'and more!', ' '], 'c': 'Long c.',
        'zzz': 'unused'}).encode())
   summary = _run('tsv', tsv, tmp_path / 'out', long_captions=long_path)
   assert summary['long_captions_matched'] == 3
-  assert [e['long_caption'] for e in _read(tmp_path / 'out')] == ['Long a.', 'Long b.', 'Long c.', '']
+  long_captions = [e['long_caption'] for e in _read(tmp_path / 'out')]
+  assert long_captions == ['Long a.', 'Long b. and more!', 'Long c.', '']
+  # each caption of a list is a sentence of COSMOS's text-crop pool, never merged with the next one
+  assert split_sentences(long_captions[1]) == ['Long b.', 'and more!']
 
 
 def _many(tmp_path) -> str:

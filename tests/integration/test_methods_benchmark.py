@@ -285,3 +285,40 @@ def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path
   assert not methods.has_checkpoint(str(tmp_path))  # a save that never finished
   (tmp_path / 'checkpoints' / '400').mkdir()
   assert methods.has_checkpoint(str(tmp_path))
+
+
+def test_a_stored_run_needs_no_checkpoint_of_its_start_or_teacher(tmp_path, monkeypatch):
+  """A stored row is the run's result: its AFTER and TEACHER are not trained again for their checkpoints."""
+  import concurrent.futures
+  import threading
+  store = str(tmp_path / 'store')
+  row = {'run': 'saco_mimic', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
+  methods.write_row(store, row)
+  monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: pytest.fail('a prerequisite was trained again'))
+  done = concurrent.futures.Future()
+  done.set_result({'run': 'clip_teacher'})
+  futures = {('clip_teacher', 1007): done}
+  assert methods.train_with_prerequisites(str(tmp_path / 'w'), 'saco_mimic', 7, futures, None, threading.Lock(),
+                                          store=store) == row
+  # not stored: its teacher's checkpoint is missing, so the teacher is trained again before it
+  trained = []
+  monkeypatch.setattr(methods, 'train', lambda root, name, seed, *a, **k: trained.append((name, seed)) or {})
+  methods.train_with_prerequisites(str(tmp_path / 'w'), 'saco_mimic', 8, {('clip_teacher', 1008): done}, None,
+                                   threading.Lock(), store=store)
+  assert trained == [('clip_teacher', 1008), ('saco_mimic', 8)]
+
+
+def test_update_results_replaces_only_the_marked_block(tmp_path):
+  path = tmp_path / 'RESULTS.md'
+  path.write_text(f'# Results\nbefore\n{methods.RESULTS_BEGIN}\nold table\n{methods.RESULTS_END}\nafter\n')
+  methods.update_results(str(path), '| new | table |\n')
+  assert path.read_text() == (f'# Results\nbefore\n{methods.RESULTS_BEGIN}\n\n| new | table |\n\n'
+                              f'{methods.RESULTS_END}\nafter\n')
+  methods.update_results(str(path), 'again')  # idempotent in form: the markers stay
+  assert 'again' in path.read_text() and 'new' not in path.read_text()
+  for broken in ('no markers\n', f'{methods.RESULTS_END}\n{methods.RESULTS_BEGIN}\n',
+                 f'{methods.RESULTS_BEGIN}\n{methods.RESULTS_BEGIN}\n{methods.RESULTS_END}\n'):
+    path.write_text(broken)
+    with pytest.raises(ValueError, match='nothing was written'):
+      methods.update_results(str(path), 'table')
+    assert path.read_text() == broken

@@ -356,8 +356,16 @@ def _check_uncompressed(path: str) -> None:
                          'offset from plain .tar files, as img2dataset writes them)')
 
 
+def _as_sentence(caption: str) -> str:
+  """'a dog on grass' -> 'a dog on grass.'; a caption ending in . ! or ? is kept as it is (stripped)."""
+  caption = caption.strip()
+  return caption if caption.endswith(('.', '!', '?')) else caption + '.'
+
+
 def load_long_captions(path: str) -> dict[str, str]:
-  """A DreamLIP-style JSON object {image id: long caption, or a list of caption strings (joined with spaces)}."""
+  """A DreamLIP-style JSON object {image id: long caption, or a list of caption strings}. A list is joined into one
+  text in which each caption ends a sentence (a full stop is added where it has no end mark), so COSMOS's text crops
+  (data/text_crops.py splits at sentence ends) never merge two captions into one pool sentence."""
   try:
     with open(path, encoding='utf-8') as f:
       table = json.load(f)
@@ -369,7 +377,7 @@ def load_long_captions(path: str) -> dict[str, str]:
   captions = {}
   for key, value in table.items():
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-      value = ' '.join(v.strip() for v in value)
+      value = ' '.join(_as_sentence(v) for v in value if v.strip())
     if not isinstance(value, str):
       raise ConvertError(f'--long_captions {path}: the value of {key!r} is a {type(value).__name__}; expected a '
                          'string or a list of strings')
