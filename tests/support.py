@@ -85,23 +85,28 @@ def build_objective(config):
 
 
 def initial_state(config):
-  """The initial train state on the host (jit: an eager init compiles op by op, slowly for convolutions)."""
+  """The initial train state on the host (jit: an eager init compiles op by op, slowly for convolutions), with the
+  EMA of the weights when config.ema.decay > 0."""
   import jax
   from vlp_jax.training.state import create_train_state
   objective, tx = build_objective(config)
-  return jax.device_get(jax.jit(lambda rng: create_train_state(objective, tx, rng))(jax.random.key(0)))
+  return jax.device_get(jax.jit(lambda rng: create_train_state(objective, tx, rng, config.ema.decay))(
+      jax.random.key(0)))
 
 
 def compiled_step(config, mesh, state=None):
-  """(the compiled train step, the state placed on `mesh`)."""
+  """(the compiled train step, the state placed on `mesh`); the step accumulates gradients and keeps the EMA of the
+  weights as the config says (config.accumulation, config.ema)."""
   import jax
   from vlp_jax import parallel
+  from vlp_jax.config import num_micro_batches
   from vlp_jax.training.step import compile_train_step
   objective, tx = build_objective(config)
   state = initial_state(config) if state is None else state
   shardings = parallel.tree_shardings(state, mesh, min_size=config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
-  return compile_train_step(objective, tx, mesh, shardings), state
+  return compile_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config),
+                            ema_decay=config.ema.decay), state
 
 
 def random_batches(config, n):

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vlp_jax.errors import DataNotFoundError
+from vlp_jax.errors import ConfigError, DataNotFoundError
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -34,14 +34,29 @@ def read_saved_config(checkpoint_dir: str) -> dict:
     return json.load(f)
 
 
-def load_variables(checkpoint_dir: str) -> tuple[dict, dict]:
-  """(params, model_state) of a checkpoint as host numpy arrays, for notebooks and tools; no training setup."""
+def _saved_state(checkpoint_dir: str) -> tuple[str, ocp.StandardCheckpointer, dict]:
+  """(the state directory of a checkpoint, a checkpointer, the saved state's tree metadata by top-level key)."""
   path = os.path.join(resolve_checkpoint(checkpoint_dir), 'state')
   checkpointer = ocp.StandardCheckpointer()
+  return path, checkpointer, checkpointer.metadata(path).item_metadata
+
+
+def has_ema(checkpoint_dir: str) -> bool:
+  """Whether a checkpoint holds an EMA of the weights (trained with config.ema.decay > 0); reads metadata only."""
+  return 'ema' in _saved_state(checkpoint_dir)[2]
+
+
+def load_variables(checkpoint_dir: str, ema: bool = False) -> tuple[dict, dict]:
+  """(params, model_state) of a checkpoint as host numpy arrays, for notebooks and tools; no training setup. With
+  `ema`, the EMA of the parameters (training/ema.py: the params' tree and layout) in place of the parameters; a
+  checkpoint without one raises ConfigError."""
+  path, checkpointer, metadata = _saved_state(checkpoint_dir)
+  if ema and 'ema' not in metadata:
+    raise ConfigError(f'{os.path.dirname(path)} holds no EMA of the weights: only a run trained with '
+                      'config.ema.decay > 0 has one; load its parameters instead (without ema / --ema)')
   # Onto this process's first device, whatever mesh (or process count) saved it.
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                        checkpointer.metadata(path).item_metadata)
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
   restored = checkpointer.restore(path, target)
   as_numpy = lambda tree: jax.tree.map(np.asarray, tree or {})  # noqa: E731
-  return as_numpy(restored['params']), as_numpy(restored.get('model_state'))
+  return as_numpy(restored['ema' if ema else 'params']), as_numpy(restored.get('model_state'))

@@ -95,6 +95,9 @@ def base_config() -> ml_collections.ConfigDict:
       # 1 .. L the blocks, L + 1 the final LayerNorm and projection) trains at lr * decay ** (L + 1 - i).
       'image_layer_decay': 1.0, 'text_layer_decay': 1.0,
   })
+  # An EMA of the weights, evaluated beside them as eval/<set>/ema_* (training/ema.py): after each optimizer step,
+  # ema <- decay * ema + (1 - decay) * params. 0 = none; it weighs about the last 1 / (1 - decay) steps.
+  c.ema = ml_collections.ConfigDict({'decay': 0.0})
   c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
   # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
   # 'microbatch' (per-example losses only). micro_batch_size: global rows per micro-batch; must divide batch_size.
@@ -294,6 +297,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if config.optim.lr <= 0:
     raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
   _validate_tower_options(config)
+  if not 0 <= config.ema.decay < 1:  # NaN fails too
+    raise ConfigError(f'config.ema.decay must be in [0, 1) (0 = no EMA of the weights; e.g. 0.999), got '
+                      f'{config.ema.decay!r}')
   if not 0 <= config.log.peak_device_tflops < math.inf:  # NaN fails too
     raise ConfigError(f'config.log.peak_device_tflops must be a finite number >= 0 (TFLOP/s per device; 0 = the '
                       f"device's published peak), got {config.log.peak_device_tflops!r}")

@@ -30,12 +30,13 @@ from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 DEFAULT_BATCH_SIZE = 256  # python -m vlp_jax.embed's --batch_size default
 
 
-def encoder_for_checkpoint(checkpoint_dir: str, batch_size: int = DEFAULT_BATCH_SIZE
+def encoder_for_checkpoint(checkpoint_dir: str, batch_size: int = DEFAULT_BATCH_SIZE, ema: bool = False
                            ) -> tuple[ml_collections.ConfigDict, Encoder]:
   """(the saved config, an Encoder of the two towers replicated over every device) for a resolved checkpoint step
-  directory (`training.checkpoint.resolve_checkpoint`). Objective heads (SimCLR, COSMOS, an EMA teacher) stay out."""
+  directory (`training.checkpoint.resolve_checkpoint`). Objective heads (SimCLR, COSMOS, an EMA teacher) stay out.
+  With `ema`, the towers take the checkpoint's EMA of the weights (config.ema.decay) instead of its parameters."""
   config = load_config(checkpoint_dir)
-  params, model_state = load_variables(checkpoint_dir)
+  params, model_state = load_variables(checkpoint_dir, ema=ema)
   model = models.build_model(config.model)
   mesh = parallel.make_mesh()
   variables = parallel.replicated_from_host(tower_variables(params, model_state), mesh)
@@ -177,16 +178,18 @@ class LoadedModel:
     return np.array(self._encoder_for(len(texts)).texts(texts))  # writable: the encoder memo is read-only
 
 
-def load(checkpoint: str, batch_size: int = DEFAULT_BATCH_SIZE) -> LoadedModel:
+def load(checkpoint: str, batch_size: int = DEFAULT_BATCH_SIZE, ema: bool = False) -> LoadedModel:
   """A checkpoint (a workdir, its `checkpoints/<step>` directory, or one written by `python -m vlp_jax.weights
   import`) -> LoadedModel with encode_image, encode_text, preprocess and tokenize. Inputs of more than `batch_size`
-  rows are embedded in chunks of that size.
+  rows are embedded in chunks of that size. `ema`: the EMA of the weights that a run with config.ema.decay > 0 keeps,
+  instead of its parameters.
 
-  Raises FileNotFoundError naming the path when it holds no checkpoint.
+  Raises FileNotFoundError naming the path when it holds no checkpoint, and a ValueError (`errors.ConfigError`)
+  with `ema` when it holds no EMA.
   """
   if batch_size < 1:
     raise ValueError(f'batch_size={batch_size} must be >= 1')
   checkpoint_dir = resolve_checkpoint(str(checkpoint))
-  config, encoder = encoder_for_checkpoint(checkpoint_dir, batch_size)
+  config, encoder = encoder_for_checkpoint(checkpoint_dir, batch_size, ema)
   return LoadedModel(checkpoint_dir, config, encoder, batch_size)
 

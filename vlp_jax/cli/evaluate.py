@@ -28,12 +28,13 @@ from ml_collections import config_flags
 
 from vlp_jax import config as config_lib
 from vlp_jax import errors, evalsets, models, objectives, parallel
-from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
+from vlp_jax.checkpoint_files import has_ema, load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.evaluation import Encoder, run_evaluations
 from vlp_jax.evaluation import plots as eval_plots
 from vlp_jax.evaluation.results import markdown_table, summary_lines
 from vlp_jax.models.transformer import BlockStack, in_layout
+from vlp_jax.training import ema as ema_lib
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.curves import plot_curves
 
@@ -115,12 +116,15 @@ def eval_config(config: ml_collections.ConfigDict, evals: Sequence[str] | None =
 def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, plots_dir: str | None = None
              ) -> tuple[dict[str, float], dict[str, Any]]:
   """Run `config.eval.tasks` on `config.eval.datasets` (default: the checkpoint's config) for every eval variant of
-  the checkpoint's objective (the trained model, and a teacher where there is one), exactly as the training loop
-  does. Returns ({'eval/<dataset>/<metric>': value}, a description of what was evaluated)."""
+  the checkpoint's objective (the trained model, and a teacher where there is one) and its EMA of the weights where
+  it has one (config.ema.decay), exactly as the training loop does. Returns ({'eval/<dataset>/<metric>': value}, a
+  description of what was evaluated)."""
   checkpoint = resolve_checkpoint(checkpoint)
   config = config or eval_config(load_config(checkpoint))
   params, model_state = load_variables(checkpoint)
-  params = in_layout(params, BlockStack.from_config(config.model))  # the overrides may change scan_layers
+  ema = load_variables(checkpoint, ema=True)[0] if has_ema(checkpoint) else None
+  stack = BlockStack.from_config(config.model)  # the overrides may change scan_layers
+  params, ema = in_layout(params, stack), None if ema is None else in_layout(ema, stack)
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   mesh = parallel.make_mesh()
@@ -132,7 +136,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   print(f'Loaded the eval sets in {time.perf_counter() - began:.1f}s', flush=True)
   encoder = None
   results = {}
-  for prefix, variables in objective.eval_variants(params, model_state).items():
+  for prefix, variables in ema_lib.eval_variants(objective, params, model_state, ema).items():
     variables = parallel.replicated_from_host(variables, mesh)
     if encoder is None:
       encoder = Encoder(model, variables, mesh, config.eval.batch_size, config.model.text.context_length)

@@ -1,7 +1,7 @@
 """Weight interchange with OpenAI CLIP, open_clip and Hugging Face transformers.
 
   python -m vlp_jax.weights import --format={openai,open_clip,hf} --model=NAME --input=FILE --output=CKPT
-  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE
+  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE [--ema]
 
 Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
   - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
@@ -47,8 +47,9 @@ _IGNORED_KEYS = re.compile(r'^(input_resolution|context_length|vocab_size)$|(^|\
 _INDEXED = re.compile(r'^(resblocks|layer\d|downsample)_(\d+)$')
 
 
-# The commands and the flags each one takes (the others must not be given).
+# The commands and the flags each one needs, and the switches each one may take (the others must not be given).
 COMMANDS = {'import': ('format', 'model', 'input', 'output'), 'export': ('format', 'checkpoint', 'output')}
+SWITCHES = {'import': (), 'export': ('ema',)}
 
 
 class WeightsError(errors.ConfigError):
@@ -521,14 +522,15 @@ def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
   return save_checkpoint(output, params, model_state, config)
 
 
-def export_weights(fmt: str, checkpoint: str, output: str) -> str:
+def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False) -> str:
   """Export the two towers of `checkpoint` (a step directory, an imported checkpoint or a workdir) as an open_clip
-  .safetensors file or a Hugging Face CLIPModel folder at `output`, which must not exist."""
+  .safetensors file or a Hugging Face CLIPModel folder at `output`, which must not exist. With `ema`, the towers of
+  the checkpoint's EMA of the weights (config.ema.decay) instead of its parameters."""
   if fmt not in EXPORT_FORMATS:
     raise WeightsError(f"export --format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
   checkpoint = resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
-  params, model_state = load_variables(checkpoint)
+  params, model_state = load_variables(checkpoint, ema=ema)
   # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
   # have no place in an open_clip or transformers CLIP.
   towers = {path[0] for path in expected_variables(config.model)['params']}
@@ -566,6 +568,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       '(its latest step).', flag_values=flag_values)
   flags.DEFINE_string('output', None, 'import: the checkpoint directory to create; export: the .safetensors file '
                       '(open_clip) or the folder (hf) to create.', flag_values=flag_values)
+  flags.DEFINE_bool('ema', None, "export: the run's EMA of the weights (trained with config.ema.decay > 0) instead "
+                    'of its parameters.', flag_values=flag_values)
 
 
 def run(name: str, values: dict[str, Any]) -> str:
@@ -577,12 +581,13 @@ def run(name: str, values: dict[str, Any]) -> str:
   missing = [f'--{flag}' for flag in wanted if values.get(flag) is None]
   if missing:
     raise WeightsError(f'{name} needs {", ".join(missing)} (it takes {", ".join(f"--{f}" for f in wanted)})')
-  extra = [f'--{flag}' for flag, value in values.items() if value is not None and flag not in wanted]
+  takes = wanted + SWITCHES[name]
+  extra = [f'--{flag}' for flag, value in values.items() if value is not None and flag not in takes]
   if extra:
-    raise WeightsError(f'{name} does not take {", ".join(extra)} (it takes {", ".join(f"--{f}" for f in wanted)})')
+    raise WeightsError(f'{name} does not take {", ".join(extra)} (it takes {", ".join(f"--{f}" for f in takes)})')
   if name == 'import':
     return import_weights(values['format'], values['model'], values['input'], values['output'])
-  return export_weights(values['format'], values['checkpoint'], values['output'])
+  return export_weights(values['format'], values['checkpoint'], values['output'], bool(values.get('ema')))
 
 
 def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -591,7 +596,7 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
     given = f'got {argv[1:]}' if argv[1:] else 'none was given'
     raise WeightsError(f'expected one command ({given}); valid choices: {list(COMMANDS)}')
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
-  names = {flag for flags_of_command in COMMANDS.values() for flag in flags_of_command}
+  names = {flag for table in (COMMANDS, SWITCHES) for flags_of_command in table.values() for flag in flags_of_command}
   print(f'Wrote {run(argv[1], {flag: flag_values[flag].value for flag in sorted(names)})}')
 
 

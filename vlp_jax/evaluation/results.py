@@ -18,8 +18,8 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def chance_level(results: dict[str, float], name: str) -> float | None:
-  """The chance level of the metric `name` in `results`, None when it has none. A teacher's scores
-  ('teacher_zeroshot_top1') share the student's chance level."""
+  """The chance level of the metric `name` in `results`, None when it has none. A variant's scores (a teacher's
+  'teacher_zeroshot_top1', the EMA's 'ema_zeroshot_top1') share the trained model's chance level."""
   dataset, metric = split_name(name)
   prefix, base = '', metric
   for key in CHANCE_OF:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from vlp_jax import errors, parallel
 from vlp_jax.evaluation import run_evaluations
+from vlp_jax.training import ema as ema_lib
 from vlp_jax.training import guards
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.progress import print_summary, progress_line
@@ -97,8 +98,11 @@ def evaluate(ctx: TrainContext, step: int) -> dict[str, float]:
   ctx.progress.pause()
   began = time.perf_counter()
   metrics = {}
-  # The trained model under the plain names; objectives with a teacher add it under a prefix (teacher_...).
-  for prefix, variables in ctx.objective.eval_variants(ctx.state.params, ctx.state.model_state).items():
+  # The trained model under the plain names; objectives with a teacher add it under a prefix (teacher_...), and an
+  # EMA of the weights (config.ema.decay) comes as ema_...
+  variants = ema_lib.eval_variants(ctx.objective, ctx.state.params, ctx.state.model_state,
+                                   getattr(ctx.state, 'ema', None))
+  for prefix, variables in variants.items():
     ctx.encoder.variables = variables
     metrics.update(run_evaluations(ctx.encoder, ctx.eval_sets, tuple(config.eval.tasks), prefix,
                                    config.eval.templates))

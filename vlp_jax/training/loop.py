@@ -29,7 +29,7 @@ from vlp_jax.training.curves import plot_curves
 from vlp_jax.training.hooks import Hook, default_hooks
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.progress import Progress, print_summary
-from vlp_jax.training.state import TrainState, create_train_state
+from vlp_jax.training.state import TrainState, create_train_state, with_ema
 from vlp_jax.training.step import UnrolledFlops, compile_train_step
 from vlp_jax.training.writer import MetricWriter, read_metrics
 
@@ -53,11 +53,13 @@ def report_finished(workdir: str, latest: int, total_steps: int) -> dict[str, fl
 
 def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx, rng: jax.Array,
                                state_shardings: Any) -> TrainState:
-  """A fresh train state whose towers come from `config.init.checkpoint` (a new optimizer state, step 0)."""
+  """A fresh train state whose towers come from `config.init.checkpoint` (a new optimizer state, step 0; the EMA,
+  with config.ema.decay, starts at the loaded parameters)."""
   params, model_state = jax.tree.map(np.asarray, objective.init_variables(rng))
   params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
   print(f'Initialised from {config.init.checkpoint}' + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
-  state = TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state, opt_state=tx.init(params))
+  state = with_ema(TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state,
+                              opt_state=tx.init(params)), config.ema.decay)
   return jax.device_put(state, state_shardings)
 
 
@@ -76,24 +78,34 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
   return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
 
 
-def check_resume_layout(step_dir: str, model_config: ml_collections.ConfigDict) -> None:
+def check_resume_layout(step_dir: str, model_config: ml_collections.ConfigDict, ema_decay: float = 0.0) -> None:
   """Raise ConfigError when the checkpoint to resume stores its blocks in the other layout (model.scan_layers): the
-  optimizer state is restored as saved. (Evaluation, export and init.checkpoint convert; resuming does not.)"""
-  saved = bool(load_config(step_dir).model.get('scan_layers', False))
+  optimizer state is restored as saved. (Evaluation, export and init.checkpoint convert; resuming does not.) So
+  does a checkpoint with an EMA of the weights resumed without one (config.ema.decay 0), or the other way round."""
+  saved_config = load_config(step_dir)
+  saved = bool(saved_config.model.get('scan_layers', False))
   if saved != bool(model_config.get('scan_layers', False)):
     raise errors.ConfigError(f'the checkpoint to resume ({step_dir}) was written with '
                              f'config.model.scan_layers={saved}; resume with --config.model.scan_layers={saved}, or '
                              'start a new run from it with --config.init.checkpoint (which converts the layout)')
+  saved_decay = saved_config.ema.decay
+  if bool(saved_decay) != bool(ema_decay):
+    raise errors.ConfigError(f'the checkpoint to resume ({step_dir}) was written with config.ema.decay={saved_decay} '
+                             f'and this run has config.ema.decay={ema_decay}: the EMA of the weights is kept from the '
+                             'first step or not at all; resume with '
+                             + ('a decay in (0, 1)' if saved_decay else '--config.ema.decay=0')
+                             + ', or start a new run from it with --config.init.checkpoint')
 
 
 def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.Array, mesh,
                 checkpointer: Checkpointer, latest: int | None, data_iterator) -> tuple[TrainState, Any]:
   """(the train state, its shardings): restored from step `latest` (the data iterator too), else initialised from
   `config.init.checkpoint`, else fresh."""
-  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), init_rng)
+  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), init_rng)
+  # The EMA's leaves have the parameters' paths and shapes, so the rule gives them the parameters' shardings.
   state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
   if latest is not None:
-    check_resume_layout(checkpointer.step_directory(latest), config.model)
+    check_resume_layout(checkpointer.step_directory(latest), config.model, config.ema.decay)
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state,
                             state_shardings)
     state = checkpointer.restore(latest, abstract, data_iterator)
@@ -101,7 +113,8 @@ def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.
   elif config.init.checkpoint:
     state = initialize_from_checkpoint(config, objective, tx, init_rng, state_shardings)
   else:
-    state = jax.jit(lambda r: create_train_state(objective, tx, r), out_shardings=state_shardings)(init_rng)
+    state = jax.jit(lambda r: create_train_state(objective, tx, r, config.ema.decay),
+                    out_shardings=state_shardings)(init_rng)
   return state, state_shardings
 
 
@@ -113,7 +126,7 @@ def unrolled_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFl
   unrolled.model.scan_layers = False
   objective = objectives.build(unrolled, models.build_model(unrolled.model))
   return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
-                       config_lib.num_micro_batches(config))
+                       config_lib.num_micro_batches(config), config.ema.decay)
 
 
 def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[str], checkpointer: Checkpointer,
@@ -135,7 +148,8 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
-                               config_lib.num_micro_batches(config), unrolled_flops_of(config, tx, mesh))
+                               config_lib.num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
+                               config.ema.decay)
   eval_sets = evalsets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)

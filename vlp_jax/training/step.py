@@ -1,4 +1,5 @@
-"""The jitted train step: features -> loss -> gradient -> AdamW -> logit-scale clamp, sharded over the mesh."""
+"""The jitted train step: features -> loss -> gradient -> AdamW -> logit-scale clamp (-> the weights' EMA), sharded
+over the mesh."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,14 +11,18 @@ from jax.sharding import Mesh
 
 from vlp_jax import parallel
 from vlp_jax.training import accumulation
+from vlp_jax.training import ema as ema_lib
 from vlp_jax.training.optim import clamp_logit_scales
 from vlp_jax.training.state import TrainState, create_train_state
 
 
 def train_step(objective, tx: optax.GradientTransformation, state: TrainState, batch: dict[str, jax.Array],
-               rng: jax.Array, mode: str = 'none', num_micro: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
+               rng: jax.Array, mode: str = 'none', num_micro: int = 1, ema_decay: float = 0.0
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimisation step on a global batch, its gradient computed whole or in `num_micro` micro-batches
-  (`mode`, see training/accumulation.py). Pure; the rng for this step is fold_in(rng, step)."""
+  (`mode`, see training/accumulation.py), then, with `ema_decay` > 0 (config.ema.decay; `state` an EmaTrainState),
+  the EMA of the parameters moved towards the new ones (training/ema.py). Pure; the rng for this step is
+  fold_in(rng, step)."""
   step_rng = jax.random.fold_in(rng, state.step)
   loss_and_grad = accumulation.loss_and_grad_fn(mode, num_micro)
   loss, metrics, model_state, grads = loss_and_grad(objective, state.params, state.model_state, batch, step_rng,
@@ -31,18 +36,20 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
   metrics = {'loss': loss, 'grad_norm': grad_norm, 'nonfinite': 1.0 - finite.astype(jnp.float32), **metrics}
-  return TrainState(step=state.step + 1, params=keep(params, state.params),
-                    model_state=keep(model_state, state.model_state),
-                    opt_state=keep(opt_state, state.opt_state)), metrics
+  new = {'step': state.step + 1, 'params': keep(params, state.params),
+         'model_state': keep(model_state, state.model_state), 'opt_state': keep(opt_state, state.opt_state)}
+  if ema_decay:  # a skipped step is no optimizer step: the EMA stays as it was too
+    new['ema'] = keep(ema_lib.update(state.ema, params, ema_decay), state.ema)
+  return state.replace(**new), metrics
 
 
 def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                   mode: str = 'none', num_micro: int = 1):
+                   mode: str = 'none', num_micro: int = 1, ema_decay: float = 0.0):
   """The jitted step with explicit shardings: the state as given (replicated or fsdp), the batch split over every
   device, metrics replicated; the input state is donated. Call, lower or compile it under `jax.set_mesh(mesh)`
   (benchmarks/aot.py lowers it for TPU topologies without running it)."""
   return jax.jit(
-      lambda state, batch, rng: train_step(objective, tx, state, batch, rng, mode, num_micro),
+      lambda state, batch, rng: train_step(objective, tx, state, batch, rng, mode, num_micro, ema_decay),
       in_shardings=(state_shardings, parallel.batch_sharding(mesh), parallel.replicated(mesh)),
       out_shardings=(state_shardings, parallel.replicated(mesh)),
       donate_argnums=0)
@@ -81,18 +88,18 @@ class UnrolledFlops:
   lowered programs' counts per device: the left-out blocks are batch work, split over every device of the mesh."""
 
   def __init__(self, objective, tx: optax.GradientTransformation, mesh: Mesh, fsdp_min_size: int, mode: str = 'none',
-               num_micro: int = 1):
+               num_micro: int = 1, ema_decay: float = 0.0):
     self.objective, self.tx, self.mesh, self.min_size = objective, tx, mesh, fsdp_min_size
-    self.mode, self.num_micro = mode, num_micro
+    self.mode, self.num_micro, self.ema_decay = mode, num_micro, ema_decay
 
   def lowered_cost(self, batch: dict, rng: jax.Array) -> dict[str, float]:
     """The cost analysis of `objective`'s step lowered (not compiled) on `mesh`: whole-program, not per device."""
-    abstract = jax.eval_shape(lambda r: create_train_state(self.objective, self.tx, r), rng)
+    abstract = jax.eval_shape(lambda r: create_train_state(self.objective, self.tx, r, self.ema_decay), rng)
     shardings = parallel.tree_shardings(abstract, self.mesh, self.min_size)
     state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     with jax.set_mesh(self.mesh):
       return program_cost(jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode,
-                                         self.num_micro).lower(state, batch, rng))
+                                         self.num_micro, self.ema_decay).lower(state, batch, rng))
 
   def missing(self, scanned_lowered, batch: dict, rng: jax.Array) -> float:
     """The FLOPs per device that the scanned program's count leaves out."""
@@ -109,9 +116,9 @@ def program_cost(compiled) -> dict[str, float]:
 
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                       mode: str = 'none', num_micro: int = 1, unrolled_flops: UnrolledFlops | None = None
-                       ) -> CompiledStep:
+                       mode: str = 'none', num_micro: int = 1, unrolled_flops: UnrolledFlops | None = None,
+                       ema_decay: float = 0.0) -> CompiledStep:
   """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`; a scanned
   model passes `unrolled_flops`)."""
-  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro), mesh,
+  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro, ema_decay), mesh,
                       num_micro if mode != 'none' else 1, unrolled_flops)
