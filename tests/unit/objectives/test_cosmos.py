@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from support import ROOT
+from support import ROOT, initial_state, jit_init
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, from_file, validate
@@ -19,7 +19,6 @@ from vlp_jax.data import records
 from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.objectives.cosmos import ema_update, tower_params
 from vlp_jax.training import optim
-from vlp_jax.training.state import create_train_state
 from vlp_jax.training.step import compile_train_step
 
 
@@ -117,11 +116,11 @@ def test_ema_update():
   chex.assert_trees_all_close(ema_update(teacher, student, 0.9)['w'], jnp.full((3,), 1.4))
 
 
-def _train(config, mesh, steps=2):
+def _train(config, mesh, state, steps=2):
+  """(state, losses) after `steps` steps from the host `state` on `mesh`."""
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps)
-  state = create_train_state(objective, tx, jax.random.key(0))
   shardings = parallel.tree_shardings(state, mesh)
   state = jax.device_put(state, shardings)
   step = compile_train_step(objective, tx, mesh, shardings)
@@ -136,8 +135,9 @@ def _train(config, mesh, steps=2):
 def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro):
   config = _cosmos(micro)
   config.objective.ema_momentum = 0.5  # a visible teacher step
-  want, want_losses = _train(config, parallel.make_mesh(1, jax.devices()[:1]))
-  got, got_losses = _train(config, parallel.make_mesh(2))
+  initial = initial_state(config)  # on the host: one (jitted) init for both meshes
+  want, want_losses = _train(config, parallel.make_mesh(1, jax.devices()[:1]), initial)
+  got, got_losses = _train(config, parallel.make_mesh(2), initial)
   np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
   chex.assert_trees_all_close(parallel.to_host(got.params), parallel.to_host(want.params), rtol=1e-4, atol=2e-5)
   chex.assert_trees_all_close(parallel.to_host(got.model_state), parallel.to_host(want.model_state), rtol=1e-4,
@@ -224,7 +224,7 @@ def test_global_crops_embed_as_one_call_with_tokens(micro, tower):
   if tower == 'resnet':
     config.model.vision.update(type='resnet', stages=(1, 1, 1, 1), width=8, heads=2, image_size=32)
   objective = objectives.build(config, models.build_model(config.model))
-  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   rng = np.random.default_rng(0)
   size = config.model.vision.image_size
   images = jnp.asarray(rng.normal(size=(4, 2, size, size, 3)), jnp.float32)
@@ -282,7 +282,7 @@ def test_resnet_image_tower_trains(micro):
   config.objective.local_crop_size = 32  # the ResNet's stride is 32
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
-  params, state = objective.init_variables(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))  # an eager ResNet init compiles op by op
   assert params['cosmos_xattn_text']['token_proj']['kernel'].shape == (32 * 8, config.model.embed_dim)
   assert params['cosmos_xattn_image']['token_proj']['kernel'].shape == (config.model.text.width,
                                                                          config.model.embed_dim)

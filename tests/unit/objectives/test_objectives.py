@@ -14,7 +14,7 @@ from vlp_jax.losses.contrastive import clip_infonce, siglip_loss
 from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.training.loop import train_and_evaluate
 
-from support import run_steps
+from support import initial_state, run_steps
 
 
 def _features_and_loss(config, batch_size=8):
@@ -81,8 +81,9 @@ def test_methods_train_identically_on_eight_devices_and_one(micro, setup):
     micro.objective.name = 'siglip'
   else:
     with_term(micro, 'saco', normalization='mean', masking='hard', mask_threshold=-1.0)
-  want_params, want_losses, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]))
-  got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2))
+  initial = initial_state(micro)  # one init (on the host) for both meshes
+  want_params, want_losses, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), state=initial)
+  got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2), state=initial)
   np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
   chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
   if setup == 'siglip':  # the bias is trained

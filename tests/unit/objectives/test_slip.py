@@ -29,7 +29,7 @@ from vlp_jax.objectives.slip import SSL_VIEWS, VIEWS
 from vlp_jax.training import optim
 from vlp_jax.training.loop import train_and_evaluate
 
-from support import ROOT, compiled_step, numeric_grad, unit_vectors
+from support import ROOT, compiled_step, initial_state, jit_init, numeric_grad, unit_vectors
 
 
 def _cross_entropy(logits):
@@ -176,7 +176,7 @@ def test_variables_loss_and_metrics(micro):
   with_term(micro, 'saco', alpha=0.01, normalization='mean')  # composes: SaCo reads the CLIP view's zi, zt
   model = models.build_model(micro.model)
   objective = objectives.build(micro, model)
-  (params, state), (clip_params, _) = jax.jit(
+  (params, state), (clip_params, _) = jit_init(
       lambda key: (objective.init_variables(key), models.init_variables(model, key)))(jax.random.key(0))
   chex.assert_trees_all_equal({k: v for k, v in params.items() if k != 'simclr_head'}, clip_params)  # same towers
   assert params['simclr_head']['layer1']['kernel'].shape == (32, 64)  # from the ViT width, 32
@@ -296,7 +296,7 @@ def test_each_view_feeds_its_loss(micro):
   micro.model.embed_dim = 24
   micro.batch_size = 8
   objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   batch = _batches(micro, 1)[0]
 
   @jax.jit
@@ -436,9 +436,10 @@ def _without_key_biases(params):
 def test_trains_identically_on_eight_devices_and_one(micro):
   _slip(micro)
   micro.mesh.fsdp_min_size = 256
+  initial = initial_state(micro)  # one init (on the host) for both meshes
 
   def run(mesh):
-    step_fn, state = compiled_step(micro, mesh)
+    step_fn, state = compiled_step(micro, mesh, initial)
     losses = []
     for batch in _batches(micro, 3):
       state, metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))

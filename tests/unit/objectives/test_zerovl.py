@@ -23,7 +23,7 @@ from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
 from support import numeric_grad, unit_vectors
-from support import run_steps
+from support import initial_state, run_steps
 
 MULTISOURCE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'configs', 'zerovl_multisource.py')
 
@@ -266,8 +266,9 @@ def test_options_are_validated(micro):
 def test_trains_identically_on_eight_devices_and_one(micro):
   micro.objective.name = 'zerovl'
   micro.objective.mixup_alpha = 1.0
-  want_params, want_losses, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2)
-  got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2), steps=2)
+  initial = initial_state(micro)  # one init (on the host) for both meshes
+  want_params, want_losses, _ = run_steps(micro, parallel.make_mesh(1, jax.devices()[:1]), steps=2, state=initial)
+  got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2), steps=2, state=initial)
   np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
   chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
 

@@ -7,12 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import assert_close_at_scale, objective_batch
+from support import assert_close_at_scale, initial_state, jit_init, objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.objectives.clip import ClipObjective
 from vlp_jax.training import accumulation, optim
-from vlp_jax.training.state import create_train_state
 from vlp_jax.training.step import compile_train_step
 
 BATCH = 32
@@ -187,13 +186,13 @@ def test_decoupled_train_step_trains_like_the_whole_batch(micro):
   """Three optimizer steps through the compiled train step: the same parameters either way."""
   micro.batch_size = BATCH
   mesh = parallel.make_mesh(fsdp=2)
+  objective = objectives.build(micro, models.build_model(micro.model))
+  tx = optim.make_optimizer(micro.optim, micro.total_steps)
+  initial = initial_state(micro)  # on the host: one (jitted) init for both modes
   results = []
   for mode, num_micro in (('none', 1), ('decoupled', 4)):
-    objective = objectives.build(micro, models.build_model(micro.model))
-    tx = optim.make_optimizer(micro.optim, micro.total_steps)
-    state = create_train_state(objective, tx, jax.random.key(0))
-    shardings = parallel.tree_shardings(state, mesh, min_size=256)
-    state = jax.device_put(state, shardings)
+    shardings = parallel.tree_shardings(initial, mesh, min_size=256)
+    state = jax.device_put(initial, shardings)
     step = compile_train_step(objective, tx, mesh, shardings, mode, num_micro)
     for seed in range(3):
       batch = parallel.global_batch(objective_batch(micro, BATCH, seed=seed), mesh)
@@ -226,11 +225,11 @@ def test_remat_keeps_parameters_and_gradients(micro):
 @pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
   objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = jax.jit(objective.init_variables)(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   micro.model.dtype = 'bfloat16'
   validate(micro)
   half = objectives.build(micro, models.build_model(micro.model))
-  h_params, _ = jax.jit(half.init_variables)(jax.random.key(0))
+  h_params, _ = jit_init(half.init_variables)(jax.random.key(0))
   chex.assert_trees_all_equal(h_params, params)  # float32 master weights
   batch, mesh = objective_batch(micro, size=16), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)

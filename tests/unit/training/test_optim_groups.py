@@ -3,6 +3,8 @@ locked tower or group does not move through real train steps, in both block layo
 stacked leaf only partly locked holds them, the locked rows' staying 0); a locked ResNet keeps its BatchNorm
 statistics; each parameter's update is scaled by decay ** (L + 1 - layer id); and the config keys are validated. The references below are written from the rules (open_clip's lock groups, BEiT's
 layer ids), by parameter name, not with the code under test."""
+import functools
+
 import chex
 import jax
 import ml_collections
@@ -10,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from support import build_objective, initial_state, run_steps
+from support import build_objective, initial_state, jit_init, run_steps
 from vlp_jax import models, parallel
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax.models.transformer import unstacked_layout
@@ -96,9 +98,21 @@ def _tiny(scan=False):
 
 
 def _params(scan=False):
+  return _initial_params(bool(scan))
+
+
+@functools.lru_cache(maxsize=None)
+def _initial_params(scan):
+  """The `_tiny` model's initial parameters on the host, initialised once per layout for the tests of a worker
+  (read-only: no test can change another's)."""
   model = models.build_model(_tiny(scan))
-  params, _ = jax.jit(lambda key: models.init_variables(model, key))(jax.random.key(0))
-  return jax.tree.map(np.asarray, params)
+  params, _ = jit_init(lambda key: models.init_variables(model, key))(jax.random.key(0))
+
+  def frozen(x):
+    x = np.array(x)
+    x.setflags(write=False)
+    return x
+  return jax.tree.map(frozen, params)
 
 
 def _optim(**options):
@@ -205,7 +219,7 @@ def test_locked_resnet_tower_runs_its_batch_norm_as_in_evaluation(micro):
   equals its evaluation forward, while an unlocked one normalises with the batch's statistics."""
   config = _resnet(micro)
   objective, _ = build_objective(config)
-  params, model_state = jax.jit(objective.init_variables)(jax.random.key(0))
+  params, model_state = jit_init(objective.init_variables)(jax.random.key(0))
   images = jax.random.normal(jax.random.key(1), (4, 32, 32, 3))
   evaluation = jax.jit(lambda p, s, x: objective.encode_image(p, s, x, train=False)[0]['embed'])(
       params, model_state, images)
