@@ -1,5 +1,6 @@
 """Weight interchange: parity with open_clip and transformers on the same random weights, export -> import
 identity, and clear errors for wrong names, keys and shapes. Parity tests skip when torch is not installed."""
+import importlib.util
 import json
 import os
 
@@ -60,13 +61,38 @@ def _open_clip_model(name, fmt='open_clip'):
   config = weights.model_config_for(name, fmt)
   v, t = config.vision, config.text
   if v.type == 'vit':
-    vision = oc_model.CLIPVisionCfg(image_size=v.image_size, patch_size=v.patch_size, width=v.width, layers=v.layers)
+    vision = oc_model.CLIPVisionCfg(image_size=v.image_size, patch_size=v.patch_size, width=v.width, layers=v.layers,
+                                    head_width=v.width // v.heads)
   else:
     vision = oc_model.CLIPVisionCfg(image_size=v.image_size, layers=tuple(v.stages), width=v.width)
   text = oc_model.CLIPTextCfg(context_length=t.context_length, vocab_size=t.vocab_size, width=t.width,
                               heads=t.heads, layers=t.layers)
   torch.manual_seed(0)
   return config, _randomize(oc_model.CLIP(config.embed_dim, vision, text, quick_gelu=config.act == 'quick_gelu'))
+
+
+def _open_clip_parameter_count(name):
+  """Parameters of open_clip's model `name` built from open_clip's own JSON config (not from our preset), on
+  torch's meta device: shapes only, so ViT-H-14 costs no memory."""
+  import torch
+  oc_model = import_open_clip_module('model')
+  spec = importlib.util.find_spec('open_clip')
+  with open(os.path.join(spec.submodule_search_locations[0], 'model_configs', f'{name}.json')) as f:
+    cfg = json.load(f)
+  with torch.device('meta'):
+    model = oc_model.CLIP(cfg['embed_dim'], oc_model.CLIPVisionCfg(**cfg['vision_cfg']),
+                          oc_model.CLIPTextCfg(**cfg['text_cfg']))
+  return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize('name', ['ViT-S-32', 'ViT-S-16', 'ViT-B-32', 'ViT-B-16', 'ViT-L-14', 'ViT-L-16',
+                                  'ViT-H-14', 'RN50'])
+def test_preset_parameter_counts_equal_open_clip(name):
+  want = _open_clip_parameter_count(name)
+  model = models.build_model(models.preset(name))
+  params, model_state = jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0)))
+  got = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+  assert got == want, f'{name}: {got:,} parameters, open_clip {want:,}'
 
 
 def _torch_state_dict(module):
@@ -87,7 +113,8 @@ def _shallow(monkeypatch, name):
 
 
 @pytest.mark.parametrize('name,fmt,shallow', [('ViT-B-32', 'open_clip', False),
-                                              ('ViT-B-32-quickgelu', 'open_clip', True), ('RN50', 'openai', True)])
+                                              ('ViT-B-32-quickgelu', 'open_clip', True), ('RN50', 'openai', True),
+                                              ('ViT-S-16', 'open_clip', True), ('ViT-H-14', 'open_clip', True)])
 @pytest.mark.slow
 def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
   torch = pytest.importorskip('torch', reason='torch is needed for the open_clip parity tests')

@@ -32,10 +32,20 @@ _PRESETS = {
     # CPU-sized: trains on the embedded dataset in minutes.
     'tiny': dict(embed_dim=128, vision=_vit(32, 8, width=128, layers=4, heads=4),
                  text=dict(vocab_size=49408, context_length=32, width=128, layers=4, heads=4)),
+    # ViT-S: SLIP's backbone (ViT-Small, 384 wide, 6 heads of 64) with open_clip's matching 384-wide text tower.
+    'ViT-S-32': dict(embed_dim=384, vision=_vit(224, 32, width=384, layers=12, heads=6),
+                     text=dict(_TEXT_BASE, width=384, heads=6)),
+    'ViT-S-16': dict(embed_dim=384, vision=_vit(224, 16, width=384, layers=12, heads=6),
+                     text=dict(_TEXT_BASE, width=384, heads=6)),
     'ViT-B-32': dict(embed_dim=512, vision=_vit(224, 32, width=768, layers=12, heads=12), text=_TEXT_BASE),
     'ViT-B-16': dict(embed_dim=512, vision=_vit(224, 16, width=768, layers=12, heads=12), text=_TEXT_BASE),
     'ViT-L-14': dict(embed_dim=768, vision=_vit(224, 14, width=1024, layers=24, heads=16),
                      text=dict(_TEXT_BASE, width=768, heads=12)),
+    'ViT-L-16': dict(embed_dim=768, vision=_vit(224, 16, width=1024, layers=24, heads=16),
+                     text=dict(_TEXT_BASE, width=768, heads=12)),
+    # ViT-H: heads of 80 channels in the image tower (open_clip's head_width=80), 64 in the text tower.
+    'ViT-H-14': dict(embed_dim=1024, vision=_vit(224, 14, width=1280, layers=32, heads=16),
+                     text=dict(_TEXT_BASE, width=1024, heads=16, layers=24)),
     'RN50': dict(embed_dim=1024, vision=_resnet(224, (3, 4, 6, 3), width=64), text=_TEXT_BASE),
 }
 
