@@ -4,6 +4,15 @@ Algorithm 2: AdamW, one epoch, constant learning rate 1e-6, no warmup. (The SaCo
   python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=ViT-B-32.safetensors --output=/ckpt/b32
   python -m vlp_jax.main --config=configs/clip_continue.py --workdir=/runs/continue \
       --config.init.checkpoint=/ckpt/b32 --config.data.path=/data/llava595k/shards
+
+Another model: name its preset after the file (`--config=configs/clip_continue.py:ViT-B-16-SigLIP`); the
+checkpoint must fit it (config.init.checkpoint names every mismatch). From SigLIP weights (docs/usage.md, "SigLIP
+weights"), the SentencePiece file that came with them is the tokenizer, and the sigmoid loss is their own objective:
+
+  python -m vlp_jax.weights import --format=hf --input=siglip-base-patch16-224/ --output=/ckpt/siglip-b16
+  python -m vlp_jax.main --config=configs/clip_continue.py:ViT-B-16-SigLIP --workdir=/runs/continue \
+      --config.init.checkpoint=/ckpt/siglip-b16 --config.data.path=/data/llava595k/shards \
+      --config.model.text.tokenizer_path=siglip-base-patch16-224/spiece.model --config.objective.name=siglip
 """
 import math
 
@@ -14,12 +23,12 @@ TRAIN_EXAMPLES = 595_000  # LLaVA-595K, the dataset SaCo continues pre-training 
 EPOCHS = 1
 
 
-def get_config():
+def get_config(model: str = 'ViT-B-32-quickgelu'):
   config = base_config()
   config.seed = 0
   config.batch_size = 2048
   config.total_steps = EPOCHS * math.ceil(TRAIN_EXAMPLES / config.batch_size)
-  config.model = models.preset('ViT-B-32-quickgelu')  # OpenAI's towers use QuickGELU
+  config.model = models.preset(model)  # the default: OpenAI's ViT-B/32, whose towers use QuickGELU
   config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.init.require_checkpoint = True
   config.data.name = 'array_record'

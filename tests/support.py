@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -239,6 +241,65 @@ def _placeholder_torchvision():
       sys.modules.pop(name, None)
 
 
+class _AnyAttribute:
+  """Stands for any torchvision object while timm imports (only its data transforms name torchvision)."""
+
+  def __init__(self, *args, **kwargs):
+    pass
+
+  def __call__(self, *args, **kwargs):
+    return _AnyAttribute()
+
+  def __getattr__(self, name):
+    return _AnyAttribute()
+
+  def __mro_entries__(self, bases):  # timm subclasses torchvision transforms
+    return (object,)
+
+
+class _PlaceholderModule(types.ModuleType):
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return _AnyAttribute()
+
+
+class _PlaceholderTorchvision(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Finds every `torchvision.*` module as a placeholder whose attributes are `_AnyAttribute`s."""
+
+  def find_spec(self, name, path, target=None):
+    if name == 'torchvision' or name.startswith('torchvision.'):
+      return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    return None
+
+  def create_module(self, spec):
+    return _PlaceholderModule(spec.name)
+
+  def exec_module(self, module):
+    module.__path__ = []
+
+
+def _import_timm() -> types.ModuleType | None:
+  """timm (open_clip's image trunk for its SigLIP models), or None when it is not installed. Without torchvision,
+  timm is imported while a placeholder torchvision answers its data modules' imports (the models never call them);
+  the placeholder is gone afterwards, so nothing else sees a fake torchvision."""
+  if 'timm' in sys.modules:
+    return sys.modules['timm']
+  if importlib.util.find_spec('timm') is None:
+    return None
+  if importlib.util.find_spec('torchvision') is not None:
+    return importlib.import_module('timm')
+  finder = _PlaceholderTorchvision()
+  sys.meta_path.insert(0, finder)
+  try:
+    return importlib.import_module('timm')
+  finally:
+    sys.meta_path.remove(finder)
+    for module in [m for m in sys.modules if m == 'torchvision' or m.startswith('torchvision.')]:
+      sys.modules.pop(module)
+
+
 def import_open_clip_module(name: str) -> types.ModuleType:
   """`open_clip.<name>` (e.g. 'modified_resnet', 'transformer'); skips the calling test if torch or open_clip is
   not installed, or if the module needs another missing dependency (e.g. 'transform' needs torchvision proper)."""
@@ -249,6 +310,7 @@ def import_open_clip_module(name: str) -> types.ModuleType:
   spec = importlib.util.find_spec('open_clip')
   if spec is None:
     pytest.skip('open_clip_torch is not installed; needed for the open_clip parity tests')
+  _import_timm()  # first, so that open_clip.timm_model finds it
   if 'open_clip' not in sys.modules and importlib.util.find_spec('torchvision') is None:
     # Bare package: submodules resolve from spec.submodule_search_locations; __init__ is never run.
     sys.modules['open_clip'] = importlib.util.module_from_spec(spec)

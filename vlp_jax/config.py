@@ -21,7 +21,7 @@ from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
-from vlp_jax.models.towers import DTYPES, VISION_TOWERS
+from vlp_jax.models.towers import DTYPES, PATCH_TOWERS, VISION_TOWERS
 from vlp_jax.models.transformer import ACTIVATIONS, REMAT_POLICIES
 from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
@@ -125,12 +125,13 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def from_file(path: str) -> ml_collections.ConfigDict:
-  """`get_config()` of a config file, e.g. to build one config on another (configs/saco_cc3m.py on clip_cc3m.py)."""
+def from_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """`get_config()` of a config file, e.g. to build one config on another (configs/saco_cc3m.py on clip_cc3m.py);
+  with `arg`, `get_config(arg)`, what `--config=path:arg` gives on the command line."""
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module.get_config() if arg is None else module.get_config(arg)
 
 
 def with_term(config: ml_collections.ConfigDict, name: str, **options) -> ml_collections.ConfigDict:
@@ -147,6 +148,8 @@ _CHOICES: dict[str, Any] = {
     'model.vision.type': VISION_TOWERS,
     'model.dtype': DTYPES,
     'model.remat_policy': REMAT_POLICIES,
+    'model.text.pool': ('eot', 'last'),
+    'model.text.tokenizer': ('clip_bpe', 'sentencepiece'),
     'data.name': TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),
@@ -257,6 +260,12 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if v.type == 'resnet' and (len(v.stages) != 4 or v.image_size % 32):
     raise ConfigError(f'config.model.vision.stages={tuple(v.stages)} must list 4 stage depths and '
                       f'config.model.vision.image_size={v.image_size} must be a multiple of 32 for a ResNet tower')
+  if t.get('tokenizer', 'clip_bpe') == 'sentencepiece' and not t.get('tokenizer_path', ''):
+    raise ConfigError("config.model.text.tokenizer='sentencepiece' needs config.model.text.tokenizer_path: the "
+                      "spiece.model or tokenizer.json that came with the weights (nothing downloads at run time)")
+  if v.type == 'siglip_vit' and config.model.embed_dim != v.width:
+    raise ConfigError(f"config.model.embed_dim={config.model.embed_dim} must equal config.model.vision.width="
+                      f"{v.width}: a config.model.vision.type='siglip_vit' tower has no projection")
   if v.type == 'vit' and v.image_size % v.patch_size:
     raise ConfigError(f'config.model.vision.image_size={v.image_size} is not a multiple of '
                       f'config.model.vision.patch_size={v.patch_size}')
@@ -264,10 +273,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if not 0 <= patch_dropout < 1:
     raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} must be in [0, 1) (the fraction of patch '
                       'tokens dropped in training)')
-  if patch_dropout and v.type != 'vit':  # other towers would ignore it silently
+  if patch_dropout and v.type not in PATCH_TOWERS:  # other towers would ignore it silently
     raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} applies to ViT towers only, not '
                       f"config.model.vision.type='{v.type}'; leave it at 0")
-  for tower, spec in (('vision', v), ('text', t)) if v.type == 'vit' else (('text', t),):
+  for tower, spec in (('vision', v), ('text', t)) if v.type in PATCH_TOWERS else (('text', t),):
     if spec.width % spec.heads:
       raise ConfigError(f'config.model.{tower}.width={spec.width} is not divisible by '
                         f'config.model.{tower}.heads={spec.heads}')
@@ -333,7 +342,7 @@ def num_micro_batches(config: ml_collections.ConfigDict) -> int:
 def _validate_tower_options(config: ml_collections.ConfigDict) -> None:
   """The locked-tower and layer-decay keys of config.optim, against the towers they apply to."""
   optim, vision = config.optim, config.model.vision
-  transformer = {'image': vision.type == 'vit', 'text': True}  # the towers whose blocks make groups and layers
+  transformer = {'image': vision.type in PATCH_TOWERS, 'text': True}  # the towers whose blocks make groups and layers
   depths = {'image': vision.layers, 'text': config.model.text.layers}
   keys = (('image', 'lock_image', 'lock_image_unlocked_groups', 'image_layer_decay'),
           ('text', 'lock_text', 'lock_text_unlocked_layers', 'text_layer_decay'))

@@ -1,5 +1,5 @@
 """`vlp_jax.load(checkpoint)`: a checkpoint as a model ready to embed images and captions, with the eval pipeline's
-preprocessing and the project's tokenizer (what open_clip's `create_model_and_transforms` and `get_tokenizer` give):
+preprocessing and the model's tokenizer (what open_clip's `create_model_and_transforms` and `get_tokenizer` give):
 
     import vlp_jax
     clip = vlp_jax.load('/tmp/run')       # a workdir (its latest step), a step directory or an imported checkpoint
@@ -19,9 +19,10 @@ import numpy as np
 from PIL import Image
 
 from vlp_jax import models, parallel
+from vlp_jax.models.towers import PATCH_TOWERS
 from vlp_jax.data import image_ops
 from vlp_jax.data import records
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.checkpoint import load_config
@@ -46,7 +47,7 @@ def encoder_for_checkpoint(checkpoint_dir: str, batch_size: int = DEFAULT_BATCH_
 def image_stride(vision: ml_collections.ConfigDict) -> int:
   """Image sides must be multiples of this: the patch size of a ViT tower, 32 (its total downsampling) for a
   ResNet."""
-  return vision.patch_size if vision.type == 'vit' else 32
+  return vision.patch_size if vision.type in PATCH_TOWERS else 32
 
 
 def pixel_size_problem(height: int, width: int, vision: ml_collections.ConfigDict) -> str | None:
@@ -126,8 +127,9 @@ class LoadedModel:
     return preprocess_image(image, self.image_size)
 
   def tokenize(self, texts: str | Sequence[str]) -> np.ndarray:
-    """A string or strings -> [N, context_length] int32 tokens ([1, context_length] for one string)."""
-    return default_tokenizer()(texts, context_length=self.context_length)
+    """A string or strings -> [N, context_length] int32 tokens ([1, context_length] for one string), by the
+    tokenizer the model's config names (CLIP's BPE, or the SentencePiece file of SigLIP weights)."""
+    return tokenizer_for(self.config.model.text)(texts, context_length=self.context_length)
 
   def _encoder_for(self, rows: int) -> Encoder:
     """An Encoder whose chunk is the next power of two >= rows, at most batch_size: a few images are not run through

@@ -267,7 +267,9 @@ def test_cli_commands_and_their_flags_are_checked(tmp_path, capsys):
                        f'--output={output}']) == 2
   assert 'export does not take --model' in capsys.readouterr().err
   assert weights.main(['import', '--format=open_clip', f'--output={output}']) == 2
-  assert 'import needs --model, --input' in capsys.readouterr().err
+  assert 'import needs --input (it takes --format, --input, --output, --model)' in capsys.readouterr().err
+  assert weights.main(['import', '--format=open_clip', f'--input={tmp_path}', f'--output={output}']) == 2
+  assert 'import --format=open_clip needs --model' in capsys.readouterr().err
   assert weights.main(['export', '--format=openai', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
   assert "export --format=openai is not valid; valid choices: ['open_clip', 'hf']" in capsys.readouterr().err
   assert weights.main(['import', '--formats=hf']) == 2  # absl's own flag errors are bad requests too
@@ -430,9 +432,14 @@ def test_hf_defaults_are_transformers_defaults():
 
 
 def test_hf_import_rejects_other_models_and_folders_without_weights(tmp_path):
-  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'siglip'}))
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'blip'}))
   (tmp_path / 'model.safetensors').write_bytes(b'')
-  with pytest.raises(weights.WeightsError, match="'siglip' model"):
+  with pytest.raises(weights.WeightsError, match="'blip' model"):
+    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
+  # A SiglipModel (transformers' defaults: SigLIP B/16) is not read into a CLIP preset; the message names the
+  # preset that fits.
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'siglip'}))
+  with pytest.raises(weights.WeightsError, match='(?s)SiglipModel that does not match.*Use --model=ViT-B-16-SigLIP'):
     weights.import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
   empty = tmp_path / 'empty'
   empty.mkdir()

@@ -1,6 +1,6 @@
 """Weight interchange with OpenAI CLIP, open_clip and Hugging Face transformers.
 
-  python -m vlp_jax.weights import --format={openai,open_clip,hf} --model=NAME --input=FILE --output=CKPT
+  python -m vlp_jax.weights import --format={openai,open_clip,hf} [--model=NAME] --input=FILE --output=CKPT
   python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE [--ema]
 
 Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
@@ -11,7 +11,9 @@ Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip s
   - everything else (class_embedding, positional_embedding, proj, text_projection, logit_scale) keeps its name.
 Hugging Face `CLIPModel` names are translated to OpenAI's first (q/k/v projections packed into `in_proj`), and the
 model's config.json (`--input` may be the model folder) must agree with --model: activation, widths, depths, heads,
-patch and image size, context length and projection dim, or nothing is imported.
+patch and image size, context length and projection dim, or nothing is imported. Without --model the config.json
+names the model: a CLIP preset it fits, or a `SiglipModel` of whatever size it describes (SigLIP's towers,
+models/siglip_vit.py; its SentencePiece file beside the weights becomes the model's tokenizer).
 
 Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
 Flags are absl flags; the first argument is the command, import or export. Exit codes as for every command
@@ -48,8 +50,9 @@ _INDEXED = re.compile(r'^(resblocks|layer\d|downsample)_(\d+)$')
 
 
 # The commands and the flags each one needs, and the switches each one may take (the others must not be given).
-COMMANDS = {'import': ('format', 'model', 'input', 'output'), 'export': ('format', 'checkpoint', 'output')}
-SWITCHES = {'import': (), 'export': ('ema',)}
+COMMANDS = {'import': ('format', 'input', 'output'), 'export': ('format', 'checkpoint', 'output')}
+# --model is needed unless a Hugging Face config.json names the model (import_weights says so when it is missing).
+SWITCHES = {'import': ('model',), 'export': ('ema',)}
 
 
 class WeightsError(errors.ConfigError):
@@ -280,14 +283,19 @@ _HF_TOWERS = {'vision_model': 'visual.transformer', 'text_model': 'transformer'}
 _HF_LAYER = re.compile(r'^(vision_model|text_model)\.encoder\.layers\.(\d+)\.(.+)\.(weight|bias)$')
 
 
-def hf_to_openai(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """transformers CLIPModel names -> OpenAI names; q/k/v are packed into in_proj, projections transposed."""
+_HF_TRANSPOSED = {'visual_projection.weight': 'visual.proj', 'text_projection.weight': 'text_projection'}
+
+
+def hf_to_openai(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dict[str, np.ndarray]:
+  """transformers CLIPModel names (SiglipModel's with `siglip`) -> OpenAI names (ours, for the SigLIP parts); q/k/v
+  are packed into in_proj, projections transposed."""
+  fixed, transposed = (_HF_SIGLIP_FIXED, _HF_SIGLIP_TRANSPOSED) if siglip else (_HF_FIXED, _HF_TRANSPOSED)
   out, qkv, unknown = {}, {}, []
   for key, value in state_dict.items():
-    if key in _HF_FIXED:
-      out[_HF_FIXED[key]] = value
-    elif key in ('visual_projection.weight', 'text_projection.weight'):
-      out['visual.proj' if key.startswith('visual') else 'text_projection'] = value.T
+    if key in fixed:
+      out[fixed[key]] = value.reshape(()) if key in _HF_SIGLIP_SCALARS and siglip else value
+    elif key in transposed:
+      out[transposed[key]] = value.T
     elif match := _HF_LAYER.match(key):
       tower, index, module, kind = match.groups()
       prefix = f'{_HF_TOWERS[tower]}.resblocks.{index}'
@@ -308,18 +316,18 @@ def hf_to_openai(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return out
 
 
-def openai_to_hf(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def openai_to_hf(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dict[str, np.ndarray]:
   """Inverse of `hf_to_openai`."""
-  fixed = {v: k for k, v in _HF_FIXED.items()}
+  fixed = {v: k for k, v in (_HF_SIGLIP_FIXED if siglip else _HF_FIXED).items()}
+  transposed = {v: k for k, v in (_HF_SIGLIP_TRANSPOSED if siglip else _HF_TRANSPOSED).items()}
   block = {v: k for k, v in _HF_BLOCK.items()}
   towers = {v: k for k, v in _HF_TOWERS.items()}
   out = {}
   for key, value in state_dict.items():
     if key in fixed:
-      out[fixed[key]] = value
-    elif key in ('visual.proj', 'text_projection'):
-      out['visual_projection.weight' if key == 'visual.proj' else 'text_projection.weight'] = np.array(value.T,
-                                                                                                     order='C')
+      out[fixed[key]] = value.reshape(1) if fixed[key] in _HF_SIGLIP_SCALARS and siglip else value
+    elif key in transposed:
+      out[transposed[key]] = np.array(value.T, order='C')
     elif match := re.match(r'^(visual\.transformer|transformer)\.resblocks\.(\d+)\.(.+)\.(weight|bias)$', key):
       tower, index, module, kind = match.groups()
       prefix = f'{towers[tower]}.encoder.layers.{index}'
@@ -330,8 +338,226 @@ def openai_to_hf(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
       for name, part in zip('qkv', np.split(value, 3, axis=0)):
         out[f'{towers[tower]}.encoder.layers.{index}.self_attn.{name}_proj.{kind}'] = np.array(part, order='C')
     else:
-      raise WeightsError(f'{key} has no Hugging Face CLIPModel equivalent (only ViT CLIP models export to hf)')
+      raise WeightsError(f'{key} has no Hugging Face {"SiglipModel" if siglip else "CLIPModel"} equivalent (only '
+                         'ViT models export to hf)')
   return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hugging Face SiglipModel: names (the blocks are named as CLIPModel's) and config.json
+
+_HF_SIGLIP_FIXED = {
+    'vision_model.embeddings.patch_embedding.weight': 'visual.conv1.weight',
+    'vision_model.embeddings.patch_embedding.bias': 'visual.conv1.bias',
+    'vision_model.embeddings.position_embedding.weight': 'visual.positional_embedding',
+    'vision_model.post_layernorm.weight': 'visual.ln_post.weight',
+    'vision_model.post_layernorm.bias': 'visual.ln_post.bias',
+    'vision_model.head.probe': 'visual.attn_pool.probe',
+    'vision_model.head.attention.in_proj_weight': 'visual.attn_pool.attn.in_proj_weight',
+    'vision_model.head.attention.in_proj_bias': 'visual.attn_pool.attn.in_proj_bias',
+    'vision_model.head.attention.out_proj.weight': 'visual.attn_pool.attn.out_proj.weight',
+    'vision_model.head.attention.out_proj.bias': 'visual.attn_pool.attn.out_proj.bias',
+    'vision_model.head.layernorm.weight': 'visual.attn_pool.ln.weight',
+    'vision_model.head.layernorm.bias': 'visual.attn_pool.ln.bias',
+    'vision_model.head.mlp.fc1.weight': 'visual.attn_pool.mlp.c_fc.weight',
+    'vision_model.head.mlp.fc1.bias': 'visual.attn_pool.mlp.c_fc.bias',
+    'vision_model.head.mlp.fc2.weight': 'visual.attn_pool.mlp.c_proj.weight',
+    'vision_model.head.mlp.fc2.bias': 'visual.attn_pool.mlp.c_proj.bias',
+    'text_model.embeddings.token_embedding.weight': 'token_embedding.weight',
+    'text_model.embeddings.position_embedding.weight': 'positional_embedding',
+    'text_model.final_layer_norm.weight': 'ln_final.weight', 'text_model.final_layer_norm.bias': 'ln_final.bias',
+    'text_model.head.bias': 'text_projection_bias',
+    'logit_scale': 'logit_scale', 'logit_bias': 'logit_bias',
+}
+_HF_SIGLIP_TRANSPOSED = {'text_model.head.weight': 'text_projection'}
+_HF_SIGLIP_SCALARS = ('logit_scale', 'logit_bias')  # [1] in transformers, scalars in our tree
+
+# transformers' activation names <-> ours (its 'gelu' is the exact GELU, as ours).
+_HF_ACTS = {'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh', 'gelu': 'gelu', 'quick_gelu': 'quick_gelu'}
+# transformers' SiglipTextConfig / SiglipVisionConfig defaults, for the fields a config.json leaves out.
+HF_SIGLIP_DEFAULTS = {
+    'text_config': {'vocab_size': 32000, 'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12,
+                    'num_attention_heads': 12, 'max_position_embeddings': 64, 'hidden_act': 'gelu_pytorch_tanh',
+                    'layer_norm_eps': 1e-6, 'projection_size': None},
+    'vision_config': {'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12,
+                      'num_attention_heads': 12, 'image_size': 224, 'patch_size': 16,
+                      'hidden_act': 'gelu_pytorch_tanh', 'layer_norm_eps': 1e-6, 'vision_use_head': True},
+}
+
+
+def _siglip_value(hf: dict, section: str, key: str) -> Any:
+  return (hf.get(section) or {}).get(key, HF_SIGLIP_DEFAULTS[section][key])
+
+
+def siglip_model_config(hf: dict) -> ml_collections.ConfigDict:
+  """The model config a transformers SiglipConfig dict describes: a SigLIP preset's (the one it matches, else
+  ViT-B-16-SigLIP's, named 'hf-siglip') with every size read from the file."""
+  def tower(section: str) -> dict:
+    width = _siglip_value(hf, section, 'hidden_size')
+    hidden = _siglip_value(hf, section, 'intermediate_size')
+    return dict(width=width, layers=_siglip_value(hf, section, 'num_hidden_layers'),
+                heads=_siglip_value(hf, section, 'num_attention_heads'),
+                mlp_width=0 if hidden == 4 * width else hidden, ln_eps=_siglip_value(hf, section, 'layer_norm_eps'))
+  for section in ('vision_config', 'text_config'):
+    act = _siglip_value(hf, section, 'hidden_act')
+    if act not in _HF_ACTS:
+      raise WeightsError(f'{section}.hidden_act={act!r} has no vlp_jax equivalent; valid choices: {list(_HF_ACTS)}')
+  if not _siglip_value(hf, 'vision_config', 'vision_use_head'):
+    raise WeightsError('vision_config.vision_use_head=false: vlp_jax needs the attention-pooling head that gives '
+                       'SigLIP its image embedding')
+  acts = {_HF_ACTS[_siglip_value(hf, s, 'hidden_act')] for s in ('vision_config', 'text_config')}
+  if len(acts) > 1:
+    raise WeightsError(f'the towers use different activations {sorted(acts)}; vlp_jax models share one')
+  vision, text = tower('vision_config'), tower('text_config')
+  projection = _siglip_value(hf, 'text_config', 'projection_size') or text['width']
+  if projection != vision['width']:
+    raise WeightsError(f'text_config.projection_size={projection} differs from vision_config.hidden_size='
+                       f'{vision["width"]}: the joint space of a SigLIP model is the image tower\'s width')
+  config = models.preset('ViT-B-16-SigLIP')
+  config.act = acts.pop()
+  config.embed_dim = vision['width']
+  config.vision.update(vision, image_size=_siglip_value(hf, 'vision_config', 'image_size'),
+                       patch_size=_siglip_value(hf, 'vision_config', 'patch_size'))
+  config.text.update(text, context_length=_siglip_value(hf, 'text_config', 'max_position_embeddings'),
+                     vocab_size=_siglip_value(hf, 'text_config', 'vocab_size'))
+  config.name = next((name for name in sorted(models.PRESETS) if 'SigLIP' in name
+                      and not siglip_mismatches(config, models.preset(name))), 'hf-siglip')
+  return config
+
+
+_SIGLIP_FIELDS = ('act', 'embed_dim', *(f'vision.{k}' for k in ('image_size', 'patch_size', 'width', 'layers', 'heads',
+                                                                 'mlp_width', 'ln_eps')),
+                  *(f'text.{k}' for k in ('context_length', 'vocab_size', 'width', 'layers', 'heads', 'mlp_width',
+                                          'ln_eps')))
+
+
+def siglip_mismatches(got: ml_collections.ConfigDict, want: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+  """[(field, got, want)] for every SigLIP size or option on which two model configs differ."""
+  out = []
+  for field in _SIGLIP_FIELDS:
+    a, b = got, want
+    for part in field.split('.'):
+      a, b = a[part], b[part]
+    if a != b:
+      out.append((field, a, b))
+  return out
+
+
+def hf_siglip_config(model_config: ml_collections.ConfigDict) -> dict:
+  """A transformers SiglipConfig (as JSON) describing a SigLIP `model_config`."""
+  v, t = model_config.vision, model_config.text
+  act = {ours: theirs for theirs, ours in reversed(list(_HF_ACTS.items()))}[model_config.act]
+
+  def tower(spec) -> dict:
+    return {'hidden_size': spec.width, 'intermediate_size': spec.mlp_width or 4 * spec.width,
+            'num_hidden_layers': spec.layers, 'num_attention_heads': spec.heads, 'hidden_act': act,
+            'layer_norm_eps': spec.ln_eps}
+  return {
+      'architectures': ['SiglipModel'], 'model_type': 'siglip',
+      'text_config': {'model_type': 'siglip_text_model', **tower(t), 'max_position_embeddings': t.context_length,
+                      'vocab_size': t.vocab_size, 'projection_size': model_config.embed_dim},
+      'vision_config': {'model_type': 'siglip_vision_model', **tower(v), 'image_size': v.image_size,
+                        'patch_size': v.patch_size, 'num_channels': 3, 'vision_use_head': True},
+  }
+
+
+# open_clip's SigLIP models: a timm image trunk under `visual.trunk.` and open_clip's own text tower under `text.`.
+# (open_clip key pattern, our key): blocks by rule, the rest by name. timm's attention pool keeps q and kv apart,
+# packed here into one in_proj (q rows first, then k, then v, as timm's kv holds them).
+_OC_SIGLIP_RULES = (
+    (r'visual\.trunk\.blocks\.(\d+)\.norm1\.', r'visual.transformer.resblocks.\1.ln_1.'),
+    (r'visual\.trunk\.blocks\.(\d+)\.norm2\.', r'visual.transformer.resblocks.\1.ln_2.'),
+    (r'visual\.trunk\.blocks\.(\d+)\.attn\.qkv\.(weight|bias)$', r'visual.transformer.resblocks.\1.attn.in_proj_\2'),
+    (r'visual\.trunk\.blocks\.(\d+)\.attn\.proj\.', r'visual.transformer.resblocks.\1.attn.out_proj.'),
+    (r'visual\.trunk\.blocks\.(\d+)\.mlp\.fc1\.', r'visual.transformer.resblocks.\1.mlp.c_fc.'),
+    (r'visual\.trunk\.blocks\.(\d+)\.mlp\.fc2\.', r'visual.transformer.resblocks.\1.mlp.c_proj.'),
+    (r'visual\.trunk\.patch_embed\.proj\.', 'visual.conv1.'),
+    (r'visual\.trunk\.norm\.', 'visual.ln_post.'),
+    (r'visual\.trunk\.attn_pool\.latent$', 'visual.attn_pool.probe'),
+    (r'visual\.trunk\.attn_pool\.proj\.', 'visual.attn_pool.attn.out_proj.'),
+    (r'visual\.trunk\.attn_pool\.norm\.', 'visual.attn_pool.ln.'),
+    (r'visual\.trunk\.attn_pool\.mlp\.fc1\.', 'visual.attn_pool.mlp.c_fc.'),
+    (r'visual\.trunk\.attn_pool\.mlp\.fc2\.', 'visual.attn_pool.mlp.c_proj.'),
+    (r'text\.(token_embedding|positional_embedding|transformer|ln_final)', r'\1'),
+    (r'text\.text_projection\.bias$', 'text_projection_bias'),
+)
+
+
+def open_clip_siglip_to_openai(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """An open_clip SigLIP state dict (`ViT-B-16-SigLIP` and kin) -> our OpenAI-style names (see `_OC_SIGLIP_RULES`);
+  WeightsError lists the keys it cannot place."""
+  out, pool_qkv, unknown = {}, {}, []
+  for key, value in state_dict.items():
+    if key in ('logit_scale', 'logit_bias'):
+      out[key] = value.reshape(())
+    elif key == 'visual.trunk.pos_embed':
+      out['visual.positional_embedding'] = value.reshape(value.shape[-2:])
+    elif key == 'text.text_projection.weight':
+      out['text_projection'] = value.T
+    elif match := re.match(r'^visual\.trunk\.attn_pool\.(q|kv)\.(weight|bias)$', key):
+      pool_qkv.setdefault(match.group(2), {})[match.group(1)] = value
+    else:
+      for pattern, replacement in _OC_SIGLIP_RULES:
+        if re.match(pattern, key):
+          out[re.sub(pattern, replacement, key, count=1)] = value
+          break
+      else:
+        unknown.append(key)
+  for kind, parts in pool_qkv.items():
+    if set(parts) != {'q', 'kv'}:
+      raise WeightsError(f'visual.trunk.attn_pool: the open_clip file lacks {sorted({"q", "kv"} - set(parts))}')
+    out[f'visual.attn_pool.attn.in_proj_{kind}'] = np.concatenate([parts['q'], parts['kv']], axis=0)
+  if unknown:
+    raise WeightsError(f'{len(unknown)} keys of the open_clip file have no place in a SigLIP model: '
+                       + ', '.join(unknown[:40]))
+  return out
+
+
+def openai_to_open_clip_siglip(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Inverse of `open_clip_siglip_to_openai`: what open_clip's SigLIP models load strictly."""
+  out = {}
+  for key, value in state_dict.items():
+    if key in ('logit_scale', 'logit_bias'):
+      out[key] = value.reshape(1)
+    elif key == 'visual.positional_embedding':
+      out['visual.trunk.pos_embed'] = value[None]
+    elif key == 'text_projection':
+      out['text.text_projection.weight'] = np.array(value.T, order='C')
+    elif key == 'text_projection_bias':
+      out['text.text_projection.bias'] = value
+    elif match := re.match(r'^visual\.attn_pool\.attn\.in_proj_(weight|bias)$', key):
+      width = value.shape[0] // 3
+      out[f'visual.trunk.attn_pool.q.{match.group(1)}'] = np.array(value[:width], order='C')
+      out[f'visual.trunk.attn_pool.kv.{match.group(1)}'] = np.array(value[width:], order='C')
+    elif key.startswith(('token_embedding', 'positional_embedding', 'transformer.', 'ln_final')):
+      out[f'text.{key}'] = value
+    elif match := re.match(r'^visual\.transformer\.resblocks\.(\d+)\.(.+)$', key):
+      block, rest = match.groups()
+      names = {'ln_1.': 'norm1.', 'ln_2.': 'norm2.', 'attn.in_proj_weight': 'attn.qkv.weight',
+               'attn.in_proj_bias': 'attn.qkv.bias', 'attn.out_proj.': 'attn.proj.', 'mlp.c_fc.': 'mlp.fc1.',
+               'mlp.c_proj.': 'mlp.fc2.'}
+      prefix = next(ours for ours in names if rest.startswith(ours))
+      out[f'visual.trunk.blocks.{block}.{names[prefix]}{rest[len(prefix):]}'] = value
+    else:
+      names = {'visual.conv1.': 'visual.trunk.patch_embed.proj.', 'visual.ln_post.': 'visual.trunk.norm.',
+               'visual.attn_pool.probe': 'visual.trunk.attn_pool.latent',
+               'visual.attn_pool.attn.out_proj.': 'visual.trunk.attn_pool.proj.',
+               'visual.attn_pool.ln.': 'visual.trunk.attn_pool.norm.',
+               'visual.attn_pool.mlp.c_fc.': 'visual.trunk.attn_pool.mlp.fc1.',
+               'visual.attn_pool.mlp.c_proj.': 'visual.trunk.attn_pool.mlp.fc2.'}
+      prefix = next((ours for ours in names if key.startswith(ours)), None)
+      if prefix is None:
+        raise WeightsError(f'{key} has no open_clip SigLIP equivalent')
+      out[names[prefix] + key[len(prefix):]] = value
+  return out
+
+
+def tokenizer_beside(folder: str) -> str:
+  """The SentencePiece tokenizer file in `folder` ('spiece.model', else 'tokenizer.json'), or ''."""
+  for name in ('spiece.model', 'tokenizer.json'):
+    if os.path.isfile(os.path.join(folder, name)):
+      return os.path.join(os.path.abspath(folder), name)
+  return ''
 
 
 def hf_config(model_config: ml_collections.ConfigDict) -> dict:
@@ -407,10 +633,10 @@ def read_hf_config(path: str) -> dict:
       hf = json.load(f)
   except (OSError, ValueError) as error:
     raise WeightsError(f'{path} could not be read as JSON: {error}') from None
-  if not isinstance(hf, dict) or hf.get('model_type', 'clip') != 'clip':
+  if not isinstance(hf, dict) or hf.get('model_type', 'clip') not in ('clip', 'siglip'):
     kind = hf.get('model_type') if isinstance(hf, dict) else type(hf).__name__
     raise WeightsError(f"{path} describes a {kind!r} model; --format=hf imports a transformers CLIPModel "
-                       "(model_type 'clip')")
+                       "(model_type 'clip') or SiglipModel (model_type 'siglip')")
   return hf
 
 
@@ -493,29 +719,79 @@ def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_colle
   return path
 
 
-def import_weights(fmt: str, name: str, input_path: str, output: str) -> str:
+def _hf_model_config(hf: dict | None, config_path: str | None, name: str | None, weights_path: str
+                     ) -> ml_collections.ConfigDict:
+  """The model config of a Hugging Face import: the --model preset checked against the config.json, or without
+  --model the model the config.json describes (a CLIP preset it fits; a SigLIP model of any size)."""
+  if hf is None:
+    if name is None:
+      raise WeightsError(f'import --format=hf needs --model: there is no config.json beside {weights_path} to read '
+                         f'the model from; valid choices: {sorted(models.PRESETS)}')
+    model_config = model_config_for(name, 'hf')
+    _note(f'no config.json beside {weights_path}, so --model={name} (act={model_config.act!r}) was not checked '
+          'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
+    return model_config
+  if hf.get('model_type') == 'siglip':
+    described = siglip_model_config(hf)
+    if name is None:
+      return described
+    model_config = model_config_for(name, 'hf')
+    mismatches = siglip_mismatches(described, model_config)
+    if model_config.vision.type != 'siglip_vit' or mismatches:
+      lines = [f'{config_path} describes a SiglipModel that does not match --model={name}:']
+      lines += [f'  {field}: file {got!r}, --model={name} {want!r}' for field, got, want in mismatches]
+      fits = described.name if described.name in models.PRESETS else None
+      lines.append(f'Use --model={fits}, which matches the file.' if fits else
+                   'Leave out --model to import the model the file describes.')
+      raise WeightsError('\n'.join(lines))
+    return model_config
+  if name is None:
+    fitting = hf_matching_presets(hf)
+    if not fitting:
+      raise WeightsError(f'no preset matches {config_path}; pass --model (valid choices: {sorted(models.PRESETS)})')
+    name = fitting[0]
+  model_config = model_config_for(name, 'hf')
+  check_hf_config(hf, config_path, name, model_config)
+  return model_config
+
+
+def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> str:
   """Import a state dict of format `fmt` for preset `name` from `input_path` into a new checkpoint at `output`.
 
   For 'hf', `input_path` may be the model folder; its config.json (in the folder, or beside the weights file) must
-  agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch).
+  agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch). Without
+  `name` the model is the one the config.json describes: a transformers CLIPModel (a preset it fits) or
+  SiglipModel (any size). A SigLIP import records the SentencePiece file found beside the weights (spiece.model or
+  tokenizer.json) as the model's `text.tokenizer_path`.
   """
   if fmt not in IMPORT_FORMATS:
     raise WeightsError(f"import --format={fmt} is not valid; valid choices: {list(IMPORT_FORMATS)}")
-  model_config = model_config_for(name, fmt)
-  quickgelu_variant = f'{name}-quickgelu'
   if fmt == 'hf':
     input_path, config_path = hf_input_files(input_path)
-    if config_path:
-      check_hf_config(read_hf_config(config_path), config_path, name, model_config)
-    else:
-      _note(f'no config.json beside {input_path}, so --model={name} (act={model_config.act!r}) was not checked '
-            'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
-  elif fmt == 'open_clip' and quickgelu_variant in models.PRESETS:
-    _note(f'--model={name} uses GELU; weights trained by OpenAI (open_clip\'s "openai" tags) need '
-          f'--model={quickgelu_variant} (or --format=openai)')
+    model_config = _hf_model_config(read_hf_config(config_path) if config_path else None, config_path, name,
+                                    input_path)
+  elif name is None:
+    raise WeightsError(f'import --format={fmt} needs --model (the open_clip model name); valid choices: '
+                       f'{sorted(models.PRESETS)}')
+  else:
+    model_config = model_config_for(name, fmt)
+    if fmt == 'open_clip' and f'{name}-quickgelu' in models.PRESETS:
+      _note(f'--model={name} uses GELU; weights trained by OpenAI (open_clip\'s "openai" tags) need '
+            f'--model={name}-quickgelu (or --format=openai)')
+  siglip = model_config.vision.type == 'siglip_vit'
+  if siglip and fmt == 'openai':
+    raise WeightsError(f'--model={name} is a SigLIP model, and OpenAI released no SigLIP weights; import its '
+                       'weights with --format=open_clip or --format=hf')
+  if siglip:
+    model_config.text.tokenizer_path = tokenizer_beside(os.path.dirname(os.path.abspath(input_path)))
+    if not model_config.text.tokenizer_path:
+      _note(f'no spiece.model or tokenizer.json beside {input_path}: set --config.model.text.tokenizer_path to '
+            'the SentencePiece file of these weights when training or evaluating')
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
-    state_dict = hf_to_openai(state_dict)
+    state_dict = hf_to_openai(state_dict, siglip=siglip)
+  elif siglip:
+    state_dict = open_clip_siglip_to_openai(state_dict)
   params, model_state = openai_to_variables(state_dict, model_config)
   config = base_config()
   config.model = model_config
@@ -539,15 +815,17 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False) ->
   state_dict = variables_to_openai(params, model_state)
   if os.path.exists(output):
     raise WeightsError(f'{output} exists; choose a new --output (nothing was overwritten)')
+  siglip = config.model.vision.type == 'siglip_vit'
   if fmt == 'open_clip':
-    save_file(state_dict, output)
+    save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, output)
     return output
-  if config.model.vision.type != 'vit':
+  if config.model.vision.type not in ('vit', 'siglip_vit'):
     raise WeightsError('transformers has no CLIPModel for ResNet towers; export RN models with --format=open_clip')
   os.makedirs(output)
-  save_file(openai_to_hf(state_dict), os.path.join(output, 'model.safetensors'), metadata={'format': 'pt'})
+  save_file(openai_to_hf(state_dict, siglip=siglip), os.path.join(output, 'model.safetensors'),
+            metadata={'format': 'pt'})
   with open(os.path.join(output, 'config.json'), 'w') as f:
-    json.dump(hf_config(config.model), f, indent=2)
+    json.dump(hf_siglip_config(config.model) if siglip else hf_config(config.model), f, indent=2)
   return output
 
 
@@ -578,10 +856,10 @@ def run(name: str, values: dict[str, Any]) -> str:
     raise WeightsError(f'unknown command {name!r}; valid choices: {list(COMMANDS)}, e.g. python -m vlp_jax.weights '
                        'import --format=open_clip --model=ViT-B-32 --input=FILE --output=CKPT')
   wanted = COMMANDS[name]
+  takes = wanted + SWITCHES[name]
   missing = [f'--{flag}' for flag in wanted if values.get(flag) is None]
   if missing:
-    raise WeightsError(f'{name} needs {", ".join(missing)} (it takes {", ".join(f"--{f}" for f in wanted)})')
-  takes = wanted + SWITCHES[name]
+    raise WeightsError(f'{name} needs {", ".join(missing)} (it takes {", ".join(f"--{f}" for f in takes)})')
   extra = [f'--{flag}' for flag, value in values.items() if value is not None and flag not in takes]
   if extra:
     raise WeightsError(f'{name} does not take {", ".join(extra)} (it takes {", ".join(f"--{f}" for f in takes)})')

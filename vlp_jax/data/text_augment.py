@@ -14,6 +14,9 @@ the tokenizer packs one: [SOT, ids..., EOT, 0, ...], cut to the context with EOT
 (The authors' code differs from the paper's text here: it picks BERT WordPiece tokens, not words, and one [MASK] per
 picked piece.)
 
+It works on CLIP's BPE ids only (its mask, SOT and EOT ids are CLIP's): ZeroVL refuses `text_augment` for a model
+with another tokenizer (`tokenizer.require_clip_bpe`) rather than feed it BPE ids.
+
 The mask id. CLIP's BPE vocabulary has no [MASK] token, and adding one would change the embedding table (and break
 OpenAI / open_clip checkpoints). We use the byte-level token 'ÿ</w>' (id 443): it stands for the single byte 0xFF,
 which never occurs in UTF-8, so no cleaned caption ever encodes to it. Its embedding is therefore only ever trained

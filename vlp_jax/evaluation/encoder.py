@@ -9,9 +9,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vlp_jax import parallel
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.evaluation.segmentation import project_patch_tokens
 from vlp_jax.losses.contrastive import l2_normalize
+from vlp_jax.models.towers import PATCH_TOWERS
 
 
 # Embedding runs of at least this many chunks print their progress (every tenth).
@@ -22,7 +23,7 @@ class Encoder:
   """Embeds in fixed-size chunks over the mesh (rows sharded over every device), returning numpy float32.
 
   `variables` is what `objectives.base.tower_variables` gives, sharded or replicated; every process must pass the
-  same inputs.
+  same inputs. Captions are tokenised by the tokenizer the model's text config names (`tokenizer.tokenizer_for`).
   """
 
   def __init__(self, model, variables: dict, mesh: Mesh, batch_size: int = 256,
@@ -33,6 +34,7 @@ class Encoder:
     self._text_memo: dict[tuple[str, ...], np.ndarray] = {}
     self.variables = variables
     self.context_length = context_length or model.text.context_length
+    self.tokenizer = tokenizer_for(model.text)  # read here, so that a missing tokenizer file fails before compiling
     out = parallel.replicated(mesh)
     self._images = jax.jit(
         lambda v, x: l2_normalize(model.apply(v, x, method=model.encode_image)['embed']),
@@ -42,7 +44,7 @@ class Encoder:
         out_shardings=out)
     self._features = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image)['cls'], out_shardings=out)
     # Patch tokens live in the joint space only for ViT towers (segmentation.project_patch_tokens).
-    self.has_patch_embeddings = model.vision.type == 'vit'
+    self.has_patch_embeddings = model.vision.type in PATCH_TOWERS
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
 
   # The last few caption lists embedded with the current variables: retrieval and affinity consistency read the same
@@ -88,13 +90,13 @@ class Encoder:
     return self._chunked(self._features, images, np.float32)
 
   def texts(self, captions: Sequence[str]) -> np.ndarray:
-    """N captions -> [N, d] unit-norm float32 (read-only), tokenised by the project's tokenizer. A list asked for
+    """N captions -> [N, d] unit-norm float32 (read-only), tokenised by the model's tokenizer. A list asked for
     again, with the same variables, comes from the memo."""
     key = tuple(captions)
     if key not in self._text_memo:
       if len(self._text_memo) >= self.TEXT_MEMO_SIZE:
         self._text_memo.pop(next(iter(self._text_memo)))
-      embeddings = self._chunked(self._texts, default_tokenizer()(list(key), context_length=self.context_length))
+      embeddings = self._chunked(self._texts, self.tokenizer(list(key), context_length=self.context_length))
       embeddings.flags.writeable = False  # shared by every caller of the memo
       self._text_memo[key] = embeddings
     return self._text_memo[key]

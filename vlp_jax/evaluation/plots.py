@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from vlp_jax.data.image_ops import denormalize_image
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import default_tokenizer, tokenizer_for
 from vlp_jax.objectives.cosmos import CosmosObjective
 from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
@@ -216,11 +216,14 @@ def cross_attention_maps(objective, params: dict, model_state: dict, images: np.
   return out['image_attention'], out['text_attention']
 
 
-def token_strings(tokens: np.ndarray) -> list[str]:
-  """[L] ids of one tokenised caption -> the text of each token up to and including the EOT ('<sot>', ..., '<eot>')."""
-  tokenizer = default_tokenizer()
+def token_strings(tokens: np.ndarray, tokenizer=None) -> list[str]:
+  """[L] ids of one caption tokenised by CLIP's BPE tokenizer (the default) or `tokenizer` (with the same
+  sot_token / eot_token / decode) -> the text of each token up to and including the EOT ('<sot>', ..., '<eot>')."""
+  tokenizer = tokenizer or default_tokenizer()
   special = {tokenizer.sot_token: '<sot>', tokenizer.eot_token: '<eot>'}
-  ids = np.asarray(tokens).tolist()[:int(np.argmax(tokens)) + 1]
+  # The first EOT (CLIP's is also the largest id, its argmax, which rows without an EOT fall back to).
+  eot = np.flatnonzero(np.asarray(tokens) == tokenizer.eot_token)
+  ids = np.asarray(tokens).tolist()[:int(eot[0] if eot.size else np.argmax(tokens)) + 1]
   # decode drops trailing id 0 as padding though 0 is also the symbol '!'; an EOT after it (dropped too) keeps it.
   return [special.get(i) or tokenizer.decode([i, tokenizer.eot_token]) for i in ids]
 
@@ -325,10 +328,11 @@ def write_cross_attention_plot(objective, params: dict, model_state: dict, eval_
     return None
   images, first = (x[:num_examples] for x in first_captions(eval_set.caption_image))
   captions = [eval_set.captions[j] for j in first]
-  tokens = default_tokenizer()(captions, context_length=cosmos.model.text.context_length)
+  tokenizer = tokenizer_for(cosmos.model.text)
+  tokens = tokenizer(captions, context_length=cosmos.model.text.context_length)
   image_attention, text_attention = cross_attention_maps(objective, params, model_state, eval_set.images[images],
                                                          tokens)
   name = getattr(eval_set, 'name', 'eval')
   return plot_cross_attention(eval_set.images[images], captions, image_attention, text_attention,
-                              [token_strings(row) for row in tokens],
+                              [token_strings(row, tokenizer) for row in tokens],
                               os.path.join(out_dir, f'{name}_cross_attention.png'))

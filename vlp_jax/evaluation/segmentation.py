@@ -26,6 +26,7 @@ from vlp_jax.evalsets.prompts import SIMPLE_TEMPLATES
 from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.zeroshot import class_embeddings
 from vlp_jax.losses.contrastive import l2_normalize
+from vlp_jax.models.towers import PATCH_TOWERS
 
 BACKGROUND_NAMES = ('background',)
 
@@ -82,14 +83,16 @@ def patch_grid(image_hw: tuple[int, int], num_patches: int) -> tuple[int, int]:
 def project_patch_tokens(model, variables: dict, images: jax.Array) -> jax.Array:
   """images [B, H, W, 3] -> [B, P, d] unit-norm patch embeddings in the joint space (ViT towers only).
 
-  The model's patch `tokens` are already through `ln_post`; `proj` maps them as it maps the class token. Traceable:
-  meant to be jitted (the Encoder's `patch_embeddings`).
+  The model's patch `tokens` are already through `ln_post`; `proj` maps them as it maps the class token. A SigLIP
+  tower has no `proj`: its tokens already have the joint space's width and are used as they are. Traceable: meant
+  to be jitted (the Encoder's `patch_embeddings`).
   """
-  if model.vision.type != 'vit':
-    raise ValueError(f"patch embeddings need a ViT image tower, not model.vision.type='{model.vision.type}'")
+  if model.vision.type not in PATCH_TOWERS:
+    raise ValueError(f"patch embeddings need a ViT image tower ({', '.join(PATCH_TOWERS)}), not "
+                     f"model.vision.type='{model.vision.type}'")
   tokens = model.apply(variables, images, method=model.encode_image)['tokens']
-  proj = variables['params']['visual']['proj']
-  return l2_normalize(tokens @ proj.astype(tokens.dtype))
+  proj = variables['params']['visual'].get('proj')
+  return l2_normalize(tokens if proj is None else tokens @ proj.astype(tokens.dtype))
 
 
 def segmentation_logits(patch_emb: np.ndarray, class_emb: np.ndarray, background: float | np.ndarray

@@ -4,6 +4,12 @@ with parameters named as in OpenAI CLIP checkpoints.
 Parameter tree (OpenAI name in brackets where it differs only by '.' -> '_'):
   visual/{conv1, class_embedding, positional_embedding, ln_pre, transformer/resblocks_i, ln_post, proj}
   token_embedding, positional_embedding, transformer/resblocks_i, ln_final, text_projection, logit_scale
+
+SigLIP's text tower is the same tower with options of `config.model.text`: `causal=False` (bidirectional
+attention), `pool='last'` (the feature read at the last position, not at the EOT token), `proj_bias=True` (adds
+`text_projection_bias`), `mlp_width` and `ln_eps`; `config.model.init_logit_bias` (not None) adds a learned
+`logit_bias`, the sigmoid loss's bias, so that it travels with the weights. The image tower comes from
+`config.model.vision.type` ('vit', 'resnet', 'siglip_vit').
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS
-from vlp_jax.models.transformer import BlockStack, Transformer, layer_norm
+from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
 
 
 class CLIP(nn.Module):
@@ -28,6 +34,7 @@ class CLIP(nn.Module):
   dtype: Any = jnp.float32
   init_logit_scale: float = math.log(1 / 0.07)
   stack: BlockStack = BlockStack()  # remat and scan of both towers' transformer blocks
+  init_logit_bias: float | None = None  # a learned logit bias (SigLIP) when not None
 
   def setup(self):
     v, t = self.vision, self.text
@@ -36,11 +43,17 @@ class CLIP(nn.Module):
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),
                                            (t.context_length, t.width))
-    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype, self.stack)
-    self.ln_final = layer_norm('ln_final', self.dtype)
+    ln_eps = t.get('ln_eps', LN_EPS)
+    self.transformer = Transformer(t.width, t.layers, t.heads, self.act, self.dtype, self.stack,
+                                   t.get('mlp_width', 0), ln_eps)
+    self.ln_final = layer_norm('ln_final', self.dtype, ln_eps)
     self.text_projection = self.param('text_projection', nn.initializers.normal(t.width**-0.5),
                                       (t.width, self.embed_dim))
+    if t.get('proj_bias', False):
+      self.text_projection_bias = self.param('text_projection_bias', nn.initializers.zeros, (self.embed_dim,))
     self.logit_scale = self.param('logit_scale', nn.initializers.constant(self.init_logit_scale), ())
+    if self.init_logit_bias is not None:
+      self.logit_bias = self.param('logit_bias', nn.initializers.constant(self.init_logit_bias), ())
 
   def encode_image(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
                    rng: jax.Array | None = None) -> dict[str, jax.Array]:
@@ -57,8 +70,10 @@ class CLIP(nn.Module):
                   ) -> dict[str, jax.Array]:
     """tokens: [B, L] int, L <= context_length -> {'embed': [B, d], 'eot': [B, w], 'tokens': [B, L, w]}.
 
-    The feature is read at the EOT token, the position of the largest id in each row. `with_tokens=False` leaves
-    out `tokens`, and the last block computes the EOT row only (the same `embed` and `eot`, cheaper). `rng`: None,
+    The feature is read at the EOT token, the position of the largest id in each row (CLIP's BPE gives EOT the
+    largest id), or with `text.pool='last'` at position L - 1 (SigLIP: captions padded to the context length).
+    `eot` is that row, whichever it is. `with_tokens=False` leaves out `tokens`, and the last block computes the
+    pooled row only (the same `embed` and `eot`, cheaper). `rng`: None,
     or [B] keys, one per caption, given only when training: a stochastic option of the text tower draws caption
     i's randomness from rng[i] alone, as an image tower's (towers.py). The text tower has none: it ignores them.
     """
@@ -67,10 +82,17 @@ class CLIP(nn.Module):
     if length > self.text.context_length:
       raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')
     x = self.token_embedding(tokens) + self.positional_embedding[:length].astype(self.dtype)
-    eot_index = jnp.argmax(tokens, axis=-1)
-    x = self.ln_final(self.transformer(x, causal=True, pool_index=None if with_tokens else eot_index))
+    if self.text.get('pool', 'eot') == 'last':
+      eot_index = jnp.full(tokens.shape[:1], length - 1, jnp.int32)
+    else:
+      eot_index = jnp.argmax(tokens, axis=-1)
+    causal = self.text.get('causal', True)
+    x = self.ln_final(self.transformer(x, causal=causal, pool_index=None if with_tokens else eot_index))
     eot = jnp.take_along_axis(x, eot_index[:, None, None], axis=1)[:, 0] if with_tokens else x[:, 0]
-    out = {'embed': eot @ self.text_projection.astype(x.dtype), 'eot': eot}
+    embed = eot @ self.text_projection.astype(x.dtype)
+    if self.text.get('proj_bias', False):
+      embed = embed + self.text_projection_bias.astype(x.dtype)
+    out = {'embed': embed, 'eot': eot}
     return {**out, 'tokens': x} if with_tokens else out
 
   def __call__(self, images: jax.Array, tokens: jax.Array, train: bool = False
@@ -83,7 +105,8 @@ def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
   return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
               text=ml_collections.FrozenConfigDict(model_config.text),
               act=model_config.act, dtype=DTYPES.get(model_config.dtype),
-              init_logit_scale=model_config.init_logit_scale, stack=BlockStack.from_config(model_config))
+              init_logit_scale=model_config.init_logit_scale, stack=BlockStack.from_config(model_config),
+              init_logit_bias=model_config.get('init_logit_bias', None))
 
 
 def init_variables(model: CLIP, rng: jax.Array) -> tuple[dict, dict]:

@@ -31,9 +31,10 @@ _EMBED, _BLOCKS, _FINAL_NORM, _PROJECTION = 'embed', 'blocks', 'final_norm', 'pr
 # The parts of a transformer tower, by the name under the tower's root (the ViT's under `visual/`).
 _PARTS = {
     IMAGE: {'conv1': _EMBED, 'class_embedding': _EMBED, 'positional_embedding': _EMBED, 'ln_pre': _EMBED,
-            'transformer': _BLOCKS, 'ln_post': _FINAL_NORM, 'proj': _PROJECTION},
+            'transformer': _BLOCKS, 'ln_post': _FINAL_NORM, 'proj': _PROJECTION,
+            'attn_pool': _PROJECTION},  # SigLIP's attention-pooling head takes the projection's place
     TEXT: {'token_embedding': _EMBED, 'positional_embedding': _EMBED, 'transformer': _BLOCKS,
-           'ln_final': _FINAL_NORM, 'text_projection': _PROJECTION},
+           'ln_final': _FINAL_NORM, 'text_projection': _PROJECTION, 'text_projection_bias': _PROJECTION},
 }
 _BLOCK_PREFIX = f'{SCANNED_BLOCKS}_'  # `resblocks_{i}`: one block of its own
 

@@ -5,10 +5,12 @@ import jax
 import jax.numpy as jnp
 
 
-def resize_positional_embedding(pos: jax.Array, grid: int, new_grid: tuple[int, int]) -> jax.Array:
-  """[1 + g*g, C] -> [1 + h*w, C], bicubic on the spatial part; the leading (class / mean-token) slot is kept."""
+def resize_positional_embedding(pos: jax.Array, grid: int, new_grid: tuple[int, int], prefix: int = 1
+                                ) -> jax.Array:
+  """[prefix + g*g, C] -> [prefix + h*w, C], bicubic on the spatial part; the `prefix` leading slots (the class
+  token's: 1 for CLIP's ViT, 0 for SigLIP's) are kept."""
   if new_grid == (grid, grid):
     return pos
-  spatial = pos[1:].reshape(grid, grid, -1)
+  spatial = pos[prefix:].reshape(grid, grid, -1)
   spatial = jax.image.resize(spatial, (*new_grid, spatial.shape[-1]), method='bicubic')
-  return jnp.concatenate([pos[:1], spatial.reshape(-1, pos.shape[-1])], axis=0)
+  return jnp.concatenate([pos[:prefix], spatial.reshape(-1, pos.shape[-1])], axis=0)

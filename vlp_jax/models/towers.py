@@ -27,6 +27,9 @@ from vlp_jax.registry import Registry
 
 VISION_TOWERS = Registry('image tower', 'model.vision.type', package='vlp_jax.models')
 
+# The towers made of patch tokens and transformer blocks: they have patch embeddings, patch dropout, layer groups.
+PATCH_TOWERS = ('vit', 'siglip_vit')
+
 DTYPES = Registry('compute dtype', 'model.dtype')
 DTYPES.add('float32', jnp.float32)
 DTYPES.add('bfloat16', jnp.bfloat16)

@@ -34,10 +34,12 @@ def exact_gelu(x: jax.Array) -> jax.Array:
 ACTIVATIONS: Registry[Callable[[jax.Array], jax.Array]] = Registry('activation', 'model.act')
 ACTIVATIONS.add('quick_gelu', quick_gelu)
 ACTIVATIONS.add('gelu', exact_gelu)
+# SigLIP's (transformers' 'gelu_pytorch_tanh', big_vision's default): the tanh approximation of GELU.
+ACTIVATIONS.add('gelu_tanh', lambda x: jax.nn.gelu(x, approximate=True))
 
 
-def layer_norm(name: str, dtype: Any) -> nn.LayerNorm:
-  return nn.LayerNorm(epsilon=LN_EPS, dtype=dtype, name=name)
+def layer_norm(name: str, dtype: Any, eps: float = LN_EPS) -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=eps, dtype=dtype, name=name)
 
 
 class MultiHeadAttention(nn.Module):
@@ -75,11 +77,12 @@ class Mlp(nn.Module):
   layers: int
   act: str
   dtype: Any = jnp.float32
+  hidden: int = 0  # the hidden layer's width; 0 = 4 * width (SigLIP So400m: 4304 for 1152)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    """x: [B, T, w] -> [B, T, w] through a 4w hidden layer."""
-    h = nn.Dense(4 * self.width, dtype=self.dtype, name='c_fc',
+    """x: [B, T, w] -> [B, T, w] through a hidden layer of `hidden` (default 4w) units."""
+    h = nn.Dense(self.hidden or 4 * self.width, dtype=self.dtype, name='c_fc',
                  kernel_init=nn.initializers.normal((2 * self.width)**-0.5))(x)
     h = ACTIVATIONS.get(self.act)(h)
     proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
@@ -92,16 +95,19 @@ class ResidualAttentionBlock(nn.Module):
   layers: int
   act: str
   dtype: Any = jnp.float32
+  mlp_width: int = 0  # Mlp.hidden
+  ln_eps: float = LN_EPS
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
     """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, only that row, [B, 1, w] (see `Transformer`)."""
     attended = MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, name='attn')(
-        layer_norm('ln_1', self.dtype)(x), causal, query_index)
+        layer_norm('ln_1', self.dtype, self.ln_eps)(x), causal, query_index)
     if query_index is not None:
       x = jnp.take_along_axis(x, query_index[:, None, None], axis=1)
     x = x + attended
-    return x + Mlp(self.width, self.layers, self.act, self.dtype, name='mlp')(layer_norm('ln_2', self.dtype)(x))
+    mlp = Mlp(self.width, self.layers, self.act, self.dtype, self.mlp_width, name='mlp')
+    return x + mlp(layer_norm('ln_2', self.dtype, self.ln_eps)(x))
 
 
 # What a rematerialised block keeps from its forward pass for the backward pass (`config.model.remat_policy`; the
@@ -145,6 +151,8 @@ class Transformer(nn.Module):
   act: str
   dtype: Any = jnp.float32
   stack: BlockStack = BlockStack()
+  mlp_width: int = 0  # each block's MLP hidden width; 0 = 4 * width
+  ln_eps: float = LN_EPS
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool = False, pool_index: jax.Array | None = None) -> jax.Array:
@@ -165,9 +173,11 @@ class Transformer(nn.Module):
       first = self.layers - 1
       scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
                         split_rngs={'params': True}, length=first)
-      x, _ = scanned(block(self.width, self.heads, self.layers, self.act, self.dtype, name=SCANNED_BLOCKS), x, None)
+      x, _ = scanned(block(self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
+                           name=SCANNED_BLOCKS), x, None)
     for i in range(first, self.layers):
-      x = block(self.width, self.heads, self.layers, self.act, self.dtype, name=f'resblocks_{i}')(
+      x = block(self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
+                name=f'resblocks_{i}')(
           x, causal, pool_index if i == self.layers - 1 else None)
     return x
 

@@ -11,7 +11,7 @@ import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
-from vlp_jax.models.transformer import BlockStack, Transformer, layer_norm
+from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
 
 # The tower's random sites, folded into each image's key (towers.py): one constant per site, so that a site added
 # later draws independently of the existing ones.
@@ -50,6 +50,8 @@ class VisionTransformer(nn.Module):
   dtype: Any = jnp.float32
   stack: BlockStack = BlockStack()
   patch_dropout: float = 0.0  # fraction of patch tokens dropped per image in training (FLIP); 0 = none
+  mlp_width: int = 0  # each block's MLP hidden width; 0 = 4 * width
+  ln_eps: float = LN_EPS
 
   @nn.compact
   def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
@@ -82,11 +84,11 @@ class VisionTransformer(nn.Module):
       if rng.shape != (batch,):
         raise ValueError(f'patch dropout needs one key per image, rng of shape ({batch},), got {rng.shape}')
       x = drop_patches(x, kept_patch_indices(rng, grid_h * grid_w, self.patch_dropout))
-    x = layer_norm('ln_pre', self.dtype)(x)
+    x = layer_norm('ln_pre', self.dtype, self.ln_eps)(x)
     pool_index = None if with_tokens else jnp.zeros((batch,), jnp.int32)
-    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.stack, name='transformer')(
-        x, pool_index=pool_index)
-    x = layer_norm('ln_post', self.dtype)(x)
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.stack, self.mlp_width,
+                    self.ln_eps, name='transformer')(x, pool_index=pool_index)
+    x = layer_norm('ln_post', self.dtype, self.ln_eps)(x)
     proj = self.param('proj', nn.initializers.normal(scale), (self.width, self.output_dim))
     out = {'embed': x[:, 0] @ proj.astype(x.dtype), 'cls': x[:, 0]}
     return {**out, 'tokens': x[:, 1:]} if with_tokens else out
@@ -97,4 +99,5 @@ def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dty
           ) -> VisionTransformer:
   # .get: model configs written before the option (presets registered by hand, say) have no key.
   return VisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
-                           embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0))
+                           embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0),
+                           mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', LN_EPS))

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.data.image_ops import images_to_float
+from vlp_jax.data.tokenizer import tokenizer_options
 from vlp_jax.models import init_variables
 from vlp_jax.models.towers import fold_in_rows
 from vlp_jax.objectives.views import ClipViews
@@ -126,9 +127,10 @@ class Objective:
   @classmethod
   def views(cls, config: ml_collections.ConfigDict):
     """The host-side transform that turns a decoded example into this objective's inputs (a grain RandomMap, run
-    in the data workers). CLIP's: one resized image and the tokenised caption."""
+    in the data workers). CLIP's: one resized image and the caption tokenised by the model's tokenizer."""
     return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                     crop_scale=tuple(config.data.crop_scale), augment=config.data.augment)
+                     crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
+                     **tokenizer_options(config.model.text))
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the

@@ -28,7 +28,7 @@ import numpy as np
 from vlp_jax.data import transforms
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.text_crops import text_crops
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.models.cross_attention import CrossAttention
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs, tower_variables
@@ -69,6 +69,7 @@ class CosmosViews(grain.transforms.RandomMap):
 
   -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3] uint8 (normalised in the train step),
       'texts': [G, L] int32 global text crops, 'local_texts': [M, l] int32 one-sentence crops, 'label', ...}
+  The crops are tokenised by the model's tokenizer (config.model.text's `tokenizer` and `tokenizer_path`).
   """
   image_size: int
   local_size: int
@@ -84,6 +85,11 @@ class CosmosViews(grain.transforms.RandomMap):
   text_crop_max_sentences: int = 5
   color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)  # brightness, contrast, saturation, hue
   grayscale_prob: float = 0.2
+  tokenizer: str = CLIP_BPE
+  tokenizer_path: str = ''
+
+  def __post_init__(self):
+    cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
 
   def _augment(self, crop: np.ndarray, rng: np.random.Generator, blur_p: float, solarize_p: float) -> np.ndarray:
     crop = transforms.horizontal_flip(crop, rng)
@@ -106,7 +112,7 @@ class CosmosViews(grain.transforms.RandomMap):
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
                        self.num_text_local, include_caption=self.caption_in_text_crops,
                        caption_first=self.caption_first_global, max_sentences=self.text_crop_max_sentences)
-    tokenize = default_tokenizer()
+    tokenize = cached_tokenizer(self.tokenizer, self.tokenizer_path)
     return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
             'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
             'local_texts': tokenize(crops[self.num_global:], context_length=self.local_context_length),
@@ -143,6 +149,8 @@ class CosmosObjective(Objective):
 
   @classmethod
   def validate(cls, options, config):
+    # The cross-attention's text mask finds the EOT as the largest id of a caption: CLIP's BPE layout.
+    require_clip_bpe(config.model.text, "objective 'cosmos'")
     for key in ('num_local_crops', 'num_local_texts', 'local_crop_size', 'text_crop_max_sentences'):
       if not isinstance(options[key], int) or options[key] < 1:
         raise ValueError(f'config.objective.{key} must be a positive integer, got {options[key]!r}')
@@ -162,6 +170,7 @@ class CosmosObjective(Objective):
   @classmethod
   def views(cls, config):
     c = cls.options(config.objective)
+    require_clip_bpe(config.model.text, "objective 'cosmos'")  # as `validate`, for a config that skipped it
     context = config.model.text.context_length
     return CosmosViews(config.model.vision.image_size, c.local_crop_size, context,
                        c.local_text_context_length or context, num_local=c.num_local_crops,
@@ -170,7 +179,7 @@ class CosmosObjective(Objective):
                        caption_in_text_crops=c.caption_in_text_crops, caption_first_global=c.caption_first_global,
                        text_crop_max_sentences=c.text_crop_max_sentences,
                        color_jitter=tuple(float(x) for x in c.crop_color_jitter),
-                       grayscale_prob=float(c.crop_grayscale_prob))
+                       grayscale_prob=float(c.crop_grayscale_prob), **tokenizer_options(config.model.text))
 
   def _cross_attention(self) -> CrossAttention:
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,

@@ -11,7 +11,8 @@ from vlp_jax.objectives.clip import ClipObjective
 
 @OBJECTIVES.register('siglip')
 class SiglipObjective(ClipObjective):
-  """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does."""
+  """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does. A model with its own
+  `logit_bias` (a SigLIP preset, `config.model.init_logit_bias`) keeps it: imported weights bring theirs."""
 
   @classmethod
   def default_config(cls):
@@ -19,6 +20,8 @@ class SiglipObjective(ClipObjective):
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = super().init_variables(rng)
+    if 'logit_bias' in params:
+      return params, model_state
     return {**params, 'logit_bias': jnp.float32(self.config.init_logit_bias)}, model_state
 
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from vlp_jax.data import records, transforms
 from vlp_jax.data.pipeline import passthrough
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, tokenizer_options
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead
@@ -35,8 +35,8 @@ SSL_BACKGROUNDS = ('keep', 'random')  # config.objective.ssl_background
 @dataclasses.dataclass
 class SlipViews(grain.transforms.RandomMap):
   """A decoded example -> {'image': the CLIP view, 'ssl_a', 'ssl_b': the SimCLR views (each [S, S, 3] uint8,
-  normalised in the train step), 'text': [L] int32, plus `passthrough(example)`}. Deterministic for a given generator
-  state."""
+  normalised in the train step), 'text': [L] int32 (the model's tokenizer: config.model.text's `tokenizer` and
+  `tokenizer_path`), plus `passthrough(example)`}. Deterministic for a given generator state."""
   image_size: int
   context_length: int
   caption_field: str = 'caption'
@@ -45,6 +45,11 @@ class SlipViews(grain.transforms.RandomMap):
   ssl_color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
   ssl_grayscale_prob: float = 0.2
   ssl_background: str = 'keep'
+  tokenizer: str = CLIP_BPE
+  tokenizer_path: str = ''
+
+  def __post_init__(self):
+    cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']
@@ -54,7 +59,8 @@ class SlipViews(grain.transforms.RandomMap):
       source = image if mask is None else transforms.random_background(image, mask, rng)
       out[view] = transforms.simclr_view(source, self.image_size, rng, self.ssl_crop_scale, self.ssl_color_jitter,
                                          self.ssl_grayscale_prob)
-    out['text'] = default_tokenizer()(example[self.caption_field], context_length=self.context_length)[0]
+    tokenize = cached_tokenizer(self.tokenizer, self.tokenizer_path)
+    out['text'] = tokenize(example[self.caption_field], context_length=self.context_length)[0]
     return {**out, **passthrough(example)}
 
   @staticmethod
@@ -131,7 +137,7 @@ class SlipObjective(ClipObjective):
     return SlipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      tuple(float(s) for s in options.clip_crop_scale), tuple(float(s) for s in options.ssl_crop_scale),
                      tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob),
-                     str(options.ssl_background))
+                     str(options.ssl_background), **tokenizer_options(config.model.text))
 
   def _cls_width(self, params: dict, model_state: dict) -> int:
     """Width of the vision tower's 'cls' output (the ViT width; the embedding width for a ResNet tower)."""

@@ -11,7 +11,7 @@ import numpy as np
 from vlp_jax.data import autoaugment, transforms
 from vlp_jax.data.image_ops import resize_image
 from vlp_jax.data.pipeline import passthrough
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer
 
 
 @dataclasses.dataclass
@@ -26,6 +26,8 @@ class ClipViews(grain.transforms.RandomMap):
 
   The text is the example's `caption_field`, or with `text_crop` (CLIP's `objective.text_source='text_crops'`) a
   crop drawn from the caption and `long_caption`: text_crop(long_caption, caption, rng), after the image's draws.
+  It is tokenised by the model's tokenizer: `tokenizer` and `tokenizer_path` are config.model.text's
+  (`tokenizer.tokenizer_options`), strings that each data worker turns into its own cached tokenizer.
   """
   image_size: int
   context_length: int
@@ -33,6 +35,11 @@ class ClipViews(grain.transforms.RandomMap):
   crop_scale: tuple[float, ...] = ()
   augment: str = 'none'
   text_crop: Callable[[str, str, np.random.Generator], str] | None = None  # e.g. text_crops.FirstGlobalCrop
+  tokenizer: str = CLIP_BPE
+  tokenizer_path: str = ''
+
+  def __post_init__(self):
+    cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     if self.crop_scale:
@@ -48,4 +55,4 @@ class ClipViews(grain.transforms.RandomMap):
     text = example[self.caption_field]
     if self.text_crop is not None:
       text = self.text_crop(example.get('long_caption', ''), text, rng)
-    return default_tokenizer()(text, context_length=self.context_length)[0]
+    return cached_tokenizer(self.tokenizer, self.tokenizer_path)(text, context_length=self.context_length)[0]

@@ -30,6 +30,7 @@ import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
 from vlp_jax.data.text_augment import TextAugment
+from vlp_jax.data.tokenizer import require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
@@ -80,8 +81,8 @@ class ZeroVLObjective(Objective):
 
   @classmethod
   def validate(cls, c: ml_collections.ConfigDict, config: ml_collections.ConfigDict | None = None) -> None:
-    """Raise ValueError naming the first invalid option of `config.objective`."""
-    del config
+    """Raise ValueError naming the first invalid option of `config.objective` (and, given the whole `config`, a
+    text augmentation the model's tokenizer cannot take)."""
     if c.mixup_alpha <= 0:
       raise ValueError(f'config.objective.mixup_alpha={c.mixup_alpha} must be > 0 (lam ~ Beta(alpha, alpha))')
     if c.mixup_modality not in MIXUP_MODALITIES:
@@ -96,6 +97,8 @@ class ZeroVLObjective(Objective):
     if abs(split - 1.0) > 1e-6:
       raise ValueError(f'config.objective.text_mask_prob + text_replace_prob + text_delete_prob must sum to 1, got '
                        f'{split}')
+    if config is not None and c.text_augment:  # it edits CLIP BPE ids (its mask and replacement tokens)
+      require_clip_bpe(config.model.text, 'config.objective.text_augment=True')
 
   def __init__(self, model, config: ml_collections.ConfigDict):
     super().__init__(model, config)
@@ -104,11 +107,12 @@ class ZeroVLObjective(Objective):
   @classmethod
   def views(cls, config: ml_collections.ConfigDict) -> ZeroVLViews:
     c = cls.options(config.objective)
-    cls.validate(c)
+    cls.validate(c, config)
     augment = TextAugment(c.text_augment_prob, c.text_mask_prob, c.text_replace_prob,
                           c.text_delete_prob) if c.text_augment else None
     return ZeroVLViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                       crop_scale=tuple(config.data.crop_scale), augment=config.data.augment, text_augment=augment)
+                       crop_scale=tuple(config.data.crop_scale), augment=config.data.augment, text_augment=augment,
+                       **tokenizer_options(config.model.text))
 
   @property
   def mixes_inputs(self) -> bool:

@@ -1,0 +1,122 @@
+"""SigLIP's image tower (`config.model.vision.type='siglip_vit'`), laid out as the SigLIP checkpoints are: a patch
+conv with a bias, learned positional embeddings for the patches only (no class token, no LayerNorm before the
+blocks), pre-LN blocks, `ln_post`, then multi-head attention pooling ("MAP": one learned probe attends to every
+patch, followed by a LayerNorm and an MLP with a residual). No projection: the pooled feature is the embedding, so
+`config.model.embed_dim` equals the tower's width.
+
+Parameter tree under `visual/`: conv1/{kernel, bias}, positional_embedding [N, w], transformer/resblocks_i, ln_post,
+attn_pool/{probe [1, 1, w], attn/{in_proj, out_proj}, ln, mlp/{c_fc, c_proj}}.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vlp_jax.models.positional import resize_positional_embedding
+from vlp_jax.models.towers import VISION_TOWERS
+from vlp_jax.models.transformer import ACTIVATIONS, BlockStack, Mlp, Transformer, layer_norm
+from vlp_jax.models.vit import kept_patch_indices
+
+
+class ProbeAttention(nn.Module):
+  """Attention of one query per image (the probe) over the image's tokens, with a packed `in_proj` ([w, 3w] + bias:
+  q, k, v in that order, torch's nn.MultiheadAttention layout) and `out_proj`."""
+  width: int
+  heads: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, probe: jax.Array, x: jax.Array) -> jax.Array:
+    """probe: [B, 1, w], x: [B, N, w] -> [B, 1, w]."""
+    batch, length, _ = x.shape
+    head_dim = self.width // self.heads
+    in_proj = nn.Dense(3 * self.width, dtype=self.dtype, name='in_proj',
+                       kernel_init=nn.initializers.normal(self.width**-0.5))
+    # One projection of [probe; tokens]: q is read from the probe's row, k and v from the tokens' rows.
+    qkv = in_proj(jnp.concatenate([probe, x], axis=1))
+    q = qkv[:, :1, :self.width].reshape(batch, 1, self.heads, head_dim)
+    k = qkv[:, 1:, self.width:2 * self.width].reshape(batch, length, self.heads, head_dim)
+    v = qkv[:, 1:, 2 * self.width:].reshape(batch, length, self.heads, head_dim)
+    out = jax.nn.dot_product_attention(q, k, v).reshape(batch, 1, self.width)
+    return nn.Dense(self.width, dtype=self.dtype, name='out_proj',
+                    kernel_init=nn.initializers.normal(self.width**-0.5))(out)
+
+
+class AttentionPool(nn.Module):
+  """MAP pooling: h = attn(probe, x); h + mlp(ln(h)), as SigLIP's head."""
+  width: int
+  heads: int
+  act: str
+  dtype: Any = jnp.float32
+  mlp_width: int = 0
+  ln_eps: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [B, N, w] -> [B, w]."""
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, self.width))
+    probe = jnp.broadcast_to(probe.astype(x.dtype), (x.shape[0], 1, self.width))
+    h = ProbeAttention(self.width, self.heads, self.dtype, name='attn')(probe, x)
+    mlp = Mlp(self.width, 1, self.act, self.dtype, self.mlp_width, name='mlp')
+    h = h + mlp(layer_norm('ln', self.dtype, self.ln_eps)(h))
+    return h[:, 0]
+
+
+class SiglipVisionTransformer(nn.Module):
+  image_size: int
+  patch_size: int
+  width: int
+  layers: int
+  heads: int
+  act: str
+  dtype: Any = jnp.float32
+  stack: BlockStack = BlockStack()
+  mlp_width: int = 0
+  ln_eps: float = 1e-6
+  patch_dropout: float = 0.0
+
+  @nn.compact
+  def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
+               rng: jax.Array | None = None) -> dict[str, jax.Array]:
+    """images: [B, H, W, 3] -> {'embed': [B, w], 'cls': [B, w], 'tokens': [B, N, w]}.
+
+    `embed` and `cls` are both the pooled feature (there is no class token and no projection); `tokens` are the
+    patch states after `ln_post`, in the joint space already. Every patch feeds the pooling, so `with_tokens=False`
+    saves nothing here. Patch dropout (`train` with `rng`): each image keeps K = max(1, int(N (1 - p))) of its N
+    patches, drawn from rng[i] alone (vit.kept_patch_indices), and `tokens` are the kept ones.
+    """
+    del with_tokens
+    ACTIVATIONS.get(self.act)  # an unknown name fails here, with the valid choices
+    x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
+                use_bias=True, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
+    batch, grid_h, grid_w, _ = x.shape
+    x = x.reshape(batch, grid_h * grid_w, self.width)
+    grid = self.image_size // self.patch_size
+    pos = self.param('positional_embedding', nn.initializers.normal(self.width**-0.5), (grid * grid, self.width))
+    x = x + resize_positional_embedding(pos, grid, (grid_h, grid_w), prefix=0).astype(x.dtype)
+    if self.patch_dropout and train and rng is not None:
+      if rng.shape != (batch,):
+        raise ValueError(f'patch dropout needs one key per image, rng of shape ({batch},), got {rng.shape}')
+      indices = kept_patch_indices(rng, grid_h * grid_w, self.patch_dropout)
+      x = jnp.take_along_axis(x, indices[:, :, None], axis=1)
+    x = Transformer(self.width, self.layers, self.heads, self.act, self.dtype, self.stack, self.mlp_width,
+                    self.ln_eps, name='transformer')(x)
+    x = layer_norm('ln_post', self.dtype, self.ln_eps)(x)
+    pooled = AttentionPool(self.width, self.heads, self.act, self.dtype, self.mlp_width, self.ln_eps,
+                           name='attn_pool')(x)
+    return {'embed': pooled, 'cls': pooled, 'tokens': x}
+
+
+@VISION_TOWERS.register('siglip_vit')
+def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
+          ) -> SiglipVisionTransformer:
+  if embed_dim != vision.width:
+    raise ValueError(f'a siglip_vit tower has no projection: config.model.embed_dim={embed_dim} must equal '
+                     f'config.model.vision.width={vision.width}')
+  return SiglipVisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
+                                 act, dtype, stack, mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', 1e-6),
+                                 patch_dropout=vision.get('patch_dropout', 0.0))
