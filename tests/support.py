@@ -300,6 +300,14 @@ def _import_timm() -> types.ModuleType | None:
       sys.modules.pop(module)
 
 
+def use_placeholder_torchvision() -> None:
+  """For a subprocess only, never the pytest process (other tests probe for torchvision): when torchvision is not
+  installed, every `torchvision.*` module imports from here on as a placeholder, so that a library that names it only
+  in imports it never calls on the tested path (CLIP_benchmark's CLI, for a webdataset set) imports."""
+  if importlib.util.find_spec('torchvision') is None:
+    sys.meta_path.insert(0, _PlaceholderTorchvision())
+
+
 def import_open_clip_module(name: str) -> types.ModuleType:
   """`open_clip.<name>` (e.g. 'modified_resnet', 'transformer'); skips the calling test if torch or open_clip is
   not installed, or if the module needs another missing dependency (e.g. 'transform' needs torchvision proper)."""
@@ -322,3 +330,47 @@ def import_open_clip_module(name: str) -> types.ModuleType:
     return importlib.import_module(full_name)
   except ModuleNotFoundError as e:
     pytest.skip(f'{full_name} needs a missing dependency: {e}')
+
+
+# ------------------------------------------------------------------------------------------ webdataset shards
+
+
+def write_webdataset(root: str, sources: dict[str, int], samples_per_shard: int = 12, side: int = 16, seed: int = 0,
+                     broken: bool = True) -> dict[str, list[str]]:
+  """img2dataset-style tar shards under root/<source>/<shard>.tar: per sample KEY.png (a random [side, side] image),
+  KEY.txt and KEY.json ({"caption": ...}); sources: {name: number of shards}. With `broken`, the first shard of
+  each source also holds a sample without an image, one without a caption, and one whose image is not an image.
+  Returns {source: [tar paths]}; deterministic in `seed`."""
+  import io
+  import tarfile
+  from PIL import Image
+
+  rng = np.random.default_rng(seed)
+
+  def add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+  out = {}
+  for source, shards in sources.items():
+    os.makedirs(os.path.join(root, source), exist_ok=True)
+    out[source] = []
+    for shard in range(shards):
+      path = os.path.join(root, source, f'{shard:05d}.tar')
+      with tarfile.open(path, 'w') as tar:
+        for i in range(samples_per_shard):
+          key = f'{source}{shard:02d}{i:04d}'
+          caption = f'{source} sample {i} of shard {shard}'
+          if broken and shard == 0 and i == 1:
+            add(tar, f'{key}.txt', caption.encode())  # no image member
+            continue
+          image = io.BytesIO()
+          Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(image, 'PNG')
+          add(tar, f'{key}.png', b'not an image' if broken and shard == 0 and i == 3 else image.getvalue())
+          if broken and shard == 0 and i == 2:
+            continue  # no caption member
+          add(tar, f'{key}.txt', caption.encode())
+          add(tar, f'{key}.json', ('{"caption": "%s (json)"}' % caption).encode())
+      out[source].append(path)
+  return out

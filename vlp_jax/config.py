@@ -29,6 +29,8 @@ from vlp_jax.registry import RegistryError, check_choice
 # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) | 'microbatch'
 # (per-example losses only).
 ACCUMULATION_MODES = ('none', 'decoupled', 'microbatch')
+# config.log.wandb_mode (training/writer.py): wandb.init's mode.
+WANDB_MODES = ('online', 'offline', 'disabled')
 
 
 def define_config_flag(default: str | None = None, help_string: str = 'Path to a config file with get_config().'):
@@ -48,9 +50,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = models.preset('tiny')
   c.objective = ml_collections.ConfigDict({'name': 'clip', 'terms': ()})
   c.data = ml_collections.ConfigDict({
-      'name': 'synthetic',  # or 'array_record'
+      'name': 'synthetic',  # or 'array_record', 'webdataset'
       # array_record: comma-separated sources, each a directory or glob of our shards, 'synthetic' (the embedded
-      # dataset) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into cache_dir)
+      # dataset) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into cache_dir).
+      # webdataset: comma-separated sources of tar shards, each [NAME=]PATTERN with brace ranges or globs
+      # ('laion=/data/laion/{00000..41455}.tar'); unnamed sources are named after their folder (data/webdataset.py)
       'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
@@ -72,6 +76,9 @@ def base_config() -> ml_collections.ConfigDict:
       'mixing': 'mixed',
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
       'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
+      # webdataset samples: the image is the first member present of image_keys; the caption a member ('txt') or a
+      # field of the JSON member ('json:caption')
+      'webdataset': {'image_keys': 'jpg,png,jpeg,webp', 'caption_key': 'txt'},
       'synthetic': {
           'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
           'sources': synthetic.SOURCES, 'shards': 2,
@@ -116,7 +123,11 @@ def base_config() -> ml_collections.ConfigDict:
   # perf/mfu divides the achieved FLOP/s per device by the device's published dense bf16 peak (vlp_jax/hardware.py,
   # whatever model.dtype); peak_device_tflops > 0 sets that peak instead (TFLOP/s per device), e.g. for a device not
   # in the table, which otherwise logs no perf/mfu. 0 = look the device up.
-  c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0})
+  # wandb_project: also send the scalars and the end-of-run plots to Weights & Biases (training/writer.py; needs
+  # `pip install wandb`); '' = off. wandb_entity: '' = your default entity. wandb_mode: 'online' | 'offline' (files
+  # under the workdir, `wandb sync` later) | 'disabled'. wandb_run_name: '' = the workdir's basename.
+  c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0, 'wandb_project': '', 'wandb_entity': '',
+                                     'wandb_mode': 'online', 'wandb_run_name': ''})
   # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
   c.max_nonfinite_steps = 10
   # async_save: the step goes on while the files are written (the state is copied to host memory first); the
@@ -155,6 +166,7 @@ _CHOICES: dict[str, Any] = {
     'data.augment': ('none', *AUGMENTATIONS),
     'optim.schedule': ('cosine', 'constant'),
     'accumulation.mode': ACCUMULATION_MODES,
+    'log.wandb_mode': WANDB_MODES,
     'eval.split': ('val', 'test'),
     'eval.templates': TEMPLATE_CHOICES,
     'data.synthetic.captions': synthetic.CAPTION_STYLES,

@@ -179,12 +179,24 @@ class LoadedModel:
       return np.zeros((0, self.embed_dim), np.float32)
     return np.array(self._encoder_for(len(texts)).texts(texts))  # writable: the encoder memo is read-only
 
+  def encode_tokens(self, tokens: Any) -> np.ndarray:
+    """[N, context_length] integer tokens (what `tokenize` gives; any integer array-like) -> [N, d] float32
+    L2-normalised embeddings, equal to `encode_text` of the captions they tokenise."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[1] != self.context_length or not (
+        np.issubdtype(tokens.dtype, np.integer) or tokens.size == 0):
+      raise ValueError(f'encode_tokens takes [N, {self.context_length}] integer tokens (what tokenize gives), got '
+                       f'{_describe(tokens)}')
+    if not len(tokens):
+      return np.zeros((0, self.embed_dim), np.float32)
+    return self._encoder_for(len(tokens)).tokens(tokens)
+
 
 def load(checkpoint: str, batch_size: int = DEFAULT_BATCH_SIZE, ema: bool = False) -> LoadedModel:
   """A checkpoint (a workdir, its `checkpoints/<step>` directory, or one written by `python -m vlp_jax.weights
-  import`) -> LoadedModel with encode_image, encode_text, preprocess and tokenize. Inputs of more than `batch_size`
-  rows are embedded in chunks of that size. `ema`: the EMA of the weights that a run with config.ema.decay > 0 keeps,
-  instead of its parameters.
+  import`) -> LoadedModel with encode_image, encode_text, encode_tokens, preprocess and tokenize. Inputs of more
+  than `batch_size` rows are embedded in chunks of that size. `ema`: the EMA of the weights that a run with
+  config.ema.decay > 0 keeps, instead of its parameters.
 
   Raises FileNotFoundError naming the path when it holds no checkpoint, and a ValueError (`errors.ConfigError`)
   with `ema` when it holds no EMA.

@@ -25,7 +25,7 @@ LAYERS = (
     ('checkpoint_files', 'errors', 'parallel', 'hardware'),
     ('registry',),
 )
-ENTRY_MODULES = ('main', 'evaluate', 'embed', 'weights', 'convert')
+ENTRY_MODULES = ('main', 'evaluate', 'embed', 'weights', 'convert', 'clip_benchmark')
 
 
 def module_files(root: str = ROOT) -> dict[str, str]:

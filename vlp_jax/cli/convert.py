@@ -39,10 +39,9 @@ import multiprocessing
 import os
 import re
 import sys
-import tarfile
 import tempfile
 import time
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from absl import flags
 from array_record.python.array_record_module import ArrayRecordWriter
@@ -51,6 +50,7 @@ from PIL import Image, ImageFile
 from vlp_jax import errors
 from vlp_jax.cli import common
 from vlp_jax.data import records
+from vlp_jax.data.webdataset import TarMember, compression_of, read_member, tar_samples
 
 FORMATS = ('tsv', 'csv', 'webdataset', 'folder')
 # Why an input example was skipped before it became a record (records.SKIP_REASONS are why a record is replaced
@@ -81,20 +81,11 @@ _ORIENTATION_TAG = 0x0112
 _UNDO_ORIENTATION = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
                      4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270,
                      7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90}
-_COMPRESSED_MAGIC = {b'\x1f\x8b': 'gzip', b'BZh': 'bzip2', b'\xfd7zXZ': 'xz', b'\x28\xb5\x2f\xfd': 'zstd'}
 _MAX_CHUNK = 64  # entries per worker task: big enough to amortise the task, small enough to bound memory
 
 
 class ConvertError(errors.ConfigError):
   """The arguments or the inputs as a whole cannot be converted; the message says what to fix. Exit code 2."""
-
-
-class TarMember(NamedTuple):
-  """Where one member's bytes are in an uncompressed tar file."""
-  path: str
-  name: str
-  offset: int
-  size: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,27 +306,10 @@ def read_jsonl(jsonl: str, image_folder: str, image_column: str, caption_column:
                   skip=skip)
 
 
-def _split_member_name(name: str) -> tuple[str, str]:
-  """webdataset's grouping: 'dir/000012.seg.png' -> ('dir/000012', 'seg.png'), extension lower-cased."""
-  folder, base = os.path.split(name)
-  stem, _, extension = base.partition('.')
-  return (f'{folder}/{stem}' if folder else stem), extension.lower()
-
-
 def read_tar(path: str, image_keys: tuple[str, ...], caption_key: str) -> tuple[list[Entry], bool]:
   """The samples of one uncompressed webdataset tar in order of first appearance -> (entries, whether the tar broke
   off with a read error; the samples listed before it are kept)."""
-  samples: dict[str, dict[str, TarMember]] = {}
-  broken = False
-  try:
-    with tarfile.open(path, 'r:') as tar:
-      for info in tar:
-        key, extension = _split_member_name(info.name)
-        if not info.isfile() or not extension or not key or os.path.basename(key).startswith('.'):
-          continue
-        samples.setdefault(key, {}).setdefault(extension, TarMember(path, info.name, info.offset_data, info.size))
-  except (tarfile.TarError, OSError, EOFError):
-    broken = True
+  samples, broken = tar_samples(path)
   entries = []
   for key, members in samples.items():
     image = next((members[k] for k in image_keys if k in members), None)
@@ -348,12 +322,10 @@ def read_tar(path: str, image_keys: tuple[str, ...], caption_key: str) -> tuple[
 
 
 def _check_uncompressed(path: str) -> None:
-  with open(path, 'rb') as f:
-    head = f.read(6)
-  for magic, name in _COMPRESSED_MAGIC.items():
-    if head.startswith(magic):
-      raise ConvertError(f'{path} is a {name}-compressed tar; decompress it first (the converter reads members by '
-                         'offset from plain .tar files, as img2dataset writes them)')
+  compression = compression_of(path)
+  if compression:
+    raise ConvertError(f'{path} is a {compression}-compressed tar; decompress it first (the converter reads members '
+                       'by offset from plain .tar files, as img2dataset writes them)')
 
 
 def _as_sentence(caption: str) -> str:
@@ -406,12 +378,7 @@ def find_long_caption(captions: dict[str, str], key: str, image_name: str) -> st
 def _read_member(member: TarMember, files: dict[str, BinaryIO]) -> bytes:
   if member.path not in files:
     files[member.path] = open(member.path, 'rb')  # pylint: disable=consider-using-with  # closed by the caller
-  handle = files[member.path]
-  handle.seek(member.offset)
-  data = handle.read(member.size)
-  if len(data) != member.size:
-    raise records.BadRecordError('corrupt_tar', f'{member.name} in {member.path} is cut short')
-  return data
+  return read_member(files[member.path], member)
 
 
 def _caption(entry: Entry, files: dict[str, BinaryIO]) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import sys
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import grain
 import numpy as np
@@ -194,11 +194,13 @@ def parse_weights(text: str, names: Sequence[str]) -> list[float]:
   return [weights[n] for n in names]
 
 
-def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
+def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int,
+                    shard_records: Callable[[list[str], list[int]], Any] = ShardRecords
                     ) -> tuple[list[str], list[int], list[grain.MapDataset]]:
   """(source names in order of first appearance, their sizes, one endless reshuffled stream per source).
 
-  Stream elements are (shard id, record bytes), the shard id being the shard's index in `paths`.
+  Stream elements are (shard id, record), the shard id being the shard's index in `paths`; `shard_records` gives
+  random access to a list of shards (ShardRecords, or webdataset.TarShardRecords).
   """
   if len(sources) != len(paths):
     raise ValueError(f'got {len(sources)} shard sources for {len(paths)} shards')
@@ -206,7 +208,7 @@ def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
   sizes, streams = [], []
   for k, name in enumerate(names):
     ids = [i for i, s in enumerate(sources) if s == name]
-    data = ShardRecords([paths[i] for i in ids], ids)
+    data = shard_records([paths[i] for i in ids], ids)
     # Each source's shuffle gets its own seed, derived from (seed, k); repeat() reshuffles every pass.
     source_seed = int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
     sizes.append(len(data))
@@ -216,13 +218,13 @@ def source_datasets(paths: Sequence[str], sources: Sequence[str], seed: int
 
 def mixed_sources_dataset(paths: Sequence[str], sources: Sequence[str], *, mode: str, seed: int,
                           global_batch_size: int, weights: str = '',
-                          load: Callable[[grain.MapDataset], grain.MapDataset] = lambda stream: stream
-                          ) -> grain.MapDataset:
+                          load: Callable[[grain.MapDataset], grain.MapDataset] = lambda stream: stream,
+                          shard_records: Callable[[list[str], list[int]], Any] = ShardRecords) -> grain.MapDataset:
   """The examples in the order of `mode` ('weighted', 'single_source' or 'sequential'): an endless MapDataset; for
   the last two, its global batch b (elements [b G, (b + 1) G)) holds examples of one source. Take each process's
   slice after this. load: applied to each source's stream before the selection (decoding, so that a bad record is
   replaced from its own source). weights: `config.data.source_weights`."""
-  names, sizes, streams = source_datasets(paths, sources, seed)
+  names, sizes, streams = source_datasets(paths, sources, seed, shard_records)
   if not names:
     raise ValueError('the training shards are empty: no source to draw batches from')
   if mode == 'weighted' and not weights:

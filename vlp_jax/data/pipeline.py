@@ -9,7 +9,7 @@ checkpoint.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import grain
 from absl import flags
@@ -29,7 +29,7 @@ MAX_SUBSTITUTES = 64
 
 
 class LoadExamples(grain.MapDataset):
-  """(shard id, record bytes) elements -> decoded examples (image [H, W, 3] uint8, captions as strings, and 'teacher'
+  """(shard id, record bytes or a webdataset sample) elements -> decoded examples (image [H, W, 3] uint8, captions as strings, and 'teacher'
   [d] float32 looked up by key when `teacher_path` is set), never failing on a bad record.
 
   A bad record (records.SKIP_REASONS: not a record, empty / corrupt / huge image, empty caption) at position i is
@@ -48,8 +48,13 @@ class LoadExamples(grain.MapDataset):
   def __len__(self) -> int:
     return len(self._parent)
 
-  def _load(self, record: bytes) -> dict[str, Any]:
-    example = records.deserialize(record)
+  def _load(self, record: bytes | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(record, dict):  # a webdataset sample (data/webdataset.py), read from its tar
+      if 'bad' in record:
+        raise records.BadRecordError(record['bad'], record['detail'])
+      example = dict(record)
+    else:
+      example = records.deserialize(record)
     if not str(example.get(self._caption_field) or '').strip():
       raise records.BadRecordError('empty_caption', f"the record's '{self._caption_field}' is empty")
     example['image'] = records.decode_image(example['image'])
@@ -153,14 +158,16 @@ class ProcessBlocks(grain.MapDataset):
 def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
                    num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None,
-                   source_weights: str = '', caption_field: str = 'caption') -> grain.DatasetIterator:
+                   source_weights: str = '', caption_field: str = 'caption',
+                   shard_records: Callable[[list[str], list[int]], Any] = ShardRecords) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}): the views'
   fields, plus the record-status fields STATUS_KEYS (see LoadExamples; `pop_status` separates them).
 
   The random views of example i depend only on (seed, i), and each process slices the global order after they are
   made, so the global batch is the same whatever the process count. Supports `get_state()` / `set_state()`.
   mixing: one of data/mixing.py's MODES. sources: the source of each shard; by default read from the shards'
-  records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing.
+  records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing. shard_records: (shard paths,
+  their ids) -> random access to (shard id, record) (ShardRecords for ArrayRecord, webdataset.TarShardRecords).
   """
   if not paths:
     raise ValueError('the training data has no shard files')
@@ -175,10 +182,11 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     return LoadExamples(stream, paths, names, caption_field, teacher_path)
 
   if mixing == 'mixed':
-    dataset = load(grain.MapDataset.source(ShardRecords(paths)).shuffle(seed=seed).repeat())
+    dataset = load(grain.MapDataset.source(shard_records(paths, list(range(len(paths))))).shuffle(seed=seed).repeat())
   else:
     dataset = mixing_lib.mixed_sources_dataset(paths, sources, mode=mixing, seed=seed,
-                                               global_batch_size=global_batch_size, weights=source_weights, load=load)
+                                               global_batch_size=global_batch_size, weights=source_weights, load=load,
+                                               shard_records=shard_records)
   dataset = dataset.random_map(WithStatus(views), seed=seed)
   local_batch = global_batch_size // process_count
   dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)

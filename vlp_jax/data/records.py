@@ -43,7 +43,9 @@ class BadRecordError(ValueError):
 
 
 # Why a record is skipped; the order fixes the codes the pipeline carries per example (0 = a good record).
-SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'empty_caption')
+SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'empty_caption',
+                # webdataset samples (data/webdataset.py): no image member, no caption member, a tar cut short
+                'missing_image', 'missing_caption', 'corrupt_tar')
 # PIL's decompression-bomb threshold: beyond it decoding is refused, from the header, before any pixel is read.
 DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
 

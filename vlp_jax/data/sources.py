@@ -1,6 +1,7 @@
 """Where the training shards are: `config.data.name` 'synthetic' (the embedded dataset, generated on first use into
-`config.data.cache_dir`) or 'array_record' (the comma-separated sources of `config.data.path`: directories or globs
-of our shards, 'synthetic', or 'tfds:NAME:SPLIT', a prepared tfds split written once as shards)."""
+`config.data.cache_dir`), 'array_record' (the comma-separated sources of `config.data.path`: directories or globs
+of our shards, 'synthetic', or 'tfds:NAME:SPLIT', a prepared tfds split written once as shards) or 'webdataset'
+(tar shards read as they are, data/webdataset.py)."""
 from __future__ import annotations
 
 import glob
@@ -10,9 +11,10 @@ import ml_collections
 
 from vlp_jax.data import synthetic
 from vlp_jax.data import tfds as tfds_sources
+from vlp_jax.data import webdataset
 from vlp_jax.errors import DataNotFoundError
 
-TRAIN_DATASETS = ('synthetic', 'array_record')
+TRAIN_DATASETS = ('synthetic', 'array_record', 'webdataset')
 
 
 def synthetic_spec(data: ml_collections.ConfigDict) -> synthetic.SyntheticSpec:
@@ -34,6 +36,10 @@ def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
       raise ValueError(f"split '{split}' is not valid; valid choices: {list(synthetic.SPLITS)}")
     root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
     return synthetic.shard_paths(root, split, tuple(data.synthetic.sources))
+  if data.name == 'webdataset':
+    if split != 'train':
+      raise ValueError(f"webdataset data at config.data.path has only the 'train' split, not '{split}'")
+    return [path for path, _ in webdataset_shards(data)]
   if data.name == 'array_record':
     if split != 'train':
       raise ValueError(f"array_record data at config.data.path has only the 'train' split, not '{split}'")
@@ -42,6 +48,25 @@ def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
                               + PREPARE_HELP)
     return [path for item in data.path.split(',') if item.strip() for path in source_paths(item.strip(), data)]
   raise ValueError(f"config.data.name='{data.name}' is not a known dataset; valid choices: {sorted(TRAIN_DATASETS)}")
+
+
+def webdataset_shards(data: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+  """[(tar path, source name)] of `config.data.path` for webdataset data, in order."""
+  if not data.path.strip():
+    raise DataNotFoundError("config.data.path is empty: name the tar shards, e.g. "
+                            "--config.data.path='laion=/data/laion/{00000..41455}.tar'")
+  shards = []
+  for name, pattern in webdataset.parse_sources(data.path):
+    paths = webdataset.shard_paths(pattern)
+    if not paths:
+      raise webdataset.missing_pattern_error(pattern)
+    shards.extend((path, name) for path in paths)
+  return shards
+
+
+def webdataset_fields(data: ml_collections.ConfigDict) -> webdataset.Fields:
+  keys = tuple(k.strip().lower() for k in data.webdataset.image_keys.split(',') if k.strip())
+  return webdataset.Fields(image_keys=keys, caption_key=data.webdataset.caption_key.strip())
 
 
 PREPARE_HELP = (

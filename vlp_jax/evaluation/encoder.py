@@ -96,10 +96,14 @@ class Encoder:
     if key not in self._text_memo:
       if len(self._text_memo) >= self.TEXT_MEMO_SIZE:
         self._text_memo.pop(next(iter(self._text_memo)))
-      embeddings = self._chunked(self._texts, self.tokenizer(list(key), context_length=self.context_length))
+      embeddings = self.tokens(self.tokenizer(list(key), context_length=self.context_length))
       embeddings.flags.writeable = False  # shared by every caller of the memo
       self._text_memo[key] = embeddings
     return self._text_memo[key]
+
+  def tokens(self, tokens: np.ndarray) -> np.ndarray:
+    """[N, context_length] integer tokens (what the model's tokenizer gives) -> [N, d] unit-norm float32."""
+    return self._chunked(self._texts, np.asarray(tokens, np.int32))
 
   def patch_embeddings(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""

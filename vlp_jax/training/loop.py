@@ -6,6 +6,7 @@ builds a `TrainContext` (`build_context`), runs `train` and prints the results.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -18,8 +19,9 @@ from vlp_jax import hardware, models, objectives, parallel
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.data import sources
-from vlp_jax.data import mixing, pipeline
+from vlp_jax.data import mixing, pipeline, synthetic, webdataset
 from vlp_jax.data.record_stats import RecordStats
+from vlp_jax.data.shards import ShardRecords
 from vlp_jax.evaluation import Encoder
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
@@ -31,7 +33,7 @@ from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.progress import Progress, print_summary
 from vlp_jax.training.state import TrainState, create_train_state, with_ema
 from vlp_jax.training.step import UnrolledFlops, compile_train_step
-from vlp_jax.training.writer import MetricWriter, read_metrics
+from vlp_jax.training.writer import MetricWriter, check_backends, read_metrics
 
 
 def latest_eval(workdir: str) -> dict[str, float]:
@@ -66,13 +68,24 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
 def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any, RecordStats]:
   """This process's training batches (a grain iterator, checkpointed with the state) and the bad-record counter."""
   try:
-    shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
+    shard_records = ShardRecords
+    if config.data.name == 'webdataset':  # sources from data.path; samples read from the tars by offset
+      shard_sources = [source for _, source in sources.webdataset_shards(config.data)]
+      shard_records = functools.partial(
+          webdataset.TarShardRecords, sources=dict(zip(paths, shard_sources)),
+          fields=sources.webdataset_fields(config.data),
+          cache_dir=config.data.cache_dir or synthetic.default_cache_dir())
+      webdataset.check_unreadable(paths, shard_records(paths, list(range(len(paths)))).unreadable,
+                                  config.data.max_bad_fraction)
+    else:
+      shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
     data_iterator = pipeline.train_iterator(
         paths, objectives.OBJECTIVES.get(config.objective.name).views(config), seed=config.seed,
         global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
         teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
         num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
-        source_weights=config.data.source_weights, caption_field=config.data.caption_field)
+        source_weights=config.data.source_weights, caption_field=config.data.caption_field,
+        shard_records=shard_records)
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
     raise errors.ConfigError(str(error)) from error
   return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
@@ -153,7 +166,8 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   eval_sets = evalsets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
-  writer = MetricWriter(workdir, resume_step=start_step)  # drops the lines past start_step: they are redone
+  # metrics.jsonl drops the lines past start_step (they are redone); TensorBoard; W&B with config.log.wandb_project
+  writer = MetricWriter(workdir, resume_step=start_step, config=config)
   return TrainContext(
       config=config, workdir=workdir, checkpointer=checkpointer, mesh=mesh, objective=objective, schedule=schedule,
       data_iterator=data_iterator, record_stats=record_stats, step_fn=step_fn, step_rng=step_rng,
@@ -206,6 +220,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   'step': the last step}.
   """
   config_lib.validate(config, num_devices=jax.device_count())
+  check_backends(config)  # config.log.wandb_project without wandb installed: says how to install it
   paths = sources.train_paths(config.data)  # fails early, with instructions, when the data is missing
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
@@ -219,10 +234,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   try:
     with guards.PreemptionWatcher() as watcher:
       step = train(ctx, default_hooks(ctx, watcher))
+    curves = plot_curves(workdir) if jax.process_index() == 0 else None
+    if curves:  # the end-of-run plot, also as an image to the writer's backends (TensorBoard, W&B)
+      ctx.writer.write_images(step, {'plots/curves': curves})
   finally:  # every way out (done, preempted, non-finite, an error) closes the files
     ctx.close()
   if step >= config.total_steps and ctx.last_eval:
     print_summary(ctx.last_eval, f'Finished training at step {step}. Results on the {config.eval.split} split:')
-  if jax.process_index() == 0 and (curves := plot_curves(workdir)):
+  if curves:
     print(f'Training curves: {curves}', flush=True)
   return {'state': ctx.state, 'eval': ctx.last_eval, 'step': step}

@@ -1,45 +1,206 @@
-"""Metrics to `workdir/metrics.jsonl` (one JSON object per line, always with "step") and TensorBoard events."""
+"""Where the metrics go: `MetricWriter` sends every write to each of its backends, on process 0 only:
+
+  JsonLines    `workdir/metrics.jsonl`, one JSON object per line, always with "step" (what the code reads back)
+  TensorBoard  event files in the workdir (`tensorboard --logdir WORKDIR`)
+  WandB        a Weights & Biases run, when config.log.wandb_project is set (`pip install wandb`, an optional
+               dependency imported here only then): the same scalars at the same steps, the config (flattened) as
+               the run's config, and the end-of-run plots as images. Its run id is kept in `workdir/wandb_run_id`,
+               so that a resumed run goes on in the same W&B run.
+
+Every backend gets the same scalars (`write`) and images (`write_images`: name -> PNG path) at the same steps.
+"""
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
+from typing import Any, Protocol
 
 import jax
+import ml_collections
+import numpy as np
+
+from vlp_jax import errors
+
+WANDB_RUN_ID_FILE = 'wandb_run_id'
 
 
-class MetricWriter:
-  """Writes on process 0 only. On resume, lines past the restored step are dropped: they are re-done."""
+class Backend(Protocol):
+  def scalars(self, step: int, metrics: dict[str, float]) -> None: ...
+  def images(self, step: int, paths: dict[str, str]) -> None: ...
+  def close(self) -> None: ...
 
-  def __init__(self, workdir: str, resume_step: int = 0):
-    self.active = jax.process_index() == 0
-    self.path = os.path.join(workdir, 'metrics.jsonl')
-    self._tb = None
-    if not self.active:
-      return
-    os.makedirs(workdir, exist_ok=True)
-    if os.path.exists(self.path):
-      with open(self.path) as f:
+
+class JsonLines:
+  """metrics.jsonl. On resume, lines past the restored step are dropped: they are re-done. Images are not kept."""
+
+  def __init__(self, path: str, resume_step: int):
+    self.path = path
+    if os.path.exists(path):
+      with open(path) as f:
         kept = [line for line in f if line.strip() and json.loads(line)['step'] <= resume_step]
-      tmp = self.path + '.tmp'
+      tmp = path + '.tmp'
       with open(tmp, 'w') as f:
         f.writelines(kept)
-      os.replace(tmp, self.path)
+      os.replace(tmp, path)
+
+  def scalars(self, step: int, metrics: dict[str, float]) -> None:
+    record = {'step': step, 'time': time.time(), **metrics}
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(record) + '\n')
+
+  def images(self, step: int, paths: dict[str, str]) -> None:
+    pass
+
+  def close(self) -> None:
+    pass
+
+
+class TensorBoard:
+  """Scalars and images as TensorBoard events in the workdir."""
+
+  def __init__(self, workdir: str):
     from tensorboardX import SummaryWriter
     self._tb = SummaryWriter(workdir, flush_secs=10)
 
-  def write(self, step: int, metrics: dict[str, float]) -> None:
-    if not self.active:
-      return
-    record = {'step': int(step), 'time': time.time(), **{k: float(v) for k, v in metrics.items()}}
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+  def scalars(self, step: int, metrics: dict[str, float]) -> None:
     for name, value in metrics.items():
-      self._tb.add_scalar(name, float(value), int(step))
+      self._tb.add_scalar(name, value, step)
+
+  def images(self, step: int, paths: dict[str, str]) -> None:
+    from PIL import Image
+    for name, path in paths.items():
+      with Image.open(path) as image:
+        self._tb.add_image(name, np.asarray(image.convert('RGB')), step, dataformats='HWC')
 
   def close(self) -> None:
-    if self._tb is not None:
-      self._tb.close()
+    self._tb.close()
+
+
+def import_wandb(project: str):
+  """The wandb module; a ConfigError (exit code 2) saying how to install it when it is not installed."""
+  try:
+    import wandb
+  except ImportError as error:
+    raise errors.ConfigError(
+        f'config.log.wandb_project={project!r} sends the metrics to Weights & Biases, but wandb is not installed '
+        f'({error}): `pip install wandb` (or `pip install -e ".[wandb]"`), or leave config.log.wandb_project '
+        "empty ('') to log to metrics.jsonl and TensorBoard only") from None
+  return wandb
+
+
+def check_backends(config: ml_collections.ConfigDict) -> None:
+  """Before anything is built or compiled: raise ConfigError when a backend the config asks for cannot be used
+  (config.log.wandb_project without wandb installed). Every process checks, so that all of them stop alike."""
+  if config.log.wandb_project:
+    import_wandb(config.log.wandb_project)
+
+
+def wandb_run_id(workdir: str, resume_step: int) -> str:
+  """The W&B run id of the run in `workdir`: the one in `workdir/wandb_run_id` when the run resumes from a
+  checkpoint (resume_step > 0), else a new one, written there. A fresh start, whose metrics.jsonl also starts over,
+  is a new W&B run."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, WANDB_RUN_ID_FILE)
+  if resume_step > 0 and os.path.exists(path):
+    with open(path) as f:
+      run_id = f.read().strip()
+    if run_id:
+      return run_id
+  run_id = secrets.token_hex(6)  # 12 characters of [0-9a-f], as W&B's own ids
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    f.write(run_id + '\n')
+  os.replace(tmp, path)
+  return run_id
+
+
+def flat_config(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
+  """{'optim.lr': 5e-4, 'model.vision.width': 768, ...}: the config's leaves under dotted keys."""
+  flat = {}
+
+  def walk(prefix: str, value: Any) -> None:
+    if isinstance(value, (dict, ml_collections.ConfigDict)):
+      for key in value.keys():
+        walk(f'{prefix}{key}.', value[key])
+    else:
+      flat[prefix[:-1]] = list(value) if isinstance(value, tuple) else value
+
+  walk('', config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config)
+  return flat
+
+
+class WandB:
+  """A W&B run (`wandb.init(resume='allow')` with the id of `wandb_run_id`): project, entity, mode and name from
+  config.log. Its files go to $WANDB_DIR if set, else to `workdir/wandb/`.
+
+  A resumed run redoes the steps after its checkpoint; W&B keeps the values it already has for them (the same, as
+  resuming is exact) and takes the steps after the last one it holds."""
+
+  def __init__(self, workdir: str, config: ml_collections.ConfigDict, resume_step: int):
+    log = config.log
+    self._wandb = import_wandb(log.wandb_project)
+    name = log.wandb_run_name or os.path.basename(os.path.normpath(os.path.abspath(workdir)))
+    # dir explicitly, also from $WANDB_DIR: wandb reads the environment once per process, at its first run.
+    self.run = self._wandb.init(project=log.wandb_project, entity=log.wandb_entity or None, name=name,
+                                id=wandb_run_id(workdir, resume_step), resume='allow', mode=log.wandb_mode,
+                                dir=os.environ.get('WANDB_DIR') or workdir)
+    # After init, not through it: a resumed run may change values (a longer total_steps), which init would refuse.
+    self.run.config.update(flat_config(config), allow_val_change=True)
+
+  def _skip(self, step: int) -> bool:
+    return step < (getattr(self.run, 'step', 0) or 0)  # a step a resumed run redoes, which W&B already has
+
+  def scalars(self, step: int, metrics: dict[str, float]) -> None:
+    if not self._skip(step):
+      self.run.log(dict(metrics), step=step)
+
+  def images(self, step: int, paths: dict[str, str]) -> None:
+    if paths and not self._skip(step):
+      self.run.log({name: self._wandb.Image(path) for name, path in paths.items()}, step=step)
+
+  def close(self) -> None:
+    self.run.finish()
+
+
+class MetricWriter:
+  """Writes on process 0 only, to metrics.jsonl, TensorBoard and, with config.log.wandb_project, W&B. On resume,
+  metrics.jsonl drops the lines past the restored step: they are re-done."""
+
+  def __init__(self, workdir: str, resume_step: int = 0, config: ml_collections.ConfigDict | None = None):
+    self.active = jax.process_index() == 0
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self._backends: list[Backend] = []
+    if not self.active:
+      return
+    os.makedirs(workdir, exist_ok=True)
+    self._backends = [JsonLines(self.path, resume_step), TensorBoard(workdir)]
+    if config is not None and config.log.wandb_project:
+      try:
+        self._backends.append(WandB(workdir, config, resume_step))
+      except BaseException:
+        self.close()
+        raise
+
+  def write(self, step: int, metrics: dict[str, float]) -> None:
+    """The same scalars, as Python floats, to every backend at `step`."""
+    if not self._backends:
+      return
+    step, metrics = int(step), {name: float(value) for name, value in metrics.items()}
+    for backend in self._backends:
+      backend.scalars(step, metrics)
+
+  def write_images(self, step: int, paths: dict[str, str]) -> None:
+    """PNG files (name -> path, e.g. {'plots/curves': 'WORKDIR/curves.png'}) as images at `step`, where the backend
+    keeps images (TensorBoard, W&B)."""
+    for backend in self._backends:
+      backend.images(int(step), paths)
+
+  def close(self) -> None:
+    for backend in self._backends:
+      backend.close()
+    self._backends = []
 
 
 def read_metrics(workdir: str) -> list[dict]:

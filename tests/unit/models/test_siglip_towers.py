@@ -3,7 +3,6 @@ reference, a bidirectional text tower read at its last position, scanned blocks 
 dropout without a class token, and the layer groups the optimizer's per-tower rules read."""
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vlp_jax import models
@@ -21,11 +20,21 @@ def _config(scan=False, patch_dropout=0.0):
 
 
 def _params(config):
-  params = models.init_variables(models.build_model(config), jax.random.key(0))[0]
+  params = jax.jit(lambda: models.init_variables(models.build_model(config), jax.random.key(0))[0])()
   # Non-trivial values everywhere (biases and LayerNorm shifts start at zero).
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(1), len(leaves))
-  return jax.tree.unflatten(tree, [np.asarray(x + 0.05 * jax.random.normal(k, x.shape)) for x, k in zip(leaves, keys)])
+  rng = np.random.default_rng(1)
+  return jax.tree.map(lambda x: np.asarray(x) + np.float32(0.05) * rng.standard_normal(x.shape, np.float32), params)
+
+
+def _image_fn(config, train=False):
+  """A jitted encode_image of the config's model: (params, images, rng) -> the tower's outputs."""
+  model = models.build_model(config)
+  return jax.jit(lambda p, x, r: model.apply({'params': p}, x, train, True, r, method=model.encode_image))
+
+
+def _text_fn(config, with_tokens=True):
+  model = models.build_model(config)
+  return jax.jit(lambda p, t: model.apply({'params': p}, t, with_tokens=with_tokens, method=model.encode_text))
 
 
 def _layer_norm(x, scale, bias, eps=1e-6):
@@ -35,10 +44,9 @@ def _layer_norm(x, scale, bias, eps=1e-6):
 
 def test_attention_pooling_matches_a_numpy_reference():
   config = _config()
-  model = models.build_model(config)
   params = _params(config)
   images = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype(np.float32)
-  out = model.apply({'params': params}, images, method=model.encode_image)
+  out = _image_fn(config)(params, images, None)
   tokens, pool = np.asarray(out['tokens'], np.float64), jax.tree.map(lambda a: np.asarray(a, np.float64),
                                                                       params['visual']['attn_pool'])
   width, heads = 32, 4
@@ -62,11 +70,10 @@ def test_attention_pooling_matches_a_numpy_reference():
 
 def test_text_is_bidirectional_and_read_at_the_last_position():
   config = _config()
-  model = models.build_model(config)
   params = _params(config)
   tokens = np.random.default_rng(0).integers(0, 50, size=(3, 8)).astype(np.int32)
-  encode = lambda t, with_tokens=True: model.apply({'params': params}, t, method=model.encode_text,  # noqa: E731
-                                                   with_tokens=with_tokens)
+  full, pooled = _text_fn(config), _text_fn(config, with_tokens=False)
+  encode = lambda t, with_tokens=True: (full if with_tokens else pooled)(params, t)  # noqa: E731
   out = encode(tokens)
   np.testing.assert_array_equal(out['eot'], out['tokens'][:, -1])
   want = np.asarray(out['eot']) @ params['text_projection'] + params['text_projection_bias']
@@ -85,25 +92,22 @@ def test_scanned_siglip_towers_equal_the_unrolled_ones():
   tokens = np.random.default_rng(1).integers(0, 50, size=(2, 8)).astype(np.int32)
 
   def towers(config, p):
-    model = models.build_model(config)
-    return (model.apply({'params': p}, images, method=model.encode_image)['embed'],
-            model.apply({'params': p}, tokens, method=model.encode_text)['embed'])
+    return _image_fn(config)(p, images, None)['embed'], _text_fn(config)(p, tokens)['embed']
   chex.assert_trees_all_close(towers(scanned, stacked_layout(params)), towers(unrolled, params), rtol=2e-5, atol=2e-5)
 
 
 def test_patch_dropout_keeps_k_patches_and_leaves_evaluation_alone():
   config = _config(patch_dropout=0.5)
-  model = models.build_model(config)
   params = _params(config)
   images = np.random.default_rng(0).normal(size=(4, 16, 16, 3)).astype(np.float32)
   rng = example_rngs(jax.random.key(3), 4)
-  train = model.apply({'params': params}, images, True, True, rng, method=model.encode_image)
+  train_fn = _image_fn(config, train=True)
+  train = train_fn(params, images, rng)
   chex.assert_shape(train['tokens'], (4, 8, 32))  # no class token: K = 8 of the 16 patches
-  full = models.build_model(_config())
-  np.testing.assert_array_equal(model.apply({'params': params}, images, method=model.encode_image)['embed'],
-                                full.apply({'params': params}, images, method=full.encode_image)['embed'])
+  np.testing.assert_array_equal(_image_fn(config)(params, images, None)['embed'],
+                                _image_fn(_config())(params, images, None)['embed'])
   # An image's kept patches come from its own key: alone, it gives the same result.
-  alone = model.apply({'params': params}, images[2:3], True, True, rng[2:3], method=model.encode_image)
+  alone = train_fn(params, images[2:3], rng[2:3])
   np.testing.assert_allclose(alone['embed'], train['embed'][2:3], atol=1e-6)
 
 

@@ -1,0 +1,100 @@
+"""webdataset tar shards read as they are (data/webdataset.py): shard patterns, the member index and its cache,
+samples read by offset equal to what was written, bad samples named by reason, unreadable shards left out."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from support import write_webdataset
+from vlp_jax.data import records, sources, webdataset
+from vlp_jax.config import base_config
+from vlp_jax.errors import DataError, DataNotFoundError
+
+
+def test_brace_patterns_expand_as_webdataset_does(tmp_path):
+  assert webdataset.expand_braces('d/{00008..00011}.tar') == [f'd/{i:05d}.tar' for i in range(8, 12)]
+  assert webdataset.expand_braces('{a,b}/{1..2}.tar') == ['a/1.tar', 'a/2.tar', 'b/1.tar', 'b/2.tar']
+  assert webdataset.expand_braces('plain.tar') == ['plain.tar']
+  assert webdataset.parse_sources('laion=/d/laion/{0..3}.tar, /d/cc12m/{a,b}.tar') == [
+      ('laion', '/d/laion/{0..3}.tar'), ('cc12m', '/d/cc12m/{a,b}.tar')]
+  shards = write_webdataset(str(tmp_path), {'web': 3}, samples_per_shard=2, broken=False)['web']
+  assert webdataset.shard_paths(str(tmp_path / 'web')) == shards  # a folder: its tars
+  assert webdataset.shard_paths(str(tmp_path / 'web' / '*.tar')) == shards
+  assert webdataset.shard_paths(str(tmp_path / 'web' / '{00001..00002}.tar')) == shards[1:]
+
+
+def test_samples_are_read_back_as_written_and_bad_ones_named(tmp_path):
+  shards = write_webdataset(str(tmp_path), {'web': 2, 'studio': 1}, samples_per_shard=6)
+  paths = shards['web'] + shards['studio']
+  data = webdataset.TarShardRecords(paths, sources={p: p.split(os.sep)[-2] for p in paths},
+                                    cache_dir=str(tmp_path / 'cache'))
+  assert len(data) == 18
+  shard, example = data[0]
+  assert shard == 0 and example['key'] == 'web000000' and example['source'] == 'web'
+  assert example['caption'] == 'web sample 0 of shard 0' and example['label'] == -1
+  np.testing.assert_array_equal(records.decode_image(example['image']).shape, (16, 16, 3))
+  assert data[1][1]['bad'] == 'missing_image' and data[2][1]['bad'] == 'missing_caption'
+  assert 'bad' not in data[3][1]  # not an image: the pipeline's decoder names it corrupt_image
+  assert data[8][0] == 1 and data[8][1]['key'] == 'web010002' and 'bad' not in data[8][1]  # no breakage in shard 1
+  assert data[12][0] == 2 and data[12][1]['source'] == 'studio'
+  # The JSON member's field as the caption; pickled copies (grain's workers) reopen the files.
+  as_json = webdataset.TarShardRecords(paths, fields=webdataset.Fields(caption_key='json:caption'))
+  assert pickle.loads(pickle.dumps(as_json))[0][1]['caption'] == 'web sample 0 of shard 0 (json)'
+
+
+def test_a_tar_cut_short_gives_corrupt_tar_for_its_last_sample(tmp_path):
+  path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=4, broken=False)['web'][0]
+  data = webdataset.TarShardRecords([path])
+  _, last = data[len(data) - 1]
+  with open(path, 'rb') as f:
+    whole = f.read()
+  # Cut the file inside the last sample's image: its index entry survives in a fresh index only up to the break.
+  cut = str(tmp_path / 'cut.tar')
+  with open(cut, 'wb') as f:
+    f.write(whole[:whole.index(last['image']) + 10])
+  broken = webdataset.TarShardRecords([cut])
+  assert broken[len(broken) - 1][1]['bad'] == 'corrupt_tar'
+  assert all('bad' not in broken[i][1] for i in range(len(broken) - 1))
+
+
+def test_the_index_is_cached_and_rebuilt_when_the_shard_changes(tmp_path):
+  path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=3, broken=False)['web'][0]
+  fields, cache = webdataset.Fields(), str(tmp_path / 'cache')
+  rows, keys, _ = webdataset.load_index(path, fields, cache)
+  cached = webdataset._cache_file(cache, path, fields)  # pylint: disable=protected-access
+  assert os.path.exists(cached)
+  np.testing.assert_array_equal(webdataset.load_index(path, fields, cache)[0], rows)
+  write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=5, broken=False)  # rewritten: new size and mtime
+  assert len(webdataset.load_index(path, fields, cache)[1]) == 5 != len(keys)
+
+
+def test_unreadable_shards_are_left_out_and_named_unless_too_many(tmp_path, capsys):
+  good = write_webdataset(str(tmp_path), {'web': 3}, samples_per_shard=2, broken=False)['web']
+  gz = tmp_path / 'web' / 'packed.tar'
+  gz.write_bytes(b'\x1f\x8b' + b'\0' * 100)  # gzip-compressed: cannot be read by offset
+  missing = str(tmp_path / 'web' / 'gone.tar')
+  paths = good + [str(gz), missing]
+  data = webdataset.TarShardRecords(paths)
+  assert len(data) == 6 and [p for p, _ in data.unreadable] == [str(gz), missing]
+  out = capsys.readouterr().out
+  assert 'packed.tar cannot be read' in out and 'gzip-compressed' in out and 'gone.tar' in out
+  webdataset.check_unreadable(paths, data.unreadable, max_bad_fraction=0.5)  # 2 of 5: tolerated
+  with pytest.raises(DataError, match='2 of 5 webdataset shards cannot be read'):
+    webdataset.check_unreadable(paths, data.unreadable, max_bad_fraction=0.1)
+
+
+def test_config_paths_and_sources(tmp_path):
+  write_webdataset(str(tmp_path), {'web': 2, 'studio': 1}, samples_per_shard=2, broken=False)
+  data = base_config().data
+  data.name = 'webdataset'
+  data.path = f'{tmp_path}/web/{{00000..00001}}.tar,photos={tmp_path}/studio'
+  assert [(os.path.basename(p), s) for p, s in sources.webdataset_shards(data)] == [
+      ('00000.tar', 'web'), ('00001.tar', 'web'), ('00000.tar', 'photos')]
+  assert len(sources.train_paths(data)) == 3
+  data.path = f'{tmp_path}/nothing/*.tar'
+  with pytest.raises(DataNotFoundError, match='matches no tar shard'):
+    sources.train_paths(data)
+  data.path = ''
+  with pytest.raises(DataNotFoundError, match='config.data.path is empty'):
+    sources.train_paths(data)

@@ -1,0 +1,314 @@
+"""Training straight from webdataset tar shards (img2dataset's layout: `KEY.jpg|png|webp`, `KEY.txt`, optional
+`KEY.json`), with no conversion pass.
+
+Each shard's tar headers are scanned once (seeks, no image is read) into a compact index of where every sample's
+members are, cached under the data cache directory; training then reads samples at random by offset, like records of
+an ArrayRecord shard. So the whole pipeline stays random access (data/pipeline.py): one global shuffle over every
+shard, the mixing modes, each process's block of every global batch, and a checkpointed iterator position that
+resumes bit for bit. The index holds about 40 bytes per sample in host memory (400 MB for 10M samples).
+
+Bad samples are not errors: a sample without an image member is 'missing_image', without its caption member
+'missing_caption', a member cut short by a broken tar 'corrupt_tar'; the pipeline replaces them and counts them by
+reason, as it does bad records. A shard that cannot be opened is named and left out, unless more than
+`data.max_bad_fraction` of the shards are unusable.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import re
+import tarfile
+from typing import Any, BinaryIO, NamedTuple
+
+import numpy as np
+
+from vlp_jax.data import records
+from vlp_jax.errors import DataError, DataNotFoundError
+
+DEFAULT_IMAGE_KEYS = ('jpg', 'png', 'jpeg', 'webp')
+DEFAULT_CAPTION_KEY = 'txt'
+_BRACES = re.compile(r'\{([^{}]*)\}')
+_COMPRESSED_MAGIC = {b'\x1f\x8b': 'gzip', b'BZh': 'bzip2', b'\xfd7zXZ': 'xz', b'\x28\xb5\x2f\xfd': 'zstd'}
+_INDEX_VERSION = 1
+
+
+class TarMember(NamedTuple):
+  """Where one member's bytes are in an uncompressed tar file."""
+  path: str
+  name: str
+  offset: int
+  size: int
+
+
+def split_member_name(name: str) -> tuple[str, str]:
+  """webdataset's grouping: 'dir/000012.seg.png' -> ('dir/000012', 'seg.png'), extension lower-cased."""
+  folder, base = os.path.split(name)
+  stem, _, extension = base.partition('.')
+  return (f'{folder}/{stem}' if folder else stem), extension.lower()
+
+
+def tar_samples(path: str) -> tuple[dict[str, dict[str, TarMember]], bool]:
+  """The samples of one uncompressed tar in order of first appearance, {key: {extension: member}} (the first member
+  of each extension), and whether the tar broke off with a read error (the samples before it are kept)."""
+  samples: dict[str, dict[str, TarMember]] = {}
+  broken = False
+  try:
+    with tarfile.open(path, 'r:') as tar:
+      for info in tar:
+        key, extension = split_member_name(info.name)
+        if not info.isfile() or not extension or not key or os.path.basename(key).startswith('.'):
+          continue
+        samples.setdefault(key, {}).setdefault(extension, TarMember(path, info.name, info.offset_data, info.size))
+  except (tarfile.TarError, OSError, EOFError):
+    broken = True
+  return samples, broken
+
+
+def compression_of(path: str) -> str | None:
+  """'gzip', 'bzip2', 'xz' or 'zstd' for a compressed file (its members cannot be read by offset), else None."""
+  with open(path, 'rb') as f:
+    head = f.read(6)
+  return next((name for magic, name in _COMPRESSED_MAGIC.items() if head.startswith(magic)), None)
+
+
+def read_member(handle: BinaryIO, member: TarMember) -> bytes:
+  """A member's bytes; records.BadRecordError('corrupt_tar') when the file ends before them."""
+  handle.seek(member.offset)
+  data = handle.read(member.size)
+  if len(data) != member.size:
+    raise records.BadRecordError('corrupt_tar', f'{member.name} in {member.path} is cut short')
+  return data
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shard patterns
+
+
+def expand_braces(pattern: str) -> list[str]:
+  """webdataset's brace notation: '{00000..00002}' (zero-padded ranges) and '{a,b}' (alternatives), expanded
+  left to right: 'd/{0..1}.tar' -> ['d/0.tar', 'd/1.tar']."""
+  match = _BRACES.search(pattern)
+  if not match:
+    return [pattern]
+  body, head, tail = match.group(1), pattern[:match.start()], pattern[match.end():]
+  if (bounds := re.fullmatch(r'(\d+)\.\.(\d+)', body)):
+    first, last = bounds.groups()
+    width = len(first) if first.startswith('0') else 0
+    options = [str(i).zfill(width) for i in range(int(first), int(last) + 1)]
+  else:
+    options = body.split(',')
+  return [expanded for option in options for expanded in expand_braces(head + option + tail)]
+
+
+def shard_paths(pattern: str) -> list[str]:
+  """The tar files of one `data.path` entry: a brace pattern, a glob, a single file or a directory (its *.tar),
+  each expanded name globbed in turn; sorted within each expanded name, in order across them."""
+  paths = []
+  for name in expand_braces(pattern):
+    if os.path.isdir(name):
+      paths.extend(sorted(glob.glob(os.path.join(name, '*.tar'))))
+    elif any(c in name for c in '*?['):
+      paths.extend(sorted(glob.glob(name)))
+    else:
+      paths.append(name)
+  return paths
+
+
+def parse_sources(path_setting: str) -> list[tuple[str, str]]:
+  """`data.path` for webdataset data -> [(source name, pattern)]: comma-separated entries, each 'NAME=PATTERN' or a
+  PATTERN named after its folder ('/data/cc12m/{0..9}.tar' -> 'cc12m')."""
+  out = []
+  for item in (i.strip() for i in _split_top_level_commas(path_setting)):
+    if not item:
+      continue
+    name, sep, pattern = item.partition('=')
+    if not sep or '/' in name:
+      name, pattern = os.path.basename(os.path.dirname(item.rstrip('/'))) or 'webdataset', item
+    out.append((name, pattern))
+  return out
+
+
+def _split_top_level_commas(text: str) -> list[str]:
+  """Split at commas outside braces ('{a,b}' stays whole)."""
+  parts, depth, current = [], 0, []
+  for char in text:
+    depth += {'{': 1, '}': -1}.get(char, 0)
+    if char == ',' and depth == 0:
+      parts.append(''.join(current))
+      current = []
+    else:
+      current.append(char)
+  return parts + [''.join(current)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The index
+
+
+@dataclasses.dataclass(frozen=True)
+class Fields:
+  """Which members make a sample: the first present of `image_keys`, and the caption: a member's text
+  ('txt') or a field of the sample's JSON member ('json:caption')."""
+  image_keys: tuple[str, ...] = DEFAULT_IMAGE_KEYS
+  caption_key: str = DEFAULT_CAPTION_KEY
+
+  @property
+  def caption_member(self) -> str:
+    return self.caption_key.partition(':')[0]
+
+  @property
+  def caption_json_field(self) -> str:
+    return self.caption_key.partition(':')[2]
+
+
+# One row per sample: its image and caption members' (offset, size); -1 where the member is missing. A JSON caption
+# is read from the JSON member.
+_INDEX_DTYPE = np.dtype([('image_offset', '<i8'), ('image_size', '<i8'), ('caption_offset', '<i8'),
+                         ('caption_size', '<i8')])
+
+
+def _index_shard(path: str, fields: Fields) -> tuple[np.ndarray, list[str], bool]:
+  samples, broken = tar_samples(path)
+  rows = np.full(len(samples), -1, _INDEX_DTYPE)
+  keys = []
+  for i, (key, members) in enumerate(samples.items()):
+    keys.append(key)
+    image = next((members[k] for k in fields.image_keys if k in members), None)
+    caption = members.get(fields.caption_member)
+    if image is not None:
+      rows[i]['image_offset'], rows[i]['image_size'] = image.offset, image.size
+    if caption is not None:
+      rows[i]['caption_offset'], rows[i]['caption_size'] = caption.offset, caption.size
+  return rows, keys, broken
+
+
+def _cache_file(cache_dir: str, path: str, fields: Fields) -> str:
+  stat = os.stat(path)
+  digest = hashlib.sha1(json.dumps([_INDEX_VERSION, os.path.abspath(path), stat.st_size, stat.st_mtime_ns,
+                                    list(fields.image_keys), fields.caption_member]).encode()).hexdigest()
+  return os.path.join(cache_dir, 'webdataset_index', digest[:2], digest + '.npz')
+
+
+def load_index(path: str, fields: Fields, cache_dir: str = '') -> tuple[np.ndarray, np.ndarray, bool]:
+  """(rows [n] of _INDEX_DTYPE, keys [n] bytes, whether the tar broke off) of one shard, from the cache when the
+  shard is unchanged (same path, size and mtime); raises OSError when the shard cannot be opened."""
+  if compression_of(path):
+    raise OSError(f'{path} is a {compression_of(path)}-compressed tar; samples are read by offset from plain .tar '
+                  'files, as img2dataset writes them: decompress it first')
+  cached = _cache_file(cache_dir, path, fields) if cache_dir else ''
+  if cached and os.path.exists(cached):
+    with np.load(cached) as data:
+      return data['rows'], data['keys'], bool(data['broken'])
+  rows, keys, broken = _index_shard(path, fields)
+  keys = np.asarray([k.encode('utf-8', 'surrogateescape') for k in keys], dtype=bytes)
+  if cached:
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    temporary = f'{cached}.{os.getpid()}.tmp.npz'
+    np.savez(temporary, rows=rows, keys=keys, broken=broken)
+    os.replace(temporary, cached)
+  return rows, keys, broken
+
+
+class TarShardRecords:
+  """Random access to the samples of webdataset shards: index -> (shard id, example) where the example is
+  {'image': bytes, 'caption': str, 'key': str, 'source': str, 'label': -1}, or {'bad': reason, 'detail': text,
+  'key': ...} for a sample the pipeline must replace (pipeline.LoadExamples raises it as records.BadRecordError).
+
+  paths: the shards; shard_ids[k]: the id reported for paths[k]; sources: {path: its source name}. Shards that
+  cannot be opened are left out, each named on stdout (`unreadable` lists them). Picklable: grain's worker processes
+  reopen the files.
+  """
+
+  def __init__(self, paths: list[str], shard_ids: list[int] | None = None, sources: dict[str, str] | None = None,
+               fields: Fields = Fields(), cache_dir: str = '', num_threads: int = 16):
+    self._paths = list(paths)
+    self._shard_ids = list(range(len(paths)) if shard_ids is None else shard_ids)
+    self._sources = [(sources or {}).get(path, '') for path in self._paths]
+    self._fields = fields
+
+    def index(path):
+      try:
+        return load_index(path, fields, cache_dir)
+      except OSError as error:
+        return error
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(num_threads, len(paths)))) as pool:
+      indexes = list(pool.map(index, self._paths))
+    self.unreadable = [(p, str(e)) for p, e in zip(self._paths, indexes) if isinstance(e, OSError)]
+    for path, error in self.unreadable:
+      print(f'warning: webdataset shard {path} cannot be read and is left out: {error}', flush=True)
+    kept = [k for k, e in enumerate(indexes) if not isinstance(e, OSError)]
+    self._kept = np.asarray(kept, np.int64)
+    self._rows = np.concatenate([indexes[k][0] for k in kept]) if kept else np.zeros(0, _INDEX_DTYPE)
+    self._keys = np.concatenate([indexes[k][1] for k in kept]) if kept else np.zeros(0, bytes)
+    self._ends = np.cumsum([len(indexes[k][0]) for k in kept]).astype(np.int64)
+    # The last sample of a tar that broke off lost whatever came after the break: corrupt_tar, not a missing member.
+    self._cut_short = {int(end) - 1 for k, end in zip(kept, self._ends) if indexes[k][2]}
+    self._handles: dict[int, BinaryIO] = {}
+
+  def __getstate__(self):
+    return {k: v for k, v in self.__dict__.items() if k != '_handles'}
+
+  def __setstate__(self, state):
+    self.__dict__.update(state, _handles={})
+
+  def __len__(self) -> int:
+    return len(self._rows)
+
+  def _handle(self, shard: int) -> BinaryIO:
+    if shard not in self._handles:
+      self._handles[shard] = open(self._paths[shard], 'rb')  # pylint: disable=consider-using-with
+    return self._handles[shard]
+
+  def __getitem__(self, index: int) -> tuple[int, dict[str, Any]]:
+    index = int(index)
+    shard = int(self._kept[np.searchsorted(self._ends, index, side='right')])
+    row, key = self._rows[index], self._keys[index].decode('utf-8', 'replace')
+    example = {'key': key, 'source': self._sources[shard]}
+    try:
+      if index in self._cut_short and (row['image_offset'] < 0 or row['caption_offset'] < 0):
+        raise records.BadRecordError('corrupt_tar', f'the last sample of {self._paths[shard]} is cut short')
+      example.update(self._read(shard, row))
+    except records.BadRecordError as bad:
+      example.update(bad=bad.reason, detail=str(bad))
+    return self._shard_ids[shard], example
+
+  def __getitems__(self, indices) -> list[tuple[int, dict[str, Any]]]:
+    return [self[i] for i in indices]
+
+  def _read(self, shard: int, row: np.void) -> dict[str, Any]:
+    path = self._paths[shard]
+    if row['image_offset'] < 0:
+      raise records.BadRecordError('missing_image', f'a sample of {path} has no {"/".join(self._fields.image_keys)} '
+                                   'member')
+    if row['caption_offset'] < 0:
+      raise records.BadRecordError('missing_caption', f'a sample of {path} has no {self._fields.caption_member} '
+                                   'member')
+    handle = self._handle(shard)
+    read = lambda offset, size: read_member(handle, TarMember(path, '?', int(offset), int(size)))  # noqa: E731
+    caption = read(row['caption_offset'], row['caption_size']).decode('utf-8', 'replace')
+    if self._fields.caption_json_field:
+      try:
+        caption = json.loads(caption).get(self._fields.caption_json_field) or ''
+      except (ValueError, AttributeError):
+        raise records.BadRecordError('empty_caption', f'a sample of {path} has no readable JSON caption') from None
+    return {'image': read(row['image_offset'], row['image_size']), 'caption': str(caption).strip(), 'label': -1,
+            'long_caption': ''}
+
+
+def check_unreadable(paths: list[str], unreadable: list[tuple[str, str]], max_bad_fraction: float) -> None:
+  """DataError when more than `max_bad_fraction` of the shards cannot be opened (a wrong path, a bad mount), or all
+  of them; `unreadable`: TarShardRecords.unreadable."""
+  if unreadable and (len(unreadable) == len(paths) or len(unreadable) > max_bad_fraction * len(paths)):
+    listed = '\n'.join(f'  {p}: {e}' for p, e in unreadable[:10])
+    raise DataError(f'{len(unreadable)} of {len(paths)} webdataset shards cannot be read (more than '
+                    f'data.max_bad_fraction={max_bad_fraction}):\n{listed}')
+
+
+def missing_pattern_error(pattern: str) -> DataNotFoundError:
+  return DataNotFoundError(f"config.data.path entry '{pattern}' matches no tar shard (brace patterns like "
+                           "'/data/laion/{00000..41455}.tar', globs, a .tar file or a folder of them)")
