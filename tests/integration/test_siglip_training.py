@@ -43,6 +43,7 @@ def siglip_micro(micro, tmp_path):
   path = weights.save_checkpoint(str(tmp_path / 'ckpt'), params, state, micro)
   micro.init.checkpoint = path
   micro.total_steps = 1
+  micro.eval.tasks = ('zeroshot', 'retrieval')
   micro.optim.update(lr=1e-9, warmup_init_lr=1e-9, warmup_steps=0, schedule='constant')
   return micro, params
 

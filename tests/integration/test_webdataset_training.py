@@ -18,7 +18,7 @@ from vlp_jax.training.writer import read_metrics
 
 pytestmark = pytest.mark.slow  # trains, and starts subprocesses
 
-STEPS, EVERY = 16, 4
+STEPS, EVERY = 12, 3
 
 
 @pytest.fixture(scope='module')
@@ -76,7 +76,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(data_cache, shards, tmp_pa
   train_and_evaluate(_config(data_cache, shards), reference)
   workdir = str(tmp_path / 'killed')
   process = _start(workdir, data_cache, shards)
-  # Once checkpoint 8's folder appears, checkpoint 4 (written before it, manifest included) is complete.
+  # Once checkpoint 6's folder appears, checkpoint 3 (written before it, manifest included) is complete.
   _wait_for_checkpoint(process, workdir, 2 * EVERY)
   process.send_signal(signal.SIGKILL)
   process.communicate()

@@ -107,6 +107,8 @@ def _shallow(monkeypatch, name):
   spec['text']['layers'] = 2
   if spec['vision']['type'] == 'vit':
     spec['vision']['layers'] = 2
+    # A 4 x 4 patch grid: the parity of the patch and positional embeddings is per token, as of the blocks.
+    spec['vision']['image_size'] = 4 * spec['vision']['patch_size']
   else:
     spec['vision']['stages'] = (2, 1, 1, 1)  # a stage with a second block, whose shortcut has no downsampling
   monkeypatch.setitem(models.PRESETS, name, spec)
@@ -166,7 +168,7 @@ def test_hf_parity_and_export(tmp_path, monkeypatch):
   hf_config = transformers.CLIPConfig.from_dict(weights.hf_config(config))
   torch.manual_seed(0)
   reference = _randomize(transformers.CLIPModel(hf_config))
-  images, tokens = _inputs(224, seed=1)
+  images, tokens = _inputs(config.vision.image_size, seed=1)
   attention = torch.ones(tokens.shape, dtype=torch.long)
   with torch.no_grad():
     out = reference(input_ids=torch.from_numpy(tokens).long(), attention_mask=attention,
