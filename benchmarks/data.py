@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Input pipeline throughput: samples per second per core, from 256px JPEG ArrayRecord shards to model-ready batches.
+"""Input pipeline throughput: samples per second per core, from 256px JPEG shards to model-ready batches, for
+ArrayRecord shards and for the same images in webdataset tar shards read as they are (data/webdataset.py).
 
   python benchmarks/data.py [--pipelines=clip,cosmos] [--workers=0,1,2] [--batches=20]
+      [--formats=array_record,webdataset]
 
 Writes `--examples` records once (into --cache_dir): 256px JPEGs (quality 90) cropped at random positions, scales and
 flips from scikit-learn's two bundled photographs, so that decoding costs what a natural photo costs, with captions
 and long captions from the embedded dataset. Then, per pipeline and worker count, runs the real training iterator
 (pipeline.train_iterator: read, decode, bad-record checks, the objective's views, tokenisation, batching) and prints
 one JSON line: samples/s, the cores kept busy, and samples per CPU-second (per core), counting this process and its
-worker processes (with psutil).
+worker processes (with psutil). With both formats, each configuration runs them back to back (ArrayRecord first) and
+adds a line with the per-core ratio, webdataset / ArrayRecord, of that pair.
 
   clip:   ClipViews at 224px (resize the shorter side, centre crop; uint8, normalised in the step) and the 77-token
           caption
@@ -45,6 +48,8 @@ _BATCH = flags.DEFINE_integer('batch_size', 64, 'Batch size.')
 _BATCHES = flags.DEFINE_integer('batches', 20, 'Batches timed per configuration (after 2 warm-up batches).')
 _CACHE = flags.DEFINE_string('cache_dir', os.path.join(tempfile.gettempdir(), 'vlp_jax_bench_data'),
                              'Where the JPEG shards are written once.')
+_FORMATS = flags.DEFINE_list('formats', ['array_record', 'webdataset'],
+                              'Shard formats to read: array_record and/or webdataset (the same images and captions).')
 _PROFILE = flags.DEFINE_bool('profile', False, 'Print a cProfile of one inline pass per pipeline.')
 
 
@@ -77,6 +82,28 @@ def write_jpeg_shards(directory: str, count: int, side: int) -> list[str]:
   written = records.write_shards(examples(), directory, 'train', count, 4)
   assert written == paths
   pathlib.Path(done).touch()
+  return paths
+
+
+def write_tar_shards(directory: str, array_record_paths: list[str]) -> list[str]:
+  """The records of `array_record_paths` as img2dataset tar shards (KEY.jpg, KEY.txt; one tar per ArrayRecord
+  shard, the same bytes); reused when present."""
+  import tarfile
+  from vlp_jax.data import pipeline
+  tar_dir = os.path.join(directory, 'webdataset')
+  paths = [os.path.join(tar_dir, f'{i:05d}.tar') for i in range(len(array_record_paths))]
+  if all(os.path.exists(p) for p in paths):
+    return paths
+  os.makedirs(tar_dir, exist_ok=True)
+  for source, path in zip(array_record_paths, paths):
+    with tarfile.open(path + '.tmp', 'w') as tar:
+      for example in pipeline.read_all([source]):
+        key = example['key'].replace('/', '_')
+        for extension, data in (('jpg', example['image']), ('txt', example['caption'].encode('utf-8'))):
+          info = tarfile.TarInfo(f'{key}.{extension}')
+          info.size = len(data)
+          tar.addfile(info, io.BytesIO(data))
+    os.replace(path + '.tmp', path)
   return paths
 
 
@@ -113,12 +140,19 @@ def cpu_seconds() -> float | None:
   return total
 
 
-def measure(paths: list[str], views, workers: int, batch_size: int, batches: int) -> dict[str, float]:
+def measure(paths: list[str], views, workers: int, batch_size: int, batches: int, shard_format: str = 'array_record'
+            ) -> dict[str, float]:
   """Wall-clock samples/s, and samples per CPU-second: the honest per-core figure, since decoding and resizing
   release the GIL, so even 'workers = 0' (grain's reader threads in this process) can use more than one core."""
-  from vlp_jax.data import pipeline
+  import functools
+  from vlp_jax.data import pipeline, shards, webdataset
+  shard_records = shards.ShardRecords
+  if shard_format == 'webdataset':  # the index is built (and cached) here, before the timing starts
+    shard_records = functools.partial(webdataset.TarShardRecords,
+                                      cache_dir=os.path.join(os.path.dirname(paths[0]), 'index'))
   iterator = pipeline.train_iterator(paths, views, seed=0, global_batch_size=batch_size, process_index=0,
-                                     process_count=1, num_workers=workers, num_threads=2)
+                                     process_count=1, num_workers=workers, num_threads=2,
+                                     sources=['photos'] * len(paths), shard_records=shard_records)
   for _ in range(2):  # warm-up: worker start, file opening, tokenizer caches
     next(iterator)
   began, cpu_began = time.perf_counter(), cpu_seconds()
@@ -153,15 +187,27 @@ def profile(paths: list[str], views, examples: int = 128) -> list[dict]:
 
 def main(argv):
   del argv
+  unknown = set(_FORMATS.value) - {'array_record', 'webdataset'}
+  if unknown:
+    raise app.UsageError(f'--formats has {sorted(unknown)}; valid choices: array_record, webdataset')
   paths = write_jpeg_shards(_CACHE.value, _EXAMPLES.value, _SIDE.value)
+  paths_of = {'array_record': paths}
+  if 'webdataset' in _FORMATS.value:
+    paths_of['webdataset'] = write_tar_shards(_CACHE.value, paths)
   cores = os.cpu_count()
   for name in _PIPELINES.value:
     views = views_for(name, _IMAGE_SIZE.value)
     for workers in (int(w) for w in _WORKERS.value):
-      row = {'pipeline': name, 'workers': workers, 'image_size': _IMAGE_SIZE.value, 'stored_side': _SIDE.value,
-             'batch_size': _BATCH.value, 'machine_cores': cores,
-             **measure(paths, views, workers, _BATCH.value, _BATCHES.value)}
-      print(json.dumps(row), flush=True)
+      per_core = {}
+      for shard_format in _FORMATS.value:
+        row = {'pipeline': name, 'format': shard_format, 'workers': workers, 'image_size': _IMAGE_SIZE.value,
+               'stored_side': _SIDE.value, 'batch_size': _BATCH.value, 'machine_cores': cores,
+               **measure(paths_of[shard_format], views, workers, _BATCH.value, _BATCHES.value, shard_format)}
+        per_core[shard_format] = row.get('samples_per_cpu_sec')
+        print(json.dumps(row), flush=True)
+      if len(per_core) == 2 and all(per_core.values()):
+        print(json.dumps({'pipeline': name, 'workers': workers, 'webdataset_over_array_record_per_core':
+                          round(per_core['webdataset'] / per_core['array_record'], 3)}), flush=True)
     if _PROFILE.value:
       print(json.dumps({'pipeline': name, 'profile': profile(paths, views)}), flush=True)
 

@@ -43,8 +43,13 @@ def test_data_benchmark(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
   timed = [r for r in rows if 'samples_per_sec' in r]
-  assert [(r['pipeline'], r['workers']) for r in timed] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
+  # Both formats, back to back for each pipeline and worker count (the same images: the tars are written from the
+  # ArrayRecord shards), and the per-core ratio of each pair.
+  assert [(r['pipeline'], r['workers'], r['format']) for r in timed] == [
+      (p, w, f) for p in ('clip', 'cosmos') for w in (0, 1) for f in ('array_record', 'webdataset')]
   assert all(r['samples_per_sec'] > 0 and r['samples_per_cpu_sec'] > 0 for r in timed)
+  ratios = [r for r in rows if 'webdataset_over_array_record_per_core' in r]
+  assert [(r['pipeline'], r['workers']) for r in ratios] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
   assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}
 
 
