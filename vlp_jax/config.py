@@ -74,6 +74,9 @@ def base_config() -> ml_collections.ConfigDict:
       'num_threads': 2,  # grain reader threads
       # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
       'mixing': 'mixed',
+      # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/mixing.py ResampledShards),
+      # for 'mixed' batches; any shard format
+      'resampled': False,
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
       'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
       # webdataset samples: the image is the first member present of image_keys; the caption a member ('txt') or a
@@ -310,6 +313,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if config.data.source_weights and config.data.mixing not in ('weighted', 'single_source'):
     raise ConfigError(f"config.data.source_weights is set but config.data.mixing='{config.data.mixing}' does not use "
                       "weights; set config.data.mixing to 'weighted' or 'single_source'")
+  if config.data.resampled and config.data.mixing != 'mixed':
+    raise ConfigError(f"config.data.resampled=True draws shards for config.data.mixing='mixed' batches, not "
+                      f"'{config.data.mixing}'")
   if config.data.mixing == 'weighted' and not config.data.source_weights:
     raise ConfigError("config.data.mixing='weighted' needs config.data.source_weights, e.g. 'cc3m=1,cc12m=2'")
   if not isinstance(config.max_nonfinite_steps, int) or config.max_nonfinite_steps < 0:

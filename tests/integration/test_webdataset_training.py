@@ -1,6 +1,6 @@
 """Training straight from webdataset tar shards (two sources, broken samples): killed with SIGKILL mid-run and
 resumed, the run ends bit-identical to an uninterrupted one, with the bad samples counted by reason; ZeroVL's
-single-source batches draw from the tar sources too."""
+single-source batches draw from the tar sources too; resampled shards resume exactly."""
 import json
 import os
 import signal
@@ -103,3 +103,16 @@ def test_single_source_batches_from_tar_sources(data_cache, shards, tmp_path):
   # Each logged window is whole batches of one source each (log every 2 steps: 0, 0.5 or 1 of either source).
   assert all(r['train/data/fraction/web'] in (0.0, 0.5, 1.0) for r in rows)
   assert rows[-1]['train/data/examples/web'] + rows[-1]['train/data/examples/studio'] == 4 * 8
+
+
+def test_resampled_shards_train_and_resume_exactly(data_cache, shards, tmp_path):
+  config = _config(data_cache, shards)
+  config.total_steps, config.checkpoint.every_steps, config.eval.every_steps = 6, 3, 6
+  config.data.resampled = True
+  config.eval.tasks = ('zeroshot',)
+  reference = str(tmp_path / 'reference')
+  train_and_evaluate(config, reference)
+  resumed = str(tmp_path / 'resumed')
+  train_and_evaluate(config, resumed, stop_at_step=3)
+  train_and_evaluate(config, resumed)
+  chex.assert_trees_all_equal(load_variables(resumed)[0], load_variables(reference)[0])

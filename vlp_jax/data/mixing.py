@@ -240,3 +240,75 @@ def mixed_sources_dataset(paths: Sequence[str], sources: Sequence[str], *, mode:
   selection = SourceBatches(sizes, 1 if mode == 'weighted' else global_batch_size, mode, seed,
                             parse_weights(weights, names) if weights else None)
   return grain.MapDataset.select_from_datasets([load(s) for s in streams], selection)
+
+
+class ResampledShards(grain.MapDataset):
+  """open_clip's `--dataset-resampled` as an endless random-access stream: shards are drawn uniformly with
+  replacement, and each chunk of `draws_per_chunk` consecutive draws is one shuffled pool of all their records (the
+  mixing open_clip's shuffle buffer gives, over more shards at once).
+
+  parent: random access to the records of every shard ((shard id, record) elements; ShardRecords or
+  webdataset.TarShardRecords) and `ranges`: [(start, end)] of each shard's records in it (empty shards left out).
+  Element i depends only on (seed, i): chunk c's draws and its permutation come from SeedSequence([seed, c]), so a
+  resumed iterator continues exactly. Chunk starts are computed once in order and kept (a few numbers per chunk).
+  """
+
+  def __init__(self, parent: Any, ranges: Sequence[tuple[int, int]], seed: int, draws_per_chunk: int = 16):
+    super().__init__()
+    self._records = parent
+    self._ranges = np.asarray([r for r in ranges if r[1] > r[0]], np.int64).reshape(-1, 2)
+    if not len(self._ranges):
+      raise ValueError('data.resampled: every shard is empty')
+    self._seed, self._draws = seed, draws_per_chunk
+    self._init_caches()
+
+  def _init_caches(self) -> None:
+    self._starts = [0]  # position of chunk c's first record, for the chunks computed so far
+    self._chunk_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    self._lock = threading.Lock()
+
+  def __getstate__(self):
+    return {k: v for k, v in self.__dict__.items() if k not in ('_starts', '_chunk_cache', '_lock')}
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._init_caches()
+
+  def __len__(self) -> int:
+    return sys.maxsize
+
+  def _chunk(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(drawn shards [draws], the chunk's records in their shuffled order [n], as indices into the parent)."""
+    if chunk not in self._chunk_cache:
+      rng = np.random.default_rng(np.random.SeedSequence([self._seed, chunk]))
+      shards = rng.integers(0, len(self._ranges), self._draws)
+      records = np.concatenate([np.arange(*self._ranges[s]) for s in shards])
+      if len(self._chunk_cache) > 4:
+        self._chunk_cache.pop(next(iter(self._chunk_cache)))
+      self._chunk_cache[chunk] = shards, records[rng.permutation(len(records))]
+    return self._chunk_cache[chunk]
+
+  def _locate(self, index: int) -> tuple[int, int]:
+    """position -> (chunk, offset in it)."""
+    with self._lock:
+      while self._starts[-1] <= index:
+        sizes = self._ranges[:, 1] - self._ranges[:, 0]
+        rng = np.random.default_rng(np.random.SeedSequence([self._seed, len(self._starts) - 1]))
+        self._starts.append(self._starts[-1] + int(sizes[rng.integers(0, len(self._ranges), self._draws)].sum()))
+      chunk = int(np.searchsorted(self._starts, index, side='right')) - 1
+      return chunk, index - self._starts[chunk]
+
+  def drawn_shards(self, chunk: int) -> np.ndarray:
+    """The shards (indices into `ranges`) drawn for chunk `chunk`."""
+    return self._chunk(chunk)[0]
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    chunk, offset = self._locate(int(index))
+    with self._lock:
+      record = self._chunk(chunk)[1][offset]
+    return self._records[int(record)]
+
+  def __str__(self) -> str:
+    return f'ResampledShards(shards={len(self._ranges)}, draws_per_chunk={self._draws})'

@@ -159,7 +159,8 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
                    num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None,
                    source_weights: str = '', caption_field: str = 'caption',
-                   shard_records: Callable[[list[str], list[int]], Any] = ShardRecords) -> grain.DatasetIterator:
+                   shard_records: Callable[[list[str], list[int]], Any] = ShardRecords,
+                   resampled: bool = False) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}): the views'
   fields, plus the record-status fields STATUS_KEYS (see LoadExamples; `pop_status` separates them).
 
@@ -168,6 +169,7 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   mixing: one of data/mixing.py's MODES. sources: the source of each shard; by default read from the shards'
   records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing. shard_records: (shard paths,
   their ids) -> random access to (shard id, record) (ShardRecords for ArrayRecord, webdataset.TarShardRecords).
+  resampled: shards drawn with replacement, endlessly (mixing.ResampledShards; 'mixed' batches only).
   """
   if not paths:
     raise ValueError('the training data has no shard files')
@@ -181,8 +183,15 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   def load(stream: grain.MapDataset) -> grain.MapDataset:
     return LoadExamples(stream, paths, names, caption_field, teacher_path)
 
+  if resampled and mixing != 'mixed':
+    raise ValueError(f"data.resampled draws shards for data.mixing='mixed' batches, not '{mixing}'")
   if mixing == 'mixed':
-    dataset = load(grain.MapDataset.source(shard_records(paths, list(range(len(paths))))).shuffle(seed=seed).repeat())
+    records_source = shard_records(paths, list(range(len(paths))))
+    if resampled:
+      stream = mixing_lib.ResampledShards(records_source, records_source.shard_ranges(), seed)
+    else:
+      stream = grain.MapDataset.source(records_source).shuffle(seed=seed).repeat()
+    dataset = load(stream)
   else:
     dataset = mixing_lib.mixed_sources_dataset(paths, sources, mode=mixing, seed=seed,
                                                global_batch_size=global_batch_size, weights=source_weights, load=load,

@@ -22,6 +22,11 @@ class ShardRecords:
   def __len__(self) -> int:
     return len(self._data)
 
+  def shard_ranges(self) -> list[tuple[int, int]]:
+    """[(start, end)] of each shard's records, in the order of `paths`."""
+    starts = np.concatenate([[0], self._ends[:-1]])
+    return list(zip(starts.tolist(), self._ends.tolist()))
+
   def _shards(self, indices) -> np.ndarray:
     return self._shard_ids[np.searchsorted(self._ends, indices, side='right')]
 

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tarfile
+import threading
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
@@ -248,21 +249,40 @@ class TarShardRecords:
     self._ends = np.cumsum([len(indexes[k][0]) for k in kept]).astype(np.int64)
     # The last sample of a tar that broke off lost whatever came after the break: corrupt_tar, not a missing member.
     self._cut_short = {int(end) - 1 for k, end in zip(kept, self._ends) if indexes[k][2]}
-    self._handles: dict[int, BinaryIO] = {}
+    self._descriptors: dict[int, int] = {}
+    self._open_lock = threading.Lock()
 
   def __getstate__(self):
-    return {k: v for k, v in self.__dict__.items() if k != '_handles'}
+    return {k: v for k, v in self.__dict__.items() if k not in ('_descriptors', '_open_lock')}
 
   def __setstate__(self, state):
-    self.__dict__.update(state, _handles={})
+    self.__dict__.update(state, _descriptors={}, _open_lock=threading.Lock())
+
+  def __del__(self):
+    for descriptor in getattr(self, '_descriptors', {}).values():
+      os.close(descriptor)
 
   def __len__(self) -> int:
     return len(self._rows)
 
-  def _handle(self, shard: int) -> BinaryIO:
-    if shard not in self._handles:
-      self._handles[shard] = open(self._paths[shard], 'rb')  # pylint: disable=consider-using-with
-    return self._handles[shard]
+  def shard_ranges(self) -> list[tuple[int, int]]:
+    """[(start, end)] of each readable shard's samples."""
+    starts = np.concatenate([[0], self._ends[:-1]]).astype(np.int64)
+    return list(zip(starts.tolist(), self._ends.tolist()))
+
+  def _descriptor(self, shard: int) -> int:
+    with self._open_lock:
+      if shard not in self._descriptors:
+        self._descriptors[shard] = os.open(self._paths[shard], os.O_RDONLY)
+      return self._descriptors[shard]
+
+  def _read_at(self, shard: int, offset: int, size: int) -> bytes:
+    """`size` bytes at `offset` of a shard. pread keeps no file position, so grain's reader threads can read one
+    shard at once (a shared seek-then-read would hand one thread's bytes to another)."""
+    data = os.pread(self._descriptor(shard), int(size), int(offset))
+    if len(data) != size:
+      raise records.BadRecordError('corrupt_tar', f'a sample of {self._paths[shard]} is cut short')
+    return data
 
   def __getitem__(self, index: int) -> tuple[int, dict[str, Any]]:
     index = int(index)
@@ -288,8 +308,7 @@ class TarShardRecords:
     if row['caption_offset'] < 0:
       raise records.BadRecordError('missing_caption', f'a sample of {path} has no {self._fields.caption_member} '
                                    'member')
-    handle = self._handle(shard)
-    read = lambda offset, size: read_member(handle, TarMember(path, '?', int(offset), int(size)))  # noqa: E731
+    read = lambda offset, size: self._read_at(shard, offset, size)  # noqa: E731
     caption = read(row['caption_offset'], row['caption_size']).decode('utf-8', 'replace')
     if self._fields.caption_json_field:
       try:

@@ -85,7 +85,7 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
         teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
         num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
         source_weights=config.data.source_weights, caption_field=config.data.caption_field,
-        shard_records=shard_records)
+        shard_records=shard_records, resampled=config.data.resampled)
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
     raise errors.ConfigError(str(error)) from error
   return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from support import write_webdataset
-from vlp_jax.data import records, sources, webdataset
+from vlp_jax.data import mixing, records, sources, webdataset
 from vlp_jax.config import base_config
 from vlp_jax.errors import DataError, DataNotFoundError
 
@@ -98,3 +98,43 @@ def test_config_paths_and_sources(tmp_path):
   data.path = ''
   with pytest.raises(DataNotFoundError, match='config.data.path is empty'):
     sources.train_paths(data)
+
+
+def test_resampled_shards_draw_with_replacement_and_resume_anywhere(tmp_path):
+  paths = write_webdataset(str(tmp_path), {'web': 5}, samples_per_shard=3, broken=False)['web']
+  data = webdataset.TarShardRecords(paths)
+  ranges = data.shard_ranges()
+  assert ranges == [(3 * k, 3 * k + 3) for k in range(5)]
+  stream = mixing.ResampledShards(data, ranges, seed=7, draws_per_chunk=4)
+  chunks = [stream.drawn_shards(c) for c in range(200)]
+  # Chunk c holds exactly the records of its drawn shards (a shard drawn twice: its records twice), shuffled.
+  position = 0
+  for c, drawn in enumerate(chunks[:6]):
+    want = sorted(data[i][1]['key'] for s in drawn for i in range(*ranges[s]))
+    got = [stream[position + j][1]['key'] for j in range(len(want))]
+    assert sorted(got) == want and got != want, c
+    position += len(want)
+  # With replacement, uniform: repeats within a chunk occur, and every shard is drawn about 1/5 of the time.
+  assert any(len(set(d.tolist())) < len(d) for d in chunks)
+  counts = np.bincount(np.concatenate(chunks), minlength=5)
+  assert counts.min() > 0.15 * counts.sum() and counts.max() < 0.25 * counts.sum()
+  # Element i depends on (seed, i) alone: a fresh (or unpickled) stream read from anywhere agrees, as a resumed
+  # iterator must.
+  fresh = pickle.loads(pickle.dumps(mixing.ResampledShards(data, ranges, seed=7, draws_per_chunk=4)))
+  for i in (250, 3, 97):
+    assert fresh[i][1]['key'] == stream[i][1]['key']
+  assert mixing.ResampledShards(data, ranges, seed=8, draws_per_chunk=4).drawn_shards(0).tolist() != \
+      chunks[0].tolist() or mixing.ResampledShards(data, ranges, seed=8, draws_per_chunk=4).drawn_shards(1).tolist() \
+      != chunks[1].tolist()
+
+
+def test_reader_threads_reading_one_shard_at_once_get_their_own_samples(tmp_path):
+  # grain reads with several threads; a shared file position would hand one thread's bytes to another.
+  import concurrent.futures
+  path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=40, side=32, broken=False)['web'][0]
+  data = webdataset.TarShardRecords([path])
+  want = [data[i][1] for i in range(len(data))]
+  order = np.random.default_rng(0).integers(0, len(data), 4000)
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    got = list(pool.map(lambda i: data[int(i)][1], order))
+  assert all(g['image'] == want[i]['image'] and g['caption'] == want[i]['caption'] for g, i in zip(got, order))
