@@ -70,6 +70,8 @@ def base_config() -> ml_collections.ConfigDict:
       'probe_train_examples': 0,
       # local copies of the compositionality benchmarks (evalsets/compositional.py), for eval.datasets
       'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
+      # a local Flickr30k (dataset_flickr30k.json + flickr30k-images/; evalsets/flickr30k.py), for eval.datasets
+      'flickr30k_dir': '',
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
       # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py

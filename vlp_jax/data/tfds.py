@@ -14,6 +14,17 @@ the exact command.
   oxford_iiit_pet -      test        image   label  -              file_name   train, test
   oxford_flowers102 -    test        image   label  -              file_name   train, validation, test
   coco_captions  2014    test        image   -      captions/text  image/id    train, val, test, restval (Karpathy)
+  imagenet_v2    matched-frequency test image label -              file_name   test
+  imagenet2012_real -    validation  image   original_label (+ real_label, a list)  file_name  validation
+  imagenet_r     -       test        image   label  -              file_name   test (200 of the 1,000 classes)
+  imagenet_a     -       test        image   label  -              file_name   test (200 of the 1,000 classes)
+  imagenet_sketch -      test        image   label  -              file_name   test
+
+The ImageNet variants label over tfds's imagenet2012 class list (labels.txt, the sorted WordNet ids) and get
+OpenAI CLIP's curated class names. ImageNet-R and -A use 200 of those classes: their labels come out as positions
+among the 200 (class_names.IMAGENET_R_WNIDS / IMAGENET_A_WNIDS) and their class names are those 200, so that
+zero-shot classifies among the 200 only, as CLIP's evaluation does. imagenet2012_real (ImageNet's validation images
+with the ReaL labels of Beyer et al. 2020) also gives each example's 'label_set': its real labels, possibly none.
 
 Examples come out in the schema of `to_example`: {'image': [H, W, 3] uint8 RGB, 'label': int (-1 when unlabelled),
 'captions': list[str] ([] for class datasets), 'key': str (the dataset's own example id)}.
@@ -54,6 +65,9 @@ class TfdsDataset:
   caption_path: tuple[str, ...]  # nested keys of the caption strings, () when there are none
   key_feature: str
   manual_download: str = ''  # what to download by hand into --manual_dir, '' when tfds downloads everything
+  # ImageNet WordNet ids the labels are restricted to (labels become positions among them), () for all classes
+  label_subset: tuple[str, ...] = ()
+  label_set_key: str = ''  # a Sequence(ClassLabel) feature: every correct label of an example ('' when none)
 
 
 DATASETS: dict[str, TfdsDataset] = {
@@ -81,7 +95,27 @@ DATASETS: dict[str, TfdsDataset] = {
     'coco_captions': TfdsDataset(
         name='coco_captions', config='2014', eval_split='test', splits=('train', 'val', 'test', 'restval'),
         image_key='image', label_key='', caption_path=('captions', 'text'), key_feature='image/id'),
+    # ImageNet's distribution shifts, test sets only (evaluated zero-shot with ImageNet's names and prompts).
+    'imagenet_v2': TfdsDataset(
+        name='imagenet_v2', config='matched-frequency', eval_split='test', splits=('test',), image_key='image',
+        label_key='label', caption_path=(), key_feature='file_name'),
+    'imagenet2012_real': TfdsDataset(
+        name='imagenet2012_real', config='', eval_split='validation', splits=('validation',), image_key='image',
+        label_key='original_label', caption_path=(), key_feature='file_name', label_set_key='real_label',
+        manual_download=('ILSVRC2012_img_val.tar, which needs an account at https://image-net.org/download-images '
+                         '(tfds downloads the ReaL labels itself)')),
+    'imagenet_r': TfdsDataset(
+        name='imagenet_r', config='', eval_split='test', splits=('test',), image_key='image', label_key='label',
+        caption_path=(), key_feature='file_name', label_subset=class_names_lib.IMAGENET_R_WNIDS),
+    'imagenet_a': TfdsDataset(
+        name='imagenet_a', config='', eval_split='test', splits=('test',), image_key='image', label_key='label',
+        caption_path=(), key_feature='file_name', label_subset=class_names_lib.IMAGENET_A_WNIDS),
+    'imagenet_sketch': TfdsDataset(
+        name='imagenet_sketch', config='', eval_split='test', splits=('test',), image_key='image', label_key='label',
+        caption_path=(), key_feature='file_name'),
 }
+# Datasets labelled with ImageNet's WordNet ids, which get CLIP's curated ImageNet names and prompts.
+IMAGENET_FAMILY = ('imagenet2012', 'imagenet_v2', 'imagenet2012_real', 'imagenet_r', 'imagenet_a', 'imagenet_sketch')
 
 
 def dataset_spec(name: str) -> TfdsDataset:
@@ -203,11 +237,22 @@ def imagenet_wnids() -> tuple[str, ...]:
   return tuple(epath.Path(tfds.core.tfds_path('datasets/imagenet2012/labels.txt')).read_text().split())
 
 
+@functools.cache
+def subset_positions(name: str) -> dict[int, int]:
+  """A dataset with a label_subset: its tfds labels (ImageNet-1k indices, the order of `imagenet_wnids`) -> their
+  positions among the subset ({} for datasets labelled over all their classes)."""
+  subset = dataset_spec(name).label_subset
+  if not subset:
+    return {}
+  index = {wnid: i for i, wnid in enumerate(imagenet_wnids())}
+  return {index[wnid]: position for position, wnid in enumerate(subset)}
+
+
 def readable_class_names(name: str, label_names: Sequence[str]) -> tuple[str, ...]:
   """tfds ClassLabel names -> words for prompts: ImageNet WordNet ids to OpenAI CLIP's curated class names
   ('n01440764' -> 'tench'; ids outside the standard 1,000 are kept), Caltech-101's folder names that are not words
   as CLIP names them, other datasets' underscores to spaces."""
-  if name == 'imagenet2012':
+  if name in IMAGENET_FAMILY:
     curated = dict(zip(imagenet_wnids(), class_names_lib.IMAGENET_CLASS_NAMES, strict=True))
     return tuple(curated.get(n, n) for n in label_names)
   renames = class_names_lib.CALTECH101_RENAMES if name == 'caltech101' else {}
@@ -219,15 +264,32 @@ def class_names(name: str, source: Any) -> tuple[str, ...]:
   spec = dataset_spec(name)
   if not spec.label_key:
     return ()
-  return readable_class_names(name, source.dataset_info.features[spec.label_key].names)
+  names = source.dataset_info.features[spec.label_key].names
+  if spec.label_subset:  # the subset's classes only, in the order of its label positions
+    names = [names[i] for i in subset_positions(name)]
+  return readable_class_names(name, names)
+
+
+def _label(name: str, value: Any) -> int:
+  """A tfds label -> ours: itself, or for a dataset with a label_subset its position among the subset."""
+  label, positions = int(value), subset_positions(name)
+  if not positions:
+    return label
+  if label not in positions:
+    raise ValueError(f'{name}: label {label} ({imagenet_wnids()[label]}) is not one of its {len(positions)} classes')
+  return positions[label]
 
 
 def example_fields(name: str, features: Mapping[str, Any]) -> dict[str, Any]:
-  """The label (-1 when unlabelled), captions and key of a tfds example of dataset `name`, without its image."""
+  """The label (-1 when unlabelled), captions and key of a tfds example of dataset `name`, without its image; and
+  'label_set' (a list of labels, maybe empty) for a dataset with several correct labels per example (ReaL)."""
   spec = dataset_spec(name)
-  return {'label': int(features[spec.label_key]) if spec.label_key else -1,
-          'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
-          'key': _text(features[spec.key_feature])}
+  fields = {'label': _label(name, features[spec.label_key]) if spec.label_key else -1,
+            'captions': [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else [],
+            'key': _text(features[spec.key_feature])}
+  if spec.label_set_key:
+    fields['label_set'] = [int(v) for v in np.asarray(features[spec.label_set_key]).reshape(-1)]
+  return fields
 
 
 def training_record(name: str, features: Mapping[str, Any], class_names_: Sequence[str]) -> dict[str, Any]:
@@ -238,7 +300,7 @@ def training_record(name: str, features: Mapping[str, Any], class_names_: Sequen
   """
   spec = dataset_spec(name)
   captions = [_text(c) for c in _nested(features, spec.caption_path)] if spec.caption_path else []
-  label = int(features[spec.label_key]) if spec.label_key else -1
+  label = _label(name, features[spec.label_key]) if spec.label_key else -1
   caption = captions[0] if captions else f'a photo of a {class_names_[label]}.'
   return {'image': bytes(features[spec.image_key]), 'caption': caption,
           'long_caption': ' '.join(c.strip().rstrip('.') + '.' for c in captions), 'label': label, 'source': name,

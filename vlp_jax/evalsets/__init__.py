@@ -1,5 +1,6 @@
 """Evaluation sets by name (`config.eval.datasets`): the embedded dataset's (synthetic.py), scikit-learn's digits,
-tensorflow-datasets sets read without TensorFlow (tfds.py) and the compositionality benchmarks (compositional.py).
+tensorflow-datasets sets read without TensorFlow (tfds.py), Flickr30k from a local copy (flickr30k.py) and the
+compositionality benchmarks (compositional.py).
 Adding one is adding a module that registers a loader in `EVAL_SETS` (base.py)."""
 from __future__ import annotations
 

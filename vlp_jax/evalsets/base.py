@@ -50,6 +50,9 @@ class EvalSet:
   # Retrieval counts a caption with the same text as the image's own as a hit, both ways (evaluation/retrieval.py):
   # for sets whose captions repeat by construction (the embedded dataset's). False: exact matches, as CLIP_benchmark.
   identical_captions_match: bool = False
+  # Optional: label_sets [N, K] int, every correct label of each image padded with -1 (ImageNet ReaL): zero-shot then
+  # counts a prediction among them as a hit and leaves the images with none out (evaluation/zeroshot.py).
+  label_sets: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,13 @@
 and linear probe) and coco_captions (retrieval, the Karpathy splits). For 'test' each set is read from the dataset's
 evaluation split (ImageNet's validation set, the CIFAR test sets, COCO's Karpathy test split); 'val' exists only for
 coco_captions.
+
+ImageNet's distribution shifts, test sets only, evaluated zero-shot with ImageNet's curated class names and OpenAI's
+80 ImageNet prompts: imagenet_v2 (matched-frequency, 10k images), imagenet_sketch (50k), imagenet_r (30k) and
+imagenet_a (7.5k), these two over their 200 classes only (labels 0..199, class_names the 200; as CLIP evaluates
+them), and imagenet2012_real: ImageNet's validation images scored against the ReaL labels (label_sets; a top-1 or
+top-5 hit is a prediction among an image's real labels, and the images with no real label are left out, as in the
+ReaL paper; evaluation/zeroshot.py), reported as zeroshot_top1 etc. like the others.
 """
 from __future__ import annotations
 
@@ -27,20 +34,30 @@ DEFAULT_MAX_CAPTIONS_PER_IMAGE = 5
 # Each class dataset's own zero-shot prompts (CLIP's where it published them); others get prompts.SIMPLE_TEMPLATES.
 TEMPLATES = {'imagenet2012': prompts.OPENAI_IMAGENET_TEMPLATES, 'cifar10': prompts.CIFAR_TEMPLATES,
              'cifar100': prompts.CIFAR_TEMPLATES, 'caltech101': prompts.CALTECH101_TEMPLATES,
-             'oxford_iiit_pet': prompts.PETS_TEMPLATES, 'oxford_flowers102': prompts.FLOWERS_TEMPLATES}
+             'oxford_iiit_pet': prompts.PETS_TEMPLATES, 'oxford_flowers102': prompts.FLOWERS_TEMPLATES,
+             **{name: prompts.OPENAI_IMAGENET_TEMPLATES for name in tfds_data.IMAGENET_FAMILY}}
+
+
+def pad_label_sets(label_sets: list[list[int]]) -> np.ndarray:
+  """Lists of labels (maybe empty) -> [N, K] int64, each row its labels then -1s (K the longest list, at least 1)."""
+  padded = np.full((len(label_sets), max([1, *map(len, label_sets)])), -1, np.int64)
+  for row, labels in enumerate(label_sets):
+    padded[row, :len(labels)] = labels
+  return padded
 
 
 def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
-                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray]:
+                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray | None]:
   """The first `count` examples of an `open_source` split: images (an in-memory [count, S, S, 3] float32 array, or a
-  StreamedImages above `memory_limit_bytes`), labels [count], captions [T] and caption_image [T]."""
+  StreamedImages above `memory_limit_bytes`), labels [count], captions [T], caption_image [T] and, for a dataset
+  with several labels per example, label_sets [count, K] (`pad_label_sets`; None for the others)."""
   spec = tfds_data.dataset_spec(name)
   preprocess = lambda features: image_ops.normalize_image(  # noqa: E731
       image_ops.resize_image(tfds_data.rgb_image(features[spec.image_key]), image_size))
   streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
   images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
   labels = np.empty(count, np.int64)
-  captions, caption_image = [], []
+  captions, caption_image, label_sets = [], [], []
   report_every = max(count // 10, 1) if count >= LOAD_PROGRESS_MIN else 0
   for index in range(count):
     if report_every and index % report_every == 0:
@@ -50,6 +67,8 @@ def _split_arrays(name: str, source: Any, count: int, image_size: int, max_capti
     if images is not None:
       images[index] = preprocess(features)
     labels[index] = fields['label']
+    if 'label_set' in fields:
+      label_sets.append(fields['label_set'])
     kept = fields['captions'][:max_captions_per_image]
     captions.extend(kept)
     caption_image.extend([index] * len(kept))
@@ -57,7 +76,8 @@ def _split_arrays(name: str, source: Any, count: int, image_size: int, max_capti
     print(f'{name}: {count} images at {image_size}px take {count * image_size**2 * 12 / 2**30:.1f} GiB as float32, '
           f'above {memory_limit_bytes / 2**30:.1f} GiB: they are decoded as they are evaluated', flush=True)
     images = StreamedImages(lambda index: preprocess(source[index]), count, image_size)
-  return images, labels, captions, np.array(caption_image, np.int64)
+  label_sets = pad_label_sets(label_sets) if spec.label_set_key else None
+  return images, labels, captions, np.array(caption_image, np.int64), label_sets
 
 
 def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
@@ -80,22 +100,23 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
     raise ValueError(f'max_examples must be positive or None, got {max_examples}')
   source = tfds_data.open_source(name, split, data_dir)
   count = len(source) if max_examples is None else min(len(source), max_examples)
-  images, labels, captions, caption_image = _split_arrays(name, source, count, image_size, max_captions_per_image,
-                                                          memory_limit_bytes)
+  images, labels, captions, caption_image, label_sets = _split_arrays(
+      name, source, count, image_size, max_captions_per_image, memory_limit_bytes)
   probe = {}
-  if probe_train_examples is not None and tfds_data.dataset_spec(name).label_key:
+  spec = tfds_data.dataset_spec(name)
+  if probe_train_examples is not None and spec.label_key and 'train' in spec.splits:  # test-only sets: no probe
     try:
       train = tfds_data.open_source(name, 'train', data_dir)
     except FileNotFoundError as error:
       raise DataNotFoundError(f'the linear probe on {name} trains on its train split: {error}\n(or leave linear_probe '
                             'out of config.eval.tasks / --evals)') from None
     train_count = min(len(train), probe_train_examples or len(train))
-    train_images, train_labels, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
+    train_images, train_labels, _, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
     probe = {'train_images': train_images, 'train_labels': train_labels}
   class_names = tfds_data.class_names(name, source)
   templates = TEMPLATES.get(name, prompts.SIMPLE_TEMPLATES) if class_names else ()
   return EvalSet(name=name, images=images, labels=labels, class_names=class_names, templates=templates,
-                 captions=captions, caption_image=caption_image, **probe)
+                 captions=captions, caption_image=caption_image, label_sets=label_sets, **probe)
 
 
 def load(name: str, request: LoadRequest) -> EvalSet:

@@ -138,7 +138,8 @@ def prepared(tmp_path_factory):
 def test_table_names_the_datasets_and_their_eval_splits():
   assert {n: s.eval_split for n, s in tfds_sets.DATASETS.items()} == {
       'imagenet2012': 'validation', 'cifar10': 'test', 'cifar100': 'test', 'caltech101': 'test',
-      'oxford_iiit_pet': 'test', 'oxford_flowers102': 'test', 'coco_captions': 'test'}
+      'oxford_iiit_pet': 'test', 'oxford_flowers102': 'test', 'coco_captions': 'test', 'imagenet_v2': 'test',
+      'imagenet2012_real': 'validation', 'imagenet_r': 'test', 'imagenet_a': 'test', 'imagenet_sketch': 'test'}
   assert tfds_sets.DATASETS['coco_captions'].caption_path == ('captions', 'text')
   # every class dataset has its own prompt set
   assert all(n in tfds_eval_sets.TEMPLATES for n, s in tfds_sets.DATASETS.items() if s.label_key)
