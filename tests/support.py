@@ -374,3 +374,39 @@ def write_webdataset(root: str, sources: dict[str, int], samples_per_shard: int 
           add(tar, f'{key}.json', ('{"caption": "%s (json)"}' % caption).encode())
       out[source].append(path)
   return out
+
+
+# ------------------------------------------------------------------------------------------ runs in subprocesses
+
+
+def wait_for_step(process, workdir: str, step: int, timeout: float = 240) -> int:
+  """Block until the run's metrics.jsonl shows a train step >= `step` (failing if `process` exits first); returns
+  the newest step logged."""
+  import json
+  import time
+  path, began = os.path.join(workdir, 'metrics.jsonl'), time.time()
+  while time.time() - began < timeout:
+    assert process.poll() is None, process.communicate()
+    if os.path.exists(path):
+      steps = [json.loads(line)['step'] for line in open(path) if line.strip().endswith('}')]
+      if steps and max(steps) >= step:
+        return max(steps)
+    time.sleep(0.02)
+  raise TimeoutError(f'no step {step} within {timeout}s')
+
+
+def tensorboard_events(workdir: str):
+  """Every event in the workdir's TensorBoard files (in file-name order), read with the TFRecord framing and
+  tensorboardX's Event proto."""
+  import struct
+  from tensorboardX.proto import event_pb2
+  for name in sorted(os.listdir(workdir)):
+    if not name.startswith('events.out.tfevents'):
+      continue
+    with open(os.path.join(workdir, name), 'rb') as f:
+      data = f.read()
+    offset = 0
+    while offset < len(data):
+      (length,) = struct.unpack('<Q', data[offset:offset + 8])
+      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      offset += 12 + length + 4

@@ -17,6 +17,7 @@ from vlp_jax import models
 from vlp_jax.data import mixing, synthetic
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.data.sources import TRAIN_DATASETS
+from vlp_jax.data.tokenizer import TOKENIZERS
 from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
@@ -165,7 +166,7 @@ _CHOICES: dict[str, Any] = {
     'model.dtype': DTYPES,
     'model.remat_policy': REMAT_POLICIES,
     'model.text.pool': ('eot', 'last'),
-    'model.text.tokenizer': ('clip_bpe', 'sentencepiece'),
+    'model.text.tokenizer': TOKENIZERS,
     'data.name': TRAIN_DATASETS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),

@@ -1,6 +1,5 @@
 """Reliability guarantees, each with its fault really injected (docs/reliability.md): SIGKILL at a random step then
 resume, SIGTERM, a torn checkpoint, NaN batches, and an unusable workdir."""
-import json
 import os
 import random
 import shutil
@@ -12,7 +11,7 @@ import time
 import chex
 import jax
 import numpy as np
-from support import MICRO_CONFIG, ROOT
+from support import MICRO_CONFIG, ROOT, wait_for_step
 import pytest
 
 from vlp_jax import parallel
@@ -52,19 +51,6 @@ def _start(workdir, data_cache, *extra, **popen):
                           text=True, **popen)
 
 
-def _wait_for_step(process, workdir, step, timeout=240):
-  """Block until metrics.jsonl shows a train step >= `step`; returns it."""
-  path, began = os.path.join(workdir, 'metrics.jsonl'), time.time()
-  while time.time() - began < timeout:
-    assert process.poll() is None, process.communicate()
-    if os.path.exists(path):
-      steps = [json.loads(line)['step'] for line in open(path) if line.strip().endswith('}')]
-      if steps and max(steps) >= step:
-        return max(steps)
-    time.sleep(0.02)
-  raise TimeoutError(f'no step {step} within {timeout}s')
-
-
 def _finish(workdir, data_cache):
   process = _start(workdir, data_cache)
   out, err = process.communicate(timeout=300)
@@ -78,7 +64,7 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
   time), restarted, killed by SIGKILL at a random later step, restarted again: bit-identical to the reference."""
   workdir = str(tmp_path / 'interrupted')
   process = _start(workdir, data_cache)
-  _wait_for_step(process, workdir, 6)
+  wait_for_step(process, workdir, 6)
   sent = time.time()
   process.send_signal(signal.SIGTERM)
   out, err = process.communicate(timeout=60)  # bounded: one step and one checkpoint
@@ -92,7 +78,7 @@ def test_sigterm_then_sigkill_at_a_random_step_then_resume_is_bit_identical(refe
 
   kill_after = random.randint(stopped + 2, STEPS - 4)
   process = _start(workdir, data_cache)
-  reached = _wait_for_step(process, workdir, kill_after)
+  reached = wait_for_step(process, workdir, kill_after)
   process.send_signal(signal.SIGKILL)
   out, _ = process.communicate()
   assert process.returncode == -signal.SIGKILL, f'killed after step {reached}'

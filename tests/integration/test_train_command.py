@@ -3,11 +3,10 @@ iterator and config, a rerun resumes or reports that training finished, and miss
 every command's exit code for a bad request: 2, with one `error:` line."""
 import json
 import os
-import struct
 import subprocess
 import sys
 
-from support import ROOT
+from support import ROOT, tensorboard_events
 import pytest
 
 from vlp_jax import errors
@@ -33,21 +32,8 @@ def _run(args, tmp_path, command='main'):
 
 
 def _tensorboard_tags(workdir):
-  """Scalar tags in the TensorBoard event files, read with the TFRecord framing and the Event proto."""
-  from tensorboardX.proto import event_pb2
-  tags = set()
-  for name in os.listdir(workdir):
-    if not name.startswith('events.out.tfevents'):
-      continue
-    with open(os.path.join(workdir, name), 'rb') as f:
-      data = f.read()
-    offset = 0
-    while offset < len(data):
-      (length,) = struct.unpack('<Q', data[offset:offset + 8])
-      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-      offset += 12 + length + 4
-      tags.update(v.tag for v in event.summary.value)
-  return tags
+  """Scalar tags in the TensorBoard event files."""
+  return {v.tag for event in tensorboard_events(workdir) for v in event.summary.value}
 
 
 @pytest.mark.slow

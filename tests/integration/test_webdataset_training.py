@@ -1,7 +1,6 @@
 """Training straight from webdataset tar shards (two sources, broken samples): killed with SIGKILL mid-run and
 resumed, the run ends bit-identical to an uninterrupted one, with the bad samples counted by reason; ZeroVL's
 single-source batches draw from the tar sources too; the same with shards drawn with replacement (data.resampled)."""
-import json
 import os
 import signal
 import subprocess
@@ -49,18 +48,6 @@ def _start(workdir, cache, shards, resampled):
   flags = [f'--config.{k}={v}' for k, v in _overrides(shards, resampled).items()]
   return subprocess.Popen([sys.executable, '-m', 'vlp_jax.main', f'--config={MICRO_CONFIG}', f'--workdir={workdir}',
                            *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for_step(process, workdir, step, timeout=240):
-  path, began = os.path.join(workdir, 'metrics.jsonl'), time.time()
-  while time.time() - began < timeout:
-    assert process.poll() is None, process.communicate()
-    if os.path.exists(path):
-      steps = [json.loads(line)['step'] for line in open(path) if line.strip().endswith('}')]
-      if steps and max(steps) >= step:
-        return max(steps)
-    time.sleep(0.02)
-  raise TimeoutError(f'no step {step} within {timeout}s')
 
 
 def _wait_for_checkpoint(process, workdir, step, timeout=120):

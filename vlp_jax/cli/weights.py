@@ -38,6 +38,7 @@ from vlp_jax import errors, models
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.config import base_config
+from vlp_jax.data.tokenizer import resolve_tokenizer_file
 from vlp_jax.models.transformer import unstacked_layout
 from vlp_jax.training.checkpoint import load_config
 
@@ -374,6 +375,7 @@ _HF_SIGLIP_SCALARS = ('logit_scale', 'logit_bias')  # [1] in transformers, scala
 
 # transformers' activation names <-> ours (its 'gelu' is the exact GELU, as ours).
 _HF_ACTS = {'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh', 'gelu': 'gelu', 'quick_gelu': 'quick_gelu'}
+_ACTS_TO_HF = {'gelu_tanh': 'gelu_pytorch_tanh', 'gelu': 'gelu', 'quick_gelu': 'quick_gelu'}  # what exports write
 # transformers' SiglipTextConfig / SiglipVisionConfig defaults, for the fields a config.json leaves out.
 HF_SIGLIP_DEFAULTS = {
     'text_config': {'vocab_size': 32000, 'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12,
@@ -446,7 +448,7 @@ def siglip_mismatches(got: ml_collections.ConfigDict, want: ml_collections.Confi
 def hf_siglip_config(model_config: ml_collections.ConfigDict) -> dict:
   """A transformers SiglipConfig (as JSON) describing a SigLIP `model_config`."""
   v, t = model_config.vision, model_config.text
-  act = {ours: theirs for theirs, ours in reversed(list(_HF_ACTS.items()))}[model_config.act]
+  act = _ACTS_TO_HF[model_config.act]
 
   def tower(spec) -> dict:
     return {'hidden_size': spec.width, 'intermediate_size': spec.mlp_width or 4 * spec.width,
@@ -550,14 +552,6 @@ def openai_to_open_clip_siglip(state_dict: dict[str, np.ndarray]) -> dict[str, n
         raise WeightsError(f'{key} has no open_clip SigLIP equivalent')
       out[names[prefix] + key[len(prefix):]] = value
   return out
-
-
-def tokenizer_beside(folder: str) -> str:
-  """The SentencePiece tokenizer file in `folder` ('spiece.model', else 'tokenizer.json'), or ''."""
-  for name in ('spiece.model', 'tokenizer.json'):
-    if os.path.isfile(os.path.join(folder, name)):
-      return os.path.join(os.path.abspath(folder), name)
-  return ''
 
 
 def hf_config(model_config: ml_collections.ConfigDict) -> dict:
@@ -783,7 +777,10 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
     raise WeightsError(f'--model={name} is a SigLIP model, and OpenAI released no SigLIP weights; import its '
                        'weights with --format=open_clip or --format=hf')
   if siglip:
-    model_config.text.tokenizer_path = tokenizer_beside(os.path.dirname(os.path.abspath(input_path)))
+    try:  # the spiece.model or tokenizer.json beside the weights
+      model_config.text.tokenizer_path = resolve_tokenizer_file(os.path.dirname(os.path.abspath(input_path)))
+    except errors.ConfigError:
+      model_config.text.tokenizer_path = ''
     if not model_config.text.tokenizer_path:
       _note(f'no spiece.model or tokenizer.json beside {input_path}: set --config.model.text.tokenizer_path to '
             'the SentencePiece file of these weights when training or evaluating')

@@ -293,18 +293,9 @@ class Tokenizer:
             The decoded string. For lowercase text of letters separated by
             single spaces, ``decode(encode(t)) == t``.
         """
-    arr = np.asarray(ids)
-    if arr.ndim != 1:
-      raise ValueError(f"decode expects a 1-D sequence of ids, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-      raise TypeError(f"decode expects integer ids, got dtype {arr.dtype}")
-    seq = arr.tolist()
-    end = len(seq)
-    while end and seq[end - 1] == self.pad_token:
-      end -= 1
     decoder = self._decoder
     pieces = []
-    for i in seq[:end]:
+    for i in _ids_before_padding(ids, self.pad_token):
       if i in self._specials:
         continue
       if not 0 <= i < self.vocab_size:
@@ -346,6 +337,21 @@ class Tokenizer:
         ids.append(eot)
         out[row, :len(ids)] = ids
     return out
+
+
+def _ids_before_padding(ids: Iterable[int] | np.ndarray, pad_token: int) -> list[int]:
+  """A 1-D sequence of ids `[n]` (one row of a tokenizer's output) without its trailing padding, as ints; raises
+  on another shape or a non-integer dtype (what both tokenizers' `decode` take)."""
+  arr = np.asarray(ids)
+  if arr.ndim != 1:
+    raise ValueError(f"decode expects a 1-D sequence of ids, got shape {arr.shape}")
+  if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    raise TypeError(f"decode expects integer ids, got dtype {arr.dtype}")
+  seq = arr.tolist()
+  end = len(seq)
+  while end and seq[end - 1] == pad_token:
+    end -= 1
+  return seq[:end]
 
 
 def _text_list(texts: str | Sequence[str]) -> list[str]:
@@ -633,17 +639,8 @@ class SentencePieceTokenizer:
             The decoded string, stripped. For canonical text whose words are all
             in the vocabulary, ``decode(encode(t)) == t``.
         """
-    arr = np.asarray(ids)
-    if arr.ndim != 1:
-      raise ValueError(f"decode expects a 1-D sequence of ids, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-      raise TypeError(f"decode expects integer ids, got dtype {arr.dtype}")
-    seq = arr.tolist()
-    end = len(seq)
-    while end and seq[end - 1] == self.pad_token:
-      end -= 1
     kept = []
-    for i in seq[:end]:
+    for i in _ids_before_padding(ids, self.pad_token):
       if not 0 <= i < self.vocab_size:
         raise ValueError(f"token id {i} outside [0, {self.vocab_size})")
       if i not in (self.eot_token, self.pad_token):

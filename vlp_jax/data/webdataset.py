@@ -214,41 +214,59 @@ def load_index(path: str, fields: Fields, cache_dir: str = '') -> tuple[np.ndarr
   return rows, keys, broken
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardIndexes:
+  """Every shard's index (`load_index`), built once for a run: {path: (rows, keys, broken)} of the readable shards,
+  and [(path, error)] of those that cannot be opened."""
+  by_path: dict[str, tuple[np.ndarray, np.ndarray, bool]]
+  unreadable: list[tuple[str, str]]
+
+
+def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '', num_threads: int = 16
+                 ) -> ShardIndexes:
+  """The indexes of `paths`, read with `num_threads` threads (remote file systems); a shard that cannot be opened is
+  named on stdout and listed in `unreadable`."""
+  def index(path):
+    try:
+      return load_index(path, fields, cache_dir)
+    except OSError as error:
+      return error
+
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(num_threads, len(paths)))) as pool:
+    indexes = dict(zip(paths, pool.map(index, paths)))
+  unreadable = [(p, str(e)) for p, e in indexes.items() if isinstance(e, OSError)]
+  for path, error in unreadable:
+    print(f'warning: webdataset shard {path} cannot be read and is left out: {error}', flush=True)
+  return ShardIndexes({p: i for p, i in indexes.items() if not isinstance(i, OSError)}, unreadable)
+
+
 class TarShardRecords:
   """Random access to the samples of webdataset shards: index -> (shard id, example) where the example is
   {'image': bytes, 'caption': str, 'key': str, 'source': str, 'label': -1}, or {'bad': reason, 'detail': text,
   'key': ...} for a sample the pipeline must replace (pipeline.LoadExamples raises it as records.BadRecordError).
 
-  paths: the shards; shard_ids[k]: the id reported for paths[k]; sources: {path: its source name}. Shards that
-  cannot be opened are left out, each named on stdout (`unreadable` lists them). Picklable: grain's worker processes
-  reopen the files.
+  paths: the shards; shard_ids[k]: the id reported for paths[k]; sources: {path: its source name}; indexes: the
+  shards' indexes when already built (`index_shards` over these paths or more), else they are built here. Shards
+  that cannot be opened are left out (`unreadable` lists them). Picklable: grain's worker processes reopen the files.
   """
 
   def __init__(self, paths: list[str], shard_ids: list[int] | None = None, sources: dict[str, str] | None = None,
-               fields: Fields = Fields(), cache_dir: str = '', num_threads: int = 16):
+               fields: Fields = Fields(), cache_dir: str = '', indexes: ShardIndexes | None = None):
     self._paths = list(paths)
     self._shard_ids = list(range(len(paths)) if shard_ids is None else shard_ids)
     self._sources = [(sources or {}).get(path, '') for path in self._paths]
     self._fields = fields
-
-    def index(path):
-      try:
-        return load_index(path, fields, cache_dir)
-      except OSError as error:
-        return error
-
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(num_threads, len(paths)))) as pool:
-      indexes = list(pool.map(index, self._paths))
-    self.unreadable = [(p, str(e)) for p, e in zip(self._paths, indexes) if isinstance(e, OSError)]
-    for path, error in self.unreadable:
-      print(f'warning: webdataset shard {path} cannot be read and is left out: {error}', flush=True)
-    kept = [k for k, e in enumerate(indexes) if not isinstance(e, OSError)]
+    indexes = indexes or index_shards(self._paths, fields, cache_dir)
+    wanted = set(self._paths)
+    self.unreadable = [(p, e) for p, e in indexes.unreadable if p in wanted]
+    kept = [k for k, path in enumerate(self._paths) if path in indexes.by_path]
+    shard_indexes = [indexes.by_path[self._paths[k]] for k in kept]
     self._kept = np.asarray(kept, np.int64)
-    self._rows = np.concatenate([indexes[k][0] for k in kept]) if kept else np.zeros(0, _INDEX_DTYPE)
-    self._keys = np.concatenate([indexes[k][1] for k in kept]) if kept else np.zeros(0, bytes)
-    self._ends = np.cumsum([len(indexes[k][0]) for k in kept]).astype(np.int64)
+    self._rows = np.concatenate([i[0] for i in shard_indexes]) if kept else np.zeros(0, _INDEX_DTYPE)
+    self._keys = np.concatenate([i[1] for i in shard_indexes]) if kept else np.zeros(0, bytes)
+    self._ends = np.cumsum([len(i[0]) for i in shard_indexes]).astype(np.int64)
     # The last sample of a tar that broke off lost whatever came after the break: corrupt_tar, not a missing member.
-    self._cut_short = {int(end) - 1 for k, end in zip(kept, self._ends) if indexes[k][2]}
+    self._cut_short = {int(end) - 1 for i, end in zip(shard_indexes, self._ends) if i[2]}
     self._descriptors: dict[int, int] = {}
     self._open_lock = threading.Lock()
 

@@ -18,7 +18,7 @@ import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS
-from vlp_jax.models.transformer import ACTIVATIONS, BlockStack, Mlp, Transformer, layer_norm
+from vlp_jax.models.transformer import BlockStack, Mlp, Transformer, layer_norm
 from vlp_jax.models.vit import kept_patch_indices
 
 
@@ -90,7 +90,6 @@ class SiglipVisionTransformer(nn.Module):
     patches, drawn from rng[i] alone (vit.kept_patch_indices), and `tokens` are the kept ones.
     """
     del with_tokens
-    ACTIVATIONS.get(self.act)  # an unknown name fails here, with the valid choices
     x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
                 use_bias=True, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
     batch, grid_h, grid_w, _ = x.shape

@@ -71,12 +71,11 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
     shard_records = ShardRecords
     if config.data.name == 'webdataset':  # sources from data.path; samples read from the tars by offset
       shard_sources = [source for _, source in sources.webdataset_shards(config.data)]
-      shard_records = functools.partial(
-          webdataset.TarShardRecords, sources=dict(zip(paths, shard_sources)),
-          fields=sources.webdataset_fields(config.data),
-          cache_dir=config.data.cache_dir or synthetic.default_cache_dir())
-      webdataset.check_unreadable(paths, shard_records(paths, list(range(len(paths)))).unreadable,
-                                  config.data.max_bad_fraction)
+      fields = sources.webdataset_fields(config.data)
+      indexes = webdataset.index_shards(paths, fields, config.data.cache_dir or synthetic.default_cache_dir())
+      webdataset.check_unreadable(paths, indexes.unreadable, config.data.max_bad_fraction)
+      shard_records = functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, shard_sources)),
+                                        fields=fields, indexes=indexes)
     else:
       shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
     data_iterator = pipeline.train_iterator(

@@ -18,6 +18,8 @@ from vlp_jax.training import loop
 from vlp_jax.training import writer as writer_lib
 from vlp_jax.training.writer import read_metrics
 
+from support import tensorboard_events
+
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec('wandb') is None,
                                  reason='wandb is not installed (pip install -e ".[wandb]")')
 
@@ -97,25 +99,14 @@ def _wandb_runs(wandb_dir):
 
 
 def _tensorboard(workdir):
-  """({(tag, step): value} of every scalar, {(tag, step)} of every image) in the workdir's event files, read with
-  the TFRecord framing and tensorboardX's Event proto (as tests/integration/test_train_command.py does)."""
-  from tensorboardX.proto import event_pb2
+  """({(tag, step): value} of every scalar, {(tag, step)} of every image) in the workdir's event files."""
   scalars, images = {}, set()
-  for name in sorted(os.listdir(workdir)):
-    if not name.startswith('events.out.tfevents'):
-      continue
-    with open(os.path.join(workdir, name), 'rb') as f:
-      data = f.read()
-    offset = 0
-    while offset < len(data):
-      (length,) = struct.unpack('<Q', data[offset:offset + 8])
-      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-      offset += 12 + length + 4
-      for value in event.summary.value:
-        if value.HasField('image'):
-          images.add((value.tag, event.step))
-        else:
-          scalars[(value.tag, event.step)] = value.simple_value
+  for event in tensorboard_events(workdir):
+    for value in event.summary.value:
+      if value.HasField('image'):
+        images.add((value.tag, event.step))
+      else:
+        scalars[(value.tag, event.step)] = value.simple_value
   return scalars, images
 
 
