@@ -6,9 +6,9 @@
       --objective=clip,siglip,saco,slip,cosmos,zerovl
 
 Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
-XLA's cost analysis and the FLOP/s achieved, and the utilisation: achieved FLOP/s over the machine's peak, measured
-in the same run as the fastest of 15 runs of a large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and
-`mfu`, the trainer's perf/mfu: achieved FLOP/s over the device's published bf16 peak (vlp_jax/hardware.py; None on a
+XLA's cost analysis (on a GPU, the traced program's matmuls: training.step.device_flops) and the FLOP/s achieved, and
+the utilisation: achieved FLOP/s over the machine's peak, measured in the same run as the fastest of 15 runs of a
+large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and `mfu`, the trainer's perf/mfu: achieved FLOP/s over the device's published bf16 peak (vlp_jax/hardware.py; None on a
 CPU). With --scan_layers the FLOPs count every block (the layer loop's body is counted once by XLA). It also has the
 compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
 
@@ -98,7 +98,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax.hardware import peak_flops
   from vlp_jax.training.loop import unrolled_flops_of
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import program_cost, train_step
+  from vlp_jax.training.step import device_flops, train_step
   config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
@@ -110,7 +110,8 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   rng = jax.random.key(1)
   began = time.perf_counter()
   with jax.set_mesh(mesh):
-    lowered = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).lower(state, batch, rng)
+    traced = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).trace(state, batch, rng)
+    lowered = traced.lower()
     compiled = lowered.compile()
   compile_seconds = time.perf_counter() - began
   memory = compiled_memory(compiled)
@@ -122,9 +123,9 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
                               'are free; try a smaller --batch_size or --remat'}, None
-  flops = program_cost(compiled).get('flops', 0.0)
-  counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: the layer loop's body is counted once
-  if counter is not None and flops:
+  flops = device_flops(traced, compiled, device.platform, 1)
+  counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: XLA counts the layer loop's body once
+  if counter is not None and flops and device.platform != 'gpu':
     flops += counter.missing(lowered, batch, rng)
   published = peak_flops(device.device_kind)
   row = {**row, 'flops_per_step': flops, 'published_peak': published}

@@ -2,11 +2,13 @@
 """Train-step throughput of vlp_jax against open_clip on this machine, each in its own process, alternating.
 
 python benchmarks/vs_open_clip.py [--rows=tiny:128,ViT-B-32:32] [--rounds=6] [--steps=5] [--warmup=1]
-                                  [--precision=fp32] [--isolated=true] [--profile=N]
+                                  [--precision=fp32] [--device=auto] [--isolated=true] [--profile=N]
 
 Both sides train the same architecture (the vlp_jax preset's widths, layers, heads, patch, image size, context and
 vocab, with its activation; the parameter counts must agree), with AdamW (the config's betas, eps, weight decay) and
-the CLIP loss, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under CPU autocast).
+the CLIP loss, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under autocast, as open_clip's
+--precision amp_bf16 does). Both sides run on the CPU, or both on the GPU (--device; by default the GPU where jax has
+one).
 
 The batch is the same on both sides: images drawn from a standard normal (float32, already normalised; NHWC for
 vlp_jax, the same values as NCHW for torch) and token ids with the tokenizer's layout (start token, random ids, the
@@ -47,6 +49,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+# On a GPU both sides share the card: jax must not take 75% of its memory up front (its default), which would leave
+# torch too little; it grows its pool as the step needs instead.
+os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 from absl import app, flags  # noqa: E402
 
@@ -64,6 +69,8 @@ def define_flags() -> None:
   flags.DEFINE_integer('warmup', 1, 'Untimed steps at the start of each turn (after the two of the build): they '
                        "refill the caches the other side used and outlast its idle threads' spinning.", lower_bound=0)
   flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
+  flags.DEFINE_enum('device', 'auto', ['auto', 'cpu', 'gpu'], "Where both sides run; auto: the GPU if jax's default "
+                    'backend is one (torch then runs on cuda under autocast for bf16), else the CPU.')
   flags.DEFINE_bool('isolated', True, 'Run each side in a worker process of its own (false: both in this one).')
   flags.DEFINE_integer('profile', 0, 'Also profile this many steps of each side (jax.profiler, torch.profiler) and '
                        'print where the time goes, by op kind, side by side.')
@@ -108,12 +115,21 @@ def open_clip_config(model: dict) -> dict:
                             heads=t['heads'], layers=t['layers']))
 
 
-def row_spec(name: str, batch_size: int, precision: str) -> dict:
-  """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax."""
+def resolve_device(device: str) -> str:
+  """'cpu' or 'gpu' for --device ('auto': jax's default backend, where that is one of the two)."""
+  if device != 'auto':
+    return device
+  import jax
+  return 'gpu' if jax.default_backend() == 'gpu' else 'cpu'
+
+
+def row_spec(name: str, batch_size: int, precision: str, device: str = 'cpu') -> dict:
+  """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax.
+  device: 'cpu' or 'gpu', for both sides."""
   from benchmarks.common import build_config
   config = build_config(name, batch_size, 'clip', precision, remat=False)
   o, m = config.optim, config.model
-  return {'model': name, 'batch_size': batch_size, 'precision': precision,
+  return {'model': name, 'batch_size': batch_size, 'precision': precision, 'device': device,
           'open_clip': open_clip_config(m.to_dict()),
           'optim': {'lr': o.lr, 'betas': [o.b1, o.b2], 'eps': o.eps, 'weight_decay': o.weight_decay},
           'image_size': m.vision.image_size, 'context_length': m.text.context_length, 'vocab_size': m.text.vocab_size}
@@ -152,7 +168,7 @@ def jax_side(spec: dict):
   config = build_config(spec['model'], spec['batch_size'], 'clip', spec['precision'], remat=False)
   objective = objectives.build(config, models.build_model(config.model))
   tx = optim.make_optimizer(config.optim, config.total_steps)
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
+  mesh = parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1])
   state = create_train_state(objective, tx, jax.random.key(0))
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
@@ -177,30 +193,35 @@ def jax_side(spec: dict):
 
 def torch_side(spec: dict, modules):
   """(a function running one open_clip train step of the same architecture and optimizer on `shared_batch`, the
-  parameter count)."""
+  parameter count). On a GPU (spec['device']) the model and batch live on cuda and each step waits for the GPU."""
   import torch
   model_module, loss_module = modules
+  device = torch.device('cuda' if spec.get('device') == 'gpu' else 'cpu')
   torch.manual_seed(0)
-  model = model_module.CLIP(**spec['open_clip'])
+  model = model_module.CLIP(**spec['open_clip']).to(device)
   model.train()
   o = spec['optim']
   optimizer = torch.optim.AdamW(model.parameters(), lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
                                 weight_decay=o['weight_decay'])
   loss_fn = loss_module.ClipLoss()
   batch = shared_batch(spec)
-  images = torch.from_numpy(batch['image'].transpose(0, 3, 1, 2).copy())  # NCHW, as torch's patch conv takes it
-  texts = torch.from_numpy(batch['text']).long()
+  # NCHW, as torch's patch conv takes it
+  images = torch.from_numpy(batch['image'].transpose(0, 3, 1, 2).copy()).to(device)
+  texts = torch.from_numpy(batch['text']).long().to(device)
   precision = spec['precision']
 
   def step():
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=precision == 'bf16'):
+    # open_clip's --precision amp_bf16: autocast, parameters and optimizer state in fp32
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == 'bf16'):
       out = model(images, texts)
       image_features, text_features, logit_scale = (out['image_features'], out['text_features'],
                                                     out['logit_scale']) if isinstance(out, dict) else out[:3]
       loss = loss_fn(image_features, text_features, logit_scale)
     loss.backward()
     optimizer.step()
+    if device.type == 'cuda':  # the step's kernels run asynchronously: a step ends when they have
+      torch.cuda.synchronize()
   return step, sum(p.numel() for p in model.parameters())
 
 
@@ -220,13 +241,15 @@ def process_info(worker: str, retained: bool) -> dict:
   if worker == 'jax':
     import jax
     import jaxlib
-    info.update(jax=jax.__version__, jaxlib=jaxlib.__version__, xla_flags=os.environ.get('XLA_FLAGS', ''))
+    info.update(jax=jax.__version__, jaxlib=jaxlib.__version__, xla_flags=os.environ.get('XLA_FLAGS', ''),
+                device_kind=jax.devices()[0].device_kind)
   else:
     import importlib.metadata
     import torch
     info.update(torch=torch.__version__, open_clip=importlib.metadata.version('open_clip_torch'),
                 torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
-                omp_num_threads=os.environ.get('OMP_NUM_THREADS', ''))
+                omp_num_threads=os.environ.get('OMP_NUM_THREADS', ''),
+                device_kind=torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')
   return info
 
 
@@ -520,7 +543,7 @@ def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None
 def run_row(name: str, batch_size: int, retained: bool) -> bool:
   """Time (and profile) one row and print its JSON line; False when open_clip is not there (the line says why).
   retained: whether this process has the trainer's malloc (in-process mode)."""
-  spec = row_spec(name, batch_size, FLAGS.precision)
+  spec = row_spec(name, batch_size, FLAGS.precision, resolve_device(FLAGS.device))
   sides = start_sides(spec, retained)
   try:
     ready = {side: sides[side].ready for side in SIDES}
@@ -535,6 +558,7 @@ def run_row(name: str, batch_size: int, retained: bool) -> bool:
     result['load_average'] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps({
         'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
+        'device': spec['device'],
         'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'rounds': FLAGS.rounds,
         'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'parameters': ready['vlp_jax']['parameters'],
         'batch_digest': ready['vlp_jax']['batch_digest'],

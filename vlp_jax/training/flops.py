@@ -1,0 +1,75 @@
+"""FLOPs of a traced program counted from its jaxpr: its matrix products and convolutions, 2 per multiply-add.
+
+The count the GPU trainer's perf/mfu divides by (training.step.device_flops): there XLA's cost analysis of the compiled
+step leaves out the matmuls it hands to cuBLAS and cuDNN, and jax 0.11's GPU backend gives no count for the lowered
+program. The jaxpr is the same on every backend. Elementwise work (LayerNorm, GELU, softmax, the optimizer) is not
+counted, as the usual MFU definition leaves it out: XLA's count of a ViT-B/16 CLIP step is 0.3% higher, of the tiny
+preset's (narrow layers) 11%.
+A loop body is counted once per iteration where jax knows the count (`scan`'s length) and once for a `while`; of a
+`cond` the costliest branch. A rematerialised block's recomputation appears in the backward pass and is counted.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+from jax.extend import core as jex_core
+
+
+def dot_general_flops(eqn: Any) -> float:
+  """2 x (output elements) x (contracted size) of a dot_general equation."""
+  lhs = eqn.invars[0].aval
+  (lhs_contracting, _), _ = eqn.params['dimension_numbers']
+  contracted = math.prod(lhs.shape[d] for d in lhs_contracting)
+  return 2.0 * math.prod(eqn.outvars[0].aval.shape) * contracted
+
+
+def conv_flops(eqn: Any) -> float:
+  """2 x (output elements) x (kernel window x input features per group) of a conv_general_dilated equation."""
+  rhs = eqn.invars[1].aval
+  rhs_spec = eqn.params['dimension_numbers'].rhs_spec  # (output feature, input feature, spatial dims...)
+  window = math.prod(rhs.shape[d] for d in rhs_spec[2:])
+  return 2.0 * math.prod(eqn.outvars[0].aval.shape) * window * rhs.shape[rhs_spec[1]]
+
+
+_COUNTED = {'dot_general': dot_general_flops, 'conv_general_dilated': conv_flops}
+
+
+def _sub_jaxprs(value: Any) -> list:
+  """The jaxprs held by one equation parameter (a jaxpr, a closed jaxpr, or a tuple of them)."""
+  if isinstance(value, jex_core.ClosedJaxpr):
+    return [value.jaxpr]
+  if isinstance(value, jex_core.Jaxpr):
+    return [value]
+  if isinstance(value, (tuple, list)):
+    return [j for item in value for j in _sub_jaxprs(item)]
+  return []
+
+
+def jaxpr_flops(jaxpr: Any) -> float:
+  """Matmul and convolution FLOPs of a jaxpr (or closed jaxpr), nested calls and loops included."""
+  if isinstance(jaxpr, jex_core.ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name in _COUNTED:
+      total += _COUNTED[name](eqn)
+      continue
+    if name == 'cond':  # one branch runs
+      total += max((jaxpr_flops(b) for b in _sub_jaxprs(eqn.params['branches'])), default=0.0)
+      continue
+    inner = sum(jaxpr_flops(j) for value in eqn.params.values() for j in _sub_jaxprs(value))
+    total += inner * (eqn.params['length'] if name == 'scan' else 1)
+  return total
+
+
+def traced_flops(traced: Any) -> float:
+  """FLOPs of a `jax.jit(f).trace(...)` result: the whole program, before it is split over devices."""
+  return jaxpr_flops(traced.jaxpr)
+
+
+def function_flops(fn, *args) -> float:
+  """FLOPs of `fn(*args)` (arrays or jax.ShapeDtypeStruct), traced, never run."""
+  return jaxpr_flops(jax.make_jaxpr(fn)(*args))
