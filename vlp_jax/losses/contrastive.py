@@ -36,6 +36,23 @@ def clip_infonce(zi: jax.Array, zt: jax.Array, log_scale: jax.Array) -> tuple[ja
   return (loss_i2t + loss_t2i) / 2, metrics
 
 
+def pairwise_sym_nce(student: jax.Array, teacher: jax.Array, log_scale: jax.Array) -> jax.Array:
+  """student: [B, S, d], teacher: [B, T, d] unit-norm -> [] mean over the S x T crop pairs (s, t) of the symmetric
+  InfoNCE between student[:, s] and teacher[:, t] (`clip_infonce`, in-batch negatives).
+
+  All pairs at once: one [B, S, B, T] logit tensor, row-sharded like clip_infonce's [B, B] (a device holds
+  B_local x S x B x T), instead of S x T separate losses. The program, its compile time and its collectives then no
+  longer grow with the pairs (COSMOS has 80 per step).
+  """
+  scale = jnp.exp(log_scale.astype(jnp.float32))
+  student, teacher = student.astype(jnp.float32), teacher.astype(jnp.float32)
+  logits = constrain_rows(scale * jnp.einsum('bsd,ctd->bsct', student, teacher))  # [B, S, B, T]
+  positives = scale * jnp.einsum('bsd,btd->bst', student, teacher)  # [B, S, T]
+  i2t = jax.nn.logsumexp(logits, axis=2) - positives  # [B, S, T]: each student row against every teacher row
+  t2i = jax.nn.logsumexp(logits, axis=0) - jnp.moveaxis(positives, 0, 1)  # [S, B, T]: each teacher row
+  return (jnp.mean(i2t) + jnp.mean(t2i)) / 2
+
+
 def siglip_loss(zi: jax.Array, zt: jax.Array, log_scale: jax.Array, bias: jax.Array
                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Sigmoid loss: -sum_ij log_sigmoid(y_ij (s zi_i . zt_j + b)) / B, y = +1 on the diagonal and -1 elsewhere.

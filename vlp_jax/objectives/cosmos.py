@@ -29,7 +29,7 @@ from vlp_jax.data import transforms
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.text_crops import text_crops
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
-from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.losses.contrastive import l2_normalize, pairwise_sym_nce
 from vlp_jax.models.cross_attention import CrossAttention
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs, tower_variables
 
@@ -54,13 +54,6 @@ def _split_crops(keys: jax.Array | None, num_global: int) -> tuple[jax.Array | N
 def tower_params(params: dict) -> dict:
   """The parameters the teacher copies: everything but COSMOS's own modules and logit scale."""
   return {k: v for k, v in params.items() if k not in _OWN_PARAMS}
-
-
-def pairwise_sym_nce(student: jax.Array, teacher: jax.Array, log_scale: jax.Array) -> jax.Array:
-  """student: [B, S, d], teacher: [B, T, d] unit-norm -> [] mean of sym_nce over the S x T crop pairs."""
-  losses = [clip_infonce(student[:, s], teacher[:, t], log_scale)[0]
-            for s in range(student.shape[1]) for t in range(teacher.shape[1])]
-  return jnp.mean(jnp.stack(losses))
 
 
 @dataclasses.dataclass

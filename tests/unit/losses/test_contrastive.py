@@ -1,4 +1,5 @@
-"""CLIP InfoNCE against a naive numpy reference (values and gradients), invariances, and sharded == unsharded."""
+"""CLIP InfoNCE against a naive numpy reference (values and gradients), invariances, and sharded == unsharded; the
+all-pairs InfoNCE of COSMOS's crops against the same reference, pair by pair."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from support import unit_vectors
 from vlp_jax import parallel
-from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, pairwise_sym_nce
 
 
 def naive_clip_loss(zi, zt, t):
@@ -102,4 +103,35 @@ def test_row_sharded_loss_and_grads_equal_single_device():
     compiled = jitted.lower(jax.device_put(zi, rows), jax.device_put(zt, rows), jnp.float32(2.5)).compile()
   # Each device holds its B_local x B_global block of the logits, never the full B x B matrix.
   assert 'f32[4,32]' in compiled.as_text() and 'f32[32,32]' not in compiled.as_text()
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_pairwise_loss_is_the_mean_of_the_pairs_naive_losses_with_their_gradients():
+  rng = np.random.default_rng(5)
+  student, teacher = unit_vectors(rng, (6, 3, 8)).astype(np.float32), unit_vectors(rng, (6, 2, 8)).astype(np.float32)
+  t = np.float32(np.log(10.0))
+  want = np.mean([naive_clip_loss(student[:, s].astype(np.float64), teacher[:, c].astype(np.float64), t)
+                  for s in range(3) for c in range(2)])
+  np.testing.assert_allclose(pairwise_sym_nce(student, teacher, jnp.float32(t)), want, rtol=1e-5)
+  # the gradients of the pair-by-pair loss (clip_infonce's own are checked against the closed form above)
+  by_pairs = lambda a, b, c: jnp.mean(jnp.stack([clip_infonce(a[:, s], b[:, k], c)[0]  # noqa: E731
+                                                 for s in range(3) for k in range(2)]))
+  grads = jax.grad(pairwise_sym_nce, argnums=(0, 1, 2))(student, teacher, jnp.float32(t))
+  chex.assert_trees_all_close(grads, jax.grad(by_pairs, argnums=(0, 1, 2))(student, teacher, jnp.float32(t)),
+                              rtol=1e-5, atol=1e-6)
+
+
+def test_pairwise_loss_is_row_sharded_and_equal_to_single_device():
+  rng = np.random.default_rng(6)
+  student, teacher = unit_vectors(rng, (32, 3, 16)).astype(np.float32), unit_vectors(rng, (32, 2, 16)).astype(np.float32)
+  fn = jax.value_and_grad(pairwise_sym_nce, argnums=(0, 1, 2))
+  want = jax.jit(fn)(student, teacher, jnp.float32(2.5))
+  mesh = parallel.make_mesh(fsdp=2)
+  rows = NamedSharding(mesh, P(parallel.BATCH_AXES))
+  with jax.set_mesh(mesh):
+    args = jax.device_put(student, rows), jax.device_put(teacher, rows), jnp.float32(2.5)
+    got = jax.jit(fn)(*args)
+    text = jax.jit(fn).lower(*args).compile().as_text()
+  # Each device holds B_local x S x B x T logits, never the whole [B, S, B, T]
+  assert 'f32[4,3,32,2]' in text and 'f32[32,3,32,2]' not in text
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
