@@ -80,6 +80,10 @@ def base_config() -> ml_collections.ConfigDict:
       # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/mixing.py ResampledShards),
       # for 'mixed' batches; any shard format
       'resampled': False,
+      # each process reads its own shards (every process_count-th; webdataset's split by node) and makes its local
+      # batches from them: no shard is read by two hosts, and the global batch depends on the process count;
+      # 'mixed' batches; False: one global order, each process reading its block of every batch from any shard
+      'shards_by_process': False,
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
       'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
       # webdataset samples: the image is the first member present of image_keys; the caption a member ('txt') or a
@@ -316,6 +320,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if config.data.source_weights and config.data.mixing not in ('weighted', 'single_source'):
     raise ConfigError(f"config.data.source_weights is set but config.data.mixing='{config.data.mixing}' does not use "
                       "weights; set config.data.mixing to 'weighted' or 'single_source'")
+  if config.data.shards_by_process and config.data.mixing != 'mixed':
+    raise ConfigError(f"config.data.shards_by_process=True makes 'mixed' batches from each process's own shards; "
+                      f"config.data.mixing='{config.data.mixing}' chooses each global batch's sources over every "
+                      "shard: use one of them")
   if config.data.resampled and config.data.mixing != 'mixed':
     raise ConfigError(f"config.data.resampled=True draws shards for config.data.mixing='mixed' batches, not "
                       f"'{config.data.mixing}'")

@@ -52,6 +52,8 @@ def test_base_and_shipped_configs_are_valid():
     (lambda c: c.model.text.__setitem__('pool', 'mean'), r"config.model.text.pool='mean'.*'last'"),
     (lambda c: (c.data.__setitem__('resampled', True), c.data.__setitem__('mixing', 'sequential')),
      r"config.data.resampled=True draws shards for config.data.mixing='mixed' batches, not 'sequential'"),
+    (lambda c: (c.data.__setitem__('shards_by_process', True), c.data.__setitem__('mixing', 'single_source')),
+     r"config.data.shards_by_process=True makes 'mixed' batches.*config.data.mixing='single_source'"),
     (lambda c: c.model.text.__setitem__('tokenizer', 'spm'), r"config.model.text.tokenizer='spm'.*sentencepiece"),
     (lambda c: c.model.text.__setitem__('tokenizer', 'sentencepiece'), r'needs config.model.text.tokenizer_path'),
     (lambda c: (c.model.vision.__setitem__('type', 'siglip_vit'), c.model.__setitem__('embed_dim', 64)),

@@ -155,12 +155,30 @@ class ProcessBlocks(grain.MapDataset):
     return f'ProcessBlocks(local_batch={self._local_batch}, process={self._process_index}/{self._process_count})'
 
 
+def process_shards(num_shards: int, process_index: int, process_count: int) -> list[int] | None:
+  """The ids of the shards that process `process_index` reads when each process reads its own shards
+  (`config.data.shards_by_process`): every `process_count`-th shard from its index, as webdataset's split by node.
+  None with one process (it reads every shard: the run is the default one). Raises ValueError when there are fewer
+  shards than processes."""
+  if process_count == 1:
+    return None
+  if num_shards < process_count:
+    raise ValueError(f'data.shards_by_process gives each process its own shards, and there are {num_shards} shards '
+                     f'for {process_count} processes; use more shards or data.shards_by_process=False')
+  return list(range(process_index, num_shards, process_count))
+
+
+def process_seed(seed: int, process_index: int) -> int:
+  """An independent seed for one process's own shuffle and views (data.shards_by_process)."""
+  return int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
+
+
 def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
                    process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
                    num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None,
                    source_weights: str = '', caption_field: str = 'caption',
                    shard_records: Callable[[list[str], list[int]], Any] = ShardRecords,
-                   resampled: bool = False) -> grain.DatasetIterator:
+                   resampled: bool = False, shard_ids: list[int] | None = None) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}): the views'
   fields, plus the record-status fields STATUS_KEYS (see LoadExamples; `pop_status` separates them).
 
@@ -170,6 +188,9 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing. shard_records: (shard paths,
   their ids) -> random access to (shard id, record) (ShardRecords for ArrayRecord, webdataset.TarShardRecords).
   resampled: shards drawn with replacement, endlessly (mixing.ResampledShards; 'mixed' batches only).
+  shard_ids: where given (`process_shards`), this process reads only these shards of `paths` and makes its local
+  batches from them alone, with its own seed (`process_seed`): the global batch then depends on the process count,
+  and no process reads another's shards ('mixed' batches only).
   """
   if not paths:
     raise ValueError('the training data has no shard files')
@@ -185,8 +206,13 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
 
   if resampled and mixing != 'mixed':
     raise ValueError(f"data.resampled draws shards for data.mixing='mixed' batches, not '{mixing}'")
+  if shard_ids is not None:
+    if mixing != 'mixed':  # the other modes choose each global batch's source(s) over every shard
+      raise ValueError(f"data.shards_by_process makes 'mixed' batches from each process's own shards, not '{mixing}'")
+    seed = process_seed(seed, process_index)
   if mixing == 'mixed':
-    records_source = shard_records(paths, list(range(len(paths))))
+    ids = list(range(len(paths))) if shard_ids is None else list(shard_ids)
+    records_source = shard_records([paths[i] for i in ids], ids)
     if resampled:
       stream = mixing_lib.ResampledShards(records_source, records_source.shard_ranges(), seed)
     else:
@@ -198,7 +224,8 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
                                                shard_records=shard_records)
   dataset = dataset.random_map(WithStatus(views), seed=seed)
   local_batch = global_batch_size // process_count
-  dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
+  if shard_ids is None:  # every process takes its block of each global batch; otherwise its own stream is its share
+    dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
   dataset = dataset.batch(local_batch, drop_remainder=True)
   iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
   if num_workers > 0:

@@ -69,11 +69,18 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
   """This process's training batches (a grain iterator, checkpointed with the state) and the bad-record counter."""
   try:
     shard_records = ShardRecords
+    # data.shards_by_process: this process reads (and indexes) its own shards only
+    own = (pipeline.process_shards(len(paths), jax.process_index(), jax.process_count())
+           if config.data.shards_by_process else None)
+    if own is not None:
+      print(f'Process {jax.process_index()} of {jax.process_count()} reads {len(own)} of the {len(paths)} shards: '
+            f'{paths[own[0]]}, ...', flush=True)
     if config.data.name == 'webdataset':  # sources from data.path; samples read from the tars by offset
       shard_sources = [source for _, source in sources.webdataset_shards(config.data)]
       fields = sources.webdataset_fields(config.data)
-      indexes = webdataset.index_shards(paths, fields, config.data.cache_dir or synthetic.default_cache_dir())
-      webdataset.check_unreadable(paths, indexes.unreadable, config.data.max_bad_fraction)
+      read = paths if own is None else [paths[i] for i in own]
+      indexes = webdataset.index_shards(read, fields, config.data.cache_dir or synthetic.default_cache_dir())
+      webdataset.check_unreadable(read, indexes.unreadable, config.data.max_bad_fraction)
       shard_records = functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, shard_sources)),
                                         fields=fields, indexes=indexes)
     else:
@@ -84,7 +91,7 @@ def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any
         teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
         num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
         source_weights=config.data.source_weights, caption_field=config.data.caption_field,
-        shard_records=shard_records, resampled=config.data.resampled)
+        shard_records=shard_records, resampled=config.data.resampled, shard_ids=own)
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
     raise errors.ConfigError(str(error)) from error
   return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)

@@ -1,4 +1,5 @@
-"""The grain pipeline: batch layout, exact resumption from the iterator state, and per-process slicing."""
+"""The grain pipeline: batch layout, exact resumption from the iterator state, per-process slicing, and processes
+that read their own shards (data.shards_by_process)."""
 import pytest
 import numpy as np
 
@@ -8,11 +9,13 @@ from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline
 
 
-def _iterator(config, process_index=0, process_count=1, num_workers=0):
+def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shards=False, mixing='mixed'):
   paths = sources.train_paths(config.data)
   views = ClipViews(config.model.vision.image_size, config.model.text.context_length)
+  shard_ids = pipeline.process_shards(len(paths), process_index, process_count) if own_shards else None
   return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
-                                 process_count=process_count, num_workers=num_workers)
+                                 process_count=process_count, num_workers=num_workers, shard_ids=shard_ids,
+                                 mixing=mixing)
 
 
 def test_batches_have_model_ready_arrays(micro):
@@ -103,3 +106,30 @@ def test_clip_views_random_crop_and_randaugment_are_seeded_per_example():
   np.testing.assert_array_equal(view(augmented, 5), view(augmented, 5))
   assert not np.array_equal(view(augmented, 5), view(augmented, 6))
   assert view(augmented, 5).shape == view(centre, 0).shape == (24, 24, 3)
+
+
+def test_processes_with_their_own_shards_read_nothing_else_and_resume_exactly(micro):
+  paths = sources.train_paths(micro.data)
+  owned = [pipeline.process_shards(len(paths), p, 2) for p in range(2)]
+  assert sorted(owned[0] + owned[1]) == list(range(len(paths))) and not set(owned[0]) & set(owned[1])
+  for p in range(2):
+    it = _iterator(micro, p, 2, own_shards=True)
+    batches = [pipeline.pop_status(next(it)) for _ in range(6)]
+    assert all(len(b['label']) == 4 for b, _ in batches)  # the local share of the global batch of 8
+    read = set(np.concatenate([status['record_shard'] for _, status in batches]).tolist())
+    assert read == set(owned[p])  # every one of its own shards, and no other
+    state = it.get_state()
+    expected = [next(it) for _ in range(2)]
+    resumed = _iterator(micro, p, 2, own_shards=True)
+    resumed.set_state(state)
+    for want in expected:
+      np.testing.assert_array_equal(next(resumed)['image'], want['image'])
+  # One process reads every shard: the same batches as without the option
+  np.testing.assert_array_equal(next(_iterator(micro, own_shards=True))['text'], next(_iterator(micro))['text'])
+
+
+def test_own_shards_need_as_many_shards_as_processes_and_mixed_batches(micro):
+  with pytest.raises(ValueError, match='there are 3 shards for 4 processes'):
+    pipeline.process_shards(3, 0, 4)
+  with pytest.raises(ValueError, match="not 'single_source'"):
+    _iterator(micro, 0, 2, own_shards=True, mixing='single_source')
