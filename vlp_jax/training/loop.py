@@ -200,7 +200,8 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
                                       ctx.config.log.peak_device_tflops) if flops else None
     ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak)
     peak_text = f'; MFU against {peak / 1e12:g} TFLOP/s per device' if peak else ''
-    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from XLA{peak_text}).'
+    source = 'the traced matmuls' if ctx.mesh.devices.flat[0].platform == 'gpu' else 'XLA'  # step.device_flops
+    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}).'
                                              if flops else '.'), flush=True)
   return metrics
 
