@@ -102,7 +102,7 @@ def test_two_processes_reading_their_own_shards_resume_exactly(data_cache, tmp_p
   write_webdataset(str(tmp_path / 'wds'), {'web': 2, 'studio': 2}, samples_per_shard=12)
   overrides = {'data.name': 'webdataset', 'data.path': f'{tmp_path}/wds/web/{{00000..00001}}.tar,studio='
                f'{tmp_path}/wds/studio', 'data.max_bad_fraction': 0.5, 'data.shards_by_process': True,
-               'eval.every_steps': 6, 'checkpoint.keep': 3}
+               'eval.every_steps': 6, 'eval.tasks': "('zeroshot',)", 'checkpoint.keep': 3}
   whole = str(tmp_path / 'whole')
   code, logs = _launch(whole, str(tmp_path / 'logs_whole'), data_cache, overrides)
   assert code == 0, logs[0][-3000:] + logs[1][-3000:]
