@@ -2,7 +2,8 @@
 data, one orbax checkpoint written by both) train exactly as 1 process with 8 devices. The data are webdataset tar
 shards drawn with replacement (data.resampled), read by both processes: each reads its block of every global batch,
 as from ArrayRecord (whose process blocks tests/unit/data/test_pipeline.py checks). With data.shards_by_process each
-process reads its own shards instead, and two processes resume from a checkpoint exactly."""
+process reads its own shards instead (drawn with replacement there too), and two processes resume from a checkpoint
+exactly."""
 from support import MICRO_CONFIG, ROOT, write_webdataset
 import pytest
 import os
@@ -85,12 +86,12 @@ def test_two_processes_train_like_one(micro, data_cache, tmp_path):
 
 
 def _launch(workdir, log_dir, data_cache, overrides):
-  """`launch/local.py` with 2 processes x 4 devices on the micro config; returns (returncode, [process 0's output,
+  """`launch/local.py` with 2 processes x 1 device on the micro config; returns (returncode, [process 0's output,
   process 1's log])."""
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
-  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own 4 devices
+  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own device
   result = subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=4',
+      [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
        f'--log_dir={log_dir}', '--timeout=400', '--', f'--config={CONFIG}', f'--workdir={workdir}',
        *(f'--config.{key}={value}' for key, value in overrides.items())],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=450)
@@ -101,18 +102,18 @@ def _launch(workdir, log_dir, data_cache, overrides):
 def test_two_processes_reading_their_own_shards_resume_exactly(data_cache, tmp_path):
   write_webdataset(str(tmp_path / 'wds'), {'web': 2, 'studio': 2}, samples_per_shard=12)
   overrides = {'data.name': 'webdataset', 'data.path': f'{tmp_path}/wds/web/{{00000..00001}}.tar,studio='
-               f'{tmp_path}/wds/studio', 'data.max_bad_fraction': 0.5, 'data.shards_by_process': True,
-               'eval.every_steps': 6, 'eval.tasks': "('zeroshot',)", 'checkpoint.keep': 3}
+               f'{tmp_path}/wds/studio', 'data.max_bad_fraction': 0.5, 'data.shards_by_process': True, 'data.resampled': True,
+               'total_steps': 4, 'checkpoint.every_steps': 2, 'eval.every_steps': 4, 'eval.tasks': "('zeroshot',)"}
   whole = str(tmp_path / 'whole')
   code, logs = _launch(whole, str(tmp_path / 'logs_whole'), data_cache, overrides)
   assert code == 0, logs[0][-3000:] + logs[1][-3000:]
   for p in (0, 1):  # 4 shards, every second one from the process's index
     assert f'Process {p} of 2 reads 2 of the 4 shards' in logs[p]
-  # What a crash after checkpoint 3 leaves: the run is resumed from there, each process from its own data position.
+  # What a crash after checkpoint 2 leaves: the run is resumed from there, each process from its own data position.
   resumed = str(tmp_path / 'resumed')
   shutil.copytree(whole, resumed)
-  shutil.rmtree(os.path.join(resumed, 'checkpoints', '6'))
+  shutil.rmtree(os.path.join(resumed, 'checkpoints', '4'))
   code, logs = _launch(resumed, str(tmp_path / 'logs_resumed'), data_cache, overrides)
   assert code == 0, logs[0][-3000:] + logs[1][-3000:]
-  assert 'Resumed from step 3' in logs[0] and 'Finished training at step 6' in logs[0]
+  assert 'Resumed from step 2' in logs[0] and 'Finished training at step 4' in logs[0]
   chex.assert_trees_all_equal(load_variables(resumed)[0], load_variables(whole)[0])  # bit for bit

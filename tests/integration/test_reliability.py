@@ -27,12 +27,13 @@ from support import micro_config
 CONFIG = MICRO_CONFIG
 STEPS, EVERY = 24, 4
 LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
-            f'--config.eval.every_steps={STEPS}']
+            f'--config.eval.every_steps={STEPS}', "--config.eval.tasks=('zeroshot',)"]  # the evaluators: elsewhere
 
 
 def _long_config(cache):
   config = micro_config(cache)
   config.total_steps, config.checkpoint.every_steps, config.eval.every_steps = STEPS, EVERY, STEPS
+  config.eval.tasks = ('zeroshot',)
   return config
 
 
