@@ -3,7 +3,10 @@
 import os
 import sys
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8').strip()
+# The suite is bound by XLA's compile time. LLVM at optimisation level 1 compiles the CPU programs faster (about 10%
+# of the suite) and computes the same values (support.jit_init; the parity and equality tests pass either way).
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
+                           ' --xla_backend_optimization_level=1').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_TESTS), _TESTS]
