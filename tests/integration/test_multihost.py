@@ -102,7 +102,8 @@ def _launch(workdir, log_dir, data_cache, overrides):
 def test_two_processes_reading_their_own_shards_resume_exactly(data_cache, tmp_path):
   write_webdataset(str(tmp_path / 'wds'), {'web': 2, 'studio': 2}, samples_per_shard=12)
   overrides = {'data.name': 'webdataset', 'data.path': f'{tmp_path}/wds/web/{{00000..00001}}.tar,studio='
-               f'{tmp_path}/wds/studio', 'data.max_bad_fraction': 0.5, 'data.shards_by_process': True, 'data.resampled': True,
+               f'{tmp_path}/wds/studio', 'data.max_bad_fraction': 0.5, 'data.shards_by_process': True,
+               'data.resampled': True,
                'total_steps': 4, 'checkpoint.every_steps': 2, 'eval.every_steps': 4, 'eval.tasks': "('zeroshot',)"}
   whole = str(tmp_path / 'whole')
   code, logs = _launch(whole, str(tmp_path / 'logs_whole'), data_cache, overrides)
