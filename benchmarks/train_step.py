@@ -9,8 +9,9 @@ Each line has the compile time, the step time (median of --steps after --warmup)
 XLA's cost analysis (on a GPU, the traced program's matmuls: training.step.device_flops) and the FLOP/s achieved, and
 the utilisation: achieved FLOP/s over the machine's peak, measured in the same run as the fastest of 15 runs of a
 large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and `mfu`, the trainer's perf/mfu: achieved FLOP/s over
-the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --scan_layers the FLOPs count every block (the layer loop's body is counted once by XLA). It also has the
-compiled step's peak memory per device (arguments + outputs + temporaries) and the process's peak RSS.
+the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --scan_layers the FLOPs count every
+block (XLA counts the layer loop's body once). It also has the compiled step's peak memory per device (arguments +
+outputs + temporaries) and the process's peak RSS.
 
 --patch_dropout takes several fractions (`--patch_dropout=0,0.5`): the variants of each setting are compiled first,
 then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
