@@ -25,7 +25,7 @@ from vlp_jax.training.writer import read_metrics
 from support import micro_config
 
 CONFIG = MICRO_CONFIG
-STEPS, EVERY = 18, 3
+STEPS, EVERY = 24, 4
 LONG_RUN = [f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
             f'--config.eval.every_steps={STEPS}', "--config.eval.tasks=('zeroshot',)"]  # the evaluators: elsewhere
 
