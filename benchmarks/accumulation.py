@@ -29,7 +29,7 @@ from absl import app, flags  # noqa: E402
 
 from benchmarks.common import compiled_memory  # noqa: E402
 from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
-from vlp_jax.data import sources
+from vlp_jax.data import formats
 from vlp_jax.data import pipeline  # noqa: E402
 from vlp_jax.losses.contrastive import clip_infonce  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
@@ -45,7 +45,7 @@ _LOSS_BATCH = flags.DEFINE_integer('loss_batch', 4096, 'Global batch of the shar
 def example_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
   """Per-example shapes of this config's training inputs, read from one real batch of its views."""
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(sources.train_paths(config.data), views, seed=0, global_batch_size=8,
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0, global_batch_size=8,
                                      process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
   batch, _ = pipeline.pop_status(next(iterator))

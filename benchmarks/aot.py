@@ -174,9 +174,11 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   """Compile `config`'s train step for `topology`; the report described in the module docstring."""
   import jax
   from vlp_jax import config as config_lib, models, objectives, parallel
+  from vlp_jax.objectives.accumulation import num_micro_batches
   from vlp_jax.training.optim import make_optimizer
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import UnrolledFlops, jit_train_step, program_cost
+  from vlp_jax.training.flops import program_cost
+  from vlp_jax.training.step import UnrolledFlops, jit_train_step
   chip = chip_of(topology)
   devices = tpu_devices(topology)
   config = config.copy_and_resolve_references()
@@ -191,7 +193,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings)
   batch = abstract_batch(config, teacher_dim)
-  step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, config_lib.num_micro_batches(config))
+  step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config))
   num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state.params))
   row = {
       'config': name, 'model': config.model.name, 'objective': ' + '.join(
@@ -235,12 +237,12 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
     cpu = parallel.make_mesh(1, jax.devices('cpu')[:1])
     plain_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
     costs = [UnrolledFlops(o, tx, cpu, config.mesh.fsdp_min_size, config.accumulation.mode,
-                           config_lib.num_micro_batches(config)).lowered_cost(plain_batch, abstract_rng)
+                           num_micro_batches(config)).lowered_cost(plain_batch, abstract_rng)
              for o in (objectives.build(unrolled, models.build_model(unrolled.model)), objective)]
     flops += max(costs[0].get('flops', 0.0) - costs[1].get('flops', 0.0), 0.0) / len(devices)
     if costs[1].get('bytes accessed'):
       hbm_traffic *= costs[0].get('bytes accessed', 0.0) / costs[1]['bytes accessed']
-  num_micro = config_lib.num_micro_batches(config)
+  num_micro = num_micro_batches(config)
   if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
     flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro
   hlo = compiled.as_text()

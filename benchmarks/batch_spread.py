@@ -55,7 +55,6 @@ def main(argv):
   import jax
   from vlp_jax import models, objectives
   from vlp_jax.config import from_file, validate
-  from vlp_jax.data import sources
   from vlp_jax.data import pipeline, records, synthetic
   from vlp_jax.training.checkpoint import load_pretrained
 
@@ -63,7 +62,7 @@ def main(argv):
   config = from_file(os.path.join(root, 'configs', 'shapes_base.py'))
   config.data.synthetic.captions = FLAGS.captions
   validate(config, num_devices=1)
-  root = synthetic.ensure_dataset(sources.synthetic_spec(config.data), config.data.cache_dir or None)
+  root = synthetic.ensure_dataset(synthetic.spec_from_config(config.data), config.data.cache_dir or None)
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
   examples = {s: pipeline.read_all(synthetic.shard_paths(root, 'train', (s,))) for s in synthetic.SOURCES}
   pooled = [e for s in synthetic.SOURCES for e in examples[s]]

@@ -520,7 +520,7 @@ def compiled_step(config):
   """The train step of `config` compiled for one device, for a real batch of its views."""
   import jax
   from vlp_jax import models, objectives, parallel
-  from vlp_jax.data import sources
+  from vlp_jax.data import formats
   from vlp_jax.data import pipeline
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
@@ -529,7 +529,7 @@ def compiled_step(config):
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps)
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(sources.train_paths(config.data), views, seed=0,
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
                                      global_batch_size=config.batch_size,
                                      process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
@@ -549,7 +549,7 @@ def step_memory_bytes(config) -> int:
 
 def step_flops(config) -> float:
   """XLA's FLOPs of one train step of `config` on one device (what the trainer logs as perf/step_flops)."""
-  from vlp_jax.training.step import program_cost
+  from vlp_jax.training.flops import program_cost
   return program_cost(compiled_step(config))['flops']
 
 

@@ -6,7 +6,7 @@
       --objective=clip,siglip,saco,slip,cosmos,zerovl
 
 Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
-XLA's cost analysis (on a GPU, the traced program's matmuls: training.step.device_flops) and the FLOP/s achieved, and
+XLA's cost analysis (on a GPU, the traced program's matmuls: training.flops.device_flops) and the FLOP/s achieved, and
 the utilisation: achieved FLOP/s over the machine's peak, measured in the same run as the fastest of 15 runs of a
 large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and `mfu`, the trainer's perf/mfu: achieved FLOP/s over
 the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --scan_layers the FLOPs count every
@@ -99,7 +99,8 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax.hardware import peak_flops
   from vlp_jax.training.loop import unrolled_flops_of
   from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import device_flops, train_step
+  from vlp_jax.training.flops import device_flops
+  from vlp_jax.training.step import train_step
   config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)

@@ -26,7 +26,7 @@ import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
-from vlp_jax.data import sources
+from vlp_jax.data import formats
 from vlp_jax.data import pipeline  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
@@ -49,7 +49,7 @@ def main(argv):
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(sources.train_paths(config.data), views, seed=0,
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
                                      global_batch_size=config.batch_size,
                                      process_index=0, process_count=1)
   began = time.perf_counter()

@@ -111,7 +111,7 @@ def compiled_step(config, mesh, state=None):
   weights as the config says (config.accumulation, config.ema)."""
   import jax
   from vlp_jax import parallel
-  from vlp_jax.config import num_micro_batches
+  from vlp_jax.objectives.accumulation import num_micro_batches
   from vlp_jax.training.step import compile_train_step
   objective, tx = build_objective(config)
   state = initial_state(config) if state is None else state

@@ -14,22 +14,17 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import models
-from vlp_jax.data import mixing, synthetic
+from vlp_jax.data import formats, mixing
 from vlp_jax.data.autoaugment import AUGMENTATIONS
-from vlp_jax.data.sources import TRAIN_DATASETS
-from vlp_jax.data.tokenizer import TOKENIZERS
 from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
-from vlp_jax.models.towers import DTYPES, PATCH_TOWERS, VISION_TOWERS
+from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower
 from vlp_jax.models.transformer import ACTIVATIONS, REMAT_POLICIES
-from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
+from vlp_jax.objectives import OBJECTIVES, TERMS, accumulation, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
 
-# Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) | 'microbatch'
-# (per-example losses only).
-ACCUMULATION_MODES = ('none', 'decoupled', 'microbatch')
 # config.log.wandb_mode (training/writer.py): wandb.init's mode.
 WANDB_MODES = ('online', 'offline', 'disabled')
 
@@ -44,18 +39,49 @@ def define_config_flag(default: str | None = None, help_string: str = 'Path to a
 
 
 def base_config() -> ml_collections.ConfigDict:
+  """Every key a config may have (objective options aside: each objective declares its own), at its default."""
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.total_steps = 1000
   c.batch_size = 256  # global, over all devices and processes
   c.model = models.preset('tiny')
   c.objective = ml_collections.ConfigDict({'name': 'clip', 'terms': ()})
-  c.data = ml_collections.ConfigDict({
-      'name': 'synthetic',  # or 'array_record', 'webdataset'
-      # array_record: comma-separated sources, each a directory or glob of our shards, 'synthetic' (the embedded
-      # dataset) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into cache_dir).
-      # webdataset: comma-separated sources of tar shards, each [NAME=]PATTERN with brace ranges or globs
-      # ('laion=/data/laion/{00000..41455}.tar'); unnamed sources are named after their folder (data/webdataset.py)
+  c.data = _data_config()
+  c.optim = _optim_config()
+  # An EMA of the weights, evaluated beside them as eval/<set>/ema_* (training/ema.py): after each optimizer step,
+  # ema <- decay * ema + (1 - decay) * params. 0 = none; it weighs about the last 1 / (1 - decay) steps.
+  c.ema = ml_collections.ConfigDict({'decay': 0.0})
+  c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
+  # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
+  # 'microbatch' (per-example losses only). micro_batch_size: global rows per micro-batch; must divide batch_size.
+  c.accumulation = ml_collections.ConfigDict({'mode': 'none', 'micro_batch_size': 0})
+  # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
+  c.init = ml_collections.ConfigDict({'checkpoint': '', 'require_checkpoint': False})
+  c.eval = _eval_config()
+  c.log_every_steps = 20
+  # perf/mfu divides the achieved FLOP/s per device by the device's published dense bf16 peak (vlp_jax/hardware.py,
+  # whatever model.dtype); peak_device_tflops > 0 sets that peak instead (TFLOP/s per device), e.g. for a device not
+  # in the table, which otherwise logs no perf/mfu. 0 = look the device up.
+  # wandb_project: also send the scalars and the end-of-run plots to Weights & Biases (training/writer.py; needs
+  # `pip install wandb`); '' = off. wandb_entity: '' = your default entity. wandb_mode: 'online' | 'offline' (files
+  # under the workdir, `wandb sync` later) | 'disabled'. wandb_run_name: '' = the workdir's basename.
+  c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0, 'wandb_project': '', 'wandb_entity': '',
+                                     'wandb_mode': 'online', 'wandb_run_name': ''})
+  # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
+  c.max_nonfinite_steps = 10
+  # async_save: the step goes on while the files are written (the state is copied to host memory first); the
+  # manifest that marks a step complete is written once its files are, so a crash mid-write loses only that step.
+  c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3, 'async_save': True})
+  return c
+
+
+def _data_config() -> ml_collections.ConfigDict:
+  """config.data: the training data, the views, the input pipeline, the eval sets' local copies; each data format
+  adds its own options (data/formats/)."""
+  return ml_collections.ConfigDict({
+      # the training data format (data/formats/: 'synthetic', 'array_record', 'webdataset'), whose file says what
+      # `path` holds; a format's own options are under data.<name> (data.synthetic, data.webdataset)
+      'name': 'synthetic',
       'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
@@ -86,21 +112,13 @@ def base_config() -> ml_collections.ConfigDict:
       'shards_by_process': False,
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
       'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
-      # webdataset samples: the image is the first member present of image_keys; the caption a member ('txt') or a
-      # field of the JSON member ('json:caption')
-      'webdataset': {'image_keys': 'jpg,png,jpeg,webp', 'caption_key': 'txt'},
-      'synthetic': {
-          'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
-          'sources': synthetic.SOURCES, 'shards': 2,
-          # 'alt_text' | 'detailed' (every object named in every source: few repeated captions) | 'colour_only' (no
-          # shape ever named); data/synthetic.py
-          'captions': 'alt_text',
-          # 'full' (the default: 17 to 67 tokens, cut at a 32-token context) | 'compact' (at most 32 tokens with
-          # sot/eot, the same kinds of sentence); data/synthetic.py
-          'long_captions': 'full',
-      },
+      **formats.options(),
   })
-  c.optim = ml_collections.ConfigDict({
+
+
+def _optim_config() -> ml_collections.ConfigDict:
+  """config.optim: AdamW, the learning-rate schedule, locked towers and layer-wise lr decay."""
+  return ml_collections.ConfigDict({
       'lr': 5e-4, 'warmup_init_lr': 0.0, 'warmup_steps': 100, 'schedule': 'cosine', 'end_factor': 0.0,
       'b1': 0.9, 'b2': 0.98, 'eps': 1e-6, 'weight_decay': 0.2, 'grad_clip_norm': 0.0,
       # Locked towers (LiT; open_clip's --lock-image, --lock-text): no update and no optimizer state for a locked
@@ -112,16 +130,11 @@ def base_config() -> ml_collections.ConfigDict:
       # 1 .. L the blocks, L + 1 the final LayerNorm and projection) trains at lr * decay ** (L + 1 - i).
       'image_layer_decay': 1.0, 'text_layer_decay': 1.0,
   })
-  # An EMA of the weights, evaluated beside them as eval/<set>/ema_* (training/ema.py): after each optimizer step,
-  # ema <- decay * ema + (1 - decay) * params. 0 = none; it weighs about the last 1 / (1 - decay) steps.
-  c.ema = ml_collections.ConfigDict({'decay': 0.0})
-  c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
-  # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
-  # 'microbatch' (per-example losses only). micro_batch_size: global rows per micro-batch; must divide batch_size.
-  c.accumulation = ml_collections.ConfigDict({'mode': 'none', 'micro_batch_size': 0})
-  # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
-  c.init = ml_collections.ConfigDict({'checkpoint': '', 'require_checkpoint': False})
-  c.eval = ml_collections.ConfigDict({
+
+
+def _eval_config() -> ml_collections.ConfigDict:
+  """config.eval: when, on what and with which tasks the model is evaluated."""
+  return ml_collections.ConfigDict({
       'every_steps': 500, 'datasets': ('synthetic',), 'split': 'test',
       # each task runs on the eval sets that have what it needs (evaluation.applies)
       'tasks': ('zeroshot', 'retrieval', 'affinity', 'segmentation', 'compositional', 'linear_probe'),
@@ -129,21 +142,6 @@ def base_config() -> ml_collections.ConfigDict:
       # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evalsets/prompts.py for every set
       'templates': 'dataset',
   })
-  c.log_every_steps = 20
-  # perf/mfu divides the achieved FLOP/s per device by the device's published dense bf16 peak (vlp_jax/hardware.py,
-  # whatever model.dtype); peak_device_tflops > 0 sets that peak instead (TFLOP/s per device), e.g. for a device not
-  # in the table, which otherwise logs no perf/mfu. 0 = look the device up.
-  # wandb_project: also send the scalars and the end-of-run plots to Weights & Biases (training/writer.py; needs
-  # `pip install wandb`); '' = off. wandb_entity: '' = your default entity. wandb_mode: 'online' | 'offline' (files
-  # under the workdir, `wandb sync` later) | 'disabled'. wandb_run_name: '' = the workdir's basename.
-  c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0, 'wandb_project': '', 'wandb_entity': '',
-                                     'wandb_mode': 'online', 'wandb_run_name': ''})
-  # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
-  c.max_nonfinite_steps = 10
-  # async_save: the step goes on while the files are written (the state is copied to host memory first); the
-  # manifest that marks a step complete is written once its files are, so a crash mid-write loses only that step.
-  c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3, 'async_save': True})
-  return c
 
 
 def from_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -169,24 +167,16 @@ _CHOICES: dict[str, Any] = {
     'model.vision.type': VISION_TOWERS,
     'model.dtype': DTYPES,
     'model.remat_policy': REMAT_POLICIES,
-    'model.text.pool': ('eot', 'last'),
-    'model.text.tokenizer': TOKENIZERS,
-    'data.name': TRAIN_DATASETS,
+    'data.name': formats.DATA_FORMATS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),
     'optim.schedule': ('cosine', 'constant'),
-    'accumulation.mode': ACCUMULATION_MODES,
     'log.wandb_mode': WANDB_MODES,
     'eval.split': ('val', 'test'),
     'eval.templates': TEMPLATE_CHOICES,
-    'data.synthetic.captions': synthetic.CAPTION_STYLES,
-    'data.synthetic.long_captions': synthetic.LONG_CAPTION_STYLES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
-                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
-                  'data.synthetic.resolution', 'data.synthetic.num_train', 'data.synthetic.num_val',
-                  'data.synthetic.num_test',
-                  'data.synthetic.shards')
+                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim')
 _COUNTS = ('data.eval_max_examples', 'data.probe_train_examples')  # 0 = all
 
 
@@ -227,6 +217,9 @@ def _reference(config: ml_collections.ConfigDict) -> tuple[ml_collections.Config
     raise ConfigError(str(error)) from None
   reference.objective = ml_collections.ConfigDict(
       {**objective_cls.default_config(), **{name: term.default_config() for name, term in terms.items()}})
+  vision_type = config.get('model', {}).get('vision', {}).get('type', 'vit')
+  if vision_type in VISION_TOWERS:  # an unknown type is reported by the choice check, naming the towers
+    reference.model.vision = ml_collections.ConfigDict(vision_tower(vision_type).default_config())
   return reference, objective_cls, terms
 
 
@@ -247,105 +240,102 @@ def with_current_defaults(saved: dict | ml_collections.ConfigDict) -> ml_collect
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
-  """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled."""
+  """Raise ConfigError naming the first invalid key. Cheap: nothing is built or compiled.
+
+  Generic checks (unknown keys, types, ranges, choices), then each chosen component's own: the objective and its
+  terms, the image and text towers, the data formats' options, the accumulation mode."""
   reference, objective_cls, terms = _reference(config)
   _check_keys(config, reference, '')
   try:
-    objective_cls.validate(objective_cls.options(config.objective), config)
-  except ValueError as error:
+    _check_objective(config, objective_cls, terms)
+    _check_counts(config)
+    _check_choices(config)
+    vision_tower(config.model.vision).validate(config.model.vision, config.model)
+    models.validate_text(config.model.text)
+    for _, data_format in formats.DATA_FORMATS.items():  # every format's options are in every config
+      data_format.validate(config.data)
+    _check_data(config.data, objective_cls)
+    _check_training(config, num_devices)
+    _validate_tower_options(config)
+    accumulation.validate(config, objective_cls, terms, num_devices)
+  except ValueError as error:  # ConfigError, RegistryError and the components' ValueErrors alike
     raise ConfigError(str(error)) from None
+
+
+def _check_objective(config: ml_collections.ConfigDict, objective_cls: type, terms: dict[str, type]) -> None:
+  objective_cls.validate(objective_cls.options(config.objective), config)
   for name, term in terms.items():
-    try:
-      term.validate(with_defaults(term.default_config(), config.objective.get(name, {})), config)
-    except ValueError as error:
-      raise ConfigError(str(error)) from None
+    term.validate(with_defaults(term.default_config(), config.objective.get(name, {})), config)
+
+
+def _check_counts(config: ml_collections.ConfigDict) -> None:
   for key in _POSITIVE_INTS:
     value = _get(config, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise ConfigError(f'config.{key} must be a positive integer, got {value!r}')
+      raise ValueError(f'config.{key} must be a positive integer, got {value!r}')
   for key in _COUNTS:
     value = _get(config, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-      raise ConfigError(f'config.{key} must be 0 (all) or a positive integer, got {value!r}')
-  try:
-    for key, choices in _CHOICES.items():
-      check_choice(key, _get(config, key), choices)
-    for task in config.eval.tasks:
-      EVALUATORS.check(task)
-    for name in config.eval.datasets:
-      EVAL_SETS.check(name)
-    for source in config.data.synthetic.sources:
-      check_choice('data.synthetic.sources', source, synthetic.SOURCES)
-  except RegistryError as error:
-    raise ConfigError(str(error)) from None
-  v, t = config.model.vision, config.model.text
-  if v.type == 'resnet' and (len(v.stages) != 4 or v.image_size % 32):
-    raise ConfigError(f'config.model.vision.stages={tuple(v.stages)} must list 4 stage depths and '
-                      f'config.model.vision.image_size={v.image_size} must be a multiple of 32 for a ResNet tower')
-  if t.get('tokenizer', 'clip_bpe') == 'sentencepiece' and not t.get('tokenizer_path', ''):
-    raise ConfigError("config.model.text.tokenizer='sentencepiece' needs config.model.text.tokenizer_path: the "
-                      "spiece.model or tokenizer.json that came with the weights (nothing downloads at run time)")
-  if v.type == 'siglip_vit' and config.model.embed_dim != v.width:
-    raise ConfigError(f"config.model.embed_dim={config.model.embed_dim} must equal config.model.vision.width="
-                      f"{v.width}: a config.model.vision.type='siglip_vit' tower has no projection")
-  if v.type == 'vit' and v.image_size % v.patch_size:
-    raise ConfigError(f'config.model.vision.image_size={v.image_size} is not a multiple of '
-                      f'config.model.vision.patch_size={v.patch_size}')
-  patch_dropout = v.get('patch_dropout', 0.0)
-  if not 0 <= patch_dropout < 1:
-    raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} must be in [0, 1) (the fraction of patch '
-                      'tokens dropped in training)')
-  if patch_dropout and v.type not in PATCH_TOWERS:  # other towers would ignore it silently
-    raise ConfigError(f'config.model.vision.patch_dropout={patch_dropout} applies to ViT towers only, not '
-                      f"config.model.vision.type='{v.type}'; leave it at 0")
-  for tower, spec in (('vision', v), ('text', t)) if v.type in PATCH_TOWERS else (('text', t),):
-    if spec.width % spec.heads:
-      raise ConfigError(f'config.model.{tower}.width={spec.width} is not divisible by '
-                        f'config.model.{tower}.heads={spec.heads}')
-  if not 0 <= config.optim.warmup_steps <= config.total_steps:
-    raise ConfigError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be in [0, total_steps]')
-  if config.init.require_checkpoint and not config.init.checkpoint:
-    raise ConfigError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
-                      '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
-                      'and pass --config.init.checkpoint=DIR')
-  scale = tuple(config.data.crop_scale)
+      raise ValueError(f'config.{key} must be 0 (all) or a positive integer, got {value!r}')
+
+
+def _check_choices(config: ml_collections.ConfigDict) -> None:
+  for key, choices in _CHOICES.items():
+    check_choice(key, _get(config, key), choices)
+  for task in config.eval.tasks:
+    EVALUATORS.check(task)
+  for name in config.eval.datasets:
+    EVAL_SETS.check(name)
+
+
+def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
+  """The format-independent keys of config.data: views, bad records, mixing."""
+  scale = tuple(data.crop_scale)
   if scale and not (len(scale) == 2 and 0 < scale[0] <= scale[1] <= 1):
-    raise ConfigError(f'config.data.crop_scale={scale} must be () (centre crop) or (low, high) with '
-                      '0 < low <= high <= 1')
-  if (scale or config.data.augment != 'none') and not objective_cls.uses_data_augment:
-    raise ConfigError(f"config.data.crop_scale / config.data.augment do not apply to config.objective.name="
-                      f"'{objective_cls.name}', whose views are set by its own options (config.objective)")
-  if not 0.0 <= config.data.max_bad_fraction <= 1.0:
-    raise ConfigError(f'config.data.max_bad_fraction={config.data.max_bad_fraction} must be in [0, 1]')
-  if config.data.source_weights and config.data.mixing not in ('weighted', 'single_source'):
-    raise ConfigError(f"config.data.source_weights is set but config.data.mixing='{config.data.mixing}' does not use "
-                      "weights; set config.data.mixing to 'weighted' or 'single_source'")
-  if config.data.shards_by_process and config.data.mixing != 'mixed':
-    raise ConfigError(f"config.data.shards_by_process=True makes 'mixed' batches from each process's own shards; "
-                      f"config.data.mixing='{config.data.mixing}' chooses each global batch's sources over every "
-                      "shard: use one of them")
-  if config.data.resampled and config.data.mixing != 'mixed':
-    raise ConfigError(f"config.data.resampled=True draws shards for config.data.mixing='mixed' batches, not "
-                      f"'{config.data.mixing}'")
-  if config.data.mixing == 'weighted' and not config.data.source_weights:
-    raise ConfigError("config.data.mixing='weighted' needs config.data.source_weights, e.g. 'cc3m=1,cc12m=2'")
+    raise ValueError(f'config.data.crop_scale={scale} must be () (centre crop) or (low, high) with '
+                     '0 < low <= high <= 1')
+  if (scale or data.augment != 'none') and not objective_cls.uses_data_augment:
+    raise ValueError(f"config.data.crop_scale / config.data.augment do not apply to config.objective.name="
+                     f"'{objective_cls.name}', whose views are set by its own options (config.objective)")
+  if not 0.0 <= data.max_bad_fraction <= 1.0:
+    raise ValueError(f'config.data.max_bad_fraction={data.max_bad_fraction} must be in [0, 1]')
+  if data.source_weights and data.mixing not in ('weighted', 'single_source'):
+    raise ValueError(f"config.data.source_weights is set but config.data.mixing='{data.mixing}' does not use "
+                     "weights; set config.data.mixing to 'weighted' or 'single_source'")
+  if data.shards_by_process and data.mixing != 'mixed':
+    raise ValueError(f"config.data.shards_by_process=True makes 'mixed' batches from each process's own shards; "
+                     f"config.data.mixing='{data.mixing}' chooses each global batch's sources over every "
+                     "shard: use one of them")
+  if data.resampled and data.mixing != 'mixed':
+    raise ValueError(f"config.data.resampled=True draws shards for config.data.mixing='mixed' batches, not "
+                     f"'{data.mixing}'")
+  if data.mixing == 'weighted' and not data.source_weights:
+    raise ValueError("config.data.mixing='weighted' needs config.data.source_weights, e.g. 'cc3m=1,cc12m=2'")
+
+
+def _check_training(config: ml_collections.ConfigDict, num_devices: int | None) -> None:
+  """Schedule, initialisation, guards, EMA, logging and the mesh against the device count."""
+  if not 0 <= config.optim.warmup_steps <= config.total_steps:
+    raise ValueError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be in [0, total_steps]')
+  if config.init.require_checkpoint and not config.init.checkpoint:
+    raise ValueError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
+                     '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
+                     'and pass --config.init.checkpoint=DIR')
   if not isinstance(config.max_nonfinite_steps, int) or config.max_nonfinite_steps < 0:
-    raise ConfigError(f'config.max_nonfinite_steps must be an integer >= 0 (0 = never stop), got '
-                      f'{config.max_nonfinite_steps!r}')
+    raise ValueError(f'config.max_nonfinite_steps must be an integer >= 0 (0 = never stop), got '
+                     f'{config.max_nonfinite_steps!r}')
   if config.optim.lr <= 0:
-    raise ConfigError(f'config.optim.lr must be positive, got {config.optim.lr}')
-  _validate_tower_options(config)
+    raise ValueError(f'config.optim.lr must be positive, got {config.optim.lr}')
   if not 0 <= config.ema.decay < 1:  # NaN fails too
-    raise ConfigError(f'config.ema.decay must be in [0, 1) (0 = no EMA of the weights; e.g. 0.999), got '
-                      f'{config.ema.decay!r}')
+    raise ValueError(f'config.ema.decay must be in [0, 1) (0 = no EMA of the weights; e.g. 0.999), got '
+                     f'{config.ema.decay!r}')
   if not 0 <= config.log.peak_device_tflops < math.inf:  # NaN fails too
-    raise ConfigError(f'config.log.peak_device_tflops must be a finite number >= 0 (TFLOP/s per device; 0 = the '
-                      f"device's published peak), got {config.log.peak_device_tflops!r}")
+    raise ValueError(f'config.log.peak_device_tflops must be a finite number >= 0 (TFLOP/s per device; 0 = the '
+                     f"device's published peak), got {config.log.peak_device_tflops!r}")
   if num_devices is not None and config.batch_size % num_devices:
-    raise ConfigError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
+    raise ValueError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
   if num_devices is not None and num_devices % config.mesh.fsdp:
-    raise ConfigError(f'config.mesh.fsdp={config.mesh.fsdp} must divide the device count {num_devices}')
-  _validate_accumulation(config, objective_cls, terms, num_devices)
+    raise ValueError(f'config.mesh.fsdp={config.mesh.fsdp} must divide the device count {num_devices}')
 
 
 def advisories(config: ml_collections.ConfigDict) -> list[str]:
@@ -362,56 +352,29 @@ def advisories(config: ml_collections.ConfigDict) -> list[str]:
   return lines
 
 
-def num_micro_batches(config: ml_collections.ConfigDict) -> int:
-  """Micro-batches per step: batch_size / accumulation.micro_batch_size, or 1 without accumulation."""
-  acc = config.accumulation
-  return 1 if acc.mode == 'none' else config.batch_size // acc.micro_batch_size
-
-
 def _validate_tower_options(config: ml_collections.ConfigDict) -> None:
   """The locked-tower and layer-decay keys of config.optim, against the towers they apply to."""
   optim, vision = config.optim, config.model.vision
-  transformer = {'image': vision.type in PATCH_TOWERS, 'text': True}  # the towers whose blocks make groups and layers
+  transformer = {'image': vision_tower(vision).layer_groups, 'text': True}  # towers whose blocks make layer groups
   depths = {'image': vision.layers, 'text': config.model.text.layers}
   keys = (('image', 'lock_image', 'lock_image_unlocked_groups', 'image_layer_decay'),
           ('text', 'lock_text', 'lock_text_unlocked_layers', 'text_layer_decay'))
   for tower, lock, unlocked_key, decay_key in keys:
     unlocked, decay, groups = optim[unlocked_key], optim[decay_key], depths[tower] + 2
     if not isinstance(unlocked, int) or isinstance(unlocked, bool) or unlocked < 0:
-      raise ConfigError(f'config.optim.{unlocked_key} must be an integer >= 0 (how many of the last layer groups '
-                        f'of the {tower} tower stay trainable), got {unlocked!r}')
+      raise ValueError(f'config.optim.{unlocked_key} must be an integer >= 0 (how many of the last layer groups '
+                       f'of the {tower} tower stay trainable), got {unlocked!r}')
     if unlocked and not optim[lock]:
-      raise ConfigError(f'config.optim.{unlocked_key}={unlocked} applies only to a locked tower; set '
-                        f'config.optim.{lock}=True, or leave it at 0')
+      raise ValueError(f'config.optim.{unlocked_key}={unlocked} applies only to a locked tower; set '
+                       f'config.optim.{lock}=True, or leave it at 0')
     if unlocked and not transformer[tower]:
-      raise ConfigError(f"config.optim.{unlocked_key}={unlocked}: a config.model.vision.type='{vision.type}' tower "
-                        'has no layer groups and locks whole (as in open_clip); leave it at 0')
+      raise ValueError(f"config.optim.{unlocked_key}={unlocked}: a config.model.vision.type='{vision.type}' tower "
+                       'has no layer groups and locks whole (as in open_clip); leave it at 0')
     if unlocked > groups:
-      raise ConfigError(f'config.optim.{unlocked_key}={unlocked} is more than the {groups} layer groups of the '
-                        f'{tower} tower ({depths[tower]} blocks + the embeddings + the projection)')
+      raise ValueError(f'config.optim.{unlocked_key}={unlocked} is more than the {groups} layer groups of the '
+                       f'{tower} tower ({depths[tower]} blocks + the embeddings + the projection)')
     if not 0 < decay <= 1:  # NaN fails too
-      raise ConfigError(f'config.optim.{decay_key} must be in (0, 1] (1 = no layer-wise lr decay), got {decay!r}')
+      raise ValueError(f'config.optim.{decay_key} must be in (0, 1] (1 = no layer-wise lr decay), got {decay!r}')
     if decay != 1 and not transformer[tower]:
-      raise ConfigError(f"config.optim.{decay_key}={decay}: a config.model.vision.type='{vision.type}' tower has no "
-                        'transformer layers to decay by; leave it at 1.0')
-
-
-def _validate_accumulation(config, objective_cls, terms, num_devices) -> None:
-  acc = config.accumulation
-  if acc.mode == 'none':
-    return
-  size = acc.micro_batch_size
-  if not isinstance(size, int) or isinstance(size, bool) or size < 1 or config.batch_size % size:
-    raise ConfigError(f"config.accumulation.mode='{acc.mode}' needs config.accumulation.micro_batch_size to be a "
-                      f'positive divisor of config.batch_size={config.batch_size}, got {size!r}')
-  if num_devices is not None and size % num_devices:
-    raise ConfigError(f'config.accumulation.micro_batch_size={size} must be divisible by the device count '
-                      f'{num_devices} (every micro-batch is split over all devices)')
-  if acc.mode == 'microbatch':
-    coupled = [f"objective '{objective_cls.name}'"] if not objective_cls.per_example_loss else []
-    coupled += [f"term '{name}'" for name, term in terms.items() if not term.per_example_loss]
-    if coupled:
-      raise ConfigError(
-          f"config.accumulation.mode='microbatch' averages micro-batch gradients, which silently changes the loss of "
-          f"config.objective ({', '.join(coupled)}): its loss couples every pair of examples in the batch. Use "
-          f"config.accumulation.mode='decoupled', which gives the exact full-batch gradient.")
+      raise ValueError(f"config.optim.{decay_key}={decay}: a config.model.vision.type='{vision.type}' tower has no "
+                       'transformer layers to decay by; leave it at 1.0')

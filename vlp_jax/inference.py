@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from vlp_jax import models, parallel
-from vlp_jax.models.towers import PATCH_TOWERS
+from vlp_jax.models.towers import vision_tower
 from vlp_jax.data import image_ops
 from vlp_jax.data import records
 from vlp_jax.data.tokenizer import tokenizer_for
@@ -47,7 +47,7 @@ def encoder_for_checkpoint(checkpoint_dir: str, batch_size: int = DEFAULT_BATCH_
 def image_stride(vision: ml_collections.ConfigDict) -> int:
   """Image sides must be multiples of this: the patch size of a ViT tower, 32 (its total downsampling) for a
   ResNet."""
-  return vision.patch_size if vision.type in PATCH_TOWERS else 32
+  return vision.patch_size if vision_tower(vision).patch_based else 32
 
 
 def pixel_size_problem(height: int, width: int, vision: ml_collections.ConfigDict) -> str | None:

@@ -19,7 +19,7 @@ from PIL import Image
 import vlp_jax
 from support import ROOT, TESTS
 from vlp_jax import errors, models
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 
 torch = pytest.importorskip('torch', reason='the CLIP_benchmark loader returns torch tensors')
 from vlp_jax.cli import clip_benchmark  # noqa: E402  (imports torch)

@@ -1,6 +1,5 @@
-"""The data converter (vlp_jax.convert, vlp_jax/cli/convert.py): every input format, skipped records, colour modes,
-resizing, long
-captions, determinism across workers, idempotency, and its errors."""
+"""The data converter (vlp_jax.convert: cli/convert.py over data/ingest/): every input format, skipped records,
+colour modes, resizing, long captions, determinism across workers, idempotency, and its errors."""
 import io
 import json
 import os
@@ -19,7 +18,9 @@ from PIL import Image
 from support import ROOT
 from vlp_jax.data import records
 from vlp_jax.data.text_crops import split_sentences
-from vlp_jax.cli import common, convert
+from vlp_jax.cli import common
+from vlp_jax.cli import convert as convert_command
+from vlp_jax.data.ingest import convert
 
 REPO = ROOT
 PNG_MAGIC, JPEG_MAGIC = b'\x89PNG', b'\xff\xd8'
@@ -382,9 +383,9 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, capsys):
   """The command's flags parsed by absl (into a FlagValues of their own) and its error mapped as every command's."""
   argv = ['convert', '--format=parquet', f'--input={tmp_path}', f'--output={tmp_path / "out"}']
   flag_values = flags.FlagValues()
-  convert.define_flags(flag_values)
+  convert_command.define_flags(flag_values)
   with pytest.raises(SystemExit) as exit_info:
-    common.exit_on_user_error(convert.command, common.parse_flags(argv, flag_values), flag_values)
+    common.exit_on_user_error(convert_command.command, common.parse_flags(argv, flag_values), flag_values)
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert err.startswith("error: --format 'parquet' is not known") and 'Traceback' not in err

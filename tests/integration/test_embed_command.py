@@ -5,9 +5,9 @@ import pytest
 
 from support import ROOT
 from vlp_jax import models
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.cli import embed
-from vlp_jax.data import sources
+from vlp_jax.data import formats
 from vlp_jax.data import pipeline
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.training.loop import train_and_evaluate
@@ -48,7 +48,7 @@ def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
 def test_embed_dataset_split_is_keyed_and_ordered(micro, checkpoint, tmp_path):
   out = str(tmp_path / 'split.npz')
   result = embed.run(checkpoint[0], out, dataset='synthetic', split='test', batch_size=16)
-  examples = pipeline.read_all(sources.split_paths(micro.data, 'test'))
+  examples = pipeline.read_all(formats.split_paths(micro.data, 'test'))
   assert list(np.load(out)['keys']) == [e['key'] for e in examples]
   assert result['image_embeddings'].shape == (len(examples), 32) == result['text_embeddings'].shape
 

@@ -12,7 +12,7 @@ from ml_collections import config_flags
 
 from vlp_jax import models
 from vlp_jax.cli import common
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.cli import evaluate
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import load_config

@@ -9,7 +9,7 @@ from PIL import Image
 
 import vlp_jax
 from vlp_jax import models
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.cli import embed
 from vlp_jax.data import image_ops
 from vlp_jax.data import records

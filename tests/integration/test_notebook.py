@@ -10,7 +10,7 @@ import pytest
 
 from support import ROOT
 from vlp_jax import models
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax import evalsets
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation.affinity import affinity_consistency

@@ -15,7 +15,7 @@ from support import MICRO_CONFIG, ROOT, wait_for_step
 import pytest
 
 from vlp_jax import parallel
-from vlp_jax.data import sources
+from vlp_jax.data import formats
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.checkpoint_files import load_variables
@@ -182,7 +182,7 @@ def test_consecutive_nan_steps_stop_the_run_keeping_the_last_good_state(micro, t
 
 @pytest.mark.slow
 def test_an_unusable_workdir_fails_before_compiling(micro, data_cache, tmp_path):
-  sources.train_paths(micro.data)  # the data exists: only the workdir is wrong
+  formats.train_paths(micro.data)  # the data exists: only the workdir is wrong
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}

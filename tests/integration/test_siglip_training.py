@@ -7,7 +7,7 @@ import pytest
 import sentencepiece
 
 from vlp_jax import models
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.config import with_term
 from vlp_jax.errors import ConfigError
 from vlp_jax.training.loop import train_and_evaluate

@@ -1,6 +1,7 @@
-"""SigLIP towers and weights: parity with a randomly initialised transformers SiglipModel imported through the
-weights command (the model read from its config.json) and with open_clip's (timm trunk), exact export round trips, the presets' parameter counts,
-and clear errors when the weights and the preset disagree. Skipped without torch and transformers."""
+"""SigLIP towers and weights: parity with a randomly initialised transformers SiglipModel imported by
+`interchange.import_weights` (the model read from its config.json) and with open_clip's (timm trunk), exact export
+round trips, the presets' parameter counts, and clear errors when the weights and the preset disagree. Skipped
+without torch and transformers."""
 import json
 import os
 import sys
@@ -11,7 +12,8 @@ import pytest
 
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.cli import weights
+from vlp_jax.interchange import export_weights, import_weights
+from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config
 
 from support import import_open_clip_module
@@ -79,9 +81,8 @@ def test_hf_siglip_import_parity_and_export_round_trip(tmp_path):
   folder = str(tmp_path / 'hf')
   reference.save_pretrained(folder)
   (tmp_path / 'hf' / 'spiece.model').write_bytes(b'stand-in: only its path is recorded at import')
-  ckpt = str(tmp_path / 'ckpt')
-  # No --model: the model is read from the folder's config.json.
-  assert weights.main(['import', '--format=hf', f'--input={folder}', f'--output={ckpt}']) == 0
+  # No model name: the model is read from the folder's config.json.
+  ckpt = import_weights('hf', None, folder, str(tmp_path / 'ckpt'))
   images, tokens = _inputs()
   want_i, want_t, want_logits = _reference_outputs(reference, torch, images, tokens)
   got_i, got_t, got_logits, config = _ours(ckpt, images, tokens)
@@ -93,41 +94,40 @@ def test_hf_siglip_import_parity_and_export_round_trip(tmp_path):
   assert config.text.tokenizer == 'sentencepiece'
   assert config.text.tokenizer_path == os.path.join(os.path.abspath(folder), 'spiece.model')
   # Export gives back every tensor exactly, and transformers reads the folder as the same model.
-  out = str(tmp_path / 'export')
-  assert weights.main(['export', '--format=hf', f'--checkpoint={ckpt}', f'--output={out}']) == 0
+  out = export_weights('hf', ckpt, str(tmp_path / 'export'))
   loaded = transformers.SiglipModel.from_pretrained(out).eval()
   want_state = reference.state_dict()
   assert sorted(loaded.state_dict()) == sorted(want_state)
   for key, value in loaded.state_dict().items():
     np.testing.assert_array_equal(value.numpy(), want_state[key].numpy(), err_msg=key)
   with open(os.path.join(out, 'config.json')) as f:
-    assert not weights.siglip_mismatches(weights.siglip_model_config(json.load(f)), config)
+    assert not interchange.siglip_mismatches(interchange.siglip_model_config(json.load(f)), config)
 
 
 @pytest.mark.slow
-def test_siglip_import_refuses_a_preset_that_does_not_fit(tmp_path, capsys):
+def test_siglip_import_refuses_a_preset_that_does_not_fit(tmp_path):
   torch = pytest.importorskip('torch', reason='torch is needed for the SigLIP import test')
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the SigLIP import test')
   folder = str(tmp_path / 'hf')
   _reference(transformers, torch).save_pretrained(folder)
   ckpt = tmp_path / 'ckpt'
-  assert weights.main(['import', '--format=hf', '--model=ViT-B-16-SigLIP', f'--input={folder}',
-                       f'--output={ckpt}']) == 2
-  err = capsys.readouterr().err
+  with pytest.raises(interchange.WeightsError) as error:
+    import_weights('hf', 'ViT-B-16-SigLIP', folder, str(ckpt))
+  err = str(error.value)
   for field in ('vision.width: file 64', 'vision.mlp_width: file 96', 'vision.patch_size: file 7',
                 'text.vocab_size: file 300', 'text.context_length: file 16'):
     assert field in err
   assert not ckpt.exists()  # nothing written
-  assert weights.main(['import', '--format=hf', '--model=ViT-B-32', f'--input={folder}',
-                       f'--output={ckpt}']) == 2
+  with pytest.raises(interchange.WeightsError, match='does not match --model=ViT-B-32'):
+    import_weights('hf', 'ViT-B-32', folder, str(ckpt))
   assert not ckpt.exists()
 
 
 def test_siglip_config_json_round_trip_names_the_preset():
   for name in ('ViT-B-16-SigLIP', 'ViT-SO400M-14-SigLIP-384', 'ViT-L-16-SigLIP-256'):
-    config = weights.siglip_model_config(weights.hf_siglip_config(models.preset(name)))
+    config = interchange.siglip_model_config(interchange.hf_siglip_config(models.preset(name)))
     assert config.name == name
-    assert not weights.siglip_mismatches(config, models.preset(name))
+    assert not interchange.siglip_mismatches(config, models.preset(name))
 
 
 @pytest.mark.parametrize('name', ['ViT-B-16-SigLIP', 'ViT-SO400M-14-SigLIP-384'])
@@ -138,7 +138,7 @@ def test_siglip_preset_parameter_counts_equal_transformers(name):
   # sizes pin the config: ViT-B/16 203.16M, So400m/14 at 384 px 877.96M parameters.
   with torch.device('meta'):
     reference = transformers.SiglipModel(transformers.SiglipConfig.from_dict(
-        weights.hf_siglip_config(models.preset(name))))
+        interchange.hf_siglip_config(models.preset(name))))
   want = sum(p.numel() for p in reference.parameters())
   model = models.build_model(models.preset(name))
   params, _ = jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0)))
@@ -185,9 +185,7 @@ def test_open_clip_siglip_import_parity_and_export(tmp_path, monkeypatch):
   from safetensors.torch import load_file, save_file
   source = str(tmp_path / 'open_clip.safetensors')
   save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, source)
-  ckpt = str(tmp_path / 'ckpt')
-  assert weights.main(['import', '--format=open_clip', '--model=ViT-B-16-SigLIP', f'--input={source}',
-                       f'--output={ckpt}']) == 0
+  ckpt = import_weights('open_clip', 'ViT-B-16-SigLIP', source, str(tmp_path / 'ckpt'))
   rng = np.random.default_rng(0)
   images = rng.normal(size=(2, 224, 224, 3)).astype(np.float32)
   tokens = rng.integers(0, 32000, size=(2, 64)).astype(np.int32)
@@ -198,9 +196,7 @@ def test_open_clip_siglip_import_parity_and_export(tmp_path, monkeypatch):
   err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
   print(f'SigLIP (open_clip): max abs error image {err_i:.2e}, text {err_t:.2e}')
   assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
-  out = str(tmp_path / 'export.safetensors')
-  assert weights.main(['export', '--format=open_clip', f'--checkpoint={ckpt}', f'--output={out}']) == 0
-  exported = load_file(out)
+  exported = load_file(export_weights('open_clip', ckpt, str(tmp_path / 'export.safetensors')))
   want_state = reference.state_dict()
   assert sorted(exported) == sorted(want_state)
   for key, value in exported.items():

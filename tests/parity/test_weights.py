@@ -1,5 +1,7 @@
-"""Weight interchange: parity with open_clip and transformers on the same random weights, export -> import
-identity, and clear errors for wrong names, keys and shapes. Parity tests skip when torch is not installed."""
+"""Weight interchange (vlp_jax/interchange.py, models/interchange/): parity with open_clip and transformers on the
+same random weights, export -> import identity, and clear errors for wrong names, keys and shapes. Parity tests skip
+when torch, transformers or open_clip is not installed; the weights command itself is tested in
+tests/integration/test_weights_command.py."""
 import importlib.util
 import json
 import os
@@ -8,9 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from vlp_jax import models
-from vlp_jax.cli import weights
+from vlp_jax import errors, models
 from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.interchange import export_weights, import_weights, save_checkpoint
+from vlp_jax.models import interchange
+from vlp_jax.models.interchange import WeightsError
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.checkpoint_files import load_variables
 
@@ -56,9 +60,9 @@ def _our_embeddings(config, params, model_state, images, tokens):
 
 
 def _open_clip_model(name, fmt='open_clip'):
+  oc_model = import_open_clip_module('model')  # first: skips the test without torch or open_clip
   import torch
-  oc_model = import_open_clip_module('model')
-  config = weights.model_config_for(name, fmt)
+  config = interchange.model_config_for(name, fmt)
   v, t = config.vision, config.text
   if v.type == 'vit':
     vision = oc_model.CLIPVisionCfg(image_size=v.image_size, patch_size=v.patch_size, width=v.width, layers=v.layers,
@@ -74,8 +78,8 @@ def _open_clip_model(name, fmt='open_clip'):
 def _open_clip_parameter_count(name):
   """Parameters of open_clip's model `name` built from open_clip's own JSON config (not from our preset), on
   torch's meta device: shapes only, so ViT-H-14 costs no memory."""
+  oc_model = import_open_clip_module('model')  # first: skips the test without torch or open_clip
   import torch
-  oc_model = import_open_clip_module('model')
   spec = importlib.util.find_spec('open_clip')
   with open(os.path.join(spec.submodule_search_locations[0], 'model_configs', f'{name}.json')) as f:
     cfg = json.load(f)
@@ -129,8 +133,8 @@ def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
   with torch.no_grad():
     want_i = reference.encode_image(torch.from_numpy(images.transpose(0, 3, 1, 2)), normalize=True).numpy()
     want_t = reference.encode_text(torch.from_numpy(tokens).long(), normalize=True).numpy()
-  # Through a file and the CLI, as a user would: OpenAI state dicts as a torch file with OpenAI's extra scalars
-  # (read with weights_only), open_clip ones as safetensors.
+  # Through a file, as a user would: OpenAI state dicts as a torch file with OpenAI's extra scalars (read with
+  # weights_only), open_clip ones as safetensors.
   state_dict = {k: v.contiguous() for k, v in reference.state_dict().items()}
   if fmt == 'openai':
     source = str(tmp_path / 'openai.pt')
@@ -140,9 +144,7 @@ def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
     from safetensors.torch import save_file
     source = str(tmp_path / 'open_clip.safetensors')
     save_file(state_dict, source)
-  ckpt = str(tmp_path / 'ckpt')
-  assert weights.main(['import', f'--format={fmt}', f'--model={name}', f'--input={source}',
-                       f'--output={ckpt}']) == 0
+  ckpt = import_weights(fmt, name, source, str(tmp_path / 'ckpt'))
   assert load_config(ckpt).model.act == config.act
   params, model_state = load_variables(ckpt)
   got_i, got_t = _our_embeddings(load_config(ckpt).model, params, model_state, images, tokens)
@@ -150,8 +152,7 @@ def test_open_clip_parity(name, fmt, shallow, tmp_path, monkeypatch):
   print(f'{name} ({fmt}): max abs error image {err_i:.2e}, text {err_t:.2e}')
   assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
   # Export is accepted by open_clip strictly, and gives back the same tensors.
-  out = str(tmp_path / 'export.safetensors')
-  assert weights.main(['export', '--format=open_clip', f'--checkpoint={ckpt}', f'--output={out}']) == 0
+  out = export_weights('open_clip', ckpt, str(tmp_path / 'export.safetensors'))
   from safetensors.torch import load_file
   _, fresh = _open_clip_model(name, fmt)
   fresh.load_state_dict(load_file(out), strict=True)
@@ -165,7 +166,7 @@ def test_hf_parity_and_export(tmp_path, monkeypatch):
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the HF parity test')
   _shallow(monkeypatch, 'ViT-B-32-quickgelu')
   config = models.preset('ViT-B-32-quickgelu')
-  hf_config = transformers.CLIPConfig.from_dict(weights.hf_config(config))
+  hf_config = transformers.CLIPConfig.from_dict(interchange.hf_config(config))
   torch.manual_seed(0)
   reference = _randomize(transformers.CLIPModel(hf_config))
   images, tokens = _inputs(config.vision.image_size, seed=1)
@@ -176,14 +177,14 @@ def test_hf_parity_and_export(tmp_path, monkeypatch):
   source = str(tmp_path / 'hf.safetensors')
   from safetensors.torch import save_file
   save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, source)
-  ckpt = weights.import_weights('hf', 'ViT-B-32-quickgelu', source, str(tmp_path / 'ckpt'))
+  ckpt = import_weights('hf', 'ViT-B-32-quickgelu', source, str(tmp_path / 'ckpt'))
   params, model_state = load_variables(ckpt)
   got_i, got_t = _our_embeddings(config, params, model_state, images, tokens)
   err_i = np.abs(got_i - out.image_embeds.numpy()).max()
   err_t = np.abs(got_t - out.text_embeds.numpy()).max()
   print(f'HF ViT-B-32: max abs error image {err_i:.2e}, text {err_t:.2e}')
   assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
-  folder = weights.export_weights('hf', ckpt, str(tmp_path / 'hf_export'))
+  folder = export_weights('hf', ckpt, str(tmp_path / 'hf_export'))
   loaded = transformers.CLIPModel.from_pretrained(folder).eval()
   with torch.no_grad():
     again = loaded(input_ids=torch.from_numpy(tokens).long(), attention_mask=attention,
@@ -213,14 +214,14 @@ def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(3))
   params, state = jax.tree.map(np.asarray, params), jax.tree.map(np.asarray, state)
-  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
-  exported = weights.export_weights(fmt, ckpt, str(tmp_path / ('b.safetensors' if fmt == 'open_clip' else 'b')))
+  ckpt = save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
+  exported = export_weights(fmt, ckpt, str(tmp_path / ('b.safetensors' if fmt == 'open_clip' else 'b')))
   source = exported if fmt == 'open_clip' else os.path.join(exported, 'model.safetensors')
-  state_dict = weights.read_state_dict(source)
+  state_dict = interchange.read_state_dict(source)
   if fmt == 'hf':
     assert json.load(open(os.path.join(exported, 'config.json')))['vision_config']['patch_size'] == 8
-    state_dict = weights.hf_to_openai(state_dict)
-  again, again_state = weights.openai_to_variables(state_dict, config)
+    state_dict = interchange.hf_to_openai(state_dict)
+  again, again_state = interchange.openai_to_variables(state_dict, config)
   jax.tree.map(np.testing.assert_array_equal, again, params)
   images, tokens = _inputs(16)
   tokens = tokens[:, :12]
@@ -233,52 +234,29 @@ def test_export_reimport_embed_is_bit_identical(fmt, tmp_path):
 def test_mismatched_weights_list_every_problem():
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))
-  state_dict = weights.variables_to_openai(jax.tree.map(np.asarray, params), state)
+  state_dict = interchange.variables_to_openai(jax.tree.map(np.asarray, params), state)
   del state_dict['ln_final.weight']
   state_dict['visual.extra_head.weight'] = np.zeros((3, 3), np.float32)
   state_dict['text_projection'] = np.zeros((16, 99), np.float32)
-  with pytest.raises(weights.WeightsError) as error:
-    weights.openai_to_variables(state_dict, config)
+  with pytest.raises(WeightsError) as error:
+    interchange.openai_to_variables(state_dict, config)
   message = str(error.value)
   assert 'visual.extra_head.weight' in message and 'ln_final/scale' in message and 'text_projection' in message
   assert '1 unexpected keys' in message and '1 missing parameters' in message and '1 shape mismatches' in message
 
 
-def test_wrong_model_name_and_existing_output(tmp_path, capsys):
+def test_wrong_model_name_and_existing_output(tmp_path):
   source = tmp_path / 'w.safetensors'
   from safetensors.numpy import save_file
   save_file({'logit_scale': np.zeros((), np.float32)}, str(source))
-  assert weights.main(['import', '--format=open_clip', '--model=ViT-Q-7', f'--input={source}',
-                       f'--output={tmp_path / "x"}']) == 2
-  assert 'ViT-Q-7' in capsys.readouterr().err and 'ViT-B-32' in models.PRESETS
+  with pytest.raises(Exception, match='ViT-Q-7') as error:
+    import_weights('open_clip', 'ViT-Q-7', str(source), str(tmp_path / 'x'))
+  assert errors.exit_code(error.value) == errors.EXIT_CONFIG and 'ViT-B-32' in models.PRESETS  # a bad request
   (tmp_path / 'exists').mkdir()
   config = _micro_config()
   params, state = models.init_variables(models.build_model(config), jax.random.key(0))
-  with pytest.raises(weights.WeightsError, match='exists; choose a new --output'):  # a bad request: exit code 2
-    weights.save_checkpoint(str(tmp_path / 'exists'), params, state, _full_config(config))
-
-
-def test_cli_commands_and_their_flags_are_checked(tmp_path, capsys):
-  """absl flags with a command first: an unknown or missing command, and a flag of the other command, exit 2."""
-  output = tmp_path / 'x'
-  assert weights.main(['frobnicate', '--format=open_clip', f'--output={output}']) == 2
-  assert "unknown command 'frobnicate'; valid choices: ['import', 'export']" in capsys.readouterr().err
-  assert weights.main(['--format=open_clip', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
-  assert "expected one command (none was given); valid choices: ['import', 'export']" in capsys.readouterr().err
-  assert weights.main(['export', '--format=open_clip', '--model=ViT-B-32', f'--checkpoint={tmp_path}',
-                       f'--output={output}']) == 2
-  assert 'export does not take --model' in capsys.readouterr().err
-  assert weights.main(['import', '--format=open_clip', f'--output={output}']) == 2
-  assert 'import needs --input (it takes --format, --input, --output, --model)' in capsys.readouterr().err
-  assert weights.main(['import', '--format=open_clip', f'--input={tmp_path}', f'--output={output}']) == 2
-  assert 'import --format=open_clip needs --model' in capsys.readouterr().err
-  assert weights.main(['export', '--format=openai', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
-  assert "export --format=openai is not valid; valid choices: ['open_clip', 'hf']" in capsys.readouterr().err
-  assert weights.main(['import', '--formats=hf']) == 2  # absl's own flag errors are bad requests too
-  assert "Unknown command line flag 'formats'" in capsys.readouterr().err
-  assert weights.main(['export', '--format=hf', f'--checkpoint={tmp_path / "none"}', f'--output={output}']) == 2
-  assert 'no checkpoint at' in capsys.readouterr().err
-  assert not output.exists()
+  with pytest.raises(WeightsError, match='exists; choose a new --output'):  # a bad request: exit code 2
+    save_checkpoint(str(tmp_path / 'exists'), params, state, _full_config(config))
 
 
 class _Payload:  # an arbitrary object: loading it would need unpickling code
@@ -289,22 +267,22 @@ def test_torch_files_are_read_with_weights_only(tmp_path):
   torch = pytest.importorskip('torch', reason='torch is needed to write .pt files')
   path = str(tmp_path / 'w.pt')
   torch.save({'state_dict': {'module.logit_scale': torch.tensor(2.0)}}, path)
-  assert weights.read_state_dict(path) == {'logit_scale': np.float32(2.0)}
+  assert interchange.read_state_dict(path) == {'logit_scale': np.float32(2.0)}
   torch.save({'x': _Payload()}, str(tmp_path / 'evil.pt'))
   with pytest.raises(Exception, match='(?i)weights_only|unsupported|global'):
-    weights.read_state_dict(str(tmp_path / 'evil.pt'))
+    interchange.read_state_dict(str(tmp_path / 'evil.pt'))
 
 
 def test_key_mapping_rules():
-  assert weights.torch_key_to_path('visual.transformer.resblocks.3.attn.in_proj_weight', 2) == (
+  assert interchange.torch_key_to_path('visual.transformer.resblocks.3.attn.in_proj_weight', 2) == (
       'params', ('visual', 'transformer', 'resblocks_3', 'attn', 'in_proj', 'kernel'), 'linear')
-  assert weights.torch_key_to_path('visual.layer2.0.downsample.1.running_var', 1) == (
+  assert interchange.torch_key_to_path('visual.layer2.0.downsample.1.running_var', 1) == (
       'batch_stats', ('visual', 'layer2_0', 'downsample_1', 'var'), 'same')
-  assert weights.torch_key_to_path('visual.conv1.weight', 4)[2] == 'conv'
-  assert weights.path_to_torch_key('params', ('transformer', 'resblocks_0', 'ln_1', 'scale'), 1) == (
+  assert interchange.torch_key_to_path('visual.conv1.weight', 4)[2] == 'conv'
+  assert interchange.path_to_torch_key('params', ('transformer', 'resblocks_0', 'ln_1', 'scale'), 1) == (
       'transformer.resblocks.0.ln_1.weight', 'same')
-  assert weights.path_to_torch_key('params', ('token_embedding', 'embedding'), 2) == ('token_embedding.weight',
-                                                                                      'same')
+  assert interchange.path_to_torch_key('params', ('token_embedding', 'embedding'), 2) == (
+      'token_embedding.weight', 'same')
 
 
 @pytest.mark.slow
@@ -314,9 +292,9 @@ def test_export_keeps_only_the_towers(tmp_path):
   params = {**jax.tree.map(np.asarray, params), 'logit_bias': np.float32(-10.0),
             'simclr_head': {'layer1': {'kernel': np.zeros((16, 8), np.float32)}}}
   state = {'ema': {'logit_scale': np.float32(1.0)}}
-  ckpt = weights.save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
-  out = weights.export_weights('open_clip', ckpt, str(tmp_path / 'b.safetensors'))
-  keys = set(weights.read_state_dict(out))
+  ckpt = save_checkpoint(str(tmp_path / 'a'), params, state, _full_config(config))
+  out = export_weights('open_clip', ckpt, str(tmp_path / 'b.safetensors'))
+  keys = set(interchange.read_state_dict(out))
   assert 'logit_bias' not in keys and not any(k.startswith(('simclr_head', 'ema')) for k in keys)
   assert 'visual.proj' in keys and 'logit_scale' in keys
 
@@ -363,16 +341,15 @@ def test_hf_import_follows_the_models_config_json(input_is_folder, tiny_presets,
 
   # The GELU preset is refused: both activations are listed, the quickgelu preset is suggested, nothing is written.
   refused = str(tmp_path / 'refused')
-  assert weights.main(['import', '--format=hf', '--model=ViT-T-8', f'--input={source}', f'--output={refused}']) == 2
-  err = capsys.readouterr().err
+  with pytest.raises(WeightsError) as error:
+    import_weights('hf', 'ViT-T-8', source, refused)
+  err = str(error.value)
   assert "act (vision_config.hidden_act): file 'quick_gelu', --model=ViT-T-8 'gelu'" in err
   assert "act (text_config.hidden_act): file 'quick_gelu', --model=ViT-T-8 'gelu'" in err
   assert '2 mismatches' in err and 'Use --model=ViT-T-8-quickgelu' in err
   assert not os.path.exists(refused)
 
-  ckpt = str(tmp_path / 'ckpt')
-  assert weights.main(['import', '--format=hf', '--model=ViT-T-8-quickgelu', f'--input={source}',
-                       f'--output={ckpt}']) == 0
+  ckpt = import_weights('hf', 'ViT-T-8-quickgelu', source, str(tmp_path / 'ckpt'))
   assert 'note:' not in capsys.readouterr().err  # the file was checked: nothing to warn about
   config = load_config(ckpt).model
   assert config.act == 'quick_gelu'
@@ -390,14 +367,14 @@ def test_hf_import_follows_the_models_config_json(input_is_folder, tiny_presets,
 def test_hf_config_mismatches_are_all_listed(tiny_presets, tmp_path):
   folder = tmp_path / 'hf_model'
   folder.mkdir()
-  hf = weights.hf_config(models.preset('ViT-T-8'))
+  hf = interchange.hf_config(models.preset('ViT-T-8'))
   hf['projection_dim'] = 24
   hf['vision_config'].update(num_hidden_layers=3, patch_size=4, image_size=32)
   hf['text_config'].update(hidden_size=48, num_attention_heads=4, max_position_embeddings=20, hidden_act='quick_gelu')
   (folder / 'config.json').write_text(json.dumps(hf))
   (folder / 'model.safetensors').write_bytes(b'')  # refused before the weights are read
-  with pytest.raises(weights.WeightsError) as error:
-    weights.import_weights('hf', 'ViT-T-8', str(folder), str(tmp_path / 'ckpt'))
+  with pytest.raises(WeightsError) as error:
+    import_weights('hf', 'ViT-T-8', str(folder), str(tmp_path / 'ckpt'))
   message = str(error.value)
   for field, got, want in [('embed_dim (projection_dim)', 24, 16),
                            ('vision.layers (vision_config.num_hidden_layers)', 3, 1),
@@ -415,52 +392,51 @@ def test_hf_config_mismatches_are_all_listed(tiny_presets, tmp_path):
 def test_hf_config_fields_left_out_take_transformers_defaults(tiny_presets):
   """save_pretrained may write only the values that differ from transformers' defaults; an OpenAI ViT-B/32 config
   reduced to those fits ViT-B-32-quickgelu and nothing else."""
-  assert weights.hf_matching_presets({'model_type': 'clip'}) == ['ViT-B-32-quickgelu']
-  assert weights.hf_matching_presets(weights.hf_config(models.preset('ViT-T-8'))) == ['ViT-T-8']
-  mismatches = weights.hf_config_mismatches({'vision_config': {'patch_size': 16}}, models.preset('ViT-B-32'))
+  assert interchange.hf_matching_presets({'model_type': 'clip'}) == ['ViT-B-32-quickgelu']
+  assert interchange.hf_matching_presets(interchange.hf_config(models.preset('ViT-T-8'))) == ['ViT-T-8']
+  mismatches = interchange.hf_config_mismatches({'vision_config': {'patch_size': 16}}, models.preset('ViT-B-32'))
   assert [field for field, _, _ in mismatches] == ['act (vision_config.hidden_act)', 'act (text_config.hidden_act)',
                                                   'vision.patch_size (vision_config.patch_size)']
   early = {'text_config_dict': {'hidden_act': 'gelu'}, 'vision_config_dict': {'hidden_act': 'gelu'}}
-  assert weights.hf_matching_presets(early) == ['ViT-B-32']  # early transformers' keys
+  assert interchange.hf_matching_presets(early) == ['ViT-B-32']  # early transformers' keys
 
 
 def test_hf_defaults_are_transformers_defaults():
   transformers = pytest.importorskip('transformers', reason='transformers is needed to read its defaults')
-  assert transformers.CLIPConfig().projection_dim == weights.HF_CLIP_DEFAULTS['projection_dim']
+  assert transformers.CLIPConfig().projection_dim == interchange.HF_CLIP_DEFAULTS['projection_dim']
   for section, cls in (('text_config', transformers.CLIPTextConfig), ('vision_config', transformers.CLIPVisionConfig)):
     defaults = cls()
-    for key, value in weights.HF_CLIP_DEFAULTS[section].items():
+    for key, value in interchange.HF_CLIP_DEFAULTS[section].items():
       assert getattr(defaults, key) == value, f'{section}.{key}'
 
 
 def test_hf_import_rejects_other_models_and_folders_without_weights(tmp_path):
   (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'blip'}))
   (tmp_path / 'model.safetensors').write_bytes(b'')
-  with pytest.raises(weights.WeightsError, match="'blip' model"):
-    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
+  with pytest.raises(WeightsError, match="'blip' model"):
+    import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
   # A SiglipModel (transformers' defaults: SigLIP B/16) is not read into a CLIP preset; the message names the
   # preset that fits.
   (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'siglip'}))
-  with pytest.raises(weights.WeightsError, match='(?s)SiglipModel that does not match.*Use --model=ViT-B-16-SigLIP'):
-    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
+  with pytest.raises(WeightsError, match='(?s)SiglipModel that does not match.*Use --model=ViT-B-16-SigLIP'):
+    import_weights('hf', 'ViT-B-32-quickgelu', str(tmp_path), str(tmp_path / 'ckpt'))
   empty = tmp_path / 'empty'
   empty.mkdir()
   with pytest.raises(FileNotFoundError, match='without model.safetensors'):
-    weights.import_weights('hf', 'ViT-B-32-quickgelu', str(empty), str(tmp_path / 'ckpt'))
+    import_weights('hf', 'ViT-B-32-quickgelu', str(empty), str(tmp_path / 'ckpt'))
 
 
 @pytest.mark.slow
 def test_imports_without_a_config_say_which_activation_to_use(tiny_presets, tmp_path, capsys):
   config = models.preset('ViT-T-8')
   params, state = jax.jit(lambda rng: models.init_variables(models.build_model(config), rng))(jax.random.key(0))
-  state_dict = weights.variables_to_openai(jax.tree.map(np.asarray, params), state)
+  state_dict = interchange.variables_to_openai(jax.tree.map(np.asarray, params), state)
   from safetensors.numpy import save_file
   save_file(state_dict, str(tmp_path / 'open_clip.safetensors'))
-  save_file(weights.openai_to_hf(state_dict), str(tmp_path / 'hf.safetensors'))
+  save_file(interchange.openai_to_hf(state_dict), str(tmp_path / 'hf.safetensors'))
 
   def notes(fmt, name, source, output):
-    assert weights.main(['import', f'--format={fmt}', f'--model={name}', f'--input={tmp_path / source}',
-                         f'--output={tmp_path / output}']) == 0
+    import_weights(fmt, name, str(tmp_path / source), str(tmp_path / output))
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith('note:')]
 
   (note,) = notes('open_clip', 'ViT-T-8', 'open_clip.safetensors', 'a')

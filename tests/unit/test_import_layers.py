@@ -15,11 +15,11 @@ PACKAGE = 'vlp_jax'
 # package root (main.py, ...) and the package itself are above everything.
 LAYERS = (
     ('cli',),
-    ('inference',),
+    ('inference', 'interchange'),
     ('training',),
     ('config',),
-    ('evaluation',),
     ('objectives',),
+    ('evaluation',),
     ('evalsets',),
     ('data', 'losses', 'models'),
     ('checkpoint_files', 'errors', 'parallel', 'hardware'),

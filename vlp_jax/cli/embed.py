@@ -20,7 +20,7 @@ from absl import flags, logging
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli import common
-from vlp_jax.data import image_ops, records, sources
+from vlp_jax.data import formats, image_ops, records
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem
 
@@ -115,7 +115,7 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     if data_path:
       data.path = data_path
     try:
-      paths = sources.split_paths(data, split)
+      paths = formats.split_paths(data, split)
     except ValueError as error:  # an unknown dataset or split (missing data raises DataNotFoundError)
       raise EmbedError(f'--dataset={dataset} --split={split}: {error}') from None
     arrays = embed_split(encoder, paths, config.model.vision.image_size, batch_size)

@@ -30,7 +30,7 @@ from vlp_jax import config as config_lib
 from vlp_jax import errors, evalsets, models, objectives, parallel
 from vlp_jax.checkpoint_files import has_ema, load_variables, resolve_checkpoint
 from vlp_jax.cli import common
-from vlp_jax.evaluation import Encoder, run_evaluations
+from vlp_jax.evaluation import Encoder, evaluate_variants
 from vlp_jax.evaluation import plots as eval_plots
 from vlp_jax.evaluation.results import markdown_table, summary_lines
 from vlp_jax.models.transformer import BlockStack, in_layout
@@ -134,19 +134,19 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
     print(f'{eval_set.name} ({config.eval.split}): {len(eval_set.images)} images, {len(eval_set.captions)} captions',
           flush=True)
   print(f'Loaded the eval sets in {time.perf_counter() - began:.1f}s', flush=True)
-  encoder = None
-  results = {}
-  for prefix, variables in ema_lib.eval_variants(objective, params, model_state, ema).items():
-    variables = parallel.replicated_from_host(variables, mesh)
-    if encoder is None:
-      encoder = Encoder(model, variables, mesh, config.eval.batch_size, config.model.text.context_length)
-    encoder.variables = variables
-    began = time.perf_counter()
-    results.update(run_evaluations(encoder, eval_sets, tuple(config.eval.tasks), prefix, config.eval.templates))
-    print(f'Evaluated {"the " + prefix.rstrip("_") if prefix else "the model"} in '
-          f'{time.perf_counter() - began:.1f}s', flush=True)
+  # Each variant's variables are given to the encoder in turn (`evaluate_variants`).
+  encoder = Encoder(model, {}, mesh, config.eval.batch_size, config.model.text.context_length)
+
+  def after_variant(prefix: str, seconds: float) -> None:
+    print(f'Evaluated {"the " + prefix.rstrip("_") if prefix else "the model"} in {seconds:.1f}s', flush=True)
     if plots_dir and not prefix:
       write_plots(plots_dir, checkpoint, encoder, eval_sets, objective, params, model_state)
+
+  # Placed on the devices one variant at a time.
+  variants = ((prefix, parallel.replicated_from_host(variables, mesh))
+              for prefix, variables in ema_lib.eval_variants(objective, params, model_state, ema).items())
+  results = evaluate_variants(encoder, variants, eval_sets, tuple(config.eval.tasks), config.eval.templates,
+                              after_variant)
   info = {'checkpoint': checkpoint, 'step': checkpoint_step(checkpoint), 'split': config.eval.split,
           'datasets': list(config.eval.datasets), 'evals': list(config.eval.tasks), 'model': config.model.name,
           'objective': ' + '.join((config.objective.name, *config.objective.terms))}

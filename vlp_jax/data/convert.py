@@ -1,5 +1,6 @@
 """The old path of the converter command, kept so that `python -m vlp_jax.data.convert` still works: it runs
-`python -m vlp_jax.convert` (vlp_jax/cli/convert.py). The data package itself never depends on the commands."""
+`python -m vlp_jax.convert` (vlp_jax/cli/convert.py). The converter library is vlp_jax/data/ingest/; the data package
+itself never depends on the commands (the command is run by name, not imported)."""
 import runpy
 
 if __name__ == '__main__':

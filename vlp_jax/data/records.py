@@ -11,7 +11,7 @@ One record is one msgpack map:
   canonical_caption str optional: a noise-free caption, with `hard_negatives` (list[str]) for compositionality
   teacher_embedding bytes optional: float32 vector, e.g. pre-extracted SaCo pseudo-affinity embeddings
 
-Files are written with `group_size:1` so that grain can read any record at random.
+Files are written with `group_size:1` so that grain can read any record at random (data/shard_writer.py).
 """
 from __future__ import annotations
 
@@ -132,15 +132,15 @@ def deserialize(record: bytes) -> dict[str, Any]:
 
 def write_shards(examples: Iterable[dict[str, Any]], directory: str, prefix: str, num_examples: int,
                  num_shards: int) -> list[str]:
-  """Write `num_examples` examples to `{prefix}-{i:05d}-of-{n:05d}.array_record` files, contiguous ranges per shard."""
-  from array_record.python.array_record_module import ArrayRecordWriter
+  """Write `num_examples` examples to `{prefix}-{i:05d}-of-{n:05d}.array_record` files, contiguous ranges per shard
+  (data/shard_writer.py: renamed into place once all are written); their paths."""
+  from vlp_jax.data import shard_writer  # array_record is loaded only by code that writes shards
   os.makedirs(directory, exist_ok=True)
-  paths = [os.path.join(directory, f'{prefix}-{i:05d}-of-{num_shards:05d}.array_record') for i in range(num_shards)]
   bounds = np.linspace(0, num_examples, num_shards + 1).astype(int)
   iterator = iter(examples)
-  for path, start, stop in zip(paths, bounds[:-1], bounds[1:]):
-    writer = ArrayRecordWriter(path, 'group_size:1')
-    for _ in range(start, stop):
-      writer.write(serialize(next(iterator)))
-    writer.close()
-  return paths
+  with shard_writer.ShardWriter(directory, prefix) as writer:
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+      writer.new_shard()  # also when the range is empty: there are always `num_shards` files
+      for _ in range(start, stop):
+        writer.write(serialize(next(iterator)))
+  return shard_writer.publish(writer.paths, directory, prefix)

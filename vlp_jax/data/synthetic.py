@@ -405,3 +405,20 @@ def shard_paths(root: str, split: str, sources: tuple[str, ...]) -> list[str]:
     directory = os.path.join(root, source)
     paths += sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(f'{split}-'))
   return paths
+
+
+def spec_from_config(data: Any) -> SyntheticSpec:
+  """The spec of `config.data.synthetic` (config.data given)."""
+  s = data.synthetic
+  return SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
+                       num_test=s.num_test, sources=tuple(s.sources), shards=s.shards, captions=s.captions,
+                       long_captions=s.long_captions)
+
+
+def config_split_paths(data: Any, split: str) -> list[str]:
+  """The shards of `split` of the embedded dataset `config.data.synthetic` describes, generated on first use into
+  config.data.cache_dir."""
+  if split not in SPLITS:
+    raise ValueError(f"split '{split}' is not valid; valid choices: {list(SPLITS)}")
+  root = ensure_dataset(spec_from_config(data), data.cache_dir or None)
+  return shard_paths(root, split, tuple(data.synthetic.sources))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from vlp_jax.data import image_ops, pipeline, records, synthetic
-from vlp_jax.data.sources import synthetic_spec
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.prompts import SYNTHETIC_TEMPLATES
 
@@ -54,7 +53,7 @@ def _sources(name: str, configured: tuple[str, ...]) -> tuple[str, ...]:
 @EVAL_SETS.register('synthetic_long')
 def load(name: str, request: LoadRequest) -> EvalSet:
   data, image_size = request.data, request.image_size
-  root = synthetic.ensure_dataset(synthetic_spec(data), data.cache_dir or None)
+  root = synthetic.ensure_dataset(synthetic.spec_from_config(data), data.cache_dir or None)
   sources = _sources(name, tuple(data.synthetic.sources))
   examples = pipeline.read_all(synthetic.shard_paths(root, request.split, sources))
   images = np.stack([_image(e, image_size) for e in examples])

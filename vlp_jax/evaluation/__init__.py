@@ -1,9 +1,12 @@
 """Evaluation: `Encoder` (the one door to the model), the evaluators registered in `EVALUATORS` (base.py; one module
-each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe) and `run_evaluations`, which names
-their results `eval/<dataset>/<metric>`."""
+each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe), `run_evaluations`, which names
+their results `eval/<dataset>/<metric>`, and `evaluate_variants`, which runs them for each set of variables to
+evaluate (the trained model, a teacher, an EMA of the weights)."""
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Callable, Iterable
 
 from vlp_jax.evalsets.prompts import TEMPLATE_SETS
 from vlp_jax.evaluation.base import EVALUATORS, Evaluator, evaluator, has_field
@@ -36,4 +39,25 @@ def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], p
   return results
 
 
-__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluator', 'run_evaluations', 'with_templates']
+def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], eval_sets: list, tasks: tuple[str, ...],
+                      templates: str = 'dataset', after_variant: Callable[[str, float], None] | None = None
+                      ) -> dict[str, float]:
+  """`run_evaluations` for each (prefix, variables) of `variants` in turn, the encoder given that variant's variables:
+  {'eval/<dataset>/<prefix><metric>': value} over every variant. The training loop and `python -m vlp_jax.evaluate`
+  both evaluate this way, so that their numbers agree.
+
+  variants: e.g. `training.ema.eval_variants(...).items()`; may be lazy, so that each variant is placed on the
+  devices only when its turn comes. after_variant(prefix, seconds its evaluation took): called while the encoder
+  still holds that variant's variables (to draw its plots, say).
+  """
+  results = {}
+  for prefix, variables in variants:
+    encoder.variables = variables
+    began = time.perf_counter()
+    results.update(run_evaluations(encoder, eval_sets, tasks, prefix, templates))
+    if after_variant is not None:
+      after_variant(prefix, time.perf_counter() - began)
+  return results
+
+
+__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluate_variants', 'evaluator', 'run_evaluations', 'with_templates']

@@ -10,13 +10,28 @@ from jax.sharding import Mesh
 
 from vlp_jax import parallel
 from vlp_jax.data.tokenizer import tokenizer_for
-from vlp_jax.evaluation.segmentation import project_patch_tokens
 from vlp_jax.losses.contrastive import l2_normalize
-from vlp_jax.models.towers import PATCH_TOWERS
+from vlp_jax.models.towers import VISION_TOWERS, vision_tower
 
 
 # Embedding runs of at least this many chunks print their progress (every tenth).
 PROGRESS_MIN_CHUNKS = 20
+
+
+def project_patch_tokens(model, variables: dict, images: jax.Array) -> jax.Array:
+  """images [B, H, W, 3] -> [B, P, d] unit-norm patch embeddings in the joint space (ViT towers only).
+
+  The model's patch `tokens` are already through `ln_post`; `proj` maps them as it maps the class token. A SigLIP
+  tower has no `proj`: its tokens already have the joint space's width and are used as they are. Traceable: meant
+  to be jitted (the Encoder's `patch_embeddings`).
+  """
+  if not vision_tower(model.vision).patch_based:
+    patch_towers = [name for name, tower in VISION_TOWERS.items() if tower.patch_based]
+    raise ValueError(f"patch embeddings need a patch-based image tower ({', '.join(patch_towers)}), not "
+                     f"model.vision.type='{model.vision.type}'")
+  tokens = model.apply(variables, images, method=model.encode_image)['tokens']
+  proj = variables['params']['visual'].get('proj')
+  return l2_normalize(tokens if proj is None else tokens @ proj.astype(tokens.dtype))
 
 
 class Encoder:
@@ -43,8 +58,8 @@ class Encoder:
         lambda v, t: l2_normalize(model.apply(v, t, method=model.encode_text)['embed']),
         out_shardings=out)
     self._features = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image)['cls'], out_shardings=out)
-    # Patch tokens live in the joint space only for ViT towers (segmentation.project_patch_tokens).
-    self.has_patch_embeddings = model.vision.type in PATCH_TOWERS
+    # Patch tokens live in the joint space only for ViT towers (`project_patch_tokens`).
+    self.has_patch_embeddings = vision_tower(model.vision).patch_based
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
 
   # The last few caption lists embedded with the current variables: retrieval and affinity consistency read the same

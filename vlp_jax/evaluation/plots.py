@@ -16,7 +16,6 @@ import numpy as np
 
 from vlp_jax.data.image_ops import denormalize_image
 from vlp_jax.data.tokenizer import default_tokenizer, tokenizer_for
-from vlp_jax.objectives.cosmos import CosmosObjective
 from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
 MAX_LEGEND = 20  # classes named in the t-SNE legend; the rest are coloured but not named
@@ -168,9 +167,13 @@ def plot_retrieval_examples(images: np.ndarray, captions: Sequence[str], caption
 
 
 def cosmos_objective(objective):
-  """The COSMOS objective inside `objective` (a Composite wraps it with its terms), or None."""
+  """The COSMOS objective inside `objective` (a Composite wraps it with its terms), or None.
+
+  Found by what the maps need, COSMOS's `cross_attend` (objectives/cosmos.py), not by class: evaluation imports no
+  objective.
+  """
   base = getattr(objective, 'base', objective)
-  return base if isinstance(base, CosmosObjective) else None
+  return base if callable(getattr(base, 'cross_attend', None)) else None
 
 
 def _cross_attention(cosmos, params, model_state, images, tokens) -> dict:

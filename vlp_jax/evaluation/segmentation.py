@@ -2,8 +2,9 @@
 
 Protocol (the papers give no segmentation recipe, so these are our documented choices):
   - Patch embeddings: the ViT's patch tokens go through the same `ln_post` and `proj` as the class token, then L2
-    normalisation. This is the plain recipe (MaskCLIP's "naive" baseline); MaskCLIP proper would also replace the
-    last block's attention by its value path, which needs a change in the model.
+    normalisation (`encoder.project_patch_tokens`). This is the plain recipe (MaskCLIP's "naive" baseline);
+    MaskCLIP proper would also replace the last block's attention by its value path, which needs a change in the
+    model.
   - Class embeddings: the zero-shot ones (templates averaged, `zeroshot.class_embeddings`).
   - Background: its own text class ('background' through the same templates) by default; a float threshold on the
     cosine is the alternative (a patch whose best class cosine does not exceed it is background).
@@ -19,14 +20,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-import jax
 import numpy as np
 
 from vlp_jax.evalsets.prompts import SIMPLE_TEMPLATES
 from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.zeroshot import class_embeddings
-from vlp_jax.losses.contrastive import l2_normalize
-from vlp_jax.models.towers import PATCH_TOWERS
 
 BACKGROUND_NAMES = ('background',)
 
@@ -78,21 +76,6 @@ def patch_grid(image_hw: tuple[int, int], num_patches: int) -> tuple[int, int]:
   if grid[0] * grid[1] != num_patches:
     raise ValueError(f'{num_patches} patch tokens do not tile a {height}x{width} image with square patches')
   return grid
-
-
-def project_patch_tokens(model, variables: dict, images: jax.Array) -> jax.Array:
-  """images [B, H, W, 3] -> [B, P, d] unit-norm patch embeddings in the joint space (ViT towers only).
-
-  The model's patch `tokens` are already through `ln_post`; `proj` maps them as it maps the class token. A SigLIP
-  tower has no `proj`: its tokens already have the joint space's width and are used as they are. Traceable: meant
-  to be jitted (the Encoder's `patch_embeddings`).
-  """
-  if model.vision.type not in PATCH_TOWERS:
-    raise ValueError(f"patch embeddings need a ViT image tower ({', '.join(PATCH_TOWERS)}), not "
-                     f"model.vision.type='{model.vision.type}'")
-  tokens = model.apply(variables, images, method=model.encode_image)['tokens']
-  proj = variables['params']['visual'].get('proj')
-  return l2_normalize(tokens if proj is None else tokens @ proj.astype(tokens.dtype))
 
 
 def segmentation_logits(patch_emb: np.ndarray, class_emb: np.ndarray, background: float | np.ndarray

@@ -38,7 +38,7 @@ class CLIP(nn.Module):
 
   def setup(self):
     v, t = self.vision, self.text
-    self.visual = VISION_TOWERS.get(v.type)(v, self.embed_dim, self.act, self.dtype, self.stack)
+    self.visual = VISION_TOWERS.get(v.type).build(v, self.embed_dim, self.act, self.dtype, self.stack)
     self.token_embedding = nn.Embed(t.vocab_size, t.width, embedding_init=nn.initializers.normal(0.02),
                                     dtype=self.dtype)
     self.positional_embedding = self.param('positional_embedding', nn.initializers.normal(0.01),

@@ -16,9 +16,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
-from vlp_jax.models.towers import VISION_TOWERS
+from vlp_jax.models.towers import VISION_TOWERS, VisionTower
 from vlp_jax.models.transformer import BlockStack
 
 EXPANSION = 4  # bottleneck output channels = planes * EXPANSION
@@ -140,6 +141,26 @@ class ModifiedResNet(nn.Module):
 
 
 @VISION_TOWERS.register('resnet')
-def build(vision, embed_dim: int, act: str, dtype: Any, stack: BlockStack) -> ModifiedResNet:
-  del act, stack  # OpenAI's ResNet towers use ReLU and have no transformer blocks to remat or scan
-  return ModifiedResNet(tuple(vision.stages), vision.width, vision.heads, embed_dim, vision.image_size, dtype)
+class ResNetTower(VisionTower):
+  """OpenAI's modified ResNet: stages (4 stage depths), width (the stem's), heads (of the attention pool) and
+  image_size (a multiple of 32). No patch tokens and no transformer blocks: it locks whole, patch dropout and the
+  patch-token evaluations do not apply."""
+
+  @classmethod
+  def options(cls, image_size: int, stages: tuple[int, ...], width: int) -> dict:
+    """A preset's config.model.vision for this tower, with OpenAI's rule for the attention-pool heads. The keys this
+    tower does not use keep their defaults (every tower config has the same shared keys)."""
+    return dict(cls.default_config(), image_size=image_size, width=width, heads=width * 32 // 64, stages=stages)
+
+  @classmethod
+  def validate(cls, vision: ml_collections.ConfigDict, model: ml_collections.ConfigDict) -> None:
+    super().validate(vision, model)
+    if len(vision.stages) != 4 or vision.image_size % 32:
+      raise ValueError(f'config.model.vision.stages={tuple(vision.stages)} must list 4 stage depths and '
+                       f'config.model.vision.image_size={vision.image_size} must be a multiple of 32 for a ResNet '
+                       'tower')
+
+  @classmethod
+  def build(cls, vision, embed_dim: int, act: str, dtype: Any, stack: BlockStack) -> ModifiedResNet:
+    del act, stack  # OpenAI's ResNet towers use ReLU and have no transformer blocks to remat or scan
+    return ModifiedResNet(tuple(vision.stages), vision.width, vision.heads, embed_dim, vision.image_size, dtype)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
-from vlp_jax.models.towers import VISION_TOWERS
+from vlp_jax.models.towers import VISION_TOWERS, VisionTower, check_heads, check_patch_dropout
 from vlp_jax.models.transformer import BlockStack, Mlp, Transformer, layer_norm
 from vlp_jax.models.vit import kept_patch_indices
 
@@ -111,11 +111,34 @@ class SiglipVisionTransformer(nn.Module):
 
 
 @VISION_TOWERS.register('siglip_vit')
-def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
-          ) -> SiglipVisionTransformer:
-  if embed_dim != vision.width:
-    raise ValueError(f'a siglip_vit tower has no projection: config.model.embed_dim={embed_dim} must equal '
-                     f'config.model.vision.width={vision.width}')
-  return SiglipVisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
-                                 act, dtype, stack, mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', 1e-6),
-                                 patch_dropout=vision.get('patch_dropout', 0.0))
+class SiglipViTTower(VisionTower):
+  """SigLIP's ViT: no class token, attention pooling, no projection (config.model.embed_dim equals the width).
+  The ViT's options; an image size need not be a multiple of the patch size (the conv drops the remainder, as the
+  So400m/14 checkpoints at 384 px)."""
+  patch_based = True
+  layer_groups = True
+
+  @classmethod
+  def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0
+              ) -> dict:
+    """A preset's config.model.vision for this tower (LayerNorm eps 1e-6, as SigLIP's)."""
+    return dict(cls.default_config(), image_size=image_size, patch_size=patch_size, width=width, layers=layers,
+                heads=heads, mlp_width=mlp_width, ln_eps=1e-6)
+
+  @classmethod
+  def validate(cls, vision: ml_collections.ConfigDict, model: ml_collections.ConfigDict) -> None:
+    check_patch_dropout(vision.patch_dropout)
+    check_heads('vision', vision.width, vision.heads)
+    if model.embed_dim != vision.width:
+      raise ValueError(f"config.model.embed_dim={model.embed_dim} must equal config.model.vision.width="
+                       f"{vision.width}: a config.model.vision.type='siglip_vit' tower has no projection")
+
+  @classmethod
+  def build(cls, vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
+            ) -> SiglipVisionTransformer:
+    if embed_dim != vision.width:
+      raise ValueError(f'a siglip_vit tower has no projection: config.model.embed_dim={embed_dim} must equal '
+                       f'config.model.vision.width={vision.width}')
+    return SiglipVisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
+                                   act, dtype, stack, mlp_width=vision.get('mlp_width', 0),
+                                   ln_eps=vision.get('ln_eps', 1e-6), patch_dropout=vision.get('patch_dropout', 0.0))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.models.positional import resize_positional_embedding
-from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows
+from vlp_jax.models.towers import VISION_TOWERS, VisionTower, check_heads, check_patch_dropout, fold_in_rows
 from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
 
 # The tower's random sites, folded into each image's key (towers.py): one constant per site, so that a site added
@@ -95,9 +95,31 @@ class VisionTransformer(nn.Module):
 
 
 @VISION_TOWERS.register('vit')
-def build(vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
-          ) -> VisionTransformer:
-  # .get: model configs written before the option (presets registered by hand, say) have no key.
-  return VisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
-                           embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0),
-                           mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', LN_EPS))
+class ViTTower(VisionTower):
+  """OpenAI's ViT. Options: image_size, patch_size, width, layers, heads, mlp_width (0 = 4 * width), ln_eps and
+  patch_dropout, the fraction of patch tokens each image drops in training (FLIP), in [0, 1)."""
+  patch_based = True
+  layer_groups = True
+
+  @classmethod
+  def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0,
+              ln_eps: float = LN_EPS) -> dict:
+    """A preset's config.model.vision for this tower."""
+    return dict(cls.default_config(), image_size=image_size, patch_size=patch_size, width=width, layers=layers,
+                heads=heads, mlp_width=mlp_width, ln_eps=ln_eps)
+
+  @classmethod
+  def validate(cls, vision: ml_collections.ConfigDict, model: ml_collections.ConfigDict) -> None:
+    check_patch_dropout(vision.patch_dropout)
+    check_heads('vision', vision.width, vision.heads)
+    if vision.image_size % vision.patch_size:
+      raise ValueError(f'config.model.vision.image_size={vision.image_size} is not a multiple of '
+                       f'config.model.vision.patch_size={vision.patch_size}')
+
+  @classmethod
+  def build(cls, vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: BlockStack
+            ) -> VisionTransformer:
+    # .get: model configs written before the option (presets registered by hand, say) have no key.
+    return VisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
+                             embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0),
+                             mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', LN_EPS))

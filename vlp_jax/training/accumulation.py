@@ -29,9 +29,9 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from vlp_jax import parallel
-from vlp_jax.config import ACCUMULATION_MODES
-from vlp_jax.registry import check_choice
+from vlp_jax.objectives import accumulation as modes
 from vlp_jax.objectives.base import example_rngs, num_rows
+from vlp_jax.registry import check_choice
 
 
 
@@ -133,7 +133,7 @@ def _loss_and_grad_microbatch(objective, params, model_state, batch, rng, step, 
 
 def loss_and_grad_fn(mode: str, num_micro: int = 1) -> Callable:
   """(objective, params, model_state, batch, rng, step) -> (loss, metrics, model_state, grads) for `mode`."""
-  check_choice('accumulation.mode', mode, ACCUMULATION_MODES)
+  check_choice('accumulation.mode', mode, modes.MODES)
   if mode == 'none' or num_micro == 1:
     return _loss_and_grad_whole
   if mode == 'decoupled':

@@ -1,6 +1,6 @@
 """FLOPs of a traced program counted from its jaxpr: its matrix products and convolutions, 2 per multiply-add.
 
-The count the GPU trainer's perf/mfu divides by (training.step.device_flops): there XLA's cost analysis of the compiled
+The count the GPU trainer's perf/mfu divides by (device_flops below): there XLA's cost analysis of the compiled
 step leaves out the matmuls it hands to cuBLAS and cuDNN, and jax 0.11's GPU backend gives no count for the lowered
 program. The jaxpr is the same on every backend. Elementwise work (LayerNorm, GELU, softmax, the optimizer) is not
 counted, as the usual MFU definition leaves it out: XLA's count of a ViT-B/16 CLIP step is 0.3% higher, of the tiny
@@ -73,3 +73,25 @@ def traced_flops(traced: Any) -> float:
 def function_flops(fn, *args) -> float:
   """FLOPs of `fn(*args)` (arrays or jax.ShapeDtypeStruct), traced, never run."""
   return jaxpr_flops(jax.make_jaxpr(fn)(*args))
+
+
+def program_cost(compiled) -> dict[str, float]:
+  """XLA's cost analysis of a compiled program on one device ('flops', 'bytes accessed', ...; {} if it has none)."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older jax: one dict per program
+    analysis = analysis[0] if analysis else None
+  return {key: float(value) for key, value in (analysis or {}).items() if isinstance(value, (int, float))}
+
+
+def device_flops(traced, compiled, platform: str, num_devices: int) -> float:
+  """One device's FLOPs of a program (0.0 where there is no count).
+
+  On a GPU, the matmuls and convolutions of the traced program (`flops.traced_flops`), split evenly over the devices:
+  XLA's cost analysis of the compiled program leaves out what it hands to cuBLAS and cuDNN (library calls with no
+  FLOPs in its analysis: a ViT-B/16 step's count came out 250 times too low on an H200), and jax 0.11's GPU backend
+  has none for the lowered program. Loops are counted in full. Elsewhere, XLA's count of the compiled program per
+  device as partitioned, which counts a loop body once (see training/step.py's `CompiledStep`).
+  """
+  if platform == 'gpu':
+    return traced_flops(traced) / num_devices
+  return program_cost(compiled).get('flops', 0.0)

@@ -22,7 +22,7 @@ import time
 from typing import Any, Protocol
 
 from vlp_jax import errors, parallel
-from vlp_jax.evaluation import run_evaluations
+from vlp_jax.evaluation import evaluate_variants
 from vlp_jax.training import ema as ema_lib
 from vlp_jax.training import guards
 from vlp_jax.training.context import TrainContext
@@ -97,15 +97,12 @@ def evaluate(ctx: TrainContext, step: int) -> dict[str, float]:
   config = ctx.config
   ctx.progress.pause()
   began = time.perf_counter()
-  metrics = {}
   # The trained model under the plain names; objectives with a teacher add it under a prefix (teacher_...), and an
   # EMA of the weights (config.ema.decay) comes as ema_...
   variants = ema_lib.eval_variants(ctx.objective, ctx.state.params, ctx.state.model_state,
                                    getattr(ctx.state, 'ema', None))
-  for prefix, variables in variants.items():
-    ctx.encoder.variables = variables
-    metrics.update(run_evaluations(ctx.encoder, ctx.eval_sets, tuple(config.eval.tasks), prefix,
-                                   config.eval.templates))
+  metrics = evaluate_variants(ctx.encoder, variants.items(), ctx.eval_sets, tuple(config.eval.tasks),
+                              config.eval.templates)
   metrics['perf/eval_seconds'] = time.perf_counter() - began
   ctx.writer.write(step, metrics)
   if step < config.total_steps:  # the final results are printed once, at the end

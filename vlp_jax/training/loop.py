@@ -6,7 +6,6 @@ builds a `TrainContext` (`build_context`), runs `train` and prints the results.
 """
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -18,11 +17,10 @@ from vlp_jax import config as config_lib
 from vlp_jax import hardware, models, objectives, parallel
 from vlp_jax import errors
 from vlp_jax import evalsets
-from vlp_jax.data import sources
-from vlp_jax.data import mixing, pipeline, synthetic, webdataset
+from vlp_jax.data import formats, pipeline
 from vlp_jax.data.record_stats import RecordStats
-from vlp_jax.data.shards import ShardRecords
 from vlp_jax.evaluation import Encoder
+from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
@@ -68,33 +66,11 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
 def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any, RecordStats]:
   """This process's training batches (a grain iterator, checkpointed with the state) and the bad-record counter."""
   try:
-    shard_records = ShardRecords
-    # data.shards_by_process: this process reads (and indexes) its own shards only
-    own = (pipeline.process_shards(len(paths), jax.process_index(), jax.process_count())
-           if config.data.shards_by_process else None)
-    if own is not None:
-      print(f'Process {jax.process_index()} of {jax.process_count()} reads {len(own)} of the {len(paths)} shards: '
-            f'{paths[own[0]]}, ...', flush=True)
-    if config.data.name == 'webdataset':  # sources from data.path; samples read from the tars by offset
-      shard_sources = [source for _, source in sources.webdataset_shards(config.data)]
-      fields = sources.webdataset_fields(config.data)
-      read = paths if own is None else [paths[i] for i in own]
-      indexes = webdataset.index_shards(read, fields, config.data.cache_dir or synthetic.default_cache_dir())
-      webdataset.check_unreadable(read, indexes.unreadable, config.data.max_bad_fraction)
-      shard_records = functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, shard_sources)),
-                                        fields=fields, indexes=indexes)
-    else:
-      shard_sources = mixing.shard_sources(paths, strict=config.data.mixing != 'mixed')  # from the records
-    data_iterator = pipeline.train_iterator(
-        paths, objectives.OBJECTIVES.get(config.objective.name).views(config), seed=config.seed,
-        global_batch_size=config.batch_size, process_index=jax.process_index(), process_count=jax.process_count(),
-        teacher_path=config.data.teacher_embeddings, num_workers=config.data.num_workers,
-        num_threads=config.data.num_threads, mixing=config.data.mixing, sources=shard_sources,
-        source_weights=config.data.source_weights, caption_field=config.data.caption_field,
-        shard_records=shard_records, resampled=config.data.resampled, shard_ids=own)
+    views = objectives.OBJECTIVES.get(config.objective.name).views(config)
+    return formats.train_batches(config.data, paths, views, seed=config.seed, batch_size=config.batch_size,
+                                 process_index=jax.process_index(), process_count=jax.process_count())
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
     raise errors.ConfigError(str(error)) from error
-  return data_iterator, RecordStats(paths, mixing.source_names(shard_sources), config.data.max_bad_fraction)
 
 
 def check_resume_layout(step_dir: str, model_config: ml_collections.ConfigDict, ema_decay: float = 0.0) -> None:
@@ -145,7 +121,7 @@ def unrolled_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFl
   unrolled.model.scan_layers = False
   objective = objectives.build(unrolled, models.build_model(unrolled.model))
   return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
-                       config_lib.num_micro_batches(config), config.ema.decay)
+                       num_micro_batches(config), config.ema.decay)
 
 
 def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[str], checkpointer: Checkpointer,
@@ -167,7 +143,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
-                               config_lib.num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
+                               num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
                                config.ema.decay)
   eval_sets = evalsets.load_eval_sets(config)
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
@@ -200,7 +176,7 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
                                       ctx.config.log.peak_device_tflops) if flops else None
     ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak)
     peak_text = f'; MFU against {peak / 1e12:g} TFLOP/s per device' if peak else ''
-    source = 'the traced matmuls' if ctx.mesh.devices.flat[0].platform == 'gpu' else 'XLA'  # step.device_flops
+    source = 'the traced matmuls' if ctx.mesh.devices.flat[0].platform == 'gpu' else 'XLA'  # flops.device_flops
     print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}).'
                                              if flops else '.'), flush=True)
   return metrics
@@ -228,7 +204,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   """
   config_lib.validate(config, num_devices=jax.device_count())
   check_backends(config)  # config.log.wandb_project without wandb installed: says how to install it
-  paths = sources.train_paths(config.data)  # fails early, with instructions, when the data is missing
+  paths = formats.train_paths(config.data)  # fails early, with instructions, when the data is missing
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
   latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded

@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from vlp_jax import parallel
 from vlp_jax.training import accumulation
 from vlp_jax.training import ema as ema_lib
-from vlp_jax.training.flops import traced_flops
+from vlp_jax.training.flops import device_flops, program_cost
 from vlp_jax.training.optim import clamp_logit_scales
 from vlp_jax.training.state import TrainState, create_train_state
 
@@ -58,7 +58,7 @@ def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, stat
 
 class CompiledStep:
   """`jit_train_step` compiled ahead of time on its first call, run under the mesh. `flops` is XLA's count of
-  floating-point operations of one step on one device (`device_flops`; None before the first call or where the
+  floating-point operations of one step on one device (flops.device_flops; None before the first call or where the
   backend gives none). On CPU and TPU, XLA counts a loop body once, so with accumulation over `num_micro`
   micro-batches the count is scaled by `num_micro` (nearly all the work is in those loops, as benchmarks/aot.py), and
   a scanned model (`unrolled_flops` given) adds the blocks the count of its layer loop leaves out; the GPU's count
@@ -111,28 +111,6 @@ class UnrolledFlops:
     """The FLOPs per device that the scanned program's count leaves out."""
     left_out = self.lowered_cost(batch, rng).get('flops', 0.0) - program_cost(scanned_lowered).get('flops', 0.0)
     return max(left_out, 0.0) / self.mesh.size
-
-
-def program_cost(compiled) -> dict[str, float]:
-  """XLA's cost analysis of a compiled program on one device ('flops', 'bytes accessed', ...; {} if it has none)."""
-  analysis = compiled.cost_analysis()
-  if isinstance(analysis, (list, tuple)):  # older jax: one dict per program
-    analysis = analysis[0] if analysis else None
-  return {key: float(value) for key, value in (analysis or {}).items() if isinstance(value, (int, float))}
-
-
-def device_flops(traced, compiled, platform: str, num_devices: int) -> float:
-  """One device's FLOPs of a program (0.0 where there is no count).
-
-  On a GPU, the matmuls and convolutions of the traced program (`flops.traced_flops`), split evenly over the devices:
-  XLA's cost analysis of the compiled program leaves out what it hands to cuBLAS and cuDNN (library calls with no
-  FLOPs in its analysis: a ViT-B/16 step's count came out 250 times too low on an H200), and jax 0.11's GPU backend
-  has none for the lowered program. Loops are counted in full. Elsewhere, XLA's count of the compiled program per
-  device as partitioned, which counts a loop body once (see `CompiledStep`).
-  """
-  if platform == 'gpu':
-    return traced_flops(traced) / num_devices
-  return program_cost(compiled).get('flops', 0.0)
 
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,

@@ -7,7 +7,7 @@ import grain
 import numpy as np
 import pytest
 
-from vlp_jax.data.sources import train_paths
+from vlp_jax.data.formats import train_paths
 from vlp_jax.data import mixing, pipeline, synthetic
 
 

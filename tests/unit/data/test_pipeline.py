@@ -4,13 +4,13 @@ import pytest
 import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
-from vlp_jax.data import sources
+from vlp_jax.data import formats
 from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline
 
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shards=False, mixing='mixed'):
-  paths = sources.train_paths(config.data)
+  paths = formats.train_paths(config.data)
   views = ClipViews(config.model.vision.image_size, config.model.text.context_length)
   shard_ids = pipeline.process_shards(len(paths), process_index, process_count) if own_shards else None
   return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
@@ -109,7 +109,7 @@ def test_clip_views_random_crop_and_randaugment_are_seeded_per_example():
 
 
 def test_processes_with_their_own_shards_read_nothing_else_and_resume_exactly(micro):
-  paths = sources.train_paths(micro.data)
+  paths = formats.train_paths(micro.data)
   owned = [pipeline.process_shards(len(paths), p, 2) for p in range(2)]
   assert sorted(owned[0] + owned[1]) == list(range(len(paths))) and not set(owned[0]) & set(owned[1])
   for p in range(2):

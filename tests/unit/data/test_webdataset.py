@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from support import write_webdataset
-from vlp_jax.data import mixing, records, sources, webdataset
+from vlp_jax.data import formats, mixing, records, webdataset
+from vlp_jax.data.formats import webdataset as webdataset_format
 from vlp_jax.config import base_config
 from vlp_jax.errors import DataError, DataNotFoundError
 
@@ -89,15 +90,15 @@ def test_config_paths_and_sources(tmp_path):
   data = base_config().data
   data.name = 'webdataset'
   data.path = f'{tmp_path}/web/{{00000..00001}}.tar,photos={tmp_path}/studio'
-  assert [(os.path.basename(p), s) for p, s in sources.webdataset_shards(data)] == [
+  assert [(os.path.basename(p), s) for p, s in webdataset_format.shards(data)] == [
       ('00000.tar', 'web'), ('00001.tar', 'web'), ('00000.tar', 'photos')]
-  assert len(sources.train_paths(data)) == 3
+  assert len(formats.train_paths(data)) == 3
   data.path = f'{tmp_path}/nothing/*.tar'
   with pytest.raises(DataNotFoundError, match='matches no tar shard'):
-    sources.train_paths(data)
+    formats.train_paths(data)
   data.path = ''
   with pytest.raises(DataNotFoundError, match='config.data.path is empty'):
-    sources.train_paths(data)
+    formats.train_paths(data)
 
 
 def test_resampled_shards_draw_with_replacement_and_resume_anywhere(tmp_path):

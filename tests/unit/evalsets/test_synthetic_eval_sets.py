@@ -9,7 +9,6 @@ import pytest
 from vlp_jax import evaluation
 from vlp_jax import evalsets
 from vlp_jax.evalsets.synthetic import SOURCE_SETS
-from vlp_jax.data import sources
 from vlp_jax.data import pipeline, synthetic
 from vlp_jax.data.tokenizer import default_tokenizer
 
@@ -18,7 +17,7 @@ def test_long_caption_set_pairs_the_same_images_with_their_long_captions(micro):
   short = evalsets.load_eval_set('synthetic', micro.data, 'test', 16)
   long = evalsets.load_eval_set('synthetic_long', micro.data, 'test', 16)
   np.testing.assert_array_equal(long.images, short.images)
-  root = synthetic.ensure_dataset(sources.synthetic_spec(micro.data), micro.data.cache_dir)
+  root = synthetic.ensure_dataset(synthetic.spec_from_config(micro.data), micro.data.cache_dir)
   records = pipeline.read_all(synthetic.shard_paths(root, 'test', tuple(micro.data.synthetic.sources)))
   assert long.captions == [r['long_caption'] for r in records]
   assert all(c.count('.') >= 2 for c in long.captions)  # multi-sentence
@@ -31,7 +30,7 @@ def test_linear_probe_fits_on_a_balanced_slice_of_the_train_split(micro):
   eval_set = evalsets.load_eval_set('synthetic', micro.data, 'test', 16, linear_probe=True)
   assert eval_set.train_images.shape == (30, 16, 16, 3) and eval_set.train_labels.shape == (30,)
   assert evaluation.EVALUATORS.get('linear_probe').applies(eval_set)
-  root = synthetic.ensure_dataset(sources.synthetic_spec(micro.data), micro.data.cache_dir)
+  root = synthetic.ensure_dataset(synthetic.spec_from_config(micro.data), micro.data.cache_dir)
   want = []
   for source in micro.data.synthetic.sources:  # 10 of each source, in order
     want += [r['label'] for r in pipeline.read_all(synthetic.shard_paths(root, 'train', (source,)))[:10]]

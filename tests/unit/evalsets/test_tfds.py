@@ -19,7 +19,7 @@ import tensorflow_datasets as tfds
 from vlp_jax.objectives import views
 from vlp_jax import errors
 from vlp_jax import evalsets
-from vlp_jax.data.sources import train_paths
+from vlp_jax.data.formats import train_paths
 from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline
 from vlp_jax.data import tfds as tfds_sets

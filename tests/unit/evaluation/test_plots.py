@@ -236,6 +236,9 @@ def test_write_cross_attention_plot(cosmos, tmp_path):
   clip = objectives.build(clip_config, objective.model)
   assert plots.write_cross_attention_plot(clip, params, state, eval_set, str(tmp_path)) is None
   assert plots.cosmos_objective(clip) is None
+  # Found by its cross-attention, also inside a Composite (an objective with terms).
+  assert plots.cosmos_objective(objective) is objective
+  assert plots.cosmos_objective(objectives.Composite(objective, [])) is objective
 
 
 def test_encoder_embeds_a_caption_list_once_per_variables(cosmos):

@@ -284,19 +284,7 @@ def test_evaluators_through_micro_model(micro):
   params, model_state = jax.jit(lambda rng: models.init_variables(model, rng))(jax.random.key(0))  # eager: 3x slower
   variables = tower_variables(params, model_state)
   mesh = parallel.make_mesh()
-
-  class PatchEncoder(Encoder):
-    """The Encoder with the patch embeddings proposed for encoder.py, until they are wired in there."""
-
-    def __init__(self, *args, **kwargs):
-      super().__init__(*args, **kwargs)
-      if not hasattr(Encoder, 'patch_embeddings'):
-        self.has_patch_embeddings = True
-        self._patches = jax.jit(lambda v, x: seg.project_patch_tokens(model, v, x),
-                                out_shardings=parallel.replicated(mesh))
-        self.patch_embeddings = lambda x: self._chunked(self._patches, np.asarray(x, np.float32))
-
-  encoder = PatchEncoder(model, variables, mesh, batch_size=16, context_length=micro.model.text.context_length)
+  encoder = Encoder(model, variables, mesh, batch_size=16, context_length=micro.model.text.context_length)
   size = micro.model.vision.image_size
   examples = [synthetic.make_example(0, 'test', 'studio', i, size) for i in range(12)]
   images = np.stack([image_ops.normalize_image(records.decode_image(e['image'])) for e in examples])

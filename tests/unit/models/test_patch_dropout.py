@@ -171,7 +171,7 @@ def test_config_validation_and_old_configs():
   resnet.model = models.preset('RN50')
   validate(resnet)
   resnet.model.vision.patch_dropout = 0.5
-  with pytest.raises(ConfigError, match=r'model\.vision\.patch_dropout.*ViT'):
+  with pytest.raises(ConfigError, match=r'model\.vision\.patch_dropout.*patch-based towers only \(vit, siglip_vit\)'):
     validate(resnet)
   # A config saved before the option reads as p = 0, and its model builds.
   saved = base_config().to_dict()

@@ -38,11 +38,19 @@ class NoisyTower(nn.Module):
 
 @pytest.fixture
 def noisy(monkeypatch):
-  """Registers the noisy tower as vision.type 'noisy' (for the test only); returns its builder."""
+  """Registers the noisy tower as vision.type 'noisy' (for the test only), with the ViT's options and checks;
+  returns its registry entry."""
   vit = VISION_TOWERS.get('vit')
-  build = lambda *args: NoisyTower(vit(*args))  # noqa: E731
-  monkeypatch.setitem(VISION_TOWERS, 'noisy', build)
-  return build
+
+  class Noisy(vit):
+    name = 'noisy'
+
+    @classmethod
+    def build(cls, *args):
+      return NoisyTower(vit.build(*args))
+
+  monkeypatch.setitem(VISION_TOWERS, 'noisy', Noisy)
+  return Noisy
 
 
 def _configure(config, setup, tower='vit'):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vlp_jax import models, objectives, parallel
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.cli import embed
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.losses import saco

@@ -9,7 +9,8 @@ from support import build_objective, micro_config, objective_batch
 from vlp_jax import models, parallel
 from vlp_jax.training.flops import function_flops, traced_flops
 from vlp_jax.training.state import create_train_state
-from vlp_jax.training.step import device_flops, program_cost, train_step
+from vlp_jax.training.flops import device_flops, program_cost
+from vlp_jax.training.step import train_step
 
 
 def test_a_batched_matmul_counts_two_flops_per_multiply_add():

@@ -286,15 +286,32 @@ def test_decay_of_one_is_bit_identical_to_no_decay():
 # ------------------------------------------------------------------------------------------------------ config
 
 
+def _refusal(config) -> str | None:
+  """The message of the ConfigError `validate` raises for `config`; None when it accepts the config."""
+  try:
+    validate(config)
+  except ConfigError as error:
+    return str(error)
+  return None
+
+
 def test_tower_options_validate():
-  config = base_config()  # tiny: 4 blocks per tower, 6 groups
+  # Each option at its limit is accepted and one step past it refused, naming the key: the limits are exactly there.
+  config = base_config()
+  assert (config.model.vision.layers, config.model.text.layers) == (4, 4)  # tiny: 6 groups per tower
   config.optim.update(lock_image=True, lock_image_unlocked_groups=6, lock_text=True, lock_text_unlocked_layers=2,
                       image_layer_decay=0.65, text_layer_decay=1.0)
-  validate(config)
+  assert _refusal(config) is None
+  for key, past in (('lock_image_unlocked_groups', 7), ('text_layer_decay', 1.001), ('lock_text', False)):
+    beyond = config.copy_and_resolve_references()
+    beyond.optim[key] = past
+    assert f'config.optim.{key}' in (_refusal(beyond) or ''), key
   config = base_config()
   config.model = models.preset('RN50')
-  config.optim.lock_image = True  # a ResNet locks whole
-  validate(config)
+  config.optim.lock_image = True  # a ResNet locks whole...
+  assert _refusal(config) is None
+  config.optim.lock_image_unlocked_groups = 1  # ...having no layer groups to leave unlocked
+  assert 'has no layer groups' in (_refusal(config) or '')
 
 
 @pytest.mark.parametrize('options,message', [

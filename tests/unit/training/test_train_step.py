@@ -79,7 +79,7 @@ def test_param_sharding_rule():
 
 
 def test_program_cost_counts_the_flops_of_a_matmul():
-  from vlp_jax.training.step import program_cost
+  from vlp_jax.training.flops import program_cost
   a, b = jnp.ones((8, 16)), jnp.ones((16, 4))
   assert program_cost(jax.jit(jnp.dot).lower(a, b).compile())['flops'] == 2 * 8 * 16 * 4
 

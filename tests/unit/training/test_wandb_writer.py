@@ -141,7 +141,7 @@ def test_a_missing_wandb_fails_before_anything_is_compiled(micro, tmp_path, monk
     raise AssertionError('the run was built (and would compile) before the missing wandb was reported')
 
   monkeypatch.setattr(loop, 'build_context', built)
-  monkeypatch.setattr(loop.sources, 'train_paths', built)
+  monkeypatch.setattr(loop.formats, 'train_paths', built)
   micro.log.wandb_project = 'vlp'
   with pytest.raises(ConfigError, match=r"config.log.wandb_project='vlp'.*wandb is not installed.*"
                                         r"`pip install wandb`"):

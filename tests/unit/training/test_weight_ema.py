@@ -11,7 +11,7 @@ import pytest
 
 from vlp_jax import errors, parallel
 from vlp_jax.checkpoint_files import has_ema, load_variables
-from vlp_jax.cli import weights
+from vlp_jax import interchange as weights
 from vlp_jax.config import validate
 from vlp_jax.models.transformer import stacked_layout
 from vlp_jax.training import ema as ema_lib
@@ -177,8 +177,7 @@ def test_export_and_load_of_the_ema_convert_the_scanned_layout(micro, tmp_path):
   chex.assert_trees_all_equal(load_variables(checkpoint, ema=True)[0], stacked_layout(ema))
   chex.assert_trees_all_equal(load_variables(checkpoint)[0], stacked_layout(params))
   # `export --ema` writes the EMA's towers, named block by block like the parameters' export.
-  assert weights.main(['export', '--format=open_clip', f'--checkpoint={checkpoint}',
-                       f'--output={tmp_path / "ema.safetensors"}', '--ema']) == 0
+  weights.export_weights('open_clip', checkpoint, str(tmp_path / 'ema.safetensors'), ema=True)
   plain = _save(str(tmp_path / 'plain'), unrolled, ema)  # the EMA as the parameters of an unrolled checkpoint
   want = weights.read_state_dict(weights.export_weights('open_clip', plain, str(tmp_path / 'want.safetensors')))
   got = weights.read_state_dict(str(tmp_path / 'ema.safetensors'))
@@ -186,17 +185,14 @@ def test_export_and_load_of_the_ema_convert_the_scanned_layout(micro, tmp_path):
   chex.assert_trees_all_equal(got, want)
 
 
-def test_a_checkpoint_without_an_ema_refuses_to_give_one_and_to_resume_with_one(micro, tmp_path, capsys):
+def test_a_checkpoint_without_an_ema_refuses_to_give_one_and_to_resume_with_one(micro, tmp_path):
   params = initial_state(micro).params
   checkpoint = _save(str(tmp_path / 'plain'), micro, params)
   assert not has_ema(checkpoint)
   with pytest.raises(errors.ConfigError, match='holds no EMA of the weights.*config.ema.decay > 0'):
     load_variables(checkpoint, ema=True)
-  assert weights.main(['export', '--format=open_clip', f'--checkpoint={checkpoint}',
-                       f'--output={tmp_path / "x.safetensors"}', '--ema']) == 2
-  assert 'holds no EMA' in capsys.readouterr().err
-  assert weights.main(['import', '--format=open_clip', '--model=ViT-B-32', '--input=x', '--output=y', '--ema']) == 2
-  assert 'import does not take --ema' in capsys.readouterr().err
+  with pytest.raises(errors.ConfigError, match='holds no EMA'):
+    weights.export_weights('open_clip', checkpoint, str(tmp_path / 'x.safetensors'), ema=True)
   # The EMA is kept from the first step or not at all: resuming with the other setting is refused by name.
   check_resume_layout(checkpoint, micro.model, 0.0)
   with pytest.raises(errors.ConfigError, match=r'config\.ema\.decay=0\.0 and this run has config\.ema\.decay=0\.9'):

@@ -1,0 +1,105 @@
+"""Training data formats by name (`config.data.name`): where a split's shards are, how their records are read, and
+the format's own options and checks. A format is one file of this package: a `TrainingData` subclass registered with
+`@DATA_FORMATS.register('name')`; `train_batches` is the one call that turns a config into training batches.
+
+Records. `records_reader` gives `pipeline.train_iterator` random access to (shard id, record) pairs, where a record
+is one of:
+  - bytes: a serialized example of data/records.py (ArrayRecord shards);
+  - a dict: an example with the image still encoded, {'image': bytes, <caption field>: str, 'key': str, 'label':
+    int, 'source': str, ...} (webdataset samples); or {'bad': reason, 'detail': text} for a sample that cannot be
+    used (reason one of records.SKIP_REASONS), which the pipeline replaces and counts like a bad record.
+`pipeline.LoadExamples` decodes both.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import grain
+import ml_collections
+
+from vlp_jax.data import mixing, pipeline
+from vlp_jax.data.record_stats import RecordStats
+from vlp_jax.data.shards import ShardRecords
+from vlp_jax.registry import Registry
+
+# (shard paths, their shard ids) -> random access to (shard id, record) (data/shards.py ShardRecords is the model)
+RecordsReader = Callable[[list[str], list[int]], Any]
+
+
+class TrainingData:
+  """A training data format: subclasses set `name` (via `@DATA_FORMATS.register`) and implement `split_paths`."""
+  name: str = ''
+
+  @classmethod
+  def default_config(cls) -> dict[str, Any]:
+    """The format's own options, under `config.data.<name>`, with their defaults ({}: none). Every format's options
+    are in every config (the embedded dataset's also serve evaluation), so they are checked whatever data.name is."""
+    return {}
+
+  @classmethod
+  def validate(cls, data: ml_collections.ConfigDict) -> None:
+    """Raise ValueError naming the key when an option of `config.data.<name>` is invalid. Cheap: reads no data."""
+
+  def __init__(self, data: ml_collections.ConfigDict):
+    self.data = data  # config.data
+
+  def split_paths(self, split: str) -> list[str]:
+    """The shard files of `split` ('train', 'val', 'test'); DataNotFoundError saying how to prepare missing data,
+    ValueError for a split the format does not have."""
+    raise NotImplementedError
+
+  def shard_sources(self, paths: list[str]) -> list[str]:
+    """The source name of each shard (what the mixing modes and per-source metrics go by): by default read from
+    the shards' records (`mixing.shard_sources`; every shard one source unless batches are 'mixed')."""
+    return mixing.shard_sources(paths, strict=self.data.mixing != 'mixed')
+
+  def records_reader(self, paths: list[str], read: list[str]) -> RecordsReader:
+    """How shards are read: `read` lists the shards of `paths` this process reads (all of them, or its own with
+    data.shards_by_process), for a format that prepares something per shard first (an index)."""
+    del paths, read
+    return ShardRecords
+
+
+DATA_FORMATS: Registry[type[TrainingData]] = Registry('training data format', 'data.name',
+                                                      package='vlp_jax.data.formats')
+
+
+def data_format(data: ml_collections.ConfigDict) -> TrainingData:
+  """The format `config.data.name` bound to `data` (config.data)."""
+  return DATA_FORMATS.get(data.name)(data)
+
+
+def options() -> dict[str, Any]:
+  """{name: default options} of every format that has options: the format keys of `config.data`."""
+  return {name: fmt.default_config() for name, fmt in DATA_FORMATS.items() if fmt.default_config()}
+
+
+def train_paths(data: ml_collections.ConfigDict) -> list[str]:
+  """The training shards of `config.data`; fails early, saying how to prepare them, when they are missing."""
+  return data_format(data).split_paths('train')
+
+
+def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
+  """The shards of a split of the configured data."""
+  return data_format(data).split_paths(split)
+
+
+def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grain.transforms.RandomMap, *, seed: int,
+                  batch_size: int, process_index: int, process_count: int
+                  ) -> tuple[grain.DatasetIterator, RecordStats]:
+  """This process's endless training batches from `paths` (`train_paths(data)`) under `views` (the objective's),
+  checkpointable with the state, and the counter of bad records by shard and source. batch_size is global.
+  With data.shards_by_process each process reads and indexes only its own shards."""
+  fmt = data_format(data)
+  own = pipeline.process_shards(len(paths), process_index, process_count) if data.shards_by_process else None
+  if own is not None:
+    print(f'Process {process_index} of {process_count} reads {len(own)} of the {len(paths)} shards: '
+          f'{paths[own[0]]}, ...', flush=True)
+  reader = fmt.records_reader(paths, paths if own is None else [paths[i] for i in own])
+  sources = fmt.shard_sources(paths)
+  iterator = pipeline.train_iterator(
+      paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
+      process_count=process_count, teacher_path=data.teacher_embeddings, num_workers=data.num_workers,
+      num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
+      caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
+  return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction)

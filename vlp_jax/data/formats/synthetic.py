@@ -1,0 +1,44 @@
+"""'synthetic': the embedded dataset (procedurally rendered shape scenes with captions, data/synthetic.py),
+generated on first use into `config.data.cache_dir`; options under `config.data.synthetic`."""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+from vlp_jax.data import synthetic
+from vlp_jax.data.formats import DATA_FORMATS, TrainingData
+from vlp_jax.registry import check_choice
+
+
+@DATA_FORMATS.register('synthetic')
+class EmbeddedData(TrainingData):
+  """Splits 'train', 'val' and 'test', each source in its own shards."""
+
+  @classmethod
+  def default_config(cls) -> dict[str, Any]:
+    return {
+        'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
+        'sources': synthetic.SOURCES, 'shards': 2,
+        # 'alt_text' | 'detailed' (every object named in every source: few repeated captions) | 'colour_only' (no
+        # shape ever named); data/synthetic.py
+        'captions': 'alt_text',
+        # 'full' (the default: 17 to 67 tokens, cut at a 32-token context) | 'compact' (at most 32 tokens with
+        # sot/eot, the same kinds of sentence); data/synthetic.py
+        'long_captions': 'full',
+    }
+
+  @classmethod
+  def validate(cls, data: ml_collections.ConfigDict) -> None:
+    s = data.synthetic
+    for key in ('resolution', 'num_train', 'num_val', 'num_test', 'shards'):
+      value = s[key]
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'config.data.synthetic.{key} must be a positive integer, got {value!r}')
+    check_choice('data.synthetic.captions', s.captions, synthetic.CAPTION_STYLES)
+    check_choice('data.synthetic.long_captions', s.long_captions, synthetic.LONG_CAPTION_STYLES)
+    for source in s.sources:
+      check_choice('data.synthetic.sources', source, synthetic.SOURCES)
+
+  def split_paths(self, split: str) -> list[str]:
+    return synthetic.config_split_paths(self.data, split)

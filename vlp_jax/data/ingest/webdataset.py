@@ -1,0 +1,64 @@
+"""Input format 'webdataset': uncompressed tar files as img2dataset writes them (`KEY.jpg`, `KEY.txt`, ...), read with
+the tar helpers of data/webdataset.py. A sample's image is its first member with an --image_keys extension, its
+caption the --caption_key member; the sample key is the example's key."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from typing import Iterator
+
+from vlp_jax.data import webdataset as tar_shards
+from vlp_jax.data.ingest.base import INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading
+
+DEFAULT_IMAGE_KEYS = ';'.join(tar_shards.DEFAULT_IMAGE_KEYS)  # as --image_keys takes them: 'jpg;png;jpeg;webp'
+DEFAULT_CAPTION_KEY = tar_shards.DEFAULT_CAPTION_KEY
+
+
+def read_tar(path: str, image_keys: tuple[str, ...], caption_key: str) -> tuple[list[Entry], bool]:
+  """The samples of one uncompressed webdataset tar in order of first appearance -> (entries, whether the tar broke
+  off with a read error; the samples listed before it are kept)."""
+  samples, broken = tar_shards.tar_samples(path)
+  entries = []
+  for key, members in samples.items():
+    image = next((members[k] for k in image_keys if k in members), None)
+    caption = members.get(caption_key)
+    skip = 'missing_image_key' if image is None else 'missing_caption_key' if caption is None else None
+    entries.append(Entry(key=key, image=image, caption=caption or '', skip=skip))
+  if broken and entries and entries[-1].skip:  # members after the break are lost: not a missing key, a broken tar
+    entries[-1] = dataclasses.replace(entries[-1], skip='corrupt_tar')
+  return entries, broken
+
+
+def check_uncompressed(path: str) -> None:
+  compression = tar_shards.compression_of(path)
+  if compression:
+    raise ConvertError(f'{path} is a {compression}-compressed tar; decompress it first (the converter reads members '
+                       'by offset from plain .tar files, as img2dataset writes them)')
+
+
+@INPUT_FORMATS.register('webdataset')
+class WebdatasetFormat(InputFormat):
+  """The tars are listed by the worker processes, a few ahead of the conversion; the example count is estimated from
+  the tars listed so far."""
+  suffix = '.tar'
+
+  def check_options(self, options: Options) -> None:
+    if not options.image_keys:
+      raise ConvertError('--image_keys is empty; give the image extensions to look for, e.g. jpg;png;jpeg;webp')
+
+  def check_inputs(self, files: list[str], options: Options) -> None:
+    for path in files:
+      check_uncompressed(path)
+
+  def entries(self, files: list[str], options: Options, reading: Reading) -> Iterator[Entry]:
+    lister = functools.partial(read_tar, image_keys=options.image_keys, caption_key=options.caption_key)
+    samples = 0
+    for listed, (path, (tar_entries, broken)) in enumerate(reading.map(lister, files), 1):
+      samples += len(tar_entries)
+      reading.estimate_total(round(samples / listed * len(files)))
+      if broken:
+        reading.skipped['corrupt_tar'] += 1
+        print(f'convert: warning: {path} broke off with a read error; kept the {len(tar_entries)} samples before it',
+              file=sys.stderr)
+      yield from tar_entries

@@ -1,0 +1,99 @@
+"""transformers' `SiglipConfig` (a SiglipModel's config.json) <-> our model config: the model a file describes,
+the config.json an export writes, and the fields on which two SigLIP model configs differ."""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+from vlp_jax import models
+from vlp_jax.models.interchange.files import WeightsError
+
+# transformers' activation names <-> ours (its 'gelu' is the exact GELU, as ours).
+_HF_ACTS = {'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh', 'gelu': 'gelu', 'quick_gelu': 'quick_gelu'}
+_ACTS_TO_HF = {'gelu_tanh': 'gelu_pytorch_tanh', 'gelu': 'gelu', 'quick_gelu': 'quick_gelu'}  # what exports write
+# transformers' SiglipTextConfig / SiglipVisionConfig defaults, for the fields a config.json leaves out.
+HF_SIGLIP_DEFAULTS = {
+    'text_config': {'vocab_size': 32000, 'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12,
+                    'num_attention_heads': 12, 'max_position_embeddings': 64, 'hidden_act': 'gelu_pytorch_tanh',
+                    'layer_norm_eps': 1e-6, 'projection_size': None},
+    'vision_config': {'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12,
+                      'num_attention_heads': 12, 'image_size': 224, 'patch_size': 16,
+                      'hidden_act': 'gelu_pytorch_tanh', 'layer_norm_eps': 1e-6, 'vision_use_head': True},
+}
+
+
+def _siglip_value(hf: dict, section: str, key: str) -> Any:
+  return (hf.get(section) or {}).get(key, HF_SIGLIP_DEFAULTS[section][key])
+
+
+def siglip_model_config(hf: dict) -> ml_collections.ConfigDict:
+  """The model config a transformers SiglipConfig dict describes: a SigLIP preset's (the one it matches, else
+  ViT-B-16-SigLIP's, named 'hf-siglip') with every size read from the file."""
+  def tower(section: str) -> dict:
+    width = _siglip_value(hf, section, 'hidden_size')
+    hidden = _siglip_value(hf, section, 'intermediate_size')
+    return dict(width=width, layers=_siglip_value(hf, section, 'num_hidden_layers'),
+                heads=_siglip_value(hf, section, 'num_attention_heads'),
+                mlp_width=0 if hidden == 4 * width else hidden, ln_eps=_siglip_value(hf, section, 'layer_norm_eps'))
+  for section in ('vision_config', 'text_config'):
+    act = _siglip_value(hf, section, 'hidden_act')
+    if act not in _HF_ACTS:
+      raise WeightsError(f'{section}.hidden_act={act!r} has no vlp_jax equivalent; valid choices: {list(_HF_ACTS)}')
+  if not _siglip_value(hf, 'vision_config', 'vision_use_head'):
+    raise WeightsError('vision_config.vision_use_head=false: vlp_jax needs the attention-pooling head that gives '
+                       'SigLIP its image embedding')
+  acts = {_HF_ACTS[_siglip_value(hf, s, 'hidden_act')] for s in ('vision_config', 'text_config')}
+  if len(acts) > 1:
+    raise WeightsError(f'the towers use different activations {sorted(acts)}; vlp_jax models share one')
+  vision, text = tower('vision_config'), tower('text_config')
+  projection = _siglip_value(hf, 'text_config', 'projection_size') or text['width']
+  if projection != vision['width']:
+    raise WeightsError(f'text_config.projection_size={projection} differs from vision_config.hidden_size='
+                       f'{vision["width"]}: the joint space of a SigLIP model is the image tower\'s width')
+  config = models.preset('ViT-B-16-SigLIP')
+  config.act = acts.pop()
+  config.embed_dim = vision['width']
+  config.vision.update(vision, image_size=_siglip_value(hf, 'vision_config', 'image_size'),
+                       patch_size=_siglip_value(hf, 'vision_config', 'patch_size'))
+  config.text.update(text, context_length=_siglip_value(hf, 'text_config', 'max_position_embeddings'),
+                     vocab_size=_siglip_value(hf, 'text_config', 'vocab_size'))
+  config.name = next((name for name in sorted(models.PRESETS) if 'SigLIP' in name
+                      and not siglip_mismatches(config, models.preset(name))), 'hf-siglip')
+  return config
+
+
+_SIGLIP_FIELDS = ('act', 'embed_dim', *(f'vision.{k}' for k in ('image_size', 'patch_size', 'width', 'layers', 'heads',
+                                                                 'mlp_width', 'ln_eps')),
+                  *(f'text.{k}' for k in ('context_length', 'vocab_size', 'width', 'layers', 'heads', 'mlp_width',
+                                          'ln_eps')))
+
+
+def siglip_mismatches(got: ml_collections.ConfigDict, want: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+  """[(field, got, want)] for every SigLIP size or option on which two model configs differ."""
+  out = []
+  for field in _SIGLIP_FIELDS:
+    a, b = got, want
+    for part in field.split('.'):
+      a, b = a[part], b[part]
+    if a != b:
+      out.append((field, a, b))
+  return out
+
+
+def hf_siglip_config(model_config: ml_collections.ConfigDict) -> dict:
+  """A transformers SiglipConfig (as JSON) describing a SigLIP `model_config`."""
+  v, t = model_config.vision, model_config.text
+  act = _ACTS_TO_HF[model_config.act]
+
+  def tower(spec) -> dict:
+    return {'hidden_size': spec.width, 'intermediate_size': spec.mlp_width or 4 * spec.width,
+            'num_hidden_layers': spec.layers, 'num_attention_heads': spec.heads, 'hidden_act': act,
+            'layer_norm_eps': spec.ln_eps}
+  return {
+      'architectures': ['SiglipModel'], 'model_type': 'siglip',
+      'text_config': {'model_type': 'siglip_text_model', **tower(t), 'max_position_embeddings': t.context_length,
+                      'vocab_size': t.vocab_size, 'projection_size': model_config.embed_dim},
+      'vision_config': {'model_type': 'siglip_vision_model', **tower(v), 'image_size': v.image_size,
+                        'patch_size': v.patch_size, 'num_channels': 3, 'vision_use_head': True},
+  }
