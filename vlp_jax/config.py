@@ -20,7 +20,7 @@ from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
-from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower
+from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower, with_tower_defaults
 from vlp_jax.models.transformer import ACTIVATIONS, REMAT_POLICIES
 from vlp_jax.objectives import OBJECTIVES, TERMS, accumulation, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
@@ -79,8 +79,8 @@ def _data_config() -> ml_collections.ConfigDict:
   """config.data: the training data, the views, the input pipeline, the eval sets' local copies; each data format
   adds its own options (data/formats/)."""
   return ml_collections.ConfigDict({
-      # the training data format (data/formats/: 'synthetic', 'array_record', 'webdataset'), whose file says what
-      # `path` holds; a format's own options are under data.<name> (data.synthetic, data.webdataset)
+      # the training data format (a file of data/formats/), whose docstring says what `path` holds; each format's
+      # own options are under data.<name> (data.synthetic, data.webdataset, ...)
       'name': 'synthetic',
       'path': '',
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
@@ -217,7 +217,7 @@ def _reference(config: ml_collections.ConfigDict) -> tuple[ml_collections.Config
     raise ConfigError(str(error)) from None
   reference.objective = ml_collections.ConfigDict(
       {**objective_cls.default_config(), **{name: term.default_config() for name, term in terms.items()}})
-  vision_type = config.get('model', {}).get('vision', {}).get('type', 'vit')
+  vision_type = config.get('model', {}).get('vision', {}).get('type')
   if vision_type in VISION_TOWERS:  # an unknown type is reported by the choice check, naming the towers
     reference.model.vision = ml_collections.ConfigDict(vision_tower(vision_type).default_config())
   return reference, objective_cls, terms
@@ -250,7 +250,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     _check_objective(config, objective_cls, terms)
     _check_counts(config)
     _check_choices(config)
-    vision_tower(config.model.vision).validate(config.model.vision, config.model)
+    vision_tower(config.model.vision).validate(with_tower_defaults(config.model.vision), config.model)
     models.validate_text(config.model.text)
     for _, data_format in formats.DATA_FORMATS.items():  # every format's options are in every config
       data_format.validate(config.data)

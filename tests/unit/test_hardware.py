@@ -1,9 +1,4 @@
 """The backend report `python -m vlp_jax.main` prints at start: accelerator detection and the warnings."""
-import os
-import subprocess
-import sys
-
-from support import ROOT
 import pytest
 
 from vlp_jax import hardware
@@ -61,20 +56,3 @@ def test_startup_lines_start_with_the_backend():
   assert hardware.startup_lines('gpu', 8, 2, 'float32', 1, {})[0] == 'jax backend: gpu, 8 devices over 2 processes'
   lines = hardware.startup_lines('cpu', 1, 1, 'bfloat16', 1, {})
   assert lines[0] == 'jax backend: cpu, 1 device' and len(lines) == 2
-
-
-@pytest.mark.slow
-def test_main_prints_the_backend_and_warns_before_validating(tmp_path):
-  """A mesh the single CPU device cannot hold: the report comes first, then the config error (nothing compiled)."""
-  env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache'), 'JAX_PLATFORMS': 'cpu'}
-  env.pop('XLA_FLAGS', None)  # one CPU device, as a user has
-  result = subprocess.run(
-      [sys.executable, '-m', 'vlp_jax.main', '--config=configs/clip_shapes.py', f'--workdir={tmp_path / "run"}',
-       '--config.mesh.fsdp=3', '--config.model.dtype=bfloat16'],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert result.returncode == 2, result.stderr[-3000:]
-  assert result.stdout.splitlines()[0] == 'jax backend: cpu, 1 device'
-  warnings = [line for line in result.stderr.splitlines() if line.startswith('warning: ')]
-  assert any("config.model.dtype='bfloat16'" in w for w in warnings)
-  assert any('config.mesh.fsdp=3' in w for w in warnings)
-  assert 'error: ' in result.stderr

@@ -24,6 +24,8 @@ import msgpack
 import numpy as np
 from PIL import Image
 
+from vlp_jax.data import shard_writer
+
 REQUIRED_FIELDS = ('image', 'caption', 'long_caption', 'label', 'source', 'key')
 
 
@@ -134,7 +136,6 @@ def write_shards(examples: Iterable[dict[str, Any]], directory: str, prefix: str
                  num_shards: int) -> list[str]:
   """Write `num_examples` examples to `{prefix}-{i:05d}-of-{n:05d}.array_record` files, contiguous ranges per shard
   (data/shard_writer.py: renamed into place once all are written); their paths."""
-  from vlp_jax.data import shard_writer  # array_record is loaded only by code that writes shards
   os.makedirs(directory, exist_ok=True)
   bounds = np.linspace(0, num_examples, num_shards + 1).astype(int)
   iterator = iter(examples)

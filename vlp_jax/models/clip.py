@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vlp_jax.models.towers import DTYPES, VISION_TOWERS
+from vlp_jax.models.towers import DTYPES, VISION_TOWERS, with_tower_defaults
 from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
 
 
@@ -102,7 +102,8 @@ class CLIP(nn.Module):
 
 
 def build_model(model_config: ml_collections.ConfigDict) -> CLIP:
-  return CLIP(embed_dim=model_config.embed_dim, vision=ml_collections.FrozenConfigDict(model_config.vision),
+  return CLIP(embed_dim=model_config.embed_dim,
+              vision=ml_collections.FrozenConfigDict(with_tower_defaults(model_config.vision)),
               text=ml_collections.FrozenConfigDict(model_config.text),
               act=model_config.act, dtype=DTYPES.get(model_config.dtype),
               init_logit_scale=model_config.init_logit_scale, stack=BlockStack.from_config(model_config),

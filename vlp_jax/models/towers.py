@@ -82,6 +82,13 @@ def vision_tower(vision: Any) -> type[VisionTower]:
   return VISION_TOWERS.get(vision if isinstance(vision, str) else vision.type)
 
 
+def with_tower_defaults(vision: Any) -> ml_collections.ConfigDict:
+  """config.model.vision with the options it does not set at its tower's defaults (what `validate` and `build`
+  get)."""
+  given = vision.to_dict() if isinstance(vision, ml_collections.ConfigDict) else dict(vision)
+  return ml_collections.ConfigDict({**vision_tower(vision).default_config(), **given})
+
+
 def check_heads(tower: str, width: int, heads: int) -> None:
   """ValueError naming config.model.<tower>.width/heads when the width does not split into the heads."""
   if width % heads:

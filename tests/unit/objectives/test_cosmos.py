@@ -149,19 +149,6 @@ def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro
 
 
 @pytest.mark.slow
-def test_end_to_end_logs_cosmos_and_teacher_metrics(micro, tmp_path):
-  from vlp_jax.training.loop import train_and_evaluate
-  from vlp_jax.training.writer import read_metrics
-  config = _cosmos(micro)
-  config.total_steps = 2
-  config.eval.every_steps = 2
-  train_and_evaluate(config, str(tmp_path))
-  names = set().union(*read_metrics(str(tmp_path)))
-  assert {'train/cosmos_loss', 'train/clip_loss', 'eval/synthetic/zeroshot_top1',
-          'eval/synthetic/teacher_zeroshot_top1'} <= names
-
-
-@pytest.mark.slow
 def test_saco_composes_with_cosmos(micro):
   """The SaCo term adds to COSMOS on the first global crops (features 'zi', 'zt'), as the SaCo paper suggests."""
   from vlp_jax.config import validate, with_term

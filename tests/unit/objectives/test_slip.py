@@ -27,7 +27,6 @@ from vlp_jax.models.heads import SimCLRHead
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.objectives.slip import SSL_VIEWS, VIEWS
 from vlp_jax.training import optim
-from vlp_jax.training.loop import train_and_evaluate
 
 from support import ROOT, compiled_step, initial_state, jit_init, numeric_grad, unit_vectors
 
@@ -454,15 +453,3 @@ def test_trains_identically_on_eight_devices_and_one(micro):
   chex.assert_trees_all_close(got_state, want_state, rtol=1e-4, atol=1e-6)  # the head's BatchNorm statistics
   assert np.abs(want_state['simclr_head']['batch_stats']['bn1']['mean']).max() > 1e-3
   assert want_losses[-1] < want_losses[0]
-
-
-@pytest.mark.slow
-def test_end_to_end_logs_the_ssl_loss(micro, tmp_path):
-  _slip(micro)
-  micro.total_steps = 2
-  micro.eval.tasks = ('retrieval',)
-  result = train_and_evaluate(micro, str(tmp_path / 'run'))
-  from vlp_jax.training.writer import read_metrics
-  logged = set().union(*read_metrics(str(tmp_path / 'run')))
-  assert {'train/ssl_loss', 'train/ssl_acc', 'train/clip_loss'} <= logged
-  assert int(result['state'].step) == 2

@@ -19,8 +19,6 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evalsets.base import LoadRequest
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
-from vlp_jax.training.loop import train_and_evaluate
-from vlp_jax.training.writer import read_metrics
 
 from support import numeric_grad, unit_vectors
 from support import initial_state, run_steps
@@ -271,16 +269,3 @@ def test_trains_identically_on_eight_devices_and_one(micro):
   got_params, got_losses, _ = run_steps(micro, parallel.make_mesh(2), steps=2, state=initial)
   np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
   chex.assert_trees_all_close(got_params, want_params, rtol=1e-4, atol=2e-5)
-
-
-@pytest.mark.slow
-def test_short_single_source_run_logs_mixup(micro, tmp_path):
-  micro.objective.name = 'zerovl'
-  micro.data.mixing = 'single_source'
-  micro.update(total_steps=2, log_every_steps=1)
-  micro.eval.datasets = ()  # evaluation is tested elsewhere
-  result = train_and_evaluate(micro, str(tmp_path / 'run'))
-  assert int(result['state'].step) == 2
-  logged = [r for r in read_metrics(str(tmp_path / 'run')) if 'train/mixup_loss' in r]
-  assert len(logged) == 2 and all(np.isfinite(r['train/mixup_loss']) for r in logged)
-  assert all(0.0 <= r['train/mixup_lambda'] <= 1.0 and r['train/mixup_coin'] in (0.0, 1.0) for r in logged)
