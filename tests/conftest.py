@@ -2,18 +2,12 @@
 `support`, the helpers the tests share), and the micro config fixture."""
 import os
 import sys
-import tempfile
 
 # The suite is bound by XLA's compile time. LLVM at optimisation level 1 compiles the CPU programs faster (about 10%
 # of the suite) and computes the same values (support.jit_init; the parity and equality tests pass either way).
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
                            ' --xla_backend_optimization_level=1').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-# One persistent compilation cache for the whole suite, its xdist workers and the processes the tests start: many
-# tests compile the same micro-config programs, which the cache compiles once (benchmarks/RESULTS.md, suite time).
-# It lives in the system's temporary folder and is keyed by XLA on the program, the flags and the versions, so a
-# stale entry is never used; JAX_COMPILATION_CACHE_DIR set outside picks another folder ('' turns it off).
-os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(tempfile.gettempdir(), 'vlp_jax_test_jax_cache'))
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_TESTS), _TESTS]
 

@@ -44,6 +44,7 @@ def probe(env_extra: dict) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='the allocator settings are glibc mallopt')
 def test_a_compiled_functions_temporaries_are_reused_without_page_faults():
   pages = 96 * 2**20 // 4096
@@ -60,6 +61,7 @@ def test_a_compiled_functions_temporaries_are_reused_without_page_faults():
   assert min(default['faults']) > pages // 2, default
 
 
+@pytest.mark.slow
 def test_importing_vlp_jax_changes_no_process_wide_setting():
   """Importing the package and every command module leaves glibc's malloc as it was (every call of the probe faults
   its temporary in again, as with the defaults), and `import vlp_jax` imports no jax: a notebook that also runs

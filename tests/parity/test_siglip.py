@@ -130,6 +130,7 @@ def test_siglip_config_json_round_trip_names_the_preset():
     assert not interchange.siglip_mismatches(config, models.preset(name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['ViT-B-16-SigLIP', 'ViT-SO400M-14-SigLIP-384'])
 def test_siglip_preset_parameter_counts_equal_transformers(name):
   torch = pytest.importorskip('torch', reason='torch is needed to count the reference parameters')

@@ -89,6 +89,7 @@ def _open_clip_parameter_count(name):
   return sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['ViT-S-32', 'ViT-S-16', 'ViT-B-32', 'ViT-B-16', 'ViT-L-14', 'ViT-L-16',
                                   'ViT-H-14', 'RN50'])
 def test_preset_parameter_counts_equal_open_clip(name):
@@ -245,6 +246,7 @@ def test_mismatched_weights_list_every_problem():
   assert '1 unexpected keys' in message and '1 missing parameters' in message and '1 shape mismatches' in message
 
 
+@pytest.mark.slow
 def test_wrong_model_name_and_existing_output(tmp_path):
   source = tmp_path / 'w.safetensors'
   from safetensors.numpy import save_file

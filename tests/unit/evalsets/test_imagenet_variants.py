@@ -199,6 +199,7 @@ def test_real_zeroshot_evaluator_scores_against_the_label_sets(data_dir, micro):
   assert metrics['zeroshot_chance'] == pytest.approx(1 / 1000)
 
 
+@pytest.mark.slow
 def test_zeroshot_runs_end_to_end_on_imagenet_r_with_a_tiny_model(data_dir, micro):
   from vlp_jax import models, parallel
   from vlp_jax.evaluation import Encoder, run_evaluations

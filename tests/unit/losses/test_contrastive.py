@@ -106,6 +106,7 @@ def test_row_sharded_loss_and_grads_equal_single_device():
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_pairwise_loss_is_the_mean_of_the_pairs_naive_losses_with_their_gradients():
   rng = np.random.default_rng(5)
   student, teacher = unit_vectors(rng, (6, 3, 8)).astype(np.float32), unit_vectors(rng, (6, 2, 8)).astype(np.float32)

@@ -63,6 +63,7 @@ def test_text_feature_is_causal_and_read_at_eot(micro_model):
   assert np.abs(out['embed'][0] - out['embed'][1]).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_too_long_text_is_rejected(micro_model):
   model, params = micro_model
   with pytest.raises(ValueError, match='context_length'):

@@ -55,6 +55,7 @@ def test_kept_count_follows_open_clips_rule():
   assert kept_patch_count(49, 0.5) == 24 and kept_patch_count(1, 0.9) == 1  # int() floors; at least one patch
 
 
+@pytest.mark.slow
 def test_training_keeps_one_plus_k_tokens_and_eval_all(towers):
   encode, _ = towers
   images, keys = _images(6), _keys(6)
@@ -80,6 +81,7 @@ def test_eval_is_bit_identical_to_no_patch_dropout(towers):
   chex.assert_trees_all_equal(encode(RATE, images, False, keys), want)  # keys given at eval change nothing
 
 
+@pytest.mark.slow
 def test_an_images_kept_patches_come_from_its_key_alone(towers):
   encode, _ = towers
   images, keys = _images(8), _keys(8)
@@ -106,6 +108,7 @@ def test_kept_patches_are_a_uniform_random_sorted_subset():
     np.testing.assert_array_equal(kept[i], want)
 
 
+@pytest.mark.slow
 def test_training_output_is_the_full_model_on_the_gathered_tokens(towers):
   """The p = 0 model, with the tokens entering `ln_pre` replaced by the class token and the reference's kept
   patches (a numpy gather), gives the p = 0.5 model's training output: the class token is kept and first, the kept

@@ -49,6 +49,7 @@ def _towers(model, params, images, tokens, with_tokens):
           model.apply(variables, tokens, with_tokens, method=model.encode_text))
 
 
+@pytest.mark.slow
 def test_scanned_parameters_are_the_unrolled_blocks_stacked():
   params = _host_params(_tiny())
   stacked = stacked_layout(params)
@@ -62,6 +63,7 @@ def test_scanned_parameters_are_the_unrolled_blocks_stacked():
   chex.assert_trees_all_equal_shapes_and_dtypes(scanned, stacked)
 
 
+@pytest.mark.slow
 def test_scanned_towers_equal_the_unrolled_towers(with_tokens=True):
   # (the pooled path, with_tokens=False, is compared in the gradient tests below)
   unrolled_config, scanned_config = _tiny(), _tiny(scan=True)
@@ -72,6 +74,7 @@ def test_scanned_towers_equal_the_unrolled_towers(with_tokens=True):
   chex.assert_trees_all_close(got, want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('policy', [p for p in REMAT_POLICIES.names() if p != 'nothing_saveable'])  # that one:
 def test_every_remat_policy_keeps_the_gradients(policy):  # the FSDP test below
   """Whatever a policy saves, the backward pass recomputes the rest to the same gradient (the text tower's pooled
@@ -96,6 +99,7 @@ def _close_at_scale(got, want, rtol):
     np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow
 def test_scanned_training_gradients_equal_the_unrolled_ones_on_an_fsdp_mesh(micro):
   micro.model.vision.layers = micro.model.text.layers = 3
   micro.mesh.fsdp = 2
@@ -174,6 +178,7 @@ def _write(path, params, model_config):
   return weights.save_checkpoint(path, params, {}, config)
 
 
+@pytest.mark.slow
 def test_checkpoints_of_either_layout_export_initialise_and_refuse_a_mismatched_resume(tmp_path):
   unrolled_config, scanned_config = _tiny(), _tiny(scan=True)
   params = _host_params(unrolled_config, seed=5)
@@ -199,6 +204,7 @@ def test_checkpoints_of_either_layout_export_initialise_and_refuse_a_mismatched_
   assert os.path.isdir(scanned_dir)
 
 
+@pytest.mark.slow
 def test_the_flops_of_a_scanned_step_count_every_block(micro):
   """XLA counts a loop body once: the trainer's FLOPs (perf/step_flops, perf/mfu, the methods table's compute) add
   the blocks the layer loop hides, so a scanned step counts what the unrolled one does."""

@@ -4,6 +4,7 @@ dropout without a class token, and the layer groups the optimizer's per-tower ru
 import chex
 import jax
 import numpy as np
+import pytest
 
 from vlp_jax import models
 from vlp_jax.models import groups
@@ -85,6 +86,7 @@ def test_text_is_bidirectional_and_read_at_the_last_position():
   assert np.abs(np.asarray(encode(changed)['tokens'][:, 0] - out['tokens'][:, 0])).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_scanned_siglip_towers_equal_the_unrolled_ones():
   unrolled, scanned = _config(), _config(scan=True)
   params = _params(unrolled)
@@ -96,6 +98,7 @@ def test_scanned_siglip_towers_equal_the_unrolled_ones():
   chex.assert_trees_all_close(towers(scanned, stacked_layout(params)), towers(unrolled, params), rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_patch_dropout_keeps_k_patches_and_leaves_evaluation_alone():
   config = _config(patch_dropout=0.5)
   params = _params(config)

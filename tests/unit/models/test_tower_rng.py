@@ -79,6 +79,7 @@ def _differ(a, b, by=1e-3):
                                                                                    jax.tree.leaves(b))) > by
 
 
+@pytest.mark.slow
 def test_a_stochastic_tower_gets_one_key_per_image_when_training_and_none_at_eval(micro, noisy):
   objective, params, state, batch = _build(micro, 'clip', 'noisy')
   images = jnp.asarray(batch['image'])
@@ -117,6 +118,7 @@ def test_tower_keys_are_per_row_tower_and_crop():
   assert tower_rngs(None, 0) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('setup', [*objectives.OBJECTIVES.names(), 'saco'])
 def test_deterministic_towers_give_the_same_features_whatever_the_keys(micro, setup):
   """The registered towers have no stochastic option: the keys change nothing (bit for bit), for every objective."""

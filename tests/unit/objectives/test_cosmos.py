@@ -202,6 +202,7 @@ def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
     validate(config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tower', ['vit', 'resnet'])
 def test_global_crops_embed_as_one_call_with_tokens(micro, tower):
   """The first global crops keep their token states and the others run pooled (a ViT), or all go through one call

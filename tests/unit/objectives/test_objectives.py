@@ -63,6 +63,7 @@ def test_saco_with_mimic_adds_beta_times_mimic(micro):
   assert 'mimic_loss' in metrics
 
 
+@pytest.mark.slow
 def test_siglip_objective_owns_a_learnable_bias(micro):
   micro.objective.name = 'siglip'
   params, f, (loss, metrics), _ = _features_and_loss(micro)

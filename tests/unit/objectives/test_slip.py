@@ -288,6 +288,7 @@ def test_head_is_slips_three_layer_mlp():
   assert (defaults['ssl_scale'], defaults['ssl_temperature']) == (1.0, 0.1)
 
 
+@pytest.mark.slow
 def test_each_view_feeds_its_loss(micro):
   """zi is the CLIP view's projected embedding; the SimCLR head reads each SSL view's class token (width 32), not
   its projection (embed 24); and loss = clip(zi, zt) + c * simclr(ssl_a, ssl_b)."""

@@ -143,6 +143,7 @@ def test_features_mix_images_or_text_embeddings(micro, heads):
   np.testing.assert_allclose(plain['mixup_lambda'], 1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('modality, want_heads', [('image', True), ('text', False)])
 def test_mixup_modality_fixes_the_coin_and_keeps_lambda(micro, modality, want_heads):
   coin = _zerovl(micro.copy_and_resolve_references(), mixup_modality='coin')[0]
@@ -158,6 +159,7 @@ def test_mixup_modality_fixes_the_coin_and_keeps_lambda(micro, modality, want_he
     objectives.build(micro, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('heads', [True, False])
 def test_targets_only_mixes_nothing_and_keeps_the_two_target_loss(micro, heads):
   mixed = _zerovl(micro.copy_and_resolve_references(), mixup_alpha=2.0)[0]

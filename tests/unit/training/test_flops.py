@@ -65,6 +65,7 @@ def tiny_step():
   return traced, compiled
 
 
+@pytest.mark.slow
 def test_a_clip_step_counts_the_matmuls_that_dominate_xlas_count(tiny_step):
   traced, compiled = tiny_step
   ours, xla = traced_flops(traced), program_cost(compiled)['flops']

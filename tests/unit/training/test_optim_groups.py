@@ -184,6 +184,7 @@ def test_partly_unlocked_towers_train_exactly_their_unlocked_groups(micro, scan)
     assert not np.any(kernel[0]) and np.any(kernel[1])
 
 
+@pytest.mark.slow
 def test_locked_gradients_do_not_count_in_the_clipping_norm():
   """open_clip's frozen parameters have no gradient: a locked tower's gradient, however large, changes nothing of the
   other parameters' clipped updates."""
@@ -255,6 +256,7 @@ def test_layer_decay_multipliers_follow_beit(scan):
   assert want['visual/ln_post/scale'] == want['text_projection'] == want['logit_scale'] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scan', [False, True])
 def test_layer_decay_scales_the_adamw_update_by_the_multiplier(scan):
   """AdamW's update (its decoupled weight decay included) scales linearly with the lr: with decay, each parameter's

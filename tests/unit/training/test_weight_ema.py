@@ -171,6 +171,7 @@ def _scanned_checkpoint(tmp_path, micro, shift=0.5):
   return _save(str(tmp_path / 'scanned'), micro, stacked_layout(params), stacked_layout(ema)), unrolled, params, ema
 
 
+@pytest.mark.slow
 def test_export_and_load_of_the_ema_convert_the_scanned_layout(micro, tmp_path):
   checkpoint, unrolled, params, ema = _scanned_checkpoint(tmp_path, micro)
   assert has_ema(checkpoint)
