@@ -256,7 +256,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
       data_format.validate(config.data)
     _check_data(config.data, objective_cls)
     _check_training(config, num_devices)
-    _validate_tower_options(config)
+    _check_tower_options(config)
     accumulation.validate(config, objective_cls, terms, num_devices)
   except ValueError as error:  # ConfigError, RegistryError and the components' ValueErrors alike
     raise ConfigError(str(error)) from None
@@ -352,7 +352,7 @@ def advisories(config: ml_collections.ConfigDict) -> list[str]:
   return lines
 
 
-def _validate_tower_options(config: ml_collections.ConfigDict) -> None:
+def _check_tower_options(config: ml_collections.ConfigDict) -> None:
   """The locked-tower and layer-decay keys of config.optim, against the towers they apply to."""
   optim, vision = config.optim, config.model.vision
   transformer = {'image': vision_tower(vision).layer_groups, 'text': True}  # towers whose blocks make layer groups

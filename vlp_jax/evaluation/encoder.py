@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 from vlp_jax import parallel
 from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.losses.contrastive import l2_normalize
-from vlp_jax.models.towers import VISION_TOWERS, vision_tower
+from vlp_jax.models.towers import patch_based_towers, vision_tower
 
 
 # Embedding runs of at least this many chunks print their progress (every tenth).
@@ -26,8 +26,7 @@ def project_patch_tokens(model, variables: dict, images: jax.Array) -> jax.Array
   to be jitted (the Encoder's `patch_embeddings`).
   """
   if not vision_tower(model.vision).patch_based:
-    patch_towers = [name for name, tower in VISION_TOWERS.items() if tower.patch_based]
-    raise ValueError(f"patch embeddings need a patch-based image tower ({', '.join(patch_towers)}), not "
+    raise ValueError(f"patch embeddings need a patch-based image tower ({', '.join(patch_based_towers())}), not "
                      f"model.vision.type='{model.vision.type}'")
   tokens = model.apply(variables, images, method=model.encode_image)['tokens']
   proj = variables['params']['visual'].get('proj')

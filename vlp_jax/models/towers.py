@@ -67,9 +67,8 @@ class VisionTower:
     """Raise ValueError naming the key when an option of `vision` (config.model.vision, completed with the
     defaults) is invalid; `model` is config.model. Called by config validation, before anything is built."""
     if vision.patch_dropout and not cls.patch_based:  # the tower would ignore it silently
-      patch_towers = [name for name, tower in VISION_TOWERS.items() if tower.patch_based]
       raise ValueError(f'config.model.vision.patch_dropout={vision.patch_dropout} applies to patch-based towers only '
-                       f"({', '.join(patch_towers)}), not config.model.vision.type='{cls.name}'; leave it at 0")
+                       f"({', '.join(patch_based_towers())}), not config.model.vision.type='{cls.name}'; leave it at 0")
 
   @classmethod
   def build(cls, vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: Any):
@@ -80,6 +79,11 @@ class VisionTower:
 def vision_tower(vision: Any) -> type[VisionTower]:
   """The registered tower class of a vision config (config.model.vision, or its `type` string)."""
   return VISION_TOWERS.get(vision if isinstance(vision, str) else vision.type)
+
+
+def patch_based_towers() -> list[str]:
+  """The names of the registered towers made of patch tokens, for messages."""
+  return [name for name, tower in VISION_TOWERS.items() if tower.patch_based]
 
 
 def with_tower_defaults(vision: Any) -> ml_collections.ConfigDict:

@@ -53,10 +53,11 @@ class TrainingData:
     the shards' records (`mixing.shard_sources`; every shard one source unless batches are 'mixed')."""
     return mixing.shard_sources(paths, strict=self.data.mixing != 'mixed')
 
-  def records_reader(self, paths: list[str], read: list[str]) -> RecordsReader:
-    """How shards are read: `read` lists the shards of `paths` this process reads (all of them, or its own with
-    data.shards_by_process), for a format that prepares something per shard first (an index)."""
-    del paths, read
+  def records_reader(self, paths: list[str], sources: list[str], read: list[str]) -> RecordsReader:
+    """How shards are read: `sources` are `shard_sources(paths)`; `read` lists the shards of `paths` this process
+    reads (all of them, or its own with data.shards_by_process), for a format that prepares something per shard
+    first (an index)."""
+    del paths, sources, read
     return ShardRecords
 
 
@@ -95,8 +96,8 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
   if own is not None:
     print(f'Process {process_index} of {process_count} reads {len(own)} of the {len(paths)} shards: '
           f'{paths[own[0]]}, ...', flush=True)
-  reader = fmt.records_reader(paths, paths if own is None else [paths[i] for i in own])
   sources = fmt.shard_sources(paths)
+  reader = fmt.records_reader(paths, sources, paths if own is None else [paths[i] for i in own])
   iterator = pipeline.train_iterator(
       paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
       process_count=process_count, teacher_path=data.teacher_embeddings, num_workers=data.num_workers,

@@ -52,8 +52,9 @@ class WebDatasetData(TrainingData):
   def shard_sources(self, paths: list[str]) -> list[str]:
     return [source for _, source in shards(self.data)]
 
-  def records_reader(self, paths: list[str], read: list[str]) -> RecordsReader:
-    indexes = webdataset.index_shards(read, fields(self.data), self.data.cache_dir or synthetic.default_cache_dir())
+  def records_reader(self, paths: list[str], sources: list[str], read: list[str]) -> RecordsReader:
+    members = fields(self.data)
+    indexes = webdataset.index_shards(read, members, self.data.cache_dir or synthetic.default_cache_dir())
     webdataset.check_unreadable(read, indexes.unreadable, self.data.max_bad_fraction)
-    return functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, self.shard_sources(paths))),
-                             fields=fields(self.data), indexes=indexes)
+    return functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, sources)), fields=members,
+                             indexes=indexes)
