@@ -178,7 +178,7 @@ def random_tokens(rng: np.random.Generator, size: tuple[int, ...], length: int, 
 
 def objective_batch(config, size: int, seed: int = 0) -> dict[str, np.ndarray]:
   """Every input any objective reads, random but well formed: [size, ...] rows of the config's shapes (CLIP's image
-  and text, SLIP's views, the SaCo teacher, COSMOS's crops and text crops)."""
+  and text, SLIP's views, the SaCo teacher, COSMOS's crops and text crops, SigLIP 2's views)."""
   rng = np.random.default_rng(seed)
   s, length = config.model.vision.image_size, config.model.text.context_length
   image = lambda *lead, side=s: rng.normal(size=(*lead, side, side, 3)).astype(np.float32)  # noqa: E731
@@ -186,7 +186,8 @@ def objective_batch(config, size: int, seed: int = 0) -> dict[str, np.ndarray]:
           'text': random_tokens(rng, (size,), length, 7),
           'teacher': rng.normal(size=(size, 12)).astype(np.float32),
           'global_images': image(size, 2), 'local_images': image(size, 2, side=s // 2),
-          'texts': random_tokens(rng, (size, 2), length, 9), 'local_texts': random_tokens(rng, (size, 2), 8, 5)}
+          'texts': random_tokens(rng, (size, 2), length, 9), 'local_texts': random_tokens(rng, (size, 2), 8, 5),
+          'global_view': image(size), 'local_views': image(size, 2, side=s // 2)}
 
 
 def run_steps(config, mesh, steps=3, state=None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import jax
@@ -10,6 +11,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from vlp_jax.errors import ConfigError, DataNotFoundError
+
+
+class MissingItemMetadataFilter(logging.Filter):
+  """Drops orbax's "Metadata file does not exist" warning, which every load of a checkpoint's `state/` item gives:
+  training saves the items together, so their metadata lies one level up, and the load does not need it. Only that
+  message from orbax's own files is dropped; every other orbax warning still shows."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    from_orbax = f'{os.sep}orbax{os.sep}' in record.pathname
+    return not (from_orbax and record.getMessage().startswith('Metadata file does not exist'))
+
+
+# orbax logs through absl, whose records all go to the 'absl' logger.
+logging.getLogger('absl').addFilter(MissingItemMetadataFilter())
 
 
 def resolve_checkpoint(path: str) -> str:

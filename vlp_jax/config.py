@@ -16,7 +16,7 @@ from ml_collections import config_flags
 from vlp_jax import models
 from vlp_jax.data import formats, mixing
 from vlp_jax.data.autoaugment import AUGMENTATIONS
-from vlp_jax.errors import ConfigError
+from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
@@ -36,6 +36,20 @@ def define_config_flag(default: str | None = None, help_string: str = 'Path to a
   naming them and the valid keys, and the wrong types."""
   return config_flags.DEFINE_config_file('config', default, help_string, lock_config=False,
                                          accept_new_attributes=True)
+
+
+def config_from_flag(flag_values: Any) -> ml_collections.ConfigDict:
+  """The config that `--config` loaded; ConfigError naming the file when it could not be read (ml_collections
+  defers that error to the first use of the flag's value, as an OSError with the cause chained)."""
+  try:
+    config = flag_values.config
+    config.keys()  # a config that failed to load raises here
+  except OSError as error:
+    path = config_flags.get_config_filename(flag_values['config']).split(':')[0]
+    reason = ('no such file' if not os.path.exists(path) else
+              ' '.join(str(error.__cause__ or error).split()))  # ml_collections' message, on one line
+    raise ConfigError(f'--config={path}: the config file cannot be loaded: {reason}') from None
+  return config
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -72,6 +86,16 @@ def base_config() -> ml_collections.ConfigDict:
   # async_save: the step goes on while the files are written (the state is copied to host memory first); the
   # manifest that marks a step complete is written once its files are, so a crash mid-write loses only that step.
   c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3, 'async_save': True})
+  # jax.distributed's timeouts in seconds (multi-process runs only; docs/reliability.md): for every process to join,
+  # without heartbeats before a process counts as dead (jax then aborts them all), for the barrier at exit.
+  c.distributed = ml_collections.ConfigDict({'initialization_timeout_seconds': 300,
+                                             'heartbeat_timeout_seconds': 120, 'shutdown_timeout_seconds': 120})
+  # The step watchdog (training/watchdog.py): no step finished within step_timeout_seconds (plus first_step_seconds
+  # for the first, which compiles, and eval_seconds for one that evaluates or checkpoints) dumps every thread's stack
+  # and exits 77; 0 = off. A peer process silent for peer_timeout_seconds (below the heartbeat timeout, so that it
+  # is named before jax aborts) is lost: exit 76.
+  c.watchdog = ml_collections.ConfigDict({'step_timeout_seconds': 900, 'first_step_seconds': 1800,
+                                          'eval_seconds': 1800, 'peer_timeout_seconds': 60})
   return c
 
 
@@ -246,8 +270,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   terms, the image and text towers, the data formats' options, the accumulation mode."""
   reference, objective_cls, terms = _reference(config)
   _check_keys(config, reference, '')
+  missing = []  # MissingInputError messages: listed together once every other check has passed
+
+  def check(fn, *args) -> None:
+    try:
+      fn(*args)
+    except MissingInputError as error:
+      missing.append(str(error))
+
   try:
-    _check_objective(config, objective_cls, terms)
+    check(_check_objective, config, objective_cls, terms)
     _check_counts(config)
     _check_choices(config)
     vision_tower(config.model.vision).validate(with_tower_defaults(config.model.vision), config.model)
@@ -255,11 +287,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     for _, data_format in formats.DATA_FORMATS.items():  # every format's options are in every config
       data_format.validate(config.data)
     _check_data(config.data, objective_cls)
-    _check_training(config, num_devices)
+    check(_check_training, config, num_devices)
     _check_tower_options(config)
     accumulation.validate(config, objective_cls, terms, num_devices)
   except ValueError as error:  # ConfigError, RegistryError and the components' ValueErrors alike
     raise ConfigError(str(error)) from None
+  if missing:
+    raise MissingInputError('\n'.join(missing))
 
 
 def _check_objective(config: ml_collections.ConfigDict, objective_cls: type, terms: dict[str, type]) -> None:
@@ -289,7 +323,8 @@ def _check_choices(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
-  """The format-independent keys of config.data: views, bad records, mixing."""
+  """The format-independent keys of config.data: the path, views, bad records, mixing."""
+  formats.check_path_is_read(data)
   scale = tuple(data.crop_scale)
   if scale and not (len(scale) == 2 and 0 < scale[0] <= scale[1] <= 1):
     raise ValueError(f'config.data.crop_scale={scale} must be () (centre crop) or (low, high) with '
@@ -315,12 +350,8 @@ def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
 
 def _check_training(config: ml_collections.ConfigDict, num_devices: int | None) -> None:
   """Schedule, initialisation, guards, EMA, logging and the mesh against the device count."""
-  if not 0 <= config.optim.warmup_steps <= config.total_steps:
-    raise ValueError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be in [0, total_steps]')
-  if config.init.require_checkpoint and not config.init.checkpoint:
-    raise ValueError('config.init.checkpoint is required by this config (continue pre-training): import weights with '
-                     '`python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=FILE --output=DIR` '
-                     'and pass --config.init.checkpoint=DIR')
+  if config.optim.warmup_steps < 0:  # more than total_steps is allowed (a smoke run of a real config); advisories
+    raise ValueError(f'config.optim.warmup_steps={config.optim.warmup_steps} must be >= 0')
   if not isinstance(config.max_nonfinite_steps, int) or config.max_nonfinite_steps < 0:
     raise ValueError(f'config.max_nonfinite_steps must be an integer >= 0 (0 = never stop), got '
                      f'{config.max_nonfinite_steps!r}')
@@ -336,6 +367,26 @@ def _check_training(config: ml_collections.ConfigDict, num_devices: int | None) 
     raise ValueError(f'config.batch_size={config.batch_size} must be divisible by the device count {num_devices}')
   if num_devices is not None and num_devices % config.mesh.fsdp:
     raise ValueError(f'config.mesh.fsdp={config.mesh.fsdp} must divide the device count {num_devices}')
+  _check_timeouts(config)
+  if config.init.require_checkpoint and not config.init.checkpoint:  # last: the other checks run before it
+    raise MissingInputError('config.init.checkpoint is required by this config (continue pre-training): import '
+                            'weights with `python -m vlp_jax.weights import --format=openai --model=ViT-B-32 '
+                            '--input=FILE --output=DIR` and pass --config.init.checkpoint=DIR')
+
+
+def _check_timeouts(config: ml_collections.ConfigDict) -> None:
+  """config.distributed's timeouts are positive, config.watchdog's >= 0 (0 = off); the peer timeout is below jax's
+  heartbeat timeout, which otherwise aborts every process first."""
+  for section, least in (('distributed', 1), ('watchdog', 0)):
+    for key, value in config[section].items():
+      if not isinstance(value, (int, float)) or isinstance(value, bool) or not least <= value < math.inf:
+        raise ValueError(f'config.{section}.{key} must be a number of seconds >= {least}'
+                         + (' (0 = off)' if not least else '') + f', got {value!r}')
+  peer, heartbeat = config.watchdog.peer_timeout_seconds, config.distributed.heartbeat_timeout_seconds
+  if peer >= heartbeat:
+    raise ValueError(f'config.watchdog.peer_timeout_seconds={peer} must be below '
+                     f'config.distributed.heartbeat_timeout_seconds={heartbeat}: jax aborts every process when a '
+                     'peer misses its heartbeats, before the watchdog could name the lost one')
 
 
 def advisories(config: ml_collections.ConfigDict) -> list[str]:
@@ -344,6 +395,12 @@ def advisories(config: ml_collections.ConfigDict) -> list[str]:
   Printed at start by `python -m vlp_jax.main`, never raised: the config may be deliberate.
   """
   lines = []
+  optim, total = config.optim, config.total_steps
+  if optim.warmup_steps > total:  # a short smoke run of a real config: allowed, but the lr never reaches its peak
+    last_lr = optim.warmup_init_lr + (optim.lr - optim.warmup_init_lr) * total / optim.warmup_steps
+    lines.append(f'warning: config.optim.warmup_steps={optim.warmup_steps} is more than config.total_steps={total}: '
+                 f'the learning rate warms up for the whole run and ends at {last_lr:.3g}, below config.optim.lr='
+                 f'{optim.lr:g}; fine for a smoke run, else add --config.optim.warmup_steps=N with N <= {total}')
   if config.model.get('scan_layers', False) and not config.model.remat:
     # Scanned without remat, the backward pass keeps every block's residuals stacked (benchmarks/RESULTS.md: clip_cc3m
     # on v5e:4x4 needs 13.6 GiB of temporaries scanned, 4.0 unrolled, 1.5 scanned with remat).

@@ -144,3 +144,34 @@ def startup_lines(backend: str, device_count: int, process_count: int, dtype: st
   processes = f' over {process_count} processes' if process_count > 1 else ''
   return [f'jax backend: {backend}, {devices}{processes}',
           *backend_warnings(backend, device_count, dtype, fsdp, visible)]
+
+
+def host_memory_bytes() -> tuple[int, int | None]:
+  """(this machine's physical memory, the part available now: /proc/meminfo's MemAvailable, None where unknown)."""
+  total = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  try:
+    with open('/proc/meminfo') as f:
+      fields = dict(line.split(':', 1) for line in f if ':' in line)
+    return total, int(fields['MemAvailable'].split()[0]) * 1024
+  except (OSError, KeyError, ValueError):
+    return total, None
+
+
+def gib(num_bytes: float) -> str:
+  return f'{num_bytes / 2**30:.1f} GiB'
+
+
+def memory_shortfall(needed: int, local_devices: int, platform: str, device_limit: int | None,
+                     host_total: int) -> str | None:
+  """Why a program that holds `needed` bytes per device cannot run here, or None when it fits. An accelerator has
+  its own `device_limit` (jax's memory_stats bytes_limit); CPU devices share the host's `host_total` bytes, all
+  `local_devices` of them."""
+  if platform != 'cpu':
+    if device_limit and needed > device_limit:
+      return f'needs {gib(needed)} per device, and a {platform} device here has {gib(device_limit)}'
+    return None
+  total_needed = needed * local_devices
+  if total_needed > host_total:
+    devices = f'{local_devices} CPU device' + ('s' if local_devices > 1 else '')
+    return f'needs {gib(total_needed)} of host memory ({devices}), and this machine has {gib(host_total)}'
+  return None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import ml_collections
 import numpy as np
@@ -18,12 +20,16 @@ from safetensors.numpy import save_file
 from vlp_jax import errors, models
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.config import base_config
-from vlp_jax.data.tokenizer import resolve_tokenizer_file
-from vlp_jax.models.interchange import (WeightsError, check_hf_config, expected_variables, hf_config, hf_input_files,
-                                        hf_matching_presets, hf_siglip_config, hf_to_openai, model_config_for,
+from vlp_jax.data import image_ops
+from vlp_jax.data.tokenizer import (CLIP_BPE, GEMMA, GEMMA_FILENAME, SPIECE_FILENAME, default_tokenizer,
+                                      resolve_tokenizer_file, tokenizer_options)
+from vlp_jax.models.interchange import (WeightsError, check_hf_config, clip_tokenizer_files, expected_variables,
+                                        hf_config, hf_input_files, hf_matching_presets, hf_siglip_config, hf_to_openai,
+                                        model_config_for, open_clip_config_problem, open_clip_model_config,
                                         open_clip_siglip_to_openai, openai_to_hf, openai_to_open_clip_siglip,
-                                        openai_to_variables, read_hf_config, read_state_dict, siglip_mismatches,
-                                        siglip_model_config, variables_to_openai)
+                                        openai_to_variables, preprocessor_config, read_hf_config, read_state_dict,
+                                        siglip2_tokenizer_files, siglip_mismatches, siglip_model_config,
+                                        siglip_tokenizer_files, variables_to_openai)
 from vlp_jax.models.transformer import unstacked_layout
 from vlp_jax.training.checkpoint import load_config
 
@@ -50,6 +56,19 @@ def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_colle
   return path
 
 
+def _tokenizer_config(folder: str) -> dict | None:
+  """The transformers tokenizer_config.json in `folder` as a dict, or None when there is none."""
+  path = os.path.join(folder, 'tokenizer_config.json')
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path, encoding='utf-8') as f:
+      config = json.load(f)
+  except (OSError, ValueError) as error:
+    raise WeightsError(f'{path} could not be read as JSON: {error}') from None
+  return config if isinstance(config, dict) else None
+
+
 def _hf_model_config(hf: dict | None, config_path: str | None, name: str | None, weights_path: str
                      ) -> ml_collections.ConfigDict:
   """The model config of a Hugging Face import: the --model preset checked against the config.json, or without
@@ -63,7 +82,7 @@ def _hf_model_config(hf: dict | None, config_path: str | None, name: str | None,
           'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
     return model_config
   if hf.get('model_type') == 'siglip':
-    described = siglip_model_config(hf)
+    described = siglip_model_config(hf, _tokenizer_config(os.path.dirname(config_path)))
     if name is None:
       return described
     model_config = model_config_for(name, 'hf')
@@ -114,13 +133,18 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
     raise WeightsError(f'--model={name} is a SigLIP model, and OpenAI released no SigLIP weights; import its '
                        'weights with --format=open_clip or --format=hf')
   if siglip:
+    folder = os.path.dirname(os.path.abspath(input_path))
+    gemma = model_config.text.tokenizer == GEMMA  # SigLIP 2: Gemma's tokenizer.model, which is all it reads
     try:  # the spiece.model or tokenizer.json beside the weights
-      model_config.text.tokenizer_path = resolve_tokenizer_file(os.path.dirname(os.path.abspath(input_path)))
+      model_config.text.tokenizer_path = (os.path.join(folder, GEMMA_FILENAME) if gemma else
+                                          resolve_tokenizer_file(folder))
     except errors.ConfigError:
       model_config.text.tokenizer_path = ''
-    if not model_config.text.tokenizer_path:
-      _note(f'no spiece.model or tokenizer.json beside {input_path}: set --config.model.text.tokenizer_path to '
-            'the SentencePiece file of these weights when training or evaluating')
+    if not os.path.isfile(model_config.text.tokenizer_path):
+      model_config.text.tokenizer_path = ''
+      _note(f'no {GEMMA_FILENAME if gemma else "spiece.model or tokenizer.json"} beside {input_path}: set '
+            '--config.model.text.tokenizer_path to the SentencePiece file of these weights when training or '
+            'evaluating')
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict, siglip=siglip)
@@ -132,14 +156,117 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
   return save_checkpoint(output, params, model_state, config)
 
 
-def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False) -> str:
-  """Export the two towers of `checkpoint` (a step directory, an imported checkpoint or a workdir) as an open_clip
-  .safetensors file or a Hugging Face CLIPModel folder at `output`, which must not exist. With `ema`, the towers of
-  the checkpoint's EMA of the weights (config.ema.decay) instead of its parameters."""
+def _check_output(output: str, overwrite: bool) -> None:
+  if os.path.lexists(output) and not overwrite:
+    raise WeightsError(f'{output} exists; pass --overwrite to replace it')
+
+
+def open_clip_config_path(output: str) -> str:
+  """The open_clip model config written beside an open_clip export `output` (X.safetensors -> X.json): open_clip
+  registers it as model X with `open_clip.add_model_config(path)`."""
+  return output[:-len('.safetensors')] + '.json'
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def _respect_umask(path: str) -> None:
+  """Give `path` (a file, or a folder and everything in it) the modes a newly created one gets under the umask:
+  safetensors writes 0600 files and tempfile makes 0700 folders, which other users could not read."""
+  mask = _umask()
+  os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~mask)
+  for folder, names, files in os.walk(path):
+    for name in names:
+      os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+    for name in files:
+      os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+
+
+def _move_into_place(staged: str, output: str) -> None:
+  """Rename `staged` (a complete file or folder) to `output`, replacing what is there."""
+  if not os.path.lexists(output) or not (os.path.isdir(output) or os.path.isdir(staged)):
+    os.replace(staged, output)  # atomic
+    return
+  # Nothing can be renamed over a folder: the old one goes aside, the new one in, then the old one is deleted.
+  aside = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(output)), prefix=f'.{os.path.basename(output)}.old-')
+  old = os.path.join(aside, 'old')
+  os.rename(output, old)
+  try:
+    os.rename(staged, output)
+  except OSError:
+    os.rename(old, output)  # nothing is lost
+    raise
+  shutil.rmtree(aside, ignore_errors=True)
+
+
+def _hf_tokenizer_files(model_config: ml_collections.ConfigDict) -> tuple[dict[str, str | bytes], str | None]:
+  """({file name: content} of the model's transformers tokenizer, why there is none or None)."""
+  text = model_config.text
+  if tokenizer_options(text)['tokenizer'] == CLIP_BPE:
+    return clip_tokenizer_files(*default_tokenizer().vocabulary(), text.context_length), None
+  try:
+    path = resolve_tokenizer_file(text.get('tokenizer_path', '') or '')
+  except errors.ConfigError:
+    return {}, (f'config.model.text.tokenizer_path={text.get("tokenizer_path", "")!r} names no SentencePiece file on '
+                'this machine')
+  if path.endswith('.json'):
+    return {}, (f'the model\'s tokenizer is {path}, a tokenizer.json, and transformers\' SiglipTokenizer reads only '
+                'the spiece.model it was converted from')
+  with open(path, 'rb') as f:
+    if tokenizer_options(text)['tokenizer'] == GEMMA:
+      return {GEMMA_FILENAME: f.read(), **siglip2_tokenizer_files(text.context_length)}, None
+    return {SPIECE_FILENAME: f.read(), **siglip_tokenizer_files(text.context_length)}, None
+
+
+def _write_hf_folder(folder: str, state_dict: dict[str, np.ndarray], model_config: ml_collections.ConfigDict
+                     ) -> str | None:
+  """A transformers model folder: weights, config.json, tokenizer and preprocessor files. Returns why the tokenizer
+  files are missing, or None."""
+  siglip = model_config.vision.type == 'siglip_vit'
+  save_file(openai_to_hf(state_dict, siglip=siglip), os.path.join(folder, 'model.safetensors'),
+            metadata={'format': 'pt'})
+  tokenizer_files, missing = _hf_tokenizer_files(model_config)
+  files = {'config.json': json.dumps(hf_siglip_config(model_config) if siglip else hf_config(model_config), indent=2),
+           'preprocessor_config.json': json.dumps(preprocessor_config(
+               model_config.vision.image_size, image_ops.OPENAI_MEAN, image_ops.OPENAI_STD, siglip), indent=2),
+           **tokenizer_files}
+  for name, content in files.items():
+    with open(os.path.join(folder, name), 'wb' if isinstance(content, bytes) else 'w') as f:
+      f.write(content)
+  return missing
+
+
+def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, overwrite: bool = False) -> str:
+  """Export the two towers of `checkpoint` (a step directory, an imported checkpoint or a workdir) as files that the
+  target library's own loaders read as they are, at `output`:
+
+    open_clip: the weights X.safetensors and, for a CLIP model, open_clip's model config X.json beside them
+      (`open_clip.add_model_config('X.json'); open_clip.create_model('X', pretrained='X.safetensors')`);
+    hf: a transformers model folder: model.safetensors, config.json, the tokenizer's files and
+      preprocessor_config.json (`CLIPModel.from_pretrained(folder)`, `CLIPProcessor.from_pretrained(folder)`).
+
+  An existing `output` is refused unless `overwrite`; everything is written to a temporary path first and renamed
+  into place, so a failure leaves what was there. Files get the modes the umask gives new files. With `ema`, the
+  towers of the checkpoint's EMA of the weights (config.ema.decay) instead of its parameters.
+  """
   if fmt not in EXPORT_FORMATS:
     raise WeightsError(f"export --format={fmt} is not valid; valid choices: {list(EXPORT_FORMATS)}")
+  output = output.rstrip(os.sep) or output  # 'hf_model/' names the folder hf_model
+  if fmt == 'open_clip' and not output.endswith('.safetensors'):
+    raise WeightsError(f'export --format=open_clip --output={output} must end in .safetensors (open_clip reads '
+                       'other names as torch files)')
+  _check_output(output, overwrite)
   checkpoint = resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
+  siglip = config.model.vision.type == 'siglip_vit'
+  config_problem = open_clip_config_problem(config.model) if fmt == 'open_clip' else None
+  if fmt == 'open_clip' and not config_problem:
+    _check_output(open_clip_config_path(output), overwrite)
+  if fmt == 'hf' and config.model.vision.type not in ('vit', 'siglip_vit'):
+    raise WeightsError('transformers has no CLIPModel for ResNet towers; export RN models with --format=open_clip')
   params, model_state = load_variables(checkpoint, ema=ema)
   # Only the two towers go out: objective heads (SimCLR, COSMOS cross-attention, SigLIP's bias, an EMA teacher)
   # have no place in an open_clip or transformers CLIP.
@@ -147,17 +274,33 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False) ->
   params = unstacked_layout({k: v for k, v in params.items() if k in towers})  # weight files name every block
   model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
   state_dict = variables_to_openai(params, model_state)
-  if os.path.exists(output):
-    raise WeightsError(f'{output} exists; choose a new --output (nothing was overwritten)')
-  siglip = config.model.vision.type == 'siglip_vit'
-  if fmt == 'open_clip':
-    save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, output)
-    return output
-  if config.model.vision.type not in ('vit', 'siglip_vit'):
-    raise WeightsError('transformers has no CLIPModel for ResNet towers; export RN models with --format=open_clip')
-  os.makedirs(output)
-  save_file(openai_to_hf(state_dict, siglip=siglip), os.path.join(output, 'model.safetensors'),
-            metadata={'format': 'pt'})
-  with open(os.path.join(output, 'config.json'), 'w') as f:
-    json.dump(hf_siglip_config(config.model) if siglip else hf_config(config.model), f, indent=2)
+  parent = os.path.dirname(os.path.abspath(output))
+  os.makedirs(parent, exist_ok=True)
+  staging = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(output)}.tmp-')
+  try:
+    if fmt == 'open_clip':
+      weights = os.path.join(staging, 'weights.safetensors')
+      save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, weights)
+      staged = {weights: output}
+      if config_problem:
+        _note(f'no open_clip model config written beside {output}: {config_problem}')
+      else:
+        model_json = os.path.join(staging, 'model.json')
+        with open(model_json, 'w') as f:
+          json.dump(open_clip_model_config(config.model), f, indent=2)
+        staged[model_json] = open_clip_config_path(output)
+    else:
+      folder = os.path.join(staging, 'hf')
+      os.makedirs(folder)
+      if missing := _write_hf_folder(folder, state_dict, config.model):
+        _note(f'{output} has no tokenizer files ({SPIECE_FILENAME}, tokenizer_config.json, special_tokens_map.json): '
+              f'{missing}; copy the spiece.model of these weights into it, with a tokenizer_config.json naming '
+              'SiglipTokenizer')
+      staged = {folder: output}
+    for path in staged:
+      _respect_umask(path)
+    for path, final in staged.items():
+      _move_into_place(path, final)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
   return output

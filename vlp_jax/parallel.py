@@ -5,12 +5,14 @@ large enough to be sharded over 'fsdp' along their largest divisible dimension.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 from typing import Any
 
 import jax
 import numpy as np
+from jax._src import distributed as jax_distributed  # the coordination client: no public accessor
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 MESH_AXES = ('data', 'fsdp')
@@ -112,18 +114,45 @@ def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
   return np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
 
 
-def initialize_distributed() -> None:
+def initialize_distributed(initialization_timeout_seconds: int = 300, heartbeat_timeout_seconds: int = 100,
+                           shutdown_timeout_seconds: int = 300) -> None:
   """Join a multi-process job when the environment describes one; a no-op for a single process.
 
   - explicit: JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID, as
     `launch/local.py` sets them;
   - SLURM with more than one task (`srun`), or VLP_JAX_DISTRIBUTED=1 (TPU pod slices, `launch/tpu_pod.sh`):
     jax.distributed.initialize() detects the rest.
+
+  The timeouts (config.distributed) are jax's: how long to wait for every process to join, after how long without
+  heartbeats a process counts as dead (jax then aborts every process), and how long the exit barrier waits.
   """
   env = os.environ
+  timeouts = dict(initialization_timeout=initialization_timeout_seconds,
+                  heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+                  shutdown_timeout_seconds=shutdown_timeout_seconds)
   if env.get('JAX_COORDINATOR_ADDRESS') and env.get('JAX_NUM_PROCESSES'):
     if int(env['JAX_NUM_PROCESSES']) > 1:
       jax.distributed.initialize(env['JAX_COORDINATOR_ADDRESS'], int(env['JAX_NUM_PROCESSES']),
-                                 int(env.get('JAX_PROCESS_ID', '0')))
+                                 int(env.get('JAX_PROCESS_ID', '0')), **timeouts)
   elif int(env.get('SLURM_NTASKS', '1')) > 1 or env.get('VLP_JAX_DISTRIBUTED') == '1':
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
+
+
+def coordination_client() -> Any:
+  """jax's client of the job's coordination service (its key-value store and barriers); None for one process."""
+  return jax_distributed.global_state.client
+
+
+# The key of the coordination service's store whose writing starts jax's preemption sync protocol: what jax's own
+# SIGTERM handler writes (xla's preemption_sync_manager.cc). Writing it ourselves lets SIGINT, and a SIGTERM caught
+# by Python (which replaces jax's handler), stop every process at the same step.
+PREEMPTION_NOTICE_KEY = 'RECEIVED_PREEMPTION_NOTICE'
+
+
+def announce_preemption() -> None:
+  """Tell every process of the job that this one received a stop signal: each then reaches
+  `multihost_utils.reached_preemption_sync_point` at the same step."""
+  client = coordination_client()
+  if client is not None:
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat()  # RFC 3339, as the protocol parses it
+    client.key_value_set(PREEMPTION_NOTICE_KEY, now, allow_overwrite=True)

@@ -1,6 +1,7 @@
 """Bad records never stop training (docs/reliability.md, guarantee 8): every odd image mode decodes to the right RGB,
 broken records are replaced by good ones from the same source with the batch shape unchanged, skips are counted per
-reason, and a shard of mostly bad records stops the run with its name in the message."""
+reason and named on stdout (shard, key, reason, running count; a few per shard, then summaries), and a shard of mostly
+bad records stops the run with its name in the message."""
 import io
 import os
 
@@ -9,10 +10,11 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image
 
+from support import write_webdataset
 from vlp_jax.errors import EXIT_DATA, DataError
 from vlp_jax.objectives import views
-from vlp_jax.data import mixing, pipeline, records, synthetic
-from vlp_jax.data.record_stats import MIN_RECORDS_TO_JUDGE, RecordStats
+from vlp_jax.data import mixing, pipeline, record_stats, records, synthetic, webdataset
+from vlp_jax.data.record_stats import MIN_RECORDS_TO_JUDGE, NAMED_PER_SHARD, RecordStats
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
@@ -125,7 +127,7 @@ class KeyViews(views.ClipViews):
 
 
 @pytest.mark.parametrize('mode', ['mixed', 'single_source'])
-def test_bad_records_are_replaced_from_their_own_source_and_counted(tmp_path, mode):
+def test_bad_records_are_replaced_from_their_own_source_counted_and_named(tmp_path, capsys, mode):
   paths, good, bad = _write_shards(str(tmp_path), {'studio': 3, 'web': 4})
   sources = mixing.shard_sources(paths)
   iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16), seed=1, global_batch_size=8,
@@ -145,6 +147,57 @@ def test_bad_records_are_replaced_from_their_own_source_and_counted(tmp_path, mo
             metrics[f'train/data/skipped/{r}']} == bad
     assert metrics['train/data/examples/studio'] + metrics['train/data/examples/web'] == 48
   assert metrics['train/data/skipped_fraction'] > 0
+  # Each bad record met is named on stdout as it is met: its shard, its key where the record could be read, its
+  # reason and the running count, up to NAMED_PER_SHARD per shard.
+  named = [line for line in capsys.readouterr().out.splitlines() if line.startswith('bad record ')]
+  for path, source in zip(paths, ('studio', 'web')):
+    lines = [line for line in named if f' in {path}' in line]
+    assert 0 < len(lines) <= NAMED_PER_SHARD
+    if mode == 'mixed':
+      assert len(lines) == NAMED_PER_SHARD  # 8 and 6 bad records: more than are named
+    for line in lines:
+      reason = line.split(': ')[1].split(' in ')[0]
+      assert reason in BAD_KINDS.values()
+      assert (f'(key {source}/train/' in line) == (reason != 'not_a_record')  # garbage bytes have no readable key
+  counts = [int(line.split(':')[0].split()[-1]) for line in named]
+  assert counts == sorted(counts) and len(set(counts)) == len(counts)
+
+
+def test_bad_records_are_named_a_few_per_shard_then_summarised(capsys, monkeypatch):
+  monkeypatch.setattr(record_stats, 'MAX_NAMED', 4)  # named lines per run, whatever the shard
+  stats = RecordStats(['/d/a.tar', '/d/b.tar'], ('web',), max_bad_fraction=1.0)
+  corrupt, missing = (1 + records.SKIP_REASONS.index(r) for r in ('corrupt_image', 'missing_caption'))
+  # shard a: 120 corrupt images and a good record; then shard b: 2 samples without caption
+  errors = np.array([corrupt] * 60 + [0] + [corrupt] * 60 + [missing] * 2, np.int32)
+  keys = [f'a{i}' for i in range(121)] + ['b0', 'b1']
+  stats.update({'record_error': errors, 'record_shard': np.array([0] * 121 + [1] * 2, np.int32),
+                'record_source': np.zeros(123, np.int32), 'record_key': np.array(keys),
+                'record_detail': np.array(['' if e == 0 else 'OSError: truncated' for e in errors])})
+  out = capsys.readouterr().out.splitlines()
+  named = [line for line in out if line.startswith('bad record ')]
+  assert [line.split('(key ')[1].split(')')[0] for line in named] == ['a0', 'a1', 'a2', 'b0']  # b1: over MAX_NAMED
+  assert named[0].startswith('bad record 1: corrupt_image in /d/a.tar (key a0): OSError: truncated')
+  assert named[3].startswith('bad record 121: missing_caption in /d/b.tar (key b0)')  # the good record not counted
+  summaries = [line for line in out if line.startswith('bad records: ') and ' so far in ' in line]
+  assert [line.split(' so far')[0] for line in summaries] == ['bad records: 10', 'bad records: 100']
+  assert '/d/a.tar (corrupt_image 100); 100 in all' in summaries[1]
+  assert len(out) == len(named) + len(summaries) + 1  # and one note that later records go unnamed
+  assert stats.metrics()['train/data/skipped/corrupt_image'] == 120
+
+
+def test_webdataset_bad_samples_are_named_with_their_shard_and_key(tmp_path, capsys):
+  paths = write_webdataset(str(tmp_path), {'web': 2}, samples_per_shard=6)['web']  # shard 0: three bad samples
+  iterator = pipeline.train_iterator(paths, views.ClipViews(image_size=16, context_length=16), seed=0,
+                                     global_batch_size=4, process_index=0, process_count=1, sources=['web', 'web'],
+                                     shard_records=webdataset.TarShardRecords)
+  stats = RecordStats(paths, ('web',), max_bad_fraction=1.0)
+  for _ in range(3):  # one epoch of 12 samples
+    stats.update(pipeline.pop_status(next(iterator))[1])
+  named = [line for line in capsys.readouterr().out.splitlines() if line.startswith('bad record ')]
+  assert sorted(line.split(': ', 1)[1].split(';')[0] for line in named) == sorted([
+      f'missing_image in {paths[0]} (key web000001): the sample has no jpg/png/jpeg/webp member',
+      f'missing_caption in {paths[0]} (key web000002): the sample has no txt member',
+      f'corrupt_image in {paths[0]} (key web000003): UnidentifiedImageError: cannot identify image file'])
 
 
 def test_a_shard_of_mostly_bad_records_stops_with_its_name():

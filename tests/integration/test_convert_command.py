@@ -3,6 +3,7 @@ colour modes, resizing, long captions, determinism across workers, idempotency, 
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -177,17 +178,33 @@ def test_webdataset_samples_and_bad_samples(tmp_path):
       _files(tmp_path / 'out')['train-00000-of-00001.array_record'][0]
 
 
-def test_webdataset_truncated_tar_keeps_what_it_can(tmp_path):
+@pytest.mark.parametrize('where', ['inside_an_image', 'inside_a_header', 'between_samples'])
+def test_webdataset_truncated_tar_counts_one_corrupt_tar_and_progress_agrees(tmp_path, capsys, where):
   members = [(f'{i:09d}.{ext}', _png(seed=i) if ext == 'png' else f'caption {i}'.encode())
-             for i in range(4) for ext in ('png', 'txt')]
+             for i in range(5) for ext in ('png', 'txt')]
   path = _tar(tmp_path / 'wds' / 'a.tar', members)
   with open(path, 'rb') as f:
     data = f.read()
-  cut = data.index(b'IEND', data.index(b'000000003.png')) - 100  # inside the last image
+  header = data.index(b'000000003.png')  # the tar header of sample 3's image
+  cut = {'inside_an_image': data.index(b'IEND', header) - 100, 'inside_a_header': header + 200,
+         'between_samples': header}[where]
   _write(path, data[:cut])
-  summary = _run('webdataset', path, tmp_path / 'out')
-  assert summary['written'] == 3 and summary['skipped'] == {'corrupt_tar': 2}  # the tar, and the cut sample
+  summary = convert.convert('webdataset', path, str(tmp_path / 'out'), num_workers=1)
+  assert summary['written'] == 3 and summary['skipped'] == {'corrupt_tar': 1}  # the lost rest, however much it was
   assert [e['key'] for e in _read(tmp_path / 'out')] == ['000000000', '000000001', '000000002']
+  err = capsys.readouterr().err
+  assert f'{path} is truncated' in err and f'byte {cut}' in err
+  # the progress line's final count is the examples the summary accounts for
+  counted = int(re.findall(r'convert: (\d+) examples', err)[-1])
+  assert counted == summary['written'] + sum(summary['skipped'].values())
+
+
+def test_help_shows_the_example_commands_as_written_and_the_image_keys_separator():
+  # A backslash at a line's end in the docstring had joined two lines of an example into one, with a run of spaces.
+  assert [line for line in convert_command.__doc__.splitlines() if re.search(r'\S {3,}\S', line)] == []
+  flag_values = flags.FlagValues()
+  convert_command.define_flags(flag_values)
+  assert 'comma-separated' in flag_values['image_keys'].help and ',' in flag_values['image_keys'].default
 
 
 def test_folder_modes_become_correct_rgb(tmp_path):

@@ -64,6 +64,60 @@ def test_embed_rejects_bad_pixels(checkpoint, tmp_path, pixels, message):
     embed.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'x.npy'))
 
 
+def _write_images(folder):
+  """Three images of other sizes than the model's: a wide JPEG, a tall PNG and a greyscale PNG."""
+  from PIL import Image
+  rng = np.random.default_rng(1)
+  folder.mkdir()
+  Image.fromarray(rng.integers(0, 256, (23, 40, 3), np.uint8)).save(folder / 'a.jpg', quality=90)
+  Image.fromarray(rng.integers(0, 256, (50, 33, 3), np.uint8)).save(folder / 'b.png')
+  Image.fromarray(rng.integers(0, 256, (30, 30), np.uint8)).save(folder / 'c.png')
+  (folder / 'notes.md').write_text('not an image')  # skipped: a folder contributes its image files only
+  return [str(folder / name) for name in ('a.jpg', 'b.png', 'c.png')]
+
+
+def _preprocessed_by_hand(path, size):
+  """[size, size, 3]: RGB, bicubic resize of the shorter side to `size` (the longer one truncated, as torchvision
+  and transformers do), centre crop, /255, OpenAI CLIP's mean and std."""
+  from PIL import Image
+  image = Image.open(path).convert('RGB')
+  width, height = image.size
+  short = min(width, height)
+  image = image.resize((int(size * width / short), int(size * height / short)), Image.Resampling.BICUBIC)
+  left, top = (image.width - size) // 2, (image.height - size) // 2
+  pixels = np.asarray(image.crop((left, top, left + size, top + size)), np.float32) / 255
+  return (pixels - np.array([0.48145466, 0.4578275, 0.40821073])) / np.array([0.26862954, 0.26130258, 0.27577711])
+
+
+def test_embed_image_files_as_the_evaluation_preprocesses_them(checkpoint, tmp_path):
+  paths = _write_images(tmp_path / 'images')
+  np.save(tmp_path / 'by_hand.npy', np.stack([_preprocessed_by_hand(p, 16) for p in paths]).astype(np.float32))
+  want = embed.run(checkpoint[0], str(tmp_path / 'npy.npz'), pixels=str(tmp_path / 'by_hand.npy'))
+  (tmp_path / 'list.txt').write_text('images/a.jpg\n\nimages/b.png\n' + paths[2] + '\n')  # relative and absolute
+  for spec in ('images', 'images/*.*g', 'list.txt'):
+    got = embed.run(checkpoint[0], str(tmp_path / 'files.npz'), pixels=str(tmp_path / spec), overwrite=True)
+    assert list(got['image_files']) == paths, spec
+    np.testing.assert_allclose(got['image_embeddings'], want['image_embeddings'], atol=1e-5, err_msg=spec)
+  assert list(np.load(tmp_path / 'files.npz')['image_files']) == paths
+  one = embed.run(checkpoint[0], str(tmp_path / 'one.npz'), pixels=paths[1])
+  np.testing.assert_allclose(one['image_embeddings'], want['image_embeddings'][1:2], atol=1e-5)
+
+
+def test_embed_image_files_errors_name_the_file(checkpoint, tmp_path):
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(embed.EmbedError, match='folder without image files'):
+    embed.image_files(str(tmp_path / 'empty'))
+  (tmp_path / 'list.txt').write_text('missing.png\n')
+  with pytest.raises(FileNotFoundError, match='lists 1 files that do not exist, e.g. .*missing.png'):
+    embed.image_files(str(tmp_path / 'list.txt'))
+  with pytest.raises(FileNotFoundError, match='matches no file'):
+    embed.image_files(str(tmp_path / '*.jpg'))
+  (tmp_path / 'broken.jpg').write_bytes(b'not a jpeg')
+  with pytest.raises(embed.EmbedError, match='broken.jpg is not a readable image'):
+    embed.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'broken.jpg'))
+  assert not (tmp_path / 'o.npz').exists()
+
+
 def test_embed_never_overwrites_silently(checkpoint, tmp_path):
   (tmp_path / 't.txt').write_text('a cat\n')
   out = tmp_path / 'o.npz'

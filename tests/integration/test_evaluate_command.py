@@ -2,6 +2,7 @@
 checkpoint exported and imported again with vlp_jax.weights, the results files, and clear errors."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -80,8 +81,31 @@ def test_bad_requests_fail_before_evaluating(trained, tmp_path):
 
 
 def test_default_output_dir():
-  assert evaluate.default_output_dir('/w/run/checkpoints/300') == '/w/run/eval/300'
-  assert evaluate.default_output_dir('/w/imported/') == '/w/imported-eval'
+  assert evaluate.default_output_dir('/w/run/checkpoints/300', 'digits-test') == '/w/run/eval/300/digits-test'
+  assert evaluate.default_output_dir('/w/imported/', 'digits-test') == '/w/imported-eval/digits-test'
+
+
+def test_each_evaluation_of_a_checkpoint_keeps_its_own_results(trained, tmp_path):
+  """Other eval sets go to their own folders; the same evaluation again is refused, and --overwrite replaces only
+  its own results."""
+  run = tmp_path / 'run'
+  shutil.copytree(os.path.join(trained, 'checkpoints', '3'), run / 'checkpoints' / '3')
+  by_set = {name: evaluate.run(str(run), evals=['zeroshot'], dataset_names=[name]) for name in ('synthetic', 'digits')}
+  folders = {name: run / 'eval' / '3' / evaluate.results_key([name], 'test', {'eval.tasks': ['zeroshot']})
+             for name in by_set}
+  assert sorted(os.listdir(run / 'eval' / '3')) == sorted(folder.name for folder in folders.values())
+  for name, folder in folders.items():
+    saved = json.loads((folder / 'eval_results.json').read_text())
+    assert saved['metrics'] == by_set[name] and saved['changed_settings'] == {'eval.tasks': ['zeroshot']}
+    assert f'eval/{name}/zeroshot_top1' in saved['metrics']
+  kept = (folders['synthetic'] / 'eval_results.json').read_bytes()
+  (folders['digits'] / 'eval_results.json').write_text('{"earlier": 1}')
+  with pytest.raises(evaluate.EvaluateError, match='--overwrite'):
+    evaluate.run(str(run), evals=['zeroshot'], dataset_names=['digits'])
+  assert (folders['digits'] / 'eval_results.json').read_text() == '{"earlier": 1}'
+  assert evaluate.run(str(run), evals=['zeroshot'], dataset_names=['digits'], overwrite=True) == by_set['digits']
+  assert json.loads((folders['digits'] / 'eval_results.json').read_text())['metrics'] == by_set['digits']
+  assert (folders['synthetic'] / 'eval_results.json').read_bytes() == kept  # the other evaluation is untouched
 
 
 def test_cli_contract(trained, tmp_path):

@@ -73,10 +73,28 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
 
 
 def test_cli_without_data_explains_how_to_prepare_it(tmp_path):
-  result = _run(['--config=configs/clip_cc3m.py', f'--workdir={tmp_path / "run"}'], tmp_path)
+  # saco_cc3m needs teacher embeddings besides the data: both are listed at once, each with its fix
+  result = _run(['--config=configs/saco_cc3m.py', f'--workdir={tmp_path / "run"}'], tmp_path)
   assert result.returncode == 2
-  assert 'config.data.path' in result.stderr and 'python -m vlp_jax.convert' in result.stderr
+  assert 'this run needs 2 inputs it does not have' in result.stderr
+  assert '1. config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings' in result.stderr
+  assert '2. config.data.path is empty' in result.stderr and 'python -m vlp_jax.convert' in result.stderr
   assert not (tmp_path / 'run').exists()  # nothing is created before the data is found
+
+
+@pytest.mark.slow
+def test_a_missing_config_file_or_data_folder_is_a_bad_request_in_one_line(tmp_path):
+  for args, message in (
+      (['--config=configs/no_such_config.py'], '--config=configs/no_such_config.py: the config file cannot be loaded: '
+                                               'no such file'),
+      (['--config=configs/clip_shapes.py', '--config.data.name=webdataset', f'--config.data.path={tmp_path}/nowhere'],
+       f"config.data.path entry '{tmp_path}/nowhere' matches no tar shard")):
+    result = _run([*args, f'--workdir={tmp_path / "run"}'], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors_printed = [line for line in result.stderr.splitlines() if line.startswith('error: ')]
+    assert len(errors_printed) == 1 and message in errors_printed[0], result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr and 'warning: webdataset shard' not in result.stderr
+  assert not (tmp_path / 'run').exists()
 
 
 # A bad request to each command (python -m vlp_jax.<command>): its arguments ({tmp} is a fresh folder) and what the
@@ -105,6 +123,8 @@ def test_every_command_exits_2_on_a_bad_request_or_a_bad_flag(command, tmp_path)
     assert expected in error_line, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr
   assert not (tmp_path / 'run').exists()
+  asked_for_help = _run(['--help'], tmp_path, command)  # absl exits 1 after the usage; asking is no failure
+  assert asked_for_help.returncode == 0 and '--' in asked_for_help.stdout, asked_for_help.stderr[-3000:]
 
 
 def test_each_commands_error_is_a_bad_request():

@@ -10,8 +10,10 @@ import jax
 import numpy as np
 import pytest
 
+import vlp_jax
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config
@@ -28,9 +30,9 @@ _VISION = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_at
                patch_size=7)
 
 
-def _reference(transformers, torch, seed=0):
+def _reference(transformers, torch, seed=0, text=None):
   """A transformers SiglipModel with non-trivial random weights (LayerNorm gains near 1, the rest small noise)."""
-  config = transformers.SiglipConfig(text_config=_TEXT, vision_config=_VISION)
+  config = transformers.SiglipConfig(text_config=text or _TEXT, vision_config=_VISION)
   torch.manual_seed(seed)
   model = transformers.SiglipModel(config).eval()
   generator = torch.Generator().manual_seed(seed)
@@ -46,10 +48,11 @@ def _reference(transformers, torch, seed=0):
   return model
 
 
-def _inputs(seed=0):
+def _inputs(seed=0, text=None):
+  text = text or _TEXT
   rng = np.random.default_rng(seed)
   images = rng.normal(size=(3, 30, 30, 3)).astype(np.float32)
-  tokens = rng.integers(0, _TEXT['vocab_size'], size=(3, _TEXT['max_position_embeddings'])).astype(np.int32)
+  tokens = rng.integers(0, text['vocab_size'], size=(3, text['max_position_embeddings'])).astype(np.int32)
   return images, tokens
 
 
@@ -105,6 +108,42 @@ def test_hf_siglip_import_parity_and_export_round_trip(tmp_path):
 
 
 @pytest.mark.slow
+def test_hf_siglip2_import_parity_tokenizer_and_export_round_trip(tmp_path):
+  torch = pytest.importorskip('torch', reason='torch is needed for the SigLIP 2 parity test')
+  transformers = pytest.importorskip('transformers', reason='transformers is needed for the SigLIP 2 parity test')
+  reference = _reference(transformers, torch, text=_SIGLIP2_TEXT)
+  folder = tmp_path / 'hf'
+  reference.save_pretrained(str(folder))  # a released SigLIP 2 folder: weights, config.json, Gemma's tokenizer
+  _gemma_tokenizer_model(folder)
+  (folder / 'tokenizer_config.json').write_text(json.dumps(_SIGLIP2_TOKENIZER_CONFIG))
+  ckpt = import_weights('hf', None, str(folder), str(tmp_path / 'ckpt'))
+  images, tokens = _inputs(text=_SIGLIP2_TEXT)
+  want_i, want_t, want_logits = _reference_outputs(reference, torch, images, tokens)
+  got_i, got_t, got_logits, config = _ours(ckpt, images, tokens)
+  err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
+  print(f'SigLIP 2 (transformers): max abs error image {err_i:.2e}, text {err_t:.2e}')
+  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
+  np.testing.assert_allclose(got_logits, want_logits, atol=1e-3)
+  # What the text tower needs of its tokenizer is in the checkpoint's config, so captions tokenise as transformers'
+  # tokenizer of the released folder does them.
+  assert (config.name, config.text.tokenizer, config.text.context_length, config.text.vocab_size) == (
+      'hf-siglip2', 'gemma', 64, 256_000)
+  assert config.text.tokenizer_path == os.path.join(str(folder), 'tokenizer.model')
+  np.testing.assert_array_equal(vlp_jax.load(ckpt).tokenize(_CAPTIONS),
+                                _gemma_reference_ids(transformers, folder, _CAPTIONS, 64))
+  # Export gives back every tensor exactly, and a tokenizer transformers reads as the released one.
+  out = export_weights('hf', ckpt, str(tmp_path / 'export'))
+  loaded = transformers.SiglipModel.from_pretrained(out).eval()
+  want_state = reference.state_dict()
+  assert sorted(loaded.state_dict()) == sorted(want_state)
+  for key, value in loaded.state_dict().items():
+    np.testing.assert_array_equal(value.numpy(), want_state[key].numpy(), err_msg=key)
+  exported_ids = transformers.AutoTokenizer.from_pretrained(out)([c.lower() for c in _CAPTIONS], padding='max_length',
+                                                                 truncation=True, max_length=64)['input_ids']
+  np.testing.assert_array_equal(exported_ids, _gemma_reference_ids(transformers, folder, _CAPTIONS, 64))
+
+
+@pytest.mark.slow
 def test_siglip_import_refuses_a_preset_that_does_not_fit(tmp_path):
   torch = pytest.importorskip('torch', reason='torch is needed for the SigLIP import test')
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the SigLIP import test')
@@ -121,6 +160,74 @@ def test_siglip_import_refuses_a_preset_that_does_not_fit(tmp_path):
   with pytest.raises(interchange.WeightsError, match='does not match --model=ViT-B-32'):
     import_weights('hf', 'ViT-B-32', folder, str(ckpt))
   assert not ckpt.exists()
+
+
+# SigLIP 2 (fixed resolution): a SiglipModel whose text tower reads Gemma's 256k ids, 64 of them; narrow and shallow
+# here, with the vocabulary and context length of the released checkpoints.
+_SIGLIP2_TEXT = dict(_TEXT, vocab_size=256_000, max_position_embeddings=64)
+# Gemma's special ids; a released SigLIP 2 folder's tokenizer_config.json (transformers' GemmaTokenizer, no BOS,
+# sticky EOS, right padding with '<pad>').
+_GEMMA_PAD, _GEMMA_EOS, _GEMMA_BOS, _GEMMA_UNK = 0, 1, 2, 3
+_SIGLIP2_TOKENIZER_CONFIG = {'tokenizer_class': 'GemmaTokenizer', 'add_bos_token': False, 'add_eos_token': True,
+                             'padding_side': 'right', 'model_max_length': 64, 'pad_token': '<pad>',
+                             'eos_token': '<eos>', 'bos_token': '<bos>', 'unk_token': '<unk>'}
+_CAPTIONS = ['A photo of a Cat  on the  Beach, 42 zebras!', ' leading space', 'ÉCOLE Ünïcode 数字', '',
+             'tab\there\nnew line', 'x ' * 40, 'unseen: 🐱 Straße']  # the last needs byte fallback
+
+
+def _gemma_tokenizer_model(folder) -> str:
+  """A tiny BPE `tokenizer.model` laid out as Gemma's ('<pad>' 0, '<eos>' 1, '<bos>' 2, '<unk>' 3, byte fallback,
+  no dummy prefix, spaces kept), trained here in a few ms."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  sentences = [c.lower() for c in _CAPTIONS[:3]] * 20 + ['the quick brown fox jumps over the lazy dog'] * 20
+  path = os.path.join(str(folder), 'tokenizer.model')
+  with open(path, 'wb') as f:
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=f, vocab_size=330, model_type='bpe',
+        pad_id=_GEMMA_PAD, eos_id=_GEMMA_EOS, bos_id=_GEMMA_BOS, unk_id=_GEMMA_UNK, pad_piece='<pad>',
+        eos_piece='<eos>', bos_piece='<bos>', unk_piece='<unk>', byte_fallback=True, add_dummy_prefix=False,
+        remove_extra_whitespaces=False, normalization_rule_name='identity', character_coverage=1.0,
+        num_threads=1, minloglevel=2)
+  return path
+
+
+def _gemma_reference_ids(transformers, folder, captions, context_length, siglip2_class=False) -> np.ndarray:
+  """[N, L] ids of transformers' tokenizer for the folder's tokenizer.model as SigLIP 2's processor asks them:
+  GemmaTokenizer on lowercased captions (the model card's advice), or Siglip2Tokenizer, which lowercases itself."""
+  cls = transformers.models.siglip2.Siglip2Tokenizer if siglip2_class else transformers.GemmaTokenizer
+  reference = cls.from_pretrained(str(folder), add_bos_token=False, add_eos_token=True, padding_side='right')
+  texts = captions if siglip2_class else [c.lower() for c in captions]
+  out = reference(texts, padding='max_length', truncation=True, max_length=context_length)
+  return np.asarray(out['input_ids'], np.int32)
+
+
+def test_siglip2_config_json_records_the_gemma_tokenizer():
+  # google/siglip2-base-patch16-224's config.json sets only these; the rest are SiglipConfig's defaults.
+  released = {'architectures': ['SiglipModel'], 'model_type': 'siglip',
+              'text_config': {'model_type': 'siglip_text_model', 'projection_size': 768, 'vocab_size': 256_000},
+              'vision_config': {'model_type': 'siglip_vision_model'}}
+  for tokenizer_config in (_SIGLIP2_TOKENIZER_CONFIG, None):  # without one, the vocabulary's size decides
+    config = interchange.siglip_model_config(released, tokenizer_config)
+    assert config.text.tokenizer == 'gemma' and config.name == 'hf-siglip2'
+    assert (config.text.context_length, config.text.vocab_size, config.vision.image_size) == (64, 256_000, 224)
+    mismatches = interchange.siglip_mismatches(config, models.preset('ViT-B-16-SigLIP'))
+    assert mismatches == [('text.vocab_size', 256_000, 32_000), ('text.tokenizer', 'gemma', 'sentencepiece')]
+  siglip = interchange.hf_siglip_config(models.preset('ViT-B-16-SigLIP'))
+  assert interchange.siglip_model_config(siglip, {'tokenizer_class': 'SiglipTokenizer'}).text.tokenizer == (
+      'sentencepiece')
+  assert interchange.siglip_tokenizer(siglip, {'tokenizer_class': 'Siglip2Tokenizer'}) == 'gemma'
+
+
+@pytest.mark.parametrize('context_length', [64, 8])
+def test_gemma_tokenizer_ids_equal_transformers(tmp_path, context_length):
+  transformers = pytest.importorskip('transformers', reason='transformers is the reference tokenizer')
+  _gemma_tokenizer_model(tmp_path)
+  ours = tokenizer_for({'tokenizer': 'gemma', 'tokenizer_path': str(tmp_path / 'tokenizer.model')})
+  got = ours(_CAPTIONS, context_length=context_length)
+  assert (ours.eot_token, ours.pad_token) == (_GEMMA_EOS, _GEMMA_PAD)
+  for siglip2_class in (False, True):
+    np.testing.assert_array_equal(
+        got, _gemma_reference_ids(transformers, tmp_path, _CAPTIONS, context_length, siglip2_class))
 
 
 def test_siglip_config_json_round_trip_names_the_preset():

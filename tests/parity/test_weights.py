@@ -447,3 +447,183 @@ def test_imports_without_a_config_say_which_activation_to_use(tiny_presets, tmp_
   assert notes('openai', 'ViT-T-8', 'open_clip.safetensors', 'c') == []  # QuickGELU is set for OpenAI weights
   (note,) = notes('hf', 'ViT-T-8', 'hf.safetensors', 'd')
   assert 'no config.json' in note and 'quickgelu' in note
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exports load in the target library's own loaders with nothing added by hand (issue 41, point 10).
+
+# Captions on which transformers' CLIPTokenizer and ours must agree: accents, punctuation runs ('!' is id 0, our
+# padding id), contractions, digits, whitespace runs, an empty caption, one cut at the context length.
+EXPORT_CAPTIONS = ['a photo of a cat', 'Ünïcödé & <b>HTML</b> caption!!', '', 'a diagram ' * 40,
+                   "it's  a\tdog's 3D model, 42 times!", 'wow! (really?) ... yes!!!', 'naïve café — déjà vu']
+
+
+def _random_variables(config, seed=0):
+  """(params, model_state) of `config`'s model as numpy arrays, drawn here rather than by the model's init (which
+  compiles): LayerNorm and BatchNorm gains near 1, positive BatchNorm variances, everything else small noise."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(lambda: models.init_variables(models.build_model(config), jax.random.key(0)))
+
+  def draw(path, leaf):
+    name = jax.tree_util.keystr(path)
+    noise = rng.normal(size=leaf.shape).astype(np.float32)
+    if name.endswith("['scale']"):
+      return 1 + np.float32(0.1) * noise
+    if name.endswith("['var']"):
+      return 1 + np.float32(0.1) * np.abs(noise)
+    return np.float32(0.02 if leaf.ndim else 1) * noise
+  return tuple(jax.tree_util.tree_map_with_path(draw, tree) for tree in shapes)
+
+
+def _clip_checkpoint(tmp_path, config, seed=3):
+  """A checkpoint of `config`'s model with random weights: (path, params, model_state)."""
+  params, state = _random_variables(config, seed)
+  return save_checkpoint(str(tmp_path / 'ckpt'), params, state, _full_config(config)), params, state
+
+
+def test_hf_tokenizer_files_give_our_ids(tmp_path):
+  transformers = pytest.importorskip('transformers', reason='transformers is needed to read its tokenizer files')
+  ours = default_tokenizer()
+  for name, content in interchange.clip_tokenizer_files(*ours.vocabulary(), context_length=77).items():
+    (tmp_path / name).write_text(content, encoding='utf-8')
+  hf = transformers.CLIPTokenizer.from_pretrained(str(tmp_path))
+  got = hf(EXPORT_CAPTIONS, padding='max_length', truncation=True, return_tensors='np')
+  want = ours(EXPORT_CAPTIONS)
+  # Every id up to the end of text is ours; transformers pads with the end-of-text id (masked out) where ours pads
+  # with 0.
+  np.testing.assert_array_equal(np.where(got['attention_mask'] == 1, got['input_ids'], 0), want)
+  assert got['attention_mask'].sum(1).tolist() == [int(np.argmax(row)) + 1 for row in want]
+
+
+@pytest.mark.slow
+def test_hf_export_loads_with_clip_processor(tmp_path):
+  torch = pytest.importorskip('torch', reason='torch is needed to run the exported transformers model')
+  transformers = pytest.importorskip('transformers', reason='transformers is needed to load the export')
+  from PIL import Image
+  from vlp_jax.inference import preprocess_image
+  config = _micro_config()
+  ckpt, params, state = _clip_checkpoint(tmp_path, config)
+  folder = export_weights('hf', ckpt, str(tmp_path / 'hf'))
+  model = transformers.CLIPModel.from_pretrained(folder).eval()
+  processor = transformers.CLIPProcessor.from_pretrained(folder)  # a local folder: nothing is downloaded
+  rng = np.random.default_rng(0)
+  images = [Image.fromarray(rng.integers(0, 256, size=shape, dtype=np.uint8))  # tall, wide, square, odd crops
+            for shape in [(50, 37, 3), (21, 64, 3), (16, 16, 3), (100, 33, 3)]]
+  inputs = processor(text=EXPORT_CAPTIONS, images=images, padding='max_length', truncation=True,
+                     return_tensors='pt')
+  pixels = np.stack([preprocess_image(image, 16) for image in images])
+  np.testing.assert_allclose(inputs['pixel_values'].numpy().transpose(0, 2, 3, 1), pixels, atol=1e-5)
+  tokens = default_tokenizer()(EXPORT_CAPTIONS, context_length=12)
+  mask = inputs['attention_mask'].numpy()
+  np.testing.assert_array_equal(np.where(mask == 1, inputs['input_ids'].numpy(), 0), tokens)
+  with torch.no_grad():
+    out = model(**inputs)
+  want_i, want_t = _our_embeddings(config, params, state, pixels, tokens)
+  np.testing.assert_allclose(out.image_embeds.numpy(), want_i, atol=1e-5)
+  np.testing.assert_allclose(out.text_embeds.numpy(), want_t, atol=1e-5)
+
+
+_OPEN_CLIP_LOADER = '''
+import json, sys
+import numpy as np
+import support
+support.use_placeholder_torchvision()  # open_clip imports torchvision's transforms, which create_model never calls
+import open_clip, torch
+out = {}
+for name, (config, weights, inputs) in json.loads(sys.argv[1]).items():
+  open_clip.add_model_config(config)
+  model = open_clip.create_model(name, pretrained=weights).eval()  # loads strictly
+  inputs = np.load(inputs)
+  with torch.no_grad():
+    out[name + '_image'] = model.encode_image(torch.from_numpy(inputs['images'].transpose(0, 3, 1, 2)),
+                                              normalize=True).numpy()
+    out[name + '_text'] = model.encode_text(torch.from_numpy(inputs['tokens']).long(), normalize=True).numpy()
+np.savez(sys.argv[2], **out)
+'''
+
+
+@pytest.mark.slow
+def test_open_clip_export_of_any_shape_loads_with_open_clip(tmp_path):
+  """Shapes open_clip has no named config for (a ViT with 16 px images and heads of 8; a ResNet of 32 px images),
+  built and loaded by open_clip's own factory from the exported config, in a process of its own."""
+  pytest.importorskip('torch', reason='torch is needed to run open_clip')
+  if importlib.util.find_spec('open_clip') is None:
+    pytest.skip('open_clip_torch is not installed')
+  import subprocess
+  import sys
+  from support import ROOT
+  vit = _micro_config()
+  resnet = models.preset('RN50', embed_dim=16, act='quick_gelu')
+  resnet.vision.update(image_size=32, width=8, heads=4, stages=(1, 1, 1, 1))
+  resnet.text.update(context_length=12, width=16, layers=1, heads=2)
+  rng = np.random.default_rng(0)
+  tokens = default_tokenizer()(CAPTIONS, context_length=12)
+  exports, want = {}, {}
+  for name, config in (('micro-vit', vit), ('micro-rn', resnet)):
+    (tmp_path / name).mkdir()
+    ckpt, params, state = _clip_checkpoint(tmp_path / name, config)
+    weights = export_weights('open_clip', ckpt, str(tmp_path / f'{name}.safetensors'))
+    images = rng.normal(size=(2, config.vision.image_size, config.vision.image_size, 3)).astype(np.float32)
+    np.savez(tmp_path / f'{name}-in.npz', images=images, tokens=tokens)
+    exports[name] = (str(tmp_path / f'{name}.json'), weights, str(tmp_path / f'{name}-in.npz'))
+    want[name] = _our_embeddings(config, params, state, images, tokens)
+  result = subprocess.run(
+      [sys.executable, '-c', _OPEN_CLIP_LOADER, json.dumps(exports), str(tmp_path / 'out.npz')],
+      cwd=os.path.join(ROOT, 'tests'), env={**os.environ, 'PYTHONPATH': f'{ROOT}:{os.path.join(ROOT, "tests")}'},
+      capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  got = np.load(tmp_path / 'out.npz')
+  for name in exports:
+    np.testing.assert_allclose(got[f'{name}_image'], want[name][0], atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(got[f'{name}_text'], want[name][1], atol=1e-5, err_msg=name)
+
+
+def test_exported_files_respect_the_umask(tmp_path):
+  config = _micro_config()
+  ckpt, _, _ = _clip_checkpoint(tmp_path, config)
+  old = os.umask(0o022)
+  try:
+    weights = export_weights('open_clip', ckpt, str(tmp_path / 'oc.safetensors'))
+    folder = export_weights('hf', ckpt, str(tmp_path / 'hf'))
+  finally:
+    os.umask(old)
+  modes = {path: os.stat(path).st_mode & 0o777 for path in
+           [weights, str(tmp_path / 'oc.json'), folder, *(os.path.join(folder, f) for f in os.listdir(folder))]}
+  assert modes == {path: 0o755 if os.path.isdir(path) else 0o644 for path in modes}
+  assert {'vocab.json', 'merges.txt', 'tokenizer_config.json', 'special_tokens_map.json',
+          'preprocessor_config.json'} <= set(os.listdir(folder))
+  assert sorted(os.listdir(tmp_path)) == ['ckpt', 'hf', 'oc.json', 'oc.safetensors']  # no temporary files left
+
+
+def test_siglip_hf_export_carries_its_sentencepiece_tokenizer(tmp_path, capsys):
+  transformers = pytest.importorskip('transformers', reason='transformers is needed to load the export')
+  sentencepiece = pytest.importorskip('sentencepiece', reason='sentencepiece is needed to train a tokenizer')
+  from PIL import Image
+  from vlp_jax.data.tokenizer import SentencePieceTokenizer
+  from vlp_jax.inference import preprocess_image
+  rng = np.random.default_rng(0)
+  words = 'a an the of photo drawing red green blue circle square on in with'.split()
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(' '.join(rng.choice(words, size=rng.integers(3, 10))) for _ in range(500)),
+      model_prefix=str(tmp_path / 'spiece'), vocab_size=32, model_type='unigram', pad_id=0, eos_id=1, unk_id=2,
+      bos_id=-1, num_threads=1, minloglevel=2)
+  config = models.preset('ViT-B-16-SigLIP', embed_dim=32)
+  config.vision.update(image_size=16, patch_size=4, width=32, layers=1, heads=2)
+  config.text.update(context_length=16, width=32, layers=1, heads=2, vocab_size=32,
+                     tokenizer_path=str(tmp_path / 'spiece.model'))
+  ckpt, _, _ = _clip_checkpoint(tmp_path, config)
+  processor = transformers.SiglipProcessor.from_pretrained(export_weights('hf', ckpt, str(tmp_path / 'hf')))
+  captions = ['a red circle', "The photo's  drawing, of a Blue square!", '', 'red ' * 30, 'zebra xylophone']
+  got = processor(text=captions, padding='max_length', truncation=True, return_tensors='np')['input_ids']
+  np.testing.assert_array_equal(got, SentencePieceTokenizer(tmp_path / 'spiece.model', 16)(captions))
+  image = Image.fromarray(rng.integers(0, 256, size=(50, 37, 3), dtype=np.uint8))
+  pixels = processor(images=image, return_tensors='np')['pixel_values'][0].transpose(1, 2, 0)
+  np.testing.assert_allclose(pixels, preprocess_image(image, 16), atol=1e-5)
+  # Without the SentencePiece file on this machine, the export says which files are missing and why.
+  config.text.tokenizer_path = str(tmp_path / 'gone' / 'spiece.model')
+  ckpt = save_checkpoint(str(tmp_path / 'ckpt2'), *_random_variables(config), _full_config(config))
+  capsys.readouterr()
+  export_weights('hf', ckpt, str(tmp_path / 'hf2'))
+  note = capsys.readouterr().err
+  assert 'has no tokenizer files (spiece.model, tokenizer_config.json' in note and 'gone/spiece.model' in note
+  assert 'preprocessor_config.json' in os.listdir(tmp_path / 'hf2')

@@ -5,7 +5,8 @@ import ml_collections
 from support import ROOT
 import pytest
 
-from vlp_jax.config import ConfigError, advisories, base_config, from_file, validate
+from vlp_jax.config import ConfigError, advisories, base_config, from_file, validate, with_term
+from vlp_jax.errors import MissingInputError
 
 
 
@@ -37,7 +38,7 @@ def test_base_and_shipped_configs_are_valid():
     (lambda c: c.eval.__setitem__('tasks', ('zeroshot', 'vqa')), r"config.eval.tasks has 'vqa'.*retrieval"),
     (lambda c: c.model.vision.__setitem__('patch_size', 5), r'image_size=32 is not a multiple.*patch_size=5'),
     (lambda c: c.model.text.__setitem__('heads', 3), r'config.model.text.width=128 is not divisible'),
-    (lambda c: c.optim.__setitem__('warmup_steps', 10**6), r'config.optim.warmup_steps'),
+    (lambda c: c.optim.__setitem__('warmup_steps', -1), r'config.optim.warmup_steps'),
     (lambda c: c.data.synthetic.__setitem__('sources', ('studio', 'cartoon')), r"'cartoon'.*sketch"),
     (lambda c: c.data.synthetic.__setitem__('captions', 'verbose'), r"captions='verbose'.*detailed"),
     (lambda c: c.data.__setitem__('mixing', 'weighted'), r"mixing='weighted' needs config.data.source_weights"),
@@ -86,3 +87,40 @@ def test_advisories_warn_of_scan_without_remat_only():
   assert 'config.model.scan_layers=True without config.model.remat' in line
   config.model.remat = True
   assert advisories(config) == []
+
+
+def test_a_smoke_run_shorter_than_the_warmup_is_valid_and_says_where_the_lr_ends():
+  config = base_config()
+  config.total_steps, config.optim.warmup_steps, config.optim.lr = 5, 20, 1e-3
+  validate(config)  # refused before: a 5-step smoke run of a config with 20 warmup steps
+  (line,) = advisories(config)
+  assert 'config.optim.warmup_steps=20 is more than config.total_steps=5' in line
+  assert 'ends at 0.00025' in line  # 5 of 20 linear warmup steps from 0 to 1e-3
+  config.optim.warmup_steps = 5
+  assert advisories(config) == []
+
+
+def test_a_data_path_that_the_format_would_ignore_is_refused_with_the_format_to_use(tmp_path):
+  config = base_config()  # data.name 'synthetic': the embedded dataset, which reads no path
+  config.data.path = str(tmp_path)
+  with pytest.raises(ConfigError, match=r"config.data.path='.*' is set, but config.data.name='synthetic' reads no "
+                                        r"path.*NAME one of \['array_record', 'webdataset'\]"):
+    validate(config)
+  (tmp_path / 'shard-00000.tar').write_bytes(b'')
+  with pytest.raises(ConfigError, match=r"look like 'webdataset' shards: add --config.data.name=webdataset"):
+    validate(config)
+  config.data.name = 'webdataset'
+  validate(config)
+
+
+def test_every_missing_input_is_listed_together_after_the_other_checks():
+  config = from_file(os.path.join(ROOT, 'configs', 'clip_continue.py'))
+  config = with_term(config, 'saco', beta=1.0)  # needs teacher embeddings; clip_continue needs a checkpoint
+  with pytest.raises(MissingInputError) as caught:
+    validate(config)
+  assert 'needs teacher embeddings' in str(caught.value)
+  assert 'config.init.checkpoint is required' in str(caught.value)
+  config.batch_size = 0  # any other problem is reported first, alone
+  with pytest.raises(ConfigError, match='config.batch_size must be a positive integer') as caught:
+    validate(config)
+  assert not isinstance(caught.value, MissingInputError)

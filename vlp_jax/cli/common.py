@@ -9,12 +9,14 @@ unexpected argument and a bad request (each command's error is an `errors.Config
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
 from vlp_jax import errors
 
+HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml', '?')  # absl's
 Command = Callable[..., Any]  # command(argv, flag_values=flags.FLAGS): argv[0] is the program, then the arguments
 
 
@@ -40,6 +42,19 @@ def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS
     return flag_values(list(argv))
   except flags.Error as error:
     raise errors.ConfigError(f'{error}\n--help lists the flags.') from None
+  except SystemExit as exit_:
+    # absl's --help / --helpshort / --helpfull print the usage and exit 1; asking for help is no failure
+    if exit_.code == 1 and any(arg.lstrip('-').split('=')[0] in HELP_FLAGS for arg in argv[1:]):
+      raise SystemExit(0) from None
+    raise
+  except Exception as error:  # pylint: disable=broad-except
+    # absl's own parsers raise flags.Error; anything else comes from running a --config file (no get_config, an
+    # error inside it): name the file and line instead of a traceback through ml_collections
+    frames = [f'{frame.filename}:{frame.lineno}' for frame in traceback.extract_tb(error.__traceback__)
+              if not any(part in frame.filename for part in ('ml_collections', 'absl', 'vlp_jax/cli'))]
+    config_file = next((arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')), 'the config file')
+    raise errors.ConfigError(f'--config: loading {frames[-1] if frames else config_file} failed: '
+                             f'{type(error).__name__}: {error}') from None
 
 
 def _check_arguments(argv: Sequence[str], takes_arguments: bool) -> None:

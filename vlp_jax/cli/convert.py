@@ -3,7 +3,7 @@
   # an img2dataset webdataset output (a folder of .tar files)
   python -m vlp_jax.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m --source=cc3m
   # a TSV with `filepath` and `caption` columns (open_clip's layout); relative paths resolve against the TSV's folder
-  python -m vlp_jax.convert --format=tsv --input=/data/cc3m/train.tsv --output=/data/cc3m_ar \
+  python -m vlp_jax.convert --format=tsv --input=/data/cc3m/train.tsv --output=/data/cc3m_ar \\
       --long_captions=/data/dreamlip_cc3m.json --max_side=512
   # a folder of images with metadata.jsonl lines {"file_name": ..., "caption": ...} (Hugging Face imagefolder)
   python -m vlp_jax.convert --format=folder --input=/data/pets --output=/data/pets_ar
@@ -13,8 +13,9 @@ then train with --config.data.name=array_record --config.data.path=OUTPUT.
 Every usable example becomes one record: the image (its original bytes when it is a plain RGB or grey JPEG / PNG /
 WebP within --max_side, else re-encoded as RGB), the caption, the long caption ('' without a match in
 --long_captions), label -1, the source name and a stable key (the TSV/CSV filepath as written, the webdataset sample
-key, or the folder's file_name). Unusable examples are skipped and counted by reason (INPUT_SKIP_REASONS). The run ends
-with one JSON line on stdout, e.g.
+key, or the folder's file_name). Unusable examples are skipped and counted by reason (INPUT_SKIP_REASONS; a
+truncated webdataset tar counts one 'corrupt_tar' for what it lost), so written + skipped is the number of examples
+the progress line counted. The run ends with one JSON line on stdout, e.g.
   {"written": 9875, "skipped": {"corrupt_image": 3, "missing_file": 122}, "shards": 1}
 
 Shards `{prefix}-{i:05d}-of-{n:05d}.array_record` hold --examples_per_shard records each (the last one fewer), in
@@ -55,7 +56,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   string('output', None, 'The folder to write the shards and the manifest into.')
   string('image_column', None, "Image path column (tsv/csv: 'filepath'; folder JSONL: 'file_name').")
   string('caption_column', None, "Caption column (default 'caption').")
-  string('image_keys', DEFAULT_IMAGE_KEYS, 'webdataset: image extensions, the first present wins.')
+  string('image_keys', DEFAULT_IMAGE_KEYS, 'webdataset: image extensions, comma-separated as in '
+         'config.data.webdataset.image_keys; the first present wins.')
   string('caption_key', DEFAULT_CAPTION_KEY, 'webdataset: the caption extension.')
   string('jsonl', None, 'folder: the metadata file (default <input>/metadata.jsonl).')
   string('long_captions', None, 'JSON {image id: long caption or list of captions} (DreamLIP).')

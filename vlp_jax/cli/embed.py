@@ -1,16 +1,21 @@
 """Embeddings from any checkpoint (trained or imported):
 
-  python -m vlp_jax.embed --checkpoint=CKPT [--pixels=X.npy] [--texts=T.txt] --output=OUT.npz
+  python -m vlp_jax.embed --checkpoint=CKPT [--pixels=IMAGES] [--texts=T.txt] --output=OUT.npz
   python -m vlp_jax.embed --checkpoint=CKPT --dataset=synthetic --split=train --output=OUT.npz
 
-The first form embeds already-normalised float32 pixels [N, H, W, 3] and captions (one per line, tokenised by the
-project's tokenizer) into `image_embeddings` and `text_embeddings`, float32 and L2-normalised. The second streams
+The first form embeds images and captions (one per line, tokenised by the model's tokenizer) into
+`image_embeddings` and `text_embeddings`, float32 and L2-normalised. --pixels takes image files, preprocessed as the
+evaluation preprocesses them (RGB, bicubic resize of the shorter side, centre crop, CLIP mean and std): a folder (its
+.jpg/.jpeg/.png/.webp/.bmp/.gif/.tif files, by name), a glob pattern ('photos/*.jpg', by name), a .txt list (one
+path a line, relative to the list's folder) or one image; their order is written as `image_files`. A .npy file is
+taken as float32 pixels [N, H, W, 3] already preprocessed. The second form streams
 a whole split of the checkpoint's dataset (or `--data_path` shards) and also writes `keys` (the example ids), e.g. to
 pre-extract SaCo's pseudo-affinity teacher embeddings. Exit codes as for every command (cli/common.py): 2 for a bad
 request or a missing input.
 """
 from __future__ import annotations
 
+import glob
 import os
 
 import grain
@@ -21,8 +26,12 @@ from vlp_jax import errors
 from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.data import formats, image_ops, records
+from vlp_jax.evalsets.streamed import StreamedImages
 from vlp_jax.evaluation.encoder import Encoder
-from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem
+from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem, preprocess_image
+
+# The image files a folder or a glob pattern given to --pixels contributes (lower-cased suffixes).
+IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.webp', '.bmp', '.gif', '.tif', '.tiff')
 
 
 class EmbedError(errors.ConfigError):
@@ -33,7 +42,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The command's flags (--checkpoint and --output required)."""
   flags.DEFINE_string('checkpoint', None, 'Checkpoint step dir, imported checkpoint, or workdir (its latest step).',
                       flag_values=flag_values)
-  flags.DEFINE_string('pixels', None, '.npy of normalised float32 images [N, H, W, 3].', flag_values=flag_values)
+  flags.DEFINE_string('pixels', None, 'Images: a folder, a glob pattern, a .txt list of paths or one image file '
+                      '(preprocessed as the evaluation does), or a .npy of preprocessed float32 images [N, H, W, 3].',
+                      flag_values=flag_values)
   flags.DEFINE_string('texts', None, 'Text file with one caption per line.', flag_values=flag_values)
   flags.DEFINE_string('dataset', None, "Embed a dataset split instead: 'synthetic' or 'array_record'.",
                       flag_values=flag_values)
@@ -56,9 +67,52 @@ def load_pixels(path: str) -> np.ndarray:
   if pixels.ndim != 4 or pixels.shape[-1] != 3:
     raise EmbedError(f'--pixels {path} has shape {pixels.shape}; expected [N, H, W, 3] (channels last)')
   if pixels.dtype != np.float32:
-    raise EmbedError(f'--pixels {path} has dtype {pixels.dtype}; expected float32 images already normalised with '
-                     'the CLIP mean and std (see vlp_jax.data.pipeline.normalize_image)')
+    raise EmbedError(f'--pixels {path} has dtype {pixels.dtype}; a .npy must hold float32 images already '
+                     'preprocessed (vlp_jax.inference.preprocess_image); pass image files (a folder, a glob or a '
+                     '.txt list) to have them preprocessed')
   return pixels
+
+
+def image_files(spec: str) -> list[str]:
+  """The image files --pixels names, in order: a folder's image files (IMAGE_SUFFIXES) by name, a glob pattern's
+  matches by name, the paths a .txt file lists (one a line, relative to its folder; blank lines skipped), or one
+  image file."""
+  if os.path.isdir(spec):
+    paths = sorted(os.path.join(spec, name) for name in os.listdir(spec) if name.lower().endswith(IMAGE_SUFFIXES))
+    if not paths:
+      raise EmbedError(f'--pixels {spec} is a folder without image files ({", ".join(IMAGE_SUFFIXES)})')
+    return paths
+  if glob.has_magic(spec):
+    paths = sorted(path for path in glob.glob(spec) if os.path.isfile(path))
+    if not paths:
+      raise errors.DataNotFoundError(f'--pixels {spec} matches no file')
+    return paths
+  if not os.path.isfile(spec):
+    raise errors.DataNotFoundError(f'--pixels {spec} does not exist')
+  if not spec.lower().endswith('.txt'):
+    return [spec]
+  with open(spec, encoding='utf-8') as f:
+    listed = [line.strip() for line in f if line.strip()]
+  paths = [os.path.join(os.path.dirname(spec), path) for path in listed]  # absolute paths are kept by join
+  missing = [path for path in paths if not os.path.isfile(path)]
+  if missing:
+    raise errors.DataNotFoundError(f'--pixels {spec} lists {len(missing)} files that do not exist, e.g. {missing[0]}')
+  if not paths:
+    raise EmbedError(f'--pixels {spec} lists no image files')
+  return paths
+
+
+def preprocessed_images(paths: list[str], image_size: int) -> StreamedImages:
+  """The image files as [N, image_size, image_size, 3] float32 model input, decoded chunk by chunk as they are
+  embedded: decoded to RGB (`records.decode_image`), then `inference.preprocess_image`, the evaluation's steps."""
+  def load(index: int) -> np.ndarray:
+    with open(paths[index], 'rb') as f:
+      data = f.read()
+    try:
+      return preprocess_image(records.decode_image(data), image_size)
+    except records.BadRecordError as error:
+      raise EmbedError(f'--pixels: {paths[index]} is not a readable image ({error})') from None
+  return StreamedImages(load, len(paths), image_size)
 
 
 def load_texts(path: str) -> list[str]:
@@ -108,6 +162,8 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     raise EmbedError(f'--output {output} must end in .npz')
   if os.path.exists(output) and not overwrite:
     raise EmbedError(f'{output} exists; pass --overwrite to replace it')
+  from_files = bool(pixels) and not pixels.lower().endswith('.npy')
+  image_paths = image_files(pixels) if from_files else []  # before the checkpoint loads: a wrong path fails at once
   config, encoder = encoder_for_checkpoint(resolve_checkpoint(checkpoint), batch_size)  # as vlp_jax.load
   if dataset:
     data = config.data
@@ -121,7 +177,10 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
     arrays = embed_split(encoder, paths, config.model.vision.image_size, batch_size)
   else:
     arrays = {}
-    if pixels:
+    if from_files:
+      arrays['image_embeddings'] = encoder.images(preprocessed_images(image_paths, config.model.vision.image_size))
+      arrays['image_files'] = np.array(image_paths)
+    elif pixels:
       images = load_pixels(pixels)
       if problem := pixel_size_problem(images.shape[1], images.shape[2], config.model.vision):
         raise EmbedError(f'--pixels {problem}')

@@ -11,8 +11,11 @@ config flags: `--config.eval.datasets=synthetic --config.eval.datasets=digits` o
 config.eval.tasks, .datasets, .split and .batch_size. `config.validate` then checks the result, naming any bad key
 and its valid choices, before anything is loaded or compiled. Writes DIR/eval_results.json ({'metrics':
 {'eval/<dataset>/<metric>': value}, and what was evaluated}) and DIR/eval_results.md (a markdown table), and with
---plots the PNG figures of evaluation/plots.py. DIR defaults to WORKDIR/eval/<step> for a training checkpoint and
-to CKPT-eval beside any other checkpoint. Exit codes as for every command (cli/common.py): 2 for a bad request.
+--plots the PNG figures of evaluation/plots.py. DIR defaults to WORKDIR/eval/<step>/<KEY> for a training checkpoint
+and to CKPT-eval/<KEY> beside any other checkpoint, KEY naming the eval sets and split, e.g. `synthetic+digits-test`,
+with a short hash of any other setting changed from the saved config (`evaluation.results.results_key`): another
+evaluation of the same checkpoint keeps the earlier ones, and --overwrite replaces only the results of the same KEY.
+Exit codes as for every command (cli/common.py): 2 for a bad request.
 """
 from __future__ import annotations
 
@@ -30,13 +33,14 @@ from vlp_jax import config as config_lib
 from vlp_jax import errors, evalsets, models, objectives, parallel
 from vlp_jax.checkpoint_files import has_ema, load_variables, resolve_checkpoint
 from vlp_jax.cli import common
-from vlp_jax.evaluation import Encoder, evaluate_variants
+from vlp_jax.evaluation import Encoder, evaluate_variants, report_skipped_tasks
 from vlp_jax.evaluation import plots as eval_plots
-from vlp_jax.evaluation.results import markdown_table, summary_lines
+from vlp_jax.evaluation.results import markdown_table, results_key, summary_lines
 from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.training import ema as ema_lib
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.curves import plot_curves
+from vlp_jax.training.writer import flat_config
 
 RESULTS_JSON = 'eval_results.json'
 RESULTS_MARKDOWN = 'eval_results.md'
@@ -53,14 +57,22 @@ def checkpoint_step(checkpoint_dir: str) -> int | None:
   return int(name) if name.isdigit() and parent == 'checkpoints' else None
 
 
-def default_output_dir(checkpoint_dir: str) -> str:
-  """WORKDIR/eval/<step> for a training checkpoint, CKPT-eval beside any other (never inside a checkpoint, which
-  orbax may delete)."""
+def default_output_dir(checkpoint_dir: str, key: str) -> str:
+  """WORKDIR/eval/<step>/<key> for a training checkpoint, CKPT-eval/<key> beside any other (never inside a
+  checkpoint, which orbax may delete); key: `results_key` of the evaluation."""
   checkpoint_dir = os.path.normpath(checkpoint_dir)
   step = checkpoint_step(checkpoint_dir)
   if step is not None:
-    return os.path.join(os.path.dirname(os.path.dirname(checkpoint_dir)), 'eval', str(step))
-  return checkpoint_dir + '-eval'
+    return os.path.join(os.path.dirname(os.path.dirname(checkpoint_dir)), 'eval', str(step), key)
+  return os.path.join(checkpoint_dir + '-eval', key)
+
+
+def changed_settings(saved: ml_collections.ConfigDict, requested: ml_collections.ConfigDict) -> dict[str, Any]:
+  """{dotted key: requested value} of every value the request changes in the checkpoint's saved config, except the
+  eval sets and split (which `results_key` names in full)."""
+  before, after = flat_config(saved), flat_config(requested)
+  return {key: value for key, value in sorted(after.items())
+          if key not in ('eval.datasets', 'eval.split') and before.get(key, object()) != value}
 
 
 def define_config_overrides(flag_values: flags.FlagValues = flags.FLAGS, argv: Sequence[str] | None = None
@@ -134,6 +146,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
     print(f'{eval_set.name} ({config.eval.split}): {len(eval_set.images)} images, {len(eval_set.captions)} captions',
           flush=True)
   print(f'Loaded the eval sets in {time.perf_counter() - began:.1f}s', flush=True)
+  report_skipped_tasks(eval_sets, tuple(config.eval.tasks))
   # Each variant's variables are given to the encoder in turn (`evaluate_variants`).
   encoder = Encoder(model, {}, mesh, config.eval.batch_size, config.model.text.context_length)
 
@@ -183,7 +196,8 @@ def check_output_dir(out_dir: str, overwrite: bool) -> None:
   """Refuses to replace earlier results unless asked to (before the evaluation runs, not after)."""
   existing = [n for n in (RESULTS_JSON, RESULTS_MARKDOWN) if os.path.exists(os.path.join(out_dir, n))]
   if existing and not overwrite:
-    raise EvaluateError(f'{out_dir} already has {", ".join(existing)}; pass --overwrite to replace them, or choose '
+    raise EvaluateError(f'{out_dir} already has {", ".join(existing)} of this evaluation (the same eval sets, split '
+                        'and settings); pass --overwrite to replace them (other evaluations are kept), or choose '
                         'another --output_dir')
 
 
@@ -212,10 +226,14 @@ def run(checkpoint: str, evals: Sequence[str] | None = None, dataset_names: Sequ
         overrides: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, float]:
   """The command: check the request (`eval_config`), evaluate, write the results (process 0) and print them."""
   checkpoint = resolve_checkpoint(checkpoint)
-  config = eval_config(load_config(checkpoint), evals, dataset_names, split, batch_size, overrides)
-  out_dir = output_dir or default_output_dir(checkpoint)
+  saved = load_config(checkpoint)
+  config = eval_config(saved, evals, dataset_names, split, batch_size, overrides)
+  changed = changed_settings(saved, config)
+  out_dir = output_dir or default_output_dir(checkpoint, results_key(config.eval.datasets, config.eval.split,
+                                                                     changed))
   check_output_dir(out_dir, overwrite)
   results, info = evaluate(checkpoint, config, out_dir if plots else None)
+  info['changed_settings'] = changed  # what a hash in the folder's name stands for
   if jax.process_index() == 0:
     paths = write_results(out_dir, results, info)
     print('\n'.join([f'Results on the {config.eval.split} split:', *summary_lines(results)]))
@@ -235,11 +253,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       flag_values=flag_values)
   flags.DEFINE_integer('batch_size', None, "Sets config.eval.batch_size: examples per forward pass (default: the "
                        "checkpoint config's).", flag_values=flag_values)
-  flags.DEFINE_string('output_dir', None, 'Where to write the results (default: WORKDIR/eval/<step> for a training '
-                      'checkpoint, CKPT-eval beside any other).', flag_values=flag_values)
+  flags.DEFINE_string('output_dir', None, 'Where to write the results (default: WORKDIR/eval/<step>/<KEY> for a '
+                      'training checkpoint, CKPT-eval/<KEY> beside any other; KEY names the eval sets and split, '
+                      'e.g. synthetic+digits-test, with a short hash of any other changed setting).',
+                      flag_values=flag_values)
   flags.DEFINE_bool('plots', False, 'Also write PNG plots (t-SNE, affinity histogram, retrieval examples, '
                     'cross-attention maps, training curves).', flag_values=flag_values)
-  flags.DEFINE_bool('overwrite', False, 'Replace existing results in --output_dir.', flag_values=flag_values)
+  flags.DEFINE_bool('overwrite', False, 'Replace the existing results of the same evaluation (the same output '
+                    'directory); results of other eval sets or settings are kept.', flag_values=flag_values)
   define_config_overrides(flag_values)
   flags.mark_flag_as_required('checkpoint', flag_values=flag_values)
 

@@ -4,7 +4,7 @@ A second run with the same workdir resumes from the latest complete checkpoint; 
 Exit codes (vlp_jax/errors.py, the same in every command, cli/common.py): 0 done; 2 bad flags, bad config, missing
 data or unusable workdir (before anything is compiled); 3 too many consecutive non-finite steps (the last good state
 is checkpointed); 4 broken training data; 75 preempted by SIGTERM / SIGINT after checkpointing the current step
-(rerun the same command). See docs/reliability.md.
+(rerun the same command); 76 a peer process lost; 77 a step hung (both retryable). See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
   """Train (or resume) the run of --config in --workdir; raises the user-facing errors of vlp_jax/errors.py."""
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
-  parallel.initialize_distributed()
-  config = flag_values.config
+  config = config_lib.config_from_flag(flag_values)
+  parallel.initialize_distributed(**config.distributed)  # the timeouts of config.distributed
   report_backend(config)
   train_and_evaluate(config, flag_values.workdir)
 

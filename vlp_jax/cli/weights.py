@@ -1,7 +1,7 @@
 """Weight interchange with OpenAI CLIP, open_clip and Hugging Face transformers.
 
   python -m vlp_jax.weights import --format={openai,open_clip,hf} [--model=NAME] --input=FILE --output=CKPT
-  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE [--ema]
+  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE [--ema] [--overwrite]
 
 Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
   - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
@@ -15,24 +15,31 @@ patch and image size, context length and projection dim, or nothing is imported.
 names the model: a CLIP preset it fits, or a `SiglipModel` of whatever size it describes (SigLIP's towers,
 models/siglip_vit.py; its SentencePiece file beside the weights becomes the model's tokenizer).
 
+Exports load in the target library's own loaders with nothing added by hand: `--format=open_clip` writes
+X.safetensors and, for a CLIP model, open_clip's model config X.json beside it; `--format=hf` writes a folder with
+the weights, config.json, the tokenizer's files and preprocessor_config.json (our evaluation's resize, crop, mean and
+std). An existing --output is replaced only with --overwrite, and only once the new files are complete.
+
 Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
 Flags are absl flags; the first argument is the command, import or export. Exit codes as for every command
 (cli/common.py): 2 for a bad request, a file that does not fit the model, or a missing input.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from absl import flags, logging
 
 from vlp_jax import models
 from vlp_jax.cli import common
-from vlp_jax.interchange import EXPORT_FORMATS, IMPORT_FORMATS, WeightsError, export_weights, import_weights
+from vlp_jax.interchange import (EXPORT_FORMATS, IMPORT_FORMATS, WeightsError, export_weights, import_weights,
+                                 open_clip_config_path)
 
 # The commands and the flags each one needs, and the switches each one may take (the others must not be given).
 COMMANDS = {'import': ('format', 'input', 'output'), 'export': ('format', 'checkpoint', 'output')}
 # --model is needed unless a Hugging Face config.json names the model (import_weights says so when it is missing).
-SWITCHES = {'import': ('model',), 'export': ('ema',)}
+SWITCHES = {'import': ('model',), 'export': ('ema', 'overwrite')}
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -50,6 +57,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       '(open_clip) or the folder (hf) to create.', flag_values=flag_values)
   flags.DEFINE_bool('ema', None, "export: the run's EMA of the weights (trained with config.ema.decay > 0) instead "
                     'of its parameters.', flag_values=flag_values)
+  flags.DEFINE_bool('overwrite', None, 'export: replace an existing --output (the new files are written first, then '
+                    'renamed into place).', flag_values=flag_values)
 
 
 def run(name: str, values: dict[str, Any]) -> str:
@@ -67,7 +76,8 @@ def run(name: str, values: dict[str, Any]) -> str:
     raise WeightsError(f'{name} does not take {", ".join(extra)} (it takes {", ".join(f"--{f}" for f in takes)})')
   if name == 'import':
     return import_weights(values['format'], values['model'], values['input'], values['output'])
-  return export_weights(values['format'], values['checkpoint'], values['output'], bool(values.get('ema')))
+  return export_weights(values['format'], values['checkpoint'], values['output'], bool(values.get('ema')),
+                        bool(values.get('overwrite')))
 
 
 def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -77,7 +87,14 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
     raise WeightsError(f'expected one command ({given}); valid choices: {list(COMMANDS)}')
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   names = {flag for table in (COMMANDS, SWITCHES) for flags_of_command in table.values() for flag in flags_of_command}
-  print(f'Wrote {run(argv[1], {flag: flag_values[flag].value for flag in sorted(names)})}')
+  values = {flag: flag_values[flag].value for flag in sorted(names)}
+  written = run(argv[1], values)
+  print(f'Wrote {written}')
+  if argv[1] == 'export' and values['format'] == 'open_clip' and os.path.isfile(open_clip_config_path(written)):
+    name = os.path.basename(open_clip_config_path(written))[:-len('.json')]
+    print(f'Wrote {open_clip_config_path(written)}, its open_clip model config: open_clip.add_model_config('
+          f"'{open_clip_config_path(written)}'); open_clip.create_model_and_transforms('{name}', "
+          f"pretrained='{written}')")
 
 
 def main(args: list[str]) -> int:

@@ -16,8 +16,9 @@ def _resize_and_centre_crop(array: np.ndarray, size: int, resample: Image.Resamp
   height, width = array.shape[:2]
   if (height, width) == (size, size):
     return array
-  scale = size / min(height, width)
-  new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
+  # The longer side is truncated, as torchvision's Resize (OpenAI CLIP, open_clip) and transformers compute it.
+  short = min(height, width)
+  new_h, new_w = int(size * height / short), int(size * width / short)
   resized = np.asarray(Image.fromarray(array).resize((new_w, new_h), resample))
   top, left = (new_h - size) // 2, (new_w - size) // 2
   return resized[top:top + size, left:left + size]

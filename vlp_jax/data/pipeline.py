@@ -23,20 +23,25 @@ from vlp_jax.errors import DataError
 from vlp_jax.registry import check_choice
 
 # Per-example fields the pipeline adds beside the views' own; the loop pops them before the batch goes to the devices.
-STATUS_KEYS = ('record_error', 'record_shard', 'record_source')
+STATUS_KEYS = ('record_error', 'record_shard', 'record_source', 'record_key', 'record_detail')
 # How many records after a bad one are tried as its substitute before the data is declared unusable.
 MAX_SUBSTITUTES = 64
+# A bad record's description is cut to this many characters: a batch's text fields are as wide as the longest.
+MAX_DETAIL_CHARS = 200
 
 
 class LoadExamples(grain.MapDataset):
   """(shard id, record bytes or a webdataset sample) elements -> decoded examples (image [H, W, 3] uint8, captions as strings, and 'teacher'
   [d] float32 looked up by key when `teacher_path` is set), never failing on a bad record.
 
-  A bad record (records.SKIP_REASONS: not a record, empty / corrupt / huge image, empty caption) at position i is
+  A bad record (records.SKIP_REASONS: not a record, empty / corrupt / huge image, empty caption, malformed regions,
+  which are decoded to records.Regions) at position i is
   replaced by the first good record at i + 1, i + 2, ... of the same stream, so batch shapes never change and, since
   the stream is one source's in single-source mixing, batches stay single-source. Each example carries
   'record_error' (0, or 1 + the index of the skip reason of the record at position i), 'record_shard' (the shard id
-  of that record) and 'record_source' (the index of its source in `source_names`, len(source_names) for any other).
+  of that record), 'record_source' (the index of its source in `source_names`, len(source_names) for any other),
+  and for a bad record at i its 'record_key' ('' where unreadable) and 'record_detail' (what is wrong; '' for a good
+  record), which data/record_stats.py prints.
   """
 
   def __init__(self, parent: grain.MapDataset, shard_paths: list[str], source_names: tuple[str, ...] = (),
@@ -51,13 +56,18 @@ class LoadExamples(grain.MapDataset):
   def _load(self, record: bytes | dict[str, Any]) -> dict[str, Any]:
     if isinstance(record, dict):  # a webdataset sample (data/webdataset.py), read from its tar
       if 'bad' in record:
-        raise records.BadRecordError(record['bad'], record['detail'])
+        raise records.BadRecordError(record['bad'], record['detail'], record.get('key', ''))
       example = dict(record)
     else:
       example = records.deserialize(record)
-    if not str(example.get(self._caption_field) or '').strip():
-      raise records.BadRecordError('empty_caption', f"the record's '{self._caption_field}' is empty")
-    example['image'] = records.decode_image(example['image'])
+    try:
+      if not str(example.get(self._caption_field) or '').strip():
+        raise records.BadRecordError('empty_caption', f"the record's '{self._caption_field}' is empty")
+      example['image'] = records.decode_image(example['image'])
+      if example.get('regions') is not None:
+        example['regions'] = records.decode_regions(example['regions'])
+    except records.BadRecordError as bad:  # the record's key names it in the log
+      raise records.BadRecordError(bad.reason, bad.message, str(example.get('key', ''))) from bad
     if self._teacher_path:
       example['teacher'] = load_table(self._teacher_path)[example['key']]
     return example
@@ -66,7 +76,7 @@ class LoadExamples(grain.MapDataset):
     if isinstance(index, slice):
       return self.slice(index)
     shard, record = self._parent[index]
-    error = 0
+    first_bad = None  # the record at position i when it is bad: what is counted and named
     for offset in range(MAX_SUBSTITUTES + 1):
       if offset:
         _, record = self._parent[index + offset]
@@ -74,14 +84,16 @@ class LoadExamples(grain.MapDataset):
         example = self._load(record)
         break
       except records.BadRecordError as bad:
-        error = error or 1 + records.SKIP_REASONS.index(bad.reason)
+        first_bad = bad if first_bad is None else first_bad
         last = bad
     else:
       raise DataError(f'{MAX_SUBSTITUTES + 1} records in a row are bad, from position {index} of the stream (in shard '
                       f'{self._shard_paths[shard]}); the last: {last}. Check the data, e.g. with '
                       "'python -m vlp_jax.convert', which counts the records it skips per reason.")
     source = example.get('source', '')
-    example['record_error'] = np.int32(error)
+    example['record_error'] = np.int32(0 if first_bad is None else 1 + records.SKIP_REASONS.index(first_bad.reason))
+    example['record_key'] = '' if first_bad is None else first_bad.key
+    example['record_detail'] = '' if first_bad is None else ' '.join(first_bad.message.split())[:MAX_DETAIL_CHARS]
     example['record_shard'] = np.int32(shard)
     example['record_source'] = np.int32(
         self._source_names.index(source) if source in self._source_names else len(self._source_names))
@@ -115,6 +127,8 @@ class DecodeRecord(grain.transforms.Map):
   def map(self, record: bytes) -> dict[str, Any]:
     example = records.deserialize(record)
     example['image'] = records.decode_image(example['image'])
+    if example.get('regions') is not None:
+      example['regions'] = records.decode_regions(example['regions'])
     return example
 
 

@@ -1,10 +1,11 @@
-"""What the training data actually delivered: examples per source and records skipped per reason, as metrics, and
-the stop when a shard is mostly bad.
+"""What the training data actually delivered: examples per source and records skipped per reason, as metrics, a
+line on stdout for each bad record as it is met, and the stop when a shard is mostly bad.
 
 The pipeline tags every example with its record's status (pipeline.LoadExamples: 'record_error', 'record_shard',
-'record_source'). `RecordStats` counts those tags on the host. With several processes the counts are summed over
-all of them when metrics are read (at log steps, which every process reaches together), so every process sees the
-same totals and takes the same decision to stop.
+'record_source', and a bad record's 'record_key' and 'record_detail'). `RecordStats` counts those tags on the host.
+With several processes the counts are summed over all of them when metrics are read (at log steps, which every
+process reaches together), so every process sees the same totals and takes the same decision to stop; each process
+names the bad records it reads itself. The batches, and so these lines, come in the same order in every run.
 """
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from vlp_jax.errors import DataError
 
 # A shard is judged once this many of its records have been read, so that one early bad record is not a verdict.
 MIN_RECORDS_TO_JUDGE = 20
+# Bad records named on stdout: the first few of each shard, then one line for the shard at 10, 100, 1000, ... of
+# them, so that a broken shard cannot flood the log; past MAX_NAMED lines in a run, only those shard lines.
+NAMED_PER_SHARD = 3
+MAX_NAMED = 100
+
+
+def is_power_of_ten(n: int) -> bool:
+  """10, 100, 1000, ...: the counts at which a shard's bad records are summarised."""
+  return n >= 10 and str(n).rstrip('0') == '1'
 
 
 class RecordStats:
@@ -31,11 +41,36 @@ class RecordStats:
     self._by_shard = np.zeros((len(shard_paths), 1 + len(records.SKIP_REASONS)), np.int64)  # column 0: good
     self._by_source = np.zeros(len(source_names) + 1, np.int64)
     self._reported_sources = np.zeros_like(self._by_source)
+    self._bad_total = self._named = 0  # bad records read by this process, and lines that named one
 
   def update(self, status: dict[str, np.ndarray]) -> None:
-    """Adds one batch's status fields ([B] each) from pipeline.pop_status."""
-    np.add.at(self._by_shard, (status['record_shard'], status['record_error']), 1)
+    """Adds one batch's status fields ([B] each) from pipeline.pop_status, and names its bad records on stdout."""
+    errors, shards = status['record_error'], status['record_shard']
+    unnamed = np.full(len(errors), '')
+    keys, details = status.get('record_key', unnamed), status.get('record_detail', unnamed)
+    for row in np.flatnonzero(errors):  # in batch order, counted one by one for the running counts
+      self._by_shard[shards[row], errors[row]] += 1
+      self._bad_total += 1
+      self._report(int(shards[row]), int(errors[row]), str(keys[row]), str(details[row]))
+    np.add.at(self._by_shard[:, 0], shards[errors == 0], 1)
     np.add.at(self._by_source, status['record_source'], 1)
+
+  def _report(self, shard: int, error: int, key: str, detail: str) -> None:
+    """One stdout line for the bad record just counted, or for its shard at 10, 100, ... of them, or none."""
+    in_shard = int(self._by_shard[shard, 1:].sum())
+    path = self.shard_paths[shard]
+    if in_shard <= NAMED_PER_SHARD and self._named < MAX_NAMED:
+      self._named += 1
+      named = f' (key {key})' if key else ''
+      print(f'bad record {self._bad_total}: {records.SKIP_REASONS[error - 1]} in {path}{named}'
+            f'{": " + detail if detail else ""}; replaced by the next good record', flush=True)
+      if self._named == MAX_NAMED:
+        print(f'bad records: {MAX_NAMED} named so far; from here on a shard gets a line at 10, 100, 1000, ... of its '
+              'bad records (all are counted in train/data/skipped/<reason>)', flush=True)
+    elif is_power_of_ten(in_shard):
+      reasons = ', '.join(f'{r} {n}' for r, n in zip(records.SKIP_REASONS, self._by_shard[shard, 1:]) if n)
+      print(f'bad records: {in_shard} so far in {path} ({reasons}); {self._bad_total} in all (counted in '
+            'train/data/skipped/<reason>)', flush=True)
 
   def _totals(self) -> tuple[np.ndarray, np.ndarray]:
     """(by shard [N, 1 + R], by source [S + 1]) summed over processes."""

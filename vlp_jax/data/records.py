@@ -10,6 +10,8 @@ One record is one msgpack map:
   mask          bytes   optional: PNG of a per-pixel class map (0 = background, c + 1 = class c)
   canonical_caption str optional: a noise-free caption, with `hard_negatives` (list[str]) for compositionality
   teacher_embedding bytes optional: float32 vector, e.g. pre-extracted SaCo pseudo-affinity embeddings
+  regions       list    optional: [{'box': [xmin, ymin, xmax, ymax] as fractions of the image width and height,
+                        'text': a short description}, ...] for LocCa's location tasks (see `decode_regions`)
 
 Files are written with `group_size:1` so that grain can read any record at random (data/shard_writer.py).
 """
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import msgpack
 import numpy as np
@@ -37,17 +40,21 @@ def encode_png(array: np.ndarray) -> bytes:
 
 
 class BadRecordError(ValueError):
-  """A record that cannot be used for training. `reason` is one of SKIP_REASONS (the metric and log name)."""
+  """A record that cannot be used for training. `reason` is one of SKIP_REASONS (the metric and log name),
+  `message` what is wrong with it, `key` the record's key where it could be read ('' where not)."""
 
-  def __init__(self, reason: str, message: str):
+  def __init__(self, reason: str, message: str, key: str = ''):
     super().__init__(f'{reason}: {message}')
-    self.reason = reason
+    self.reason, self.message, self.key = reason, message, key
 
 
 # Why a record is skipped; the order fixes the codes the pipeline carries per example (0 = a good record).
 SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'empty_caption',
                 # webdataset samples (data/webdataset.py): no image member, no caption member, a tar cut short
-                'missing_image', 'missing_caption', 'corrupt_tar')
+                'missing_image', 'missing_caption', 'corrupt_tar',
+                # a `regions` field that is not a list of {'box': 4 fractions, 'text': str} (decode_regions)
+                'bad_regions')
+_OBJECT_ADDRESS = re.compile(r' ?<[^<>]* at 0x[0-9a-fA-F]+>')
 # PIL's decompression-bomb threshold: beyond it decoding is refused, from the header, before any pixel is read.
 DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
 
@@ -98,13 +105,49 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
   except Image.DecompressionBombError as error:  # PIL refuses twice its limit before we see the size
     raise BadRecordError('too_large', str(error)) from error
   except (OSError, ValueError, SyntaxError) as error:  # what PIL raises on bad bytes
-    raise BadRecordError('corrupt_image', f'{type(error).__name__}: {error}') from error
+    # without the object's address PIL puts in some messages, so that a run logs the same text every time
+    raise BadRecordError('corrupt_image', f'{type(error).__name__}: {_OBJECT_ADDRESS.sub("", str(error))}') from error
 
 
 def decode_mask(data: bytes) -> np.ndarray:
   """PNG bytes -> [H, W] uint8 class map."""
   with Image.open(io.BytesIO(data)) as image:
     return np.asarray(image)
+
+
+class Regions(NamedTuple):
+  """A record's regions: boxes [R, 4] float32 (xmin, ymin, xmax, ymax) as fractions of the image width and height,
+  and their descriptions, R strings."""
+  boxes: np.ndarray
+  texts: tuple[str, ...]
+
+
+def decode_regions(regions: Any) -> Regions:
+  """A record's `regions` field -> Regions (R = 0 for an empty list). Each entry is a map {'box': [xmin, ymin, xmax,
+  ymax], 'text': str}, the box in [0, 1] with min <= max. Raises BadRecordError('bad_regions') naming the entry and
+  what is wrong with it."""
+  if not isinstance(regions, (list, tuple)):
+    raise BadRecordError('bad_regions', f"'regions' must be a list of {{'box', 'text'}} maps, got "
+                                        f'{type(regions).__name__}')
+  boxes, texts = [], []
+  for i, region in enumerate(regions):
+    box = region.get('box') if isinstance(region, dict) else None
+    text = region.get('text') if isinstance(region, dict) else None
+    if isinstance(text, bytes):
+      text = text.decode('utf-8', errors='replace')
+    try:
+      box = np.asarray(box, np.float64)
+    except (TypeError, ValueError):
+      box = np.zeros(0)
+    if box.shape != (4,) or not np.all(np.isfinite(box)) or np.any((box < 0) | (box > 1)) \
+        or box[0] > box[2] or box[1] > box[3]:
+      raise BadRecordError('bad_regions', f"region {i}: 'box' must be [xmin, ymin, xmax, ymax] fractions of the "
+                                          f'image in [0, 1] with min <= max, got {region!r:.200}')
+    if not isinstance(text, str) or not text.strip():
+      raise BadRecordError('bad_regions', f"region {i}: 'text' must be a non-empty description, got {region!r:.200}")
+    boxes.append(box)
+    texts.append(text)
+  return Regions(np.asarray(boxes, np.float32).reshape(len(boxes), 4), tuple(texts))
 
 
 def serialize(example: dict[str, Any]) -> bytes:

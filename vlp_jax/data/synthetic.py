@@ -5,7 +5,9 @@ a colour, a size and a position. Object 0 is always the largest; its "colour sha
 (6 colours x 6 shapes = 36 classes). Each example carries:
   - a short alt-text caption in the style of its source (sometimes noisy),
   - a long caption: one sentence per object, one per spatial relation, one for the background,
-  - a per-pixel class mask, and a canonical caption with hard negatives (attributes or relations swapped).
+  - a per-pixel class mask, and a canonical caption with hard negatives (attributes or relations swapped),
+  - with `SyntheticSpec.regions`, each object's box and a short description ('small blue star'), for LocCa's location
+    tasks (data/locca_tasks.py): what the renderer knows, not read from any caption.
 
 Sources differ in style and caption habits, so single-source batches have a real bias to remove:
   studio: flat backgrounds, filled shapes, clean descriptive captions;
@@ -161,6 +163,12 @@ def _draw(draw: ImageDraw.ImageDraw, obj: SceneObject, side: int, angle: float, 
 def render(objects: list[SceneObject], source: str, resolution: int, rng: np.random.Generator
            ) -> tuple[np.ndarray, np.ndarray, str]:
   """Draw a scene. Returns (image [R, R, 3] uint8, mask [R, R] uint8 with label + 1 per object, background name)."""
+  return render_scene(objects, source, resolution, rng)[:3]
+
+
+def render_scene(objects: list[SceneObject], source: str, resolution: int, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray, str, list[float]]:
+  """`render`, and the angle each object was drawn at (radians; 0 in the studio)."""
   big = 2 * resolution  # 2x supersampling, then a box filter, for anti-aliased edges
   if source == 'studio':
     background = list(STUDIO_BACKGROUNDS)[int(rng.integers(len(STUDIO_BACKGROUNDS)))]
@@ -177,8 +185,9 @@ def render(objects: list[SceneObject], source: str, resolution: int, rng: np.ran
   draw = ImageDraw.Draw(image)
   mask = Image.new('L', (resolution, resolution), 0)
   mask_draw = ImageDraw.Draw(mask)
-  for obj in objects:
-    angle = float(rng.uniform(-0.3, 0.3)) if source != 'studio' else 0.0
+  # Drawn after the background, one per object in order: the draws (and so the images) of before boxes existed.
+  angles = [float(rng.uniform(-0.3, 0.3)) if source != 'studio' else 0.0 for _ in objects]
+  for obj, angle in zip(objects, angles):
     color = COLORS[obj.color]
     if source == 'studio':
       _draw(draw, obj, big, angle, color, None, 1)
@@ -188,7 +197,29 @@ def render(objects: list[SceneObject], source: str, resolution: int, rng: np.ran
       _draw(draw, obj, big, angle, None, color, max(big // 20, 2))
     _draw(mask_draw, obj, resolution, angle, class_label(obj.color, obj.shape) + 1, None, 1)
   image = image.resize((resolution, resolution), Image.Resampling.BOX)
-  return np.asarray(image), np.asarray(mask), background
+  return np.asarray(image), np.asarray(mask), background, angles
+
+
+def object_box(obj: SceneObject, angle: float) -> np.ndarray:
+  """The box [4] (xmin, ymin, xmax, ymax) of the shape as drawn at `angle`, in fractions of the image side, clipped
+  to the image: the whole shape's extent, parts hidden behind a later object included (web outlines add about half
+  an outline's width, under a pixel at 32 px)."""
+  cx, cy, r = obj.center[0], obj.center[1], obj.radius
+  polygon = _shape_polygon(obj.shape, cx, cy, r, angle)
+  if polygon is None:
+    box = np.array([cx - r, cy - r, cx + r, cy + r])
+  else:
+    points = np.asarray(polygon)
+    box = np.concatenate([points.min(axis=0), points.max(axis=0)])
+  return np.clip(box, 0.0, 1.0)
+
+
+def scene_regions(objects: list[SceneObject], angles: list[float], shape_names: bool = True) -> list[dict[str, Any]]:
+  """The record's `regions` (records.py): per object its box and 'size colour shape' ('small blue star'), from the
+  scene itself. `shape_names=False` calls every shape 'shape', as the colour_only captions do."""
+  return [{'box': [float(v) for v in object_box(obj, angle)],
+           'text': f'{obj.size} {obj.color} {obj.shape if shape_names else UNNAMED_SHAPE}'}
+          for obj, angle in zip(objects, angles)]
 
 
 def with_article(phrase: str) -> str:
@@ -300,15 +331,16 @@ def canonical_and_negatives(objects: list[SceneObject], rng: np.random.Generator
 
 
 def make_example(seed: int, split: str, source: str, index: int, resolution: int,
-                 captions: str = 'alt_text', long_captions: str = 'full') -> dict[str, Any]:
+                 captions: str = 'alt_text', long_captions: str = 'full', regions: bool = False) -> dict[str, Any]:
   """The example (seed, split, source, index) as a record dict (see records.py); `captions` is the caption style
   of the short caption (CAPTION_STYLES), `long_captions` the form of the long one (LONG_CAPTION_STYLES). The image
-  and every other field do not depend on either."""
+  and every other field do not depend on either. `regions` adds the `regions` field (`scene_regions`; no random
+  draw, so every other field is the same with or without it)."""
   rng = _rng(seed, split, source, index)
   objects = sample_scene(rng)
-  image, mask, background = render(objects, source, resolution, rng)
+  image, mask, background, angles = render_scene(objects, source, resolution, rng)
   canonical, negatives = canonical_and_negatives(objects, rng)
-  return {
+  example = {
       'image': records.encode_png(image),
       'caption': short_caption(objects, source, background, rng, captions),
       'long_caption': {'full': long_caption, 'compact': compact_long_caption}[long_captions](objects, background),
@@ -319,10 +351,13 @@ def make_example(seed: int, split: str, source: str, index: int, resolution: int
       'canonical_caption': canonical,
       'hard_negatives': negatives,
   }
+  if regions:
+    example['regions'] = scene_regions(objects, angles, shape_names=captions != 'colour_only')
+  return example
 
 
 # Fields added after FORMAT_VERSION 1 and the value that generates what the spec generated before them.
-_FIELDS_ADDED_LATER = {'captions': 'alt_text', 'long_captions': 'full'}
+_FIELDS_ADDED_LATER = {'captions': 'alt_text', 'long_captions': 'full', 'regions': False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +372,7 @@ class SyntheticSpec:
   shards: int = 2
   captions: str = 'alt_text'  # the short captions' style, CAPTION_STYLES
   long_captions: str = 'full'  # the long captions' form, LONG_CAPTION_STYLES
+  regions: bool = False  # write each object's box and description (`scene_regions`), for LocCa
 
   def num_examples(self, split: str) -> int:
     return {'train': self.num_train, 'val': self.num_val, 'test': self.num_test}[split]
@@ -352,7 +388,8 @@ class SyntheticSpec:
 
 def _examples(spec: SyntheticSpec, split: str, source: str) -> Iterator[dict[str, Any]]:
   for index in range(spec.num_examples(split)):
-    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions, spec.long_captions)
+    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions, spec.long_captions,
+                       spec.regions)
 
 
 def default_cache_dir() -> str:
@@ -412,7 +449,7 @@ def spec_from_config(data: Any) -> SyntheticSpec:
   s = data.synthetic
   return SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
                        num_test=s.num_test, sources=tuple(s.sources), shards=s.shards, captions=s.captions,
-                       long_captions=s.long_captions)
+                       long_captions=s.long_captions, regions=bool(s.get('regions', False)))
 
 
 def config_split_paths(data: Any, split: str) -> list[str]:

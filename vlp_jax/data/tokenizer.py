@@ -47,7 +47,7 @@ from vlp_jax.registry import check_choice
 
 __all__ = ["Tokenizer", "default_tokenizer", "clean_text", "DEFAULT_CONTEXT_LENGTH", "SentencePieceTokenizer",
            "canonicalize_text", "tokenizer_for", "cached_tokenizer", "tokenizer_options", "require_clip_bpe",
-           "TOKENIZERS"]
+           "TOKENIZERS", "GemmaSentencePieceTokenizer"]
 
 DEFAULT_CONTEXT_LENGTH = 77
 VOCAB_FILENAME = "bpe_simple_vocab_16e6.txt.gz"
@@ -193,6 +193,11 @@ class Tokenizer:
     self._specials = frozenset((self.sot_token, self.eot_token))
     self._word_cache: dict[str, tuple[int, ...]] = {}
     self._reset_cache()
+
+  def vocabulary(self) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the symbol of each id, in id order; the BPE merges, in rank order): what another library's files for this
+    tokenizer (transformers' vocab.json and merges.txt) are written from."""
+    return list(self._decoder), sorted(self._bpe_ranks, key=self._bpe_ranks.get)
 
   # ------------------------------------------------------------------ state
   def _reset_cache(self) -> None:
@@ -386,13 +391,15 @@ def default_tokenizer() -> Tokenizer:
 
 CLIP_BPE = "clip_bpe"
 SENTENCEPIECE = "sentencepiece"
-TOKENIZERS = (CLIP_BPE, SENTENCEPIECE)  # the values of config.model.text.tokenizer
+GEMMA = "gemma"  # SigLIP 2's tokenizer (GemmaSentencePieceTokenizer)
+TOKENIZERS = (CLIP_BPE, SENTENCEPIECE, GEMMA)  # the values of config.model.text.tokenizer
 
 SIGLIP_CONTEXT_LENGTH = 64  # SiglipTokenizer's model_max_length
 SPIECE_FILENAME = "spiece.model"
 TOKENIZER_JSON_FILENAME = "tokenizer.json"
 # What a tokenizer folder is searched for, in order of preference.
 TOKENIZER_FILENAMES = (SPIECE_FILENAME, TOKENIZER_JSON_FILENAME)
+GEMMA_FILENAME = "tokenizer.model"  # transformers' name for Gemma's SentencePiece model (SigLIP 2's folders)
 
 # SiglipTokenizer's special tokens (its defaults): '</s>' ends every row and also pads it; text the vocabulary cannot
 # spell is '<unk>'.
@@ -678,6 +685,44 @@ class SentencePieceTokenizer:
     return out
 
 
+class GemmaSentencePieceTokenizer(SentencePieceTokenizer):
+  """SigLIP 2's tokenizer: Gemma's SentencePiece model (transformers names the file ``tokenizer.model``) as
+    big_vision's SigLIP 2 demo runs it and transformers' ``GemmaTokenizer(add_bos_token=False,
+    add_eos_token=True)`` with ``padding='max_length', truncation=True, max_length=L`` gives it.
+
+    Each caption is lowercased (nothing else: punctuation and spaces stay, unlike SigLIP's canonicalising) and
+    encoded as the model spells it (Gemma's adds no leading ``'▁'``), without a start token; ``'<eos>'`` follows,
+    cut to L ids keeping ``'<eos>'`` last, then right-padded with ``'<pad>'`` (id 0 in Gemma's vocabulary).
+    Literal special tokens in a caption (``'<eos>'``) are plain text here, special tokens to transformers.
+    Reads a SentencePiece model only; a ``tokenizer.json`` raises ConfigError.
+    """
+
+  def __init__(self, path: str | os.PathLike, context_length: int = SIGLIP_CONTEXT_LENGTH):
+    self.context_length = _check_context_length(context_length, minimum=1, room="the EOS")
+    path = os.fspath(path)
+    self.path = os.path.join(path, GEMMA_FILENAME) if os.path.isdir(path) else path
+    if not os.path.isfile(self.path) or self.path.endswith(".json"):
+      raise ConfigError(f"no Gemma SentencePiece model at {self.path!r}: expected the {GEMMA_FILENAME} that came with "
+                        "the SigLIP 2 weights (a tokenizer.json is not read for Gemma), or a folder holding it")
+    self._model = _load_model(self.path)
+    self.vocab_size: int = self._model.vocab_size
+    ids = {text: self._model.piece_id(text) for text in ("<eos>", "<pad>", "<unk>")}
+    if None in ids.values():
+      raise ConfigError(f"{self.path!r} is not Gemma's SentencePiece model: it lacks "
+                        f"{[text for text, i in ids.items() if i is None]}")
+    self.eot_token, self.pad_token, self.unk_token = ids["<eos>"], ids["<pad>"], ids["<unk>"]
+
+  def __repr__(self) -> str:
+    return (f"GemmaSentencePieceTokenizer(path={self.path!r}, vocab_size={self.vocab_size}, "
+            f"context_length={self.context_length})")
+
+  def encode(self, text: str) -> list[int]:
+    """Ids of one caption (lowercased here), without the EOS or padding."""
+    if not isinstance(text, str):
+      raise TypeError(f"encode expects a str, got {type(text).__name__}")
+    return self._model._sp.encode(text.lower())
+
+
 def tokenizer_options(text_config: Mapping[str, Any] | Any) -> dict[str, str]:
   """``{'tokenizer': ..., 'tokenizer_path': ...}`` of a text config
     (``config.model.text``, a ConfigDict or dict), with the defaults of configs
@@ -714,7 +759,7 @@ def cached_tokenizer(tokenizer: str = CLIP_BPE, tokenizer_path: str = "") -> Tok
     raise ConfigError(f"config.model.text.tokenizer={tokenizer!r} needs config.model.text.tokenizer_path: the "
                       f"{' or '.join(TOKENIZER_FILENAMES)} of the weights, or the folder holding it")
   try:
-    return SentencePieceTokenizer(tokenizer_path)
+    return (GemmaSentencePieceTokenizer if tokenizer == GEMMA else SentencePieceTokenizer)(tokenizer_path)
   except ConfigError as error:
     raise ConfigError(f"config.model.text.tokenizer_path={tokenizer_path!r}: {error}") from None
 

@@ -8,9 +8,11 @@ shard, the mixing modes, each process's block of every global batch, and a check
 resumes bit for bit. The index holds about 40 bytes per sample in host memory (400 MB for 10M samples).
 
 Bad samples are not errors: a sample without an image member is 'missing_image', without its caption member
-'missing_caption', a member cut short by a broken tar 'corrupt_tar'; the pipeline replaces them and counts them by
-reason, as it does bad records. A shard that cannot be opened is named and left out, unless more than
-`data.max_bad_fraction` of the shards are unusable.
+'missing_caption'; the pipeline replaces them and counts them by reason, as it does bad records. A truncated tar
+(cut inside a member, inside a header, or between members before tar's end-of-archive block) is named on stdout when
+indexed and counts one 'corrupt_tar' for what it lost: its cut sample, or, when the cut fell between samples, a
+placeholder sample standing for the lost rest (how many samples that held cannot be known). A shard that cannot be
+opened is named and left out, unless more than `data.max_bad_fraction` of the shards are unusable.
 """
 from __future__ import annotations
 
@@ -28,13 +30,14 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from vlp_jax.data import records
-from vlp_jax.errors import DataError, DataNotFoundError
+from vlp_jax.errors import ConfigError, DataError, DataNotFoundError
 
 DEFAULT_IMAGE_KEYS = ('jpg', 'png', 'jpeg', 'webp')
 DEFAULT_CAPTION_KEY = 'txt'
 _BRACES = re.compile(r'\{([^{}]*)\}')
 _COMPRESSED_MAGIC = {b'\x1f\x8b': 'gzip', b'BZh': 'bzip2', b'\xfd7zXZ': 'xz', b'\x28\xb5\x2f\xfd': 'zstd'}
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2  # 2: truncations found at any point of a tar, and the placeholder sample for a lost rest
+_BLOCK = 512  # tar's header and padding unit
 
 
 class TarMember(NamedTuple):
@@ -52,11 +55,20 @@ def split_member_name(name: str) -> tuple[str, str]:
   return (f'{folder}/{stem}' if folder else stem), extension.lower()
 
 
-def tar_samples(path: str) -> tuple[dict[str, dict[str, TarMember]], bool]:
-  """The samples of one uncompressed tar in order of first appearance, {key: {extension: member}} (the first member
-  of each extension), and whether the tar broke off with a read error (the samples before it are kept)."""
+class TarListing(NamedTuple):
+  """The samples of one tar in order of first appearance, {key: {extension: member}} (the first member of each
+  extension); `truncation`: '' for a whole tar, else where and how it breaks off (the samples before are kept);
+  `size`: the file's size in bytes."""
+  samples: dict[str, dict[str, TarMember]]
+  truncation: str
+  size: int
+
+
+def tar_samples(path: str) -> TarListing:
+  """The samples of one uncompressed tar (TarListing). tarfile stops without an error where a tar is cut inside a
+  header or between members, so the end it stopped at is checked too: a whole tar has a zero block there."""
   samples: dict[str, dict[str, TarMember]] = {}
-  broken = False
+  size = os.path.getsize(path)
   try:
     with tarfile.open(path, 'r:') as tar:
       for info in tar:
@@ -64,9 +76,30 @@ def tar_samples(path: str) -> tuple[dict[str, dict[str, TarMember]], bool]:
         if not info.isfile() or not extension or not key or os.path.basename(key).startswith('.'):
           continue
         samples.setdefault(key, {}).setdefault(extension, TarMember(path, info.name, info.offset_data, info.size))
-  except (tarfile.TarError, OSError, EOFError):
-    broken = True
-  return samples, broken
+      end = tar.offset  # where the header that ended the listing starts
+  except (tarfile.TarError, OSError, EOFError) as error:
+    return TarListing(samples, f'it breaks off at byte {size} ({error})', size)
+  return TarListing(samples, _truncation_at(path, end, size), size)
+
+
+def _truncation_at(path: str, end: int, size: int) -> str:
+  """'' when the block at `end` is tar's end-of-archive (zeros), else what is there instead."""
+  with open(path, 'rb') as f:
+    f.seek(end)
+    block = f.read(_BLOCK)
+  if len(block) == _BLOCK and not block.strip(b'\0'):
+    return ''
+  if not block:
+    return f'it ends at byte {size}, between two members, without the end-of-archive block'
+  if len(block) < _BLOCK:
+    return f'it ends at byte {size}, inside a tar header'
+  return f'the tar header at byte {end} of {size} is unreadable'
+
+
+def cut_sample(members: list[TarMember | None], size: int) -> bool:
+  """Whether a sample of a truncated tar lacks one of its members (None) or one runs past the file's `size`: then it
+  is the sample the cut went through; otherwise the cut fell between samples."""
+  return any(m is None or m.offset + m.size > size for m in members)
 
 
 def compression_of(path: str) -> str | None:
@@ -121,16 +154,47 @@ def shard_paths(pattern: str) -> list[str]:
 
 def parse_sources(path_setting: str) -> list[tuple[str, str]]:
   """`data.path` for webdataset data -> [(source name, pattern)]: comma-separated entries, each 'NAME=PATTERN' or a
-  PATTERN named after its folder ('/data/cc12m/{0..9}.tar' -> 'cc12m')."""
+  PATTERN named after its folder ('/data/cc12m/{0..9}.tar' and '/data/cc12m/' -> 'cc12m'). Raises ConfigError when
+  an unnamed entry's name is also another folder's or an explicit one (they would be mixed and counted as one
+  source); entries named alike on purpose, or patterns of one folder, make one source."""
   out = []
+  origins: dict[str, dict[str | None, str]] = {}  # name -> {its folder (None: named explicitly): the first entry}
   for item in (i.strip() for i in _split_top_level_commas(path_setting)):
     if not item:
       continue
-    name, sep, pattern = item.partition('=')
-    if not sep or '/' in name:
-      name, pattern = os.path.basename(os.path.dirname(item.rstrip('/'))) or 'webdataset', item
+    name, pattern = _explicit_name(item)
+    folder = None if name else source_folder(pattern)
+    name = name or os.path.basename(folder) or 'webdataset'
+    origins.setdefault(name, {}).setdefault(folder, item)
     out.append((name, pattern))
+  for name, entries in origins.items():
+    if len(entries) > 1:
+      raise _name_clash_error(name, list(entries.values()))
   return out
+
+
+def _explicit_name(item: str) -> tuple[str, str]:
+  """'cc3m=/data/x' -> ('cc3m', '/data/x'); an entry without a name (an '=' in a path is no name) -> ('', item)."""
+  name, sep, pattern = item.partition('=')
+  return (name.strip(), pattern.strip()) if sep and '/' not in name else ('', item)
+
+
+def source_folder(pattern: str) -> str:
+  """The folder an unnamed `data.path` entry is named after: the entry itself when it is a folder, else the folder
+  of its tar files ('/data/cc3m/' and '/data/cc3m/{0..9}.tar' -> '/data/cc3m'), as an absolute path."""
+  path = os.path.abspath(pattern.rstrip('/') or '/')
+  last = os.path.basename(path)
+  names_tars = last.lower().endswith('.tar') or any(c in last for c in '*?[{')
+  return os.path.dirname(path) if names_tars else path
+
+
+def _name_clash_error(name: str, entries: list[str]) -> ConfigError:
+  listed = ', '.join(f"'{e}'" for e in entries)
+  renamed = ','.join(f'{name}{k}={_explicit_name(e)[1]}' for k, e in enumerate(entries, 1))
+  return ConfigError(
+      f"config.data.path entries {listed} would all be the source '{name}' (an entry without a name is named after "
+      "its folder), and their examples mixed and counted as one source. Name each one as NAME=PATTERN, e.g. "
+      f"--config.data.path='{renamed}' (the same NAME on several entries makes them one source on purpose).")
 
 
 def _split_top_level_commas(text: str) -> list[str]:
@@ -172,19 +236,31 @@ _INDEX_DTYPE = np.dtype([('image_offset', '<i8'), ('image_size', '<i8'), ('capti
                          ('caption_size', '<i8')])
 
 
-def _index_shard(path: str, fields: Fields) -> tuple[np.ndarray, list[str], bool]:
-  samples, broken = tar_samples(path)
-  rows = np.full(len(samples), -1, _INDEX_DTYPE)
-  keys = []
-  for i, (key, members) in enumerate(samples.items()):
-    keys.append(key)
-    image = next((members[k] for k in fields.image_keys if k in members), None)
-    caption = members.get(fields.caption_member)
+class ShardIndex(NamedTuple):
+  """One shard's index: rows [n] of _INDEX_DTYPE, keys [n] bytes, and its TarListing.truncation ('' when whole).
+  A truncated shard's last row stands for its loss (read as 'corrupt_tar'): the sample the cut went through, or a
+  placeholder row (no members, key b'') when the cut fell between samples."""
+  rows: np.ndarray
+  keys: np.ndarray
+  truncation: str
+
+
+def _index_shard(path: str, fields: Fields) -> ShardIndex:
+  listing = tar_samples(path)
+  chosen = [(next((members[k] for k in fields.image_keys if k in members), None), members.get(fields.caption_member))
+            for members in listing.samples.values()]
+  keys = list(listing.samples)
+  if listing.truncation and not (chosen and cut_sample(list(chosen[-1]), listing.size)):
+    chosen.append((None, None))
+    keys.append('')
+  rows = np.full(len(chosen), -1, _INDEX_DTYPE)
+  for i, (image, caption) in enumerate(chosen):
     if image is not None:
       rows[i]['image_offset'], rows[i]['image_size'] = image.offset, image.size
     if caption is not None:
       rows[i]['caption_offset'], rows[i]['caption_size'] = caption.offset, caption.size
-  return rows, keys, broken
+  return ShardIndex(rows, np.asarray([k.encode('utf-8', 'surrogateescape') for k in keys], dtype=bytes),
+                    listing.truncation)
 
 
 def _cache_file(cache_dir: str, path: str, fields: Fields) -> str:
@@ -194,38 +270,37 @@ def _cache_file(cache_dir: str, path: str, fields: Fields) -> str:
   return os.path.join(cache_dir, 'webdataset_index', digest[:2], digest + '.npz')
 
 
-def load_index(path: str, fields: Fields, cache_dir: str = '') -> tuple[np.ndarray, np.ndarray, bool]:
-  """(rows [n] of _INDEX_DTYPE, keys [n] bytes, whether the tar broke off) of one shard, from the cache when the
-  shard is unchanged (same path, size and mtime); raises OSError when the shard cannot be opened."""
+def load_index(path: str, fields: Fields, cache_dir: str = '') -> ShardIndex:
+  """One shard's index, from the cache when the shard is unchanged (same path, size and mtime); raises OSError when
+  the shard cannot be opened."""
   if compression_of(path):
     raise OSError(f'{path} is a {compression_of(path)}-compressed tar; samples are read by offset from plain .tar '
                   'files, as img2dataset writes them: decompress it first')
   cached = _cache_file(cache_dir, path, fields) if cache_dir else ''
   if cached and os.path.exists(cached):
     with np.load(cached) as data:
-      return data['rows'], data['keys'], bool(data['broken'])
-  rows, keys, broken = _index_shard(path, fields)
-  keys = np.asarray([k.encode('utf-8', 'surrogateescape') for k in keys], dtype=bytes)
+      return ShardIndex(data['rows'], data['keys'], str(data['truncation']))
+  index = _index_shard(path, fields)
   if cached:
     os.makedirs(os.path.dirname(cached), exist_ok=True)
     temporary = f'{cached}.{os.getpid()}.tmp.npz'
-    np.savez(temporary, rows=rows, keys=keys, broken=broken)
+    np.savez(temporary, **index._asdict())
     os.replace(temporary, cached)
-  return rows, keys, broken
+  return index
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardIndexes:
-  """Every shard's index (`load_index`), built once for a run: {path: (rows, keys, broken)} of the readable shards,
-  and [(path, error)] of those that cannot be opened."""
-  by_path: dict[str, tuple[np.ndarray, np.ndarray, bool]]
+  """Every shard's index (`load_index`), built once for a run: {path: ShardIndex} of the readable shards, and
+  [(path, error)] of those that cannot be opened."""
+  by_path: dict[str, ShardIndex]
   unreadable: list[tuple[str, str]]
 
 
 def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '', num_threads: int = 16
                  ) -> ShardIndexes:
   """The indexes of `paths`, read with `num_threads` threads (remote file systems); a shard that cannot be opened is
-  named on stdout and listed in `unreadable`."""
+  named on stdout and listed in `unreadable`, a truncated one named on stdout with where it breaks off."""
   def index(path):
     try:
       return load_index(path, fields, cache_dir)
@@ -237,7 +312,13 @@ def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '
   unreadable = [(p, str(e)) for p, e in indexes.items() if isinstance(e, OSError)]
   for path, error in unreadable:
     print(f'warning: webdataset shard {path} cannot be read and is left out: {error}', flush=True)
-  return ShardIndexes({p: i for p, i in indexes.items() if not isinstance(i, OSError)}, unreadable)
+  readable = {p: i for p, i in indexes.items() if not isinstance(i, OSError)}
+  for path, index in readable.items():
+    if index.truncation:
+      print(f'warning: webdataset shard {path} is truncated: {index.truncation}. Its {len(index.rows) - 1} samples '
+            "before the cut are used; what it lost counts as one 'corrupt_tar' (train/data/skipped/corrupt_tar).",
+            flush=True)
+  return ShardIndexes(readable, unreadable)
 
 
 class TarShardRecords:
@@ -262,11 +343,11 @@ class TarShardRecords:
     kept = [k for k, path in enumerate(self._paths) if path in indexes.by_path]
     shard_indexes = [indexes.by_path[self._paths[k]] for k in kept]
     self._kept = np.asarray(kept, np.int64)
-    self._rows = np.concatenate([i[0] for i in shard_indexes]) if kept else np.zeros(0, _INDEX_DTYPE)
-    self._keys = np.concatenate([i[1] for i in shard_indexes]) if kept else np.zeros(0, bytes)
-    self._ends = np.cumsum([len(i[0]) for i in shard_indexes]).astype(np.int64)
-    # The last sample of a tar that broke off lost whatever came after the break: corrupt_tar, not a missing member.
-    self._cut_short = {int(end) - 1 for i, end in zip(shard_indexes, self._ends) if i[2]}
+    self._rows = np.concatenate([i.rows for i in shard_indexes]) if kept else np.zeros(0, _INDEX_DTYPE)
+    self._keys = np.concatenate([i.keys for i in shard_indexes]) if kept else np.zeros(0, bytes)
+    self._ends = np.cumsum([len(i.rows) for i in shard_indexes]).astype(np.int64)
+    # A truncated tar's last row stands for its loss (ShardIndex): corrupt_tar, not a missing member.
+    self._loss_rows = {int(end) - 1: i.truncation for i, end in zip(shard_indexes, self._ends) if i.truncation}
     self._descriptors: dict[int, int] = {}
     self._open_lock = threading.Lock()
 
@@ -299,7 +380,7 @@ class TarShardRecords:
     shard at once (a shared seek-then-read would hand one thread's bytes to another)."""
     data = os.pread(self._descriptor(shard), int(size), int(offset))
     if len(data) != size:
-      raise records.BadRecordError('corrupt_tar', f'a sample of {self._paths[shard]} is cut short')
+      raise records.BadRecordError('corrupt_tar', 'the sample is cut short: the tar ends inside it')
     return data
 
   def __getitem__(self, index: int) -> tuple[int, dict[str, Any]]:
@@ -308,31 +389,30 @@ class TarShardRecords:
     row, key = self._rows[index], self._keys[index].decode('utf-8', 'replace')
     example = {'key': key, 'source': self._sources[shard]}
     try:
-      if index in self._cut_short and (row['image_offset'] < 0 or row['caption_offset'] < 0):
-        raise records.BadRecordError('corrupt_tar', f'the last sample of {self._paths[shard]} is cut short')
+      if index in self._loss_rows and (row['image_offset'] < 0 or row['caption_offset'] < 0):
+        raise records.BadRecordError('corrupt_tar', f'the tar is truncated ({self._loss_rows[index]}): '
+                                     + ('what followed its last whole sample is lost' if key == '' else
+                                        'this sample is cut'))
       example.update(self._read(shard, row))
     except records.BadRecordError as bad:
-      example.update(bad=bad.reason, detail=str(bad))
+      example.update(bad=bad.reason, detail=bad.message)
     return self._shard_ids[shard], example
 
   def __getitems__(self, indices) -> list[tuple[int, dict[str, Any]]]:
     return [self[i] for i in indices]
 
   def _read(self, shard: int, row: np.void) -> dict[str, Any]:
-    path = self._paths[shard]
     if row['image_offset'] < 0:
-      raise records.BadRecordError('missing_image', f'a sample of {path} has no {"/".join(self._fields.image_keys)} '
-                                   'member')
+      raise records.BadRecordError('missing_image', f'the sample has no {"/".join(self._fields.image_keys)} member')
     if row['caption_offset'] < 0:
-      raise records.BadRecordError('missing_caption', f'a sample of {path} has no {self._fields.caption_member} '
-                                   'member')
+      raise records.BadRecordError('missing_caption', f'the sample has no {self._fields.caption_member} member')
     read = lambda offset, size: self._read_at(shard, offset, size)  # noqa: E731
     caption = read(row['caption_offset'], row['caption_size']).decode('utf-8', 'replace')
     if self._fields.caption_json_field:
       try:
         caption = json.loads(caption).get(self._fields.caption_json_field) or ''
       except (ValueError, AttributeError):
-        raise records.BadRecordError('empty_caption', f'a sample of {path} has no readable JSON caption') from None
+        raise records.BadRecordError('empty_caption', 'the sample has no readable JSON caption') from None
     return {'image': read(row['image_offset'], row['image_size']), 'caption': str(caption).strip(), 'label': -1,
             'long_caption': ''}
 

@@ -1,7 +1,8 @@
 """Evaluation: `Encoder` (the one door to the model), the evaluators registered in `EVALUATORS` (base.py; one module
 each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe), `run_evaluations`, which names
-their results `eval/<dataset>/<metric>`, and `evaluate_variants`, which runs them for each set of variables to
-evaluate (the trained model, a teacher, an EMA of the weights)."""
+their results `eval/<dataset>/<metric>`, `evaluate_variants`, which runs them for each set of variables to
+evaluate (the trained model, a teacher, an EMA of the weights), and `report_skipped_tasks`, which says once which
+evaluators do not apply to which set, and why."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +20,37 @@ def with_templates(eval_set, choice: str = 'dataset'):
   if choice == 'dataset' or not has_field(eval_set, 'class_names'):
     return eval_set
   return dataclasses.replace(eval_set, templates=TEMPLATE_SETS.get(choice))
+
+
+def missing_fields(task_evaluator: Evaluator, eval_set) -> str:
+  """What `eval_set` lacks for the evaluator, per alternative of its needs: 'captions', 'canonical_captions and
+  hard_negatives, nor winoground_captions'; '' when it applies."""
+  if task_evaluator.applies(eval_set):
+    return ''
+  missing = [[f for f in fields if not has_field(eval_set, f)] for fields in task_evaluator.needs]
+  return ', nor '.join(' and '.join(fields) for fields in missing)
+
+
+def skipped_tasks(eval_sets: list, tasks: tuple[str, ...]) -> list[str]:
+  """One line per eval set that some of `tasks` do not apply to, naming them and what the set lacks, e.g.
+  'digits: retrieval, affinity skipped (no captions)'; [] when every task applies to every set."""
+  lines = []
+  for eval_set in eval_sets:
+    by_reason: dict[str, list[str]] = {}
+    for task in tasks:
+      missing = missing_fields(EVALUATORS.get(task), eval_set)
+      if missing:
+        by_reason.setdefault(missing, []).append(task)
+    if by_reason:
+      reasons = [f'{", ".join(names)} skipped (no {missing})' for missing, names in by_reason.items()]
+      lines.append(f'{eval_set.name}: {"; ".join(reasons)}')
+  return lines
+
+
+def report_skipped_tasks(eval_sets: list, tasks: tuple[str, ...]) -> None:
+  """Print `skipped_tasks` once, when the eval sets are loaded, rather than skip them silently at each evaluation."""
+  for line in skipped_tasks(eval_sets, tasks):
+    print(f'Eval set {line}', flush=True)
 
 
 def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], prefix: str = '',
@@ -60,4 +92,5 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
   return results
 
 
-__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluate_variants', 'evaluator', 'run_evaluations', 'with_templates']
+__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluate_variants', 'evaluator', 'missing_fields',
+           'report_skipped_tasks', 'run_evaluations', 'skipped_tasks', 'with_templates']

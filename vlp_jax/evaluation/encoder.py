@@ -1,8 +1,9 @@
 """The `encode` functions every evaluator uses: images or captions -> L2-normalised embeddings on the host."""
 from __future__ import annotations
 
+import sys
 import time
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TextIO
 
 import jax
 import numpy as np
@@ -14,8 +15,36 @@ from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.models.towers import patch_based_towers, vision_tower
 
 
-# Embedding runs of at least this many chunks print their progress (every tenth).
+# Embedding runs of at least this many chunks print their progress.
 PROGRESS_MIN_CHUNKS = 20
+
+
+class EmbeddingProgress:
+  """The progress of one embedding run as one line: on a terminal it is rewritten in place (carriage return) at
+  every update; anywhere else (a log file, a pipe) only the final line is written, so that a log holds one line per
+  run rather than one per tenth of it."""
+
+  def __init__(self, total: int, what: str, stream: TextIO | None = None):
+    self.total, self.what = total, what
+    self.stream = stream or sys.stdout
+    self.in_place = self.stream.isatty()
+    self.began = time.perf_counter()
+
+  def update(self, done: int) -> None:
+    if not self.in_place:
+      return
+    seconds = max(time.perf_counter() - self.began, 1e-9)
+    eta = (self.total - done) * seconds / max(done, 1)
+    # \x1b[K clears what a longer earlier line left to the right.
+    self.stream.write(f'\r  embedding {self.what}: {done}/{self.total} ({done / seconds:.0f}/s, ETA {eta:.0f}s)'
+                      '\x1b[K')
+    self.stream.flush()
+
+  def finish(self) -> None:
+    seconds = max(time.perf_counter() - self.began, 1e-9)
+    line = f'  embedded {self.total} {self.what} in {seconds:.1f}s ({self.total / seconds:.0f}/s)'
+    self.stream.write(('\r' + line + '\x1b[K' if self.in_place else line) + '\n')
+    self.stream.flush()
 
 
 def project_patch_tokens(model, variables: dict, images: jax.Array) -> jax.Array:
@@ -74,25 +103,26 @@ class Encoder:
     self._variables = variables
     self._text_memo.clear()
 
-  def _chunked(self, fn: Callable, x: np.ndarray, dtype=None) -> np.ndarray:
+  def _chunked(self, fn: Callable, x: np.ndarray, what: str, dtype=None) -> np.ndarray:
+    """fn over `x` in chunks of `batch_size` rows; runs of PROGRESS_MIN_CHUNKS or more show their progress."""
     outputs = []
     num_chunks = -(-len(x) // self.batch_size)
-    began = time.perf_counter()
-    for index, start in enumerate(range(0, len(x), self.batch_size)):
+    progress = EmbeddingProgress(len(x), what) if num_chunks >= PROGRESS_MIN_CHUNKS else None
+    for start in range(0, len(x), self.batch_size):
       chunk = np.asarray(x[start:start + self.batch_size], dtype)  # a streamed image set decodes only this chunk
       padded = parallel.pad_rows(chunk, self.batch_size)
       with jax.set_mesh(self.mesh):
         out = fn(self.variables, parallel.sharded_from_host(padded, self.mesh))
       outputs.append(parallel.to_host(out)[:len(chunk)])
-      if num_chunks >= PROGRESS_MIN_CHUNKS and (index + 1) % (num_chunks // 10) == 0:
-        done, seconds = start + len(chunk), time.perf_counter() - began
-        print(f'  embedded {done}/{len(x)} ({done / seconds:.0f}/s, ETA {(len(x) - done) * seconds / done:.0f}s)',
-              flush=True)
+      if progress:
+        progress.update(start + len(chunk))
+    if progress:
+      progress.finish()
     return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
 
   def images(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 (an array, or data.streamed.StreamedImages) -> [N, d] unit-norm float32."""
-    return self._chunked(self._images, images, np.float32)
+    return self._chunked(self._images, images, 'images', np.float32)
 
   def image_features(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, w] float32, the image tower's feature before the projection into the
@@ -101,7 +131,7 @@ class Encoder:
     Linear probes read these, as CLIP's (appendix A.3) and SLIP's (MoCo v3's) protocols do: the projection is
     trained for the contrastive task alone, and SLIP's SimCLR head branches off before it.
     """
-    return self._chunked(self._features, images, np.float32)
+    return self._chunked(self._features, images, 'image features', np.float32)
 
   def texts(self, captions: Sequence[str]) -> np.ndarray:
     """N captions -> [N, d] unit-norm float32 (read-only), tokenised by the model's tokenizer. A list asked for
@@ -117,10 +147,10 @@ class Encoder:
 
   def tokens(self, tokens: np.ndarray) -> np.ndarray:
     """[N, context_length] integer tokens (what the model's tokenizer gives) -> [N, d] unit-norm float32."""
-    return self._chunked(self._texts, np.asarray(tokens, np.int32))
+    return self._chunked(self._texts, np.asarray(tokens, np.int32), 'texts')
 
   def patch_embeddings(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""
     if not self.has_patch_embeddings:
       raise NotImplementedError('patch embeddings need a ViT image tower (model.vision.type == "vit")')
-    return self._chunked(self._patches, images, np.float32)
+    return self._chunked(self._patches, images, 'patch embeddings', np.float32)

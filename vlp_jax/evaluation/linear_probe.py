@@ -137,10 +137,12 @@ def mean_per_class_accuracy(predictions: np.ndarray, labels: np.ndarray) -> floa
 
 
 def classification_metrics(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-  """logits [N, C], labels [N] -> top-1, top-5 and mean-per-class accuracy of the probe."""
+  """logits [N, C], labels [N] -> top-1, top-5 and mean-per-class accuracy of the probe, and the chance level of
+  top-1 and mean-per-class accuracy, 1 / C."""
   return {'linear_probe_top1': topk_accuracy(logits, labels, 1),
           'linear_probe_top5': topk_accuracy(logits, labels, 5),
-          'linear_probe_mean_per_class': mean_per_class_accuracy(np.argmax(logits, axis=1), labels)}
+          'linear_probe_mean_per_class': mean_per_class_accuracy(np.argmax(logits, axis=1), labels),
+          'linear_probe_chance': 1.0 / logits.shape[1]}
 
 
 def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *,
@@ -151,7 +153,7 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, t
 
   Labels are ints in [0, num_classes); num_classes defaults to 1 + the largest label seen. epochs, batch_size, lr and
   weight_decay apply to 'adamw' only; seed orders its minibatches and draws the ridge hold-out split.
-  Returns {'linear_probe_top1', 'linear_probe_top5', 'linear_probe_mean_per_class'}.
+  Returns {'linear_probe_top1', 'linear_probe_top5', 'linear_probe_mean_per_class', 'linear_probe_chance'}.
   """
   if method not in METHODS:
     raise ValueError(f"method '{method}' is not valid; valid choices: {list(METHODS)}")

@@ -1,8 +1,10 @@
 """Evaluation plots as PNG files: a t-SNE of the image embeddings coloured by class (SaCo supplementary Fig. 1), the
 histogram of per-query affinity consistency, image -> caption retrieval examples, and COSMOS's cross-attention maps.
 
-Every `plot_*` function takes host arrays, writes one PNG and returns its path; `write_eval_plots` and
-`write_cross_attention_plot` choose what applies to an eval set and name the files `<dataset>_<plot>.png`.
+Every `plot_*` function takes host arrays, writes one PNG and returns its path; where a test looks at what is drawn,
+a pure `*_figure` function builds the matplotlib Figure (no pyplot state) and `save_figure` writes it.
+`write_eval_plots` and `write_cross_attention_plot` choose what applies to an eval set and name the files
+`<dataset>_<plot>.png`. A metric has one colour in every plot (`metric_colour`), the training curves' included.
 """
 from __future__ import annotations
 
@@ -10,31 +12,50 @@ import functools
 import math
 import os
 import textwrap
+import zlib
 from typing import Sequence
 
+import matplotlib
 import numpy as np
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 
+from vlp_jax.data import synthetic
 from vlp_jax.data.image_ops import denormalize_image
 from vlp_jax.data.tokenizer import default_tokenizer, tokenizer_for
 from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
-MAX_LEGEND = 20  # classes named in the t-SNE legend; the rest are coloured but not named
+MAX_LEGEND = 36  # classes named in the t-SNE legend (all of the embedded dataset's); the rest are drawn but not named
 UNLABELLED = (0.6, 0.6, 0.6, 1.0)
 EXACT_TSNE_POINTS = 500  # up to this many points t-SNE runs with exact gradients, beyond with Barnes-Hut
+DPI = 100
+
+# One colour per metric in every plot (curves.png's panels, the affinity histogram), so that a colour reads the same
+# everywhere; metrics not listed get a colour from their name's checksum (stable across runs and processes).
+METRIC_COLOURS = {
+    'train/loss': 'black', 'zeroshot_top1': 'tab:blue', 'i2t_r1': 'tab:orange', 't2i_r1': 'tab:green',
+    'affinity_consistency': 'tab:red', 'linear_probe_top1': 'tab:purple', 'compositional_acc': 'tab:brown',
+    'segmentation_miou': 'tab:pink', 'winoground_group': 'tab:olive',
+}
+# The embedded dataset's shapes as the scatter markers closest to how they are rendered (data/synthetic.py).
+SHAPE_MARKERS = {'circle': 'o', 'square': 's', 'triangle': '^', 'star': '*', 'diamond': 'D', 'cross': 'P'}
+MARKER_AREA = {'*': 2.0}  # times the scatter's point area: a star's thin arms look smaller than a disc of its size
+POINT_AREA = 14.0  # points^2
 
 
-def _pyplot():
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  return plt
-
-
-def _save(fig, path: str) -> str:
+def save_figure(fig: Figure, path: str) -> str:
+  """Writes `fig` as a PNG at `path` (its folder made), the legend outside the axes included; returns the path."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=100, bbox_inches='tight')
-  _pyplot().close(fig)
+  fig.savefig(path, dpi=DPI, bbox_inches='tight')
   return path
+
+
+def metric_colour(name: str) -> tuple[float, float, float, float]:
+  """RGBA of a metric, the same in every panel and plot: 'zeroshot_top1' or 'eval/<dataset>/zeroshot_top1'."""
+  metric = name.split('/', 2)[2] if name.startswith('eval/') else name
+  if metric in METRIC_COLOURS:
+    return to_rgba(METRIC_COLOURS[metric])
+  return tuple(matplotlib.colormaps['tab20'](zlib.crc32(metric.encode()) % 20))
 
 
 # ------------------------------------------------------------------------------------------------------------ t-SNE
@@ -64,55 +85,91 @@ def tsne_points(image_emb: np.ndarray, max_points: int = 2000, seed: int = 0) ->
 
 def class_colours(num_classes: int) -> np.ndarray:
   """[K, 4] RGBA: tab10 / tab20 when they have enough colours, else evenly spaced hues of 'turbo'."""
-  plt = _pyplot()
   for name, size in (('tab10', 10), ('tab20', 20)):
     if num_classes <= size:
-      return plt.get_cmap(name)(np.arange(num_classes))
-  return plt.get_cmap('turbo')(np.linspace(0.0, 1.0, num_classes))
+      return matplotlib.colormaps[name](np.arange(num_classes))
+  return matplotlib.colormaps['turbo'](np.linspace(0.0, 1.0, num_classes))
+
+
+def named_style(class_name: str) -> tuple[tuple[float, float, float, float], str] | None:
+  """'red triangle' -> (RGBA of the embedded dataset's red, the triangle marker '^'): what a class name of the
+  embedded shapes dataset says it looks like; None for a name that is not '<colour> <shape>' in its vocabulary."""
+  words = class_name.split()
+  if len(words) != 2 or words[0] not in synthetic.COLORS or words[1] not in SHAPE_MARKERS:
+    return None
+  return tuple(c / 255 for c in synthetic.COLORS[words[0]]) + (1.0,), SHAPE_MARKERS[words[1]]
+
+
+def class_styles(class_names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+  """(colours [K, 4] RGBA, markers [K]) to draw each class with: the colour and shape its name says when every name
+  says one (the embedded dataset), else a palette colour (`class_colours`) and circles. All or none: palette colours
+  beside named ones could repeat a named colour under another name."""
+  styles = [named_style(str(name)) for name in class_names]
+  if styles and all(styles):
+    return np.array([colour for colour, _ in styles]), [marker for _, marker in styles]
+  return class_colours(len(class_names)), ['o'] * len(class_names)
+
+
+def tsne_figure(points: np.ndarray, labels: np.ndarray, class_names: Sequence[str], title: str) -> Figure:
+  """points [M, 2], labels [M] (-1 or >= K: unlabelled) -> a scatter, one artist per class labelled with its name,
+  drawn as `class_styles` says; the legend shows the `MAX_LEGEND` most frequent classes with those very artists as
+  handles, so that its colours and markers are the scatter's."""
+  labels = np.asarray(labels)
+  colours, markers = class_styles(class_names)
+  fig = Figure(figsize=(10, 7))
+  ax = fig.add_subplot()
+  unlabelled = (labels < 0) | (labels >= len(class_names))
+  present, counts = np.unique(labels[~unlabelled], return_counts=True)
+  scatter = functools.partial(ax.scatter, linewidths=0, alpha=0.85)
+  handles = {}
+  if unlabelled.any():  # first, under the classes
+    handles[-1] = scatter(points[unlabelled, 0], points[unlabelled, 1], color=UNLABELLED, marker='o',
+                          s=POINT_AREA, label='unlabelled')
+  for c in present:
+    rows = labels == c
+    handles[c] = scatter(points[rows, 0], points[rows, 1], color=colours[c], marker=markers[c],
+                         s=POINT_AREA * MARKER_AREA.get(markers[c], 1.0), label=str(class_names[c]))
+  named = np.sort(present[np.argsort(-counts, kind='stable')][:MAX_LEGEND])  # the most frequent, in class order
+  shown = [handles[c] for c in named] + ([handles[-1]] if -1 in handles else [])
+  if shown:
+    ax.legend(handles=shown, loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              ncols=2 if len(shown) > 18 else 1, markerscale=1.5, title_fontsize=8,
+              title=f'{len(named)} of {len(present)} classes' if len(named) < len(present) else None)
+  ax.set(xticks=[], yticks=[], title=title)
+  return fig
 
 
 def plot_tsne(image_emb: np.ndarray, labels: np.ndarray, class_names: Sequence[str], path: str,
               max_points: int = 2000, seed: int = 0, title: str = '') -> str:
-  """image_emb [N, d], labels [N] (-1: unlabelled) -> a scatter of the t-SNE of at most `max_points` images,
-  coloured by class; the legend names the `MAX_LEGEND` most frequent classes among the points shown."""
-  plt = _pyplot()
-  from matplotlib.lines import Line2D
+  """image_emb [N, d], labels [N] (-1: unlabelled) -> `path`: the t-SNE of at most `max_points` images drawn by
+  `tsne_figure`."""
   keep, points = tsne_points(image_emb, max_points, seed)
-  labels = np.asarray(labels)[keep]
-  colours = class_colours(len(class_names))
-  point_colours = np.array([colours[label] if 0 <= label < len(colours) else UNLABELLED for label in labels])
-  fig, ax = plt.subplots(figsize=(7, 6))
-  ax.scatter(points[:, 0], points[:, 1], c=point_colours, s=12, linewidths=0, alpha=0.85)
-  present, counts = np.unique(labels[(labels >= 0) & (labels < len(class_names))], return_counts=True)
-  named = present[np.argsort(-counts, kind='stable')][:MAX_LEGEND]
-  handles = [Line2D([], [], marker='o', linestyle='', color=colours[c], label=str(class_names[c])) for c in named]
-  if np.any((labels < 0) | (labels >= len(class_names))):
-    handles.append(Line2D([], [], marker='o', linestyle='', color=UNLABELLED, label='unlabelled'))
-  if handles:
-    more = len(present) - len(named)
-    ax.legend(handles=handles, loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
-              title=f'{len(named)} of {len(present)} classes' if more else None, title_fontsize=8)
   title = f'{title or "t-SNE of image embeddings"} ({len(keep)} of {len(image_emb)} images)'
-  ax.set(xticks=[], yticks=[], title=title)
-  return _save(fig, path)
+  return save_figure(tsne_figure(points, np.asarray(labels)[keep], class_names, title), path)
 
 
 # ------------------------------------------------------------------------------------------------ affinity histogram
 
 
-def plot_affinity_histogram(per_query: np.ndarray, path: str, label: str | None = None) -> str:
+def affinity_histogram_figure(per_query: np.ndarray, label: str | None = None) -> Figure:
   """per_query [N] affinity consistency (Pearson, in [-1, 1]) -> its histogram on fixed bins over [-1, 1], so that
-  checkpoints compare at a glance, with the mean (the reported metric) marked."""
-  plt = _pyplot()
+  checkpoints compare at a glance, in the metric's colour, with the mean (the reported metric) marked."""
   per_query = np.asarray(per_query, np.float64)
   mean = float(np.mean(per_query)) if per_query.size else float('nan')
-  fig, ax = plt.subplots(figsize=(6, 3.8))
-  ax.hist(per_query, bins=np.linspace(-1.0, 1.0, 41), color='tab:blue', alpha=0.8, label=label)
-  ax.axvline(mean, color='tab:red', linestyle='--', linewidth=1.5, label=f'mean {mean:.3f}')
+  fig = Figure(figsize=(6, 3.8))
+  ax = fig.add_subplot()
+  ax.hist(per_query, bins=np.linspace(-1.0, 1.0, 41), color=metric_colour('affinity_consistency'), alpha=0.8,
+          label=label)
+  ax.axvline(mean, color='black', linestyle='--', linewidth=1.5, label=f'mean {mean:.3f}')
   ax.set(xlim=(-1, 1), xlabel='Pearson(image affinities, caption affinities) per query', ylabel='queries',
          title='affinity consistency' + (f': {label}' if label else '') + f' (N = {per_query.size})')
   ax.legend(fontsize=8)
-  return _save(fig, path)
+  return fig
+
+
+def plot_affinity_histogram(per_query: np.ndarray, path: str, label: str | None = None) -> str:
+  """per_query [N] -> `path`: `affinity_histogram_figure`."""
+  return save_figure(affinity_histogram_figure(per_query, label), path)
 
 
 # ------------------------------------------------------------------------------------------------ retrieval examples
@@ -125,8 +182,8 @@ def query_indices(num_images: int, num_queries: int) -> np.ndarray:
 
 def _rows_figure(num_rows: int, row_height: float, width_ratios: tuple[float, float]):
   """A figure of `num_rows` (image, text) axes pairs, room left on top for the title above the first row's titles."""
-  fig, axes = _pyplot().subplots(num_rows, 2, figsize=(10, row_height * num_rows), squeeze=False,
-                                 gridspec_kw={'width_ratios': width_ratios})
+  fig = Figure(figsize=(10, row_height * num_rows))
+  axes = fig.subplots(num_rows, 2, squeeze=False, gridspec_kw={'width_ratios': width_ratios})
   fig.subplots_adjust(top=1.0 - 0.75 / fig.get_figheight(), wspace=0.05)
   return fig, axes
 
@@ -160,7 +217,7 @@ def plot_retrieval_examples(images: np.ndarray, captions: Sequence[str], caption
       text_ax.text(0.02, 1.0 - (i + 0.5) / (k + 1), line, color=colour, fontsize=9, va='center',
                    transform=text_ax.transAxes)
   fig.suptitle(f'{title or "image -> caption retrieval"}: top {k} (green: a caption of the image)', fontsize=10)
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------- COSMOS cross-attention maps
@@ -245,12 +302,11 @@ def _patch_grid(num_patches: int, grid: tuple[int, int] | None) -> tuple[int, in
 def _shaded_tokens(ax, tokens: Sequence[str], weights: np.ndarray, fontsize: float = 8.0) -> None:
   """Writes the tokens left to right in a monospace font (so widths follow from lengths), wrapping lines, each on
   a background shaded by its weight relative to the largest."""
-  plt = _pyplot()
   fig = ax.figure
   bbox = ax.get_position()
   width_pt, height_pt = bbox.width * fig.get_figwidth() * 72, bbox.height * fig.get_figheight() * 72
   char_w, line_h = 0.6 * fontsize / width_pt, 2.0 * fontsize / height_pt  # in axes fractions
-  cmap = plt.get_cmap('Reds')
+  cmap = matplotlib.colormaps['Reds']
   top = max(float(np.max(weights)), 1e-12) if len(weights) else 1.0
   x, y = 0.0, 1.0 - line_h / 2
   for token, weight in zip(tokens, weights):
@@ -282,7 +338,7 @@ def plot_cross_attention(images: np.ndarray, captions: Sequence[str], image_atte
     _shaded_tokens(text_ax, tokens[i], np.asarray(text_attention[i])[:len(tokens[i])])
   fig.suptitle('COSMOS cross-attention, mean over heads. Left: the patches the caption attends to; right: the '
                'tokens the image attends to', fontsize=10)
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------------------- per eval set

@@ -4,8 +4,14 @@ Results are flat {'eval/<dataset>/<metric>': value} dicts, the names of metrics.
 """
 from __future__ import annotations
 
-# The chance level a score is read against, when the evaluator reports one.
+import hashlib
+import json
+from typing import Any, Sequence
+
+# The chance level a score is read against, when the evaluator reports one: `<metric>_chance` beside it
+# (segmentation's), or the one named here.
 CHANCE_OF = {'zeroshot_top1': 'zeroshot_chance', 'zeroshot_mean_per_class': 'zeroshot_chance',
+             'linear_probe_top1': 'linear_probe_chance', 'linear_probe_mean_per_class': 'linear_probe_chance',
              'compositional_acc': 'compositional_chance', 'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance',
              'winoground_text': 'winoground_text_chance', 'winoground_image': 'winoground_image_chance',
              'winoground_group': 'winoground_group_chance'}
@@ -21,6 +27,8 @@ def chance_level(results: dict[str, float], name: str) -> float | None:
   """The chance level of the metric `name` in `results`, None when it has none. A variant's scores (a teacher's
   'teacher_zeroshot_top1', the EMA's 'ema_zeroshot_top1') share the trained model's chance level."""
   dataset, metric = split_name(name)
+  if f'eval/{dataset}/{metric}_chance' in results:
+    return results[f'eval/{dataset}/{metric}_chance']
   prefix, base = '', metric
   for key in CHANCE_OF:
     if metric.endswith(key):
@@ -58,3 +66,15 @@ def markdown_table(results: dict[str, float]) -> str:
     rows.append(f'| {dataset} | {metric} | {results[name]:.4f} | ' + (f'{chance:.4f} |' if chance is not None
                                                                        else '|'))
   return '\n'.join(rows) + '\n'
+
+
+def results_key(datasets: Sequence[str], split: str, changed_settings: dict[str, Any]) -> str:
+  """The name of one evaluation's results folder, so that evaluating a checkpoint on other eval sets or settings
+  keeps the earlier results: 'synthetic+digits-test' for those sets and split, followed by '-' and 6 hex digits of a
+  hash of `changed_settings` ({dotted key: value} that differ from the checkpoint's saved config, such as
+  {'eval.tasks': ['zeroshot']}) when there are any. The same request always gets the same name."""
+  key = f"{'+'.join(datasets)}-{split}"
+  if changed_settings:
+    digest = hashlib.sha1(json.dumps(changed_settings, sort_keys=True, default=str).encode()).hexdigest()
+    key += f'-{digest[:6]}'
+  return key

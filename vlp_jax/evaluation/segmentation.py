@@ -53,7 +53,7 @@ def iou_from_confusion(confusion: np.ndarray) -> np.ndarray:
   """[K, K] counts -> [K] IoU per class, NaN for a class in neither the target nor the prediction."""
   intersection = np.diag(confusion).astype(np.float64)
   union = confusion.sum(axis=0) + confusion.sum(axis=1) - intersection
-  return np.where(union > 0, intersection / np.maximum(union, 1), np.nan)
+  return np.where(union > 0, intersection / np.where(union > 0, union, 1), np.nan)  # expected counts may be < 1
 
 
 def per_class_iou(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None
@@ -146,11 +146,25 @@ def segmentation_confusion(encode_patches: Callable[[np.ndarray], np.ndarray], i
   return confusion
 
 
-def segmentation_metrics(confusion: np.ndarray) -> dict[str, float]:
+def uniform_random_confusion(confusion: np.ndarray) -> np.ndarray:
+  """[K, K] counts -> [K, K] float: the expected confusion of a predictor that labels every pixel uniformly at random
+  over the K labels, on the same ground truth (each row's pixels spread evenly over the columns)."""
+  return np.repeat(confusion.sum(axis=1, keepdims=True) / confusion.shape[1], confusion.shape[1], axis=1)
+
+
+def segmentation_scores(confusion: np.ndarray) -> dict[str, float]:
   """[1 + C, 1 + C] counts, label 0 the background -> mIoU with and without the background, pixel accuracy."""
   iou = iou_from_confusion(confusion)
   return {'segmentation_miou': mean_iou(iou), 'segmentation_miou_fg': mean_iou(iou[1:]),
           'segmentation_pixel_acc': float(np.trace(confusion) / max(confusion.sum(), 1))}
+
+
+def segmentation_metrics(confusion: np.ndarray) -> dict[str, float]:
+  """`segmentation_scores`, each with its chance level beside (`<metric>_chance`): the score of a uniformly random
+  labelling of the same pixels (`uniform_random_confusion`); pixel accuracy 1 / (1 + C), mIoU the mean over labels
+  of p / ((1 + C) p + 1 - p) for a label covering a share p of the pixels."""
+  chance = segmentation_scores(uniform_random_confusion(confusion))
+  return {**segmentation_scores(confusion), **{f'{name}_chance': value for name, value in chance.items()}}
 
 
 @evaluator('segmentation', needs=('masks', 'class_names'))

@@ -18,6 +18,7 @@ import jax
 
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
+from vlp_jax.errors import MissingInputError
 from vlp_jax.losses import saco
 from vlp_jax.objectives.base import TERMS, Term, tower_variables
 from vlp_jax.registry import check_choice
@@ -57,10 +58,10 @@ class SacoTerm(Term):
     if term_config.ramp_steps < 0:
       raise ValueError(f'config.objective.saco.ramp_steps={term_config.ramp_steps} must be >= 0 (0 = the whole run)')
     if term_config.beta > 0 and term_config.teacher == 'checkpoint' and not term_config.teacher_checkpoint:
-      raise ValueError("config.objective.saco.teacher='checkpoint' needs config.objective.saco.teacher_checkpoint "
+      raise MissingInputError("config.objective.saco.teacher='checkpoint' needs config.objective.saco.teacher_checkpoint "
                        '(a vlp_jax checkpoint, e.g. one imported with `python -m vlp_jax.weights import`)')
     if term_config.beta > 0 and term_config.teacher == 'embeddings' and not config.data.teacher_embeddings:
-      raise ValueError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write them '
+      raise MissingInputError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write them '
                        'with `python -m vlp_jax.embed --checkpoint=TEACHER --dataset=... --split=train '
                        '--output=teacher.npz` and set config.data.teacher_embeddings=teacher.npz')
 

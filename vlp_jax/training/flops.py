@@ -95,3 +95,13 @@ def device_flops(traced, compiled, platform: str, num_devices: int) -> float:
   if platform == 'gpu':
     return traced_flops(traced) / num_devices
   return program_cost(compiled).get('flops', 0.0)
+
+
+def program_memory(compiled) -> int | None:
+  """Bytes one device holds while a compiled program runs: its arguments, outputs and temporaries, less the outputs
+  that reuse donated arguments' buffers (aliases); None where the backend gives no memory analysis."""
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return None
+  return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
+             - analysis.alias_size_in_bytes)

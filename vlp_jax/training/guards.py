@@ -8,7 +8,9 @@ import signal
 import uuid
 
 import jax
+from jax.experimental import multihost_utils
 
+from vlp_jax import parallel
 from vlp_jax.errors import WorkdirError
 
 
@@ -36,46 +38,52 @@ def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
 
 
 class PreemptionWatcher:
-  """Turns the first SIGTERM / SIGINT into a request to stop after the current step (a second one stops at once).
+  """Turns the first SIGTERM / SIGINT into a request to stop after the current step; a second one stops at once.
 
-  Single process: Python signal handlers, installed on entry and restored on exit. Several processes: the signal
-  reaches hosts at different steps, so they agree on a step through jax's preemption sync point instead.
+  Python signal handlers, installed on entry and restored on exit, on every process. With several processes the
+  signal reaches one host, or the hosts at different steps, so the first one also tells every process through the
+  coordination service (`parallel.announce_preemption`) and they stop at the same step through jax's preemption sync
+  point. (Installing them replaces jax's own SIGTERM handler, which did that for SIGTERM only and ignored a second.)
   """
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
-    self.signal_name = None
+    self.signal_name = None  # the signal this process received (None when a peer's stopped it)
     self._previous = {}
 
   def __enter__(self) -> 'PreemptionWatcher':
-    if jax.process_count() == 1:
-      try:
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-      except ValueError:  # not the main thread: no handlers, as in plain Python
-        self._previous = {}
+    try:
+      self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+    except ValueError:  # not the main thread: no handlers, as in plain Python
+      self._previous = {}
     return self
 
   def __exit__(self, *exc) -> None:
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+    for sig, handler in self._previous.items():  # None: a handler installed from C (jax's), which Python cannot
+      signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # reinstall; its job is done by then
 
   def _handle(self, signum, frame) -> None:
     del frame
-    if self.signal_name is not None:  # the second signal: the default behaviour
-      signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+    if self.signal_name is not None:  # the second signal: one process, the previous behaviour (Ctrl-C raises
+      previous = self._previous.get(signum)  # KeyboardInterrupt); several, the signal's default: out at once
+      several = jax.process_count() > 1
+      signal.signal(signum, signal.SIG_DFL if several or previous is None else previous)
       os.kill(os.getpid(), signum)
       return
     self.signal_name = signal.Signals(signum).name
     print(f'{self.signal_name} received: finishing the current step and saving a checkpoint '
           f'(send it again to stop at once).', flush=True)
+    if jax.process_count() > 1:
+      parallel.announce_preemption()
 
   def should_stop(self, step: int) -> bool:
+    """Whether to checkpoint `step` and stop (every process must ask at every step when there are several)."""
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils
-      if multihost_utils.reached_preemption_sync_point(step):
-        self.signal_name = self.signal_name or 'SIGTERM'
-        return True
-      return False
+      if not multihost_utils.reached_preemption_sync_point(step):
+        return False
+      if self.signal_name is None:
+        print(f'Another process received a stop signal: stopping after step {step} with every process.', flush=True)
+      return True
     return self.signal_name is not None
 
 

@@ -6,6 +6,7 @@ builds a `TrainContext` (`build_context`), runs `train` and prints the results.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.data import formats, pipeline
 from vlp_jax.data.record_stats import RecordStats
-from vlp_jax.evaluation import Encoder
+from vlp_jax.evaluation import Encoder, report_skipped_tasks
 from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards
@@ -28,9 +29,10 @@ from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
 from vlp_jax.training.hooks import Hook, default_hooks
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
-from vlp_jax.training.progress import Progress, print_summary
+from vlp_jax.training.progress import Progress, end_summary, print_summary
 from vlp_jax.training.state import TrainState, create_train_state, with_ema
 from vlp_jax.training.step import UnrolledFlops, compile_train_step
+from vlp_jax.training.watchdog import StepWatchdog
 from vlp_jax.training.writer import MetricWriter, check_backends, read_metrics
 
 
@@ -146,6 +148,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
                                num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
                                config.ema.decay)
   eval_sets = evalsets.load_eval_sets(config)
+  report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
   # metrics.jsonl drops the lines past start_step (they are redone); TensorBoard; W&B with config.log.wandb_project
@@ -167,6 +170,8 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
   ctx.record_stats.update(status)
   batch = parallel.global_batch(local_batch, ctx.mesh)
   ctx.progress.waited_for_data(time.perf_counter() - began)
+  if step == ctx.start_step + 1:  # the compilation can take minutes on a big model: say what is going on
+    print(f'Compiling the train step (global batch {ctx.config.batch_size}) ...', flush=True)
   ctx.state, metrics = ctx.step_fn(ctx.state, batch, ctx.step_rng)
   if step == ctx.start_step + 1:
     jax.block_until_ready(ctx.state)
@@ -177,8 +182,10 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
     ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak)
     peak_text = f'; MFU against {peak / 1e12:g} TFLOP/s per device' if peak else ''
     source = 'the traced matmuls' if ctx.mesh.devices.flat[0].platform == 'gpu' else 'XLA'  # flops.device_flops
-    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}).'
-                                             if flops else '.'), flush=True)
+    memory = getattr(ctx.step_fn, 'memory', None)
+    memory_text = f'; {hardware.gib(memory)} of memory per device' if memory else ''
+    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}'
+                                             f'{memory_text}).' if flops else '.'), flush=True)
   return metrics
 
 
@@ -194,6 +201,41 @@ def train(ctx: TrainContext, hooks: list[Hook]) -> int:
   return step
 
 
+def files_not_found(config: ml_collections.ConfigDict) -> list[str]:
+  """One line for each local file or folder the config names that does not exist (remote paths are not checked)."""
+  named = {'config.data.teacher_embeddings': config.data.teacher_embeddings,
+           'config.init.checkpoint': config.init.checkpoint}
+  return [f"{key}='{path}' does not exist" for key, path in named.items()
+          if path and '://' not in path and not os.path.exists(path)]
+
+
+def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:
+  """Validate the config, then look for every input it needs, listing all that are missing at once (not one per
+  attempt): DataNotFoundError with each problem and its fix. Returns the training shards."""
+  missing, paths = [], []
+  try:
+    config_lib.validate(config, num_devices=jax.device_count())
+  except errors.MissingInputError as error:  # every other check has passed
+    missing.extend(str(error).split('\n'))
+  try:
+    paths = formats.train_paths(config.data)
+  except errors.DataNotFoundError as error:
+    missing.append(str(error))
+  missing.extend(files_not_found(config))
+  if len(missing) == 1:
+    raise errors.DataNotFoundError(missing[0])
+  if missing:
+    raise errors.DataNotFoundError(f'this run needs {len(missing)} inputs it does not have:\n'
+                                   + '\n'.join(f'{i}. {text}' for i, text in enumerate(missing, 1)))
+  return paths
+
+
+def remove_if_empty(directory: str) -> None:
+  """Remove `directory` when it exists and is empty (made for checkpoints that a failed start never wrote)."""
+  if os.path.isdir(directory) and not os.listdir(directory):
+    os.rmdir(directory)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_step: int | None = None
                        ) -> dict[str, Any]:
   """Train to `config.total_steps` (or until `stop_at_step`, saving a checkpoint there), evaluating and
@@ -202,9 +244,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   Returns {'state': the final TrainState (None if training had already finished), 'eval': the last eval metrics,
   'step': the last step}.
   """
-  config_lib.validate(config, num_devices=jax.device_count())
+  began = time.perf_counter()  # the wall time in the end summary
   check_backends(config)  # config.log.wandb_project without wandb installed: says how to install it
-  paths = formats.train_paths(config.data)  # fails early, with instructions, when the data is missing
+  paths = check_config_and_inputs(config)
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
   latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded
@@ -213,17 +255,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
     checkpointer.close()
     return {'state': None, 'eval': results, 'step': latest}
 
-  ctx = build_context(config, workdir, paths, checkpointer, latest, stop_at_step)
   try:
-    with guards.PreemptionWatcher() as watcher:
-      step = train(ctx, default_hooks(ctx, watcher))
+    ctx = build_context(config, workdir, paths, checkpointer, latest, stop_at_step)
+  except BaseException:  # bad data found while indexing, a wrong teacher file, ...: leave no empty checkpoints/
+    checkpointer.close()
+    remove_if_empty(checkpointer.directory)
+    raise
+  try:
+    # The watchdog is the last hook: a step is done once every hook has run (training/watchdog.py).
+    with guards.PreemptionWatcher() as watcher, StepWatchdog(config, ctx.start_step, ctx.last_step) as dog:
+      step = train(ctx, [*default_hooks(ctx, watcher), dog])
     curves = plot_curves(workdir) if jax.process_index() == 0 else None
     if curves:  # the end-of-run plot, also as an image to the writer's backends (TensorBoard, W&B)
       ctx.writer.write_images(step, {'plots/curves': curves})
   finally:  # every way out (done, preempted, non-finite, an error) closes the files
     ctx.close()
-  if step >= config.total_steps and ctx.last_eval:
-    print_summary(ctx.last_eval, f'Finished training at step {step}. Results on the {config.eval.split} split:')
-  if curves:
+    remove_if_empty(checkpointer.directory)  # a start that failed (a step too big to fit) leaves no empty folder
+  if step >= config.total_steps:  # scores against chance, the checkpoint, the time taken and what to run next
+    print(end_summary(ctx.last_eval, step, config.eval.split, ctx.checkpointer.step_directory(step),
+                      time.perf_counter() - began, curves), flush=True)
+  elif curves:
     print(f'Training curves: {curves}', flush=True)
   return {'state': ctx.state, 'eval': ctx.last_eval, 'step': step}

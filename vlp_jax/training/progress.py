@@ -81,6 +81,24 @@ def progress_line(step: int, total_steps: int, metrics: dict[str, float]) -> str
           + (f' | MFU {mfu:.1%}' if rate and mfu is not None else ''))
 
 
+def end_summary(results: dict[str, float], step: int, split: str, checkpoint_dir: str, wall_seconds: float,
+                curves: str | None = None) -> str:
+  """What a finished run prints last: the final eval scores, each beside its chance level where the evaluator reports
+  one, then where the checkpoint is, the wall time of this run, and the commands to take it further."""
+  lines = [f'Finished training at step {step} in {format_duration(wall_seconds)}.']
+  if results:
+    lines += [f'Results on the {split} split:', *summary_lines(results)]
+  lines += ['', f'Checkpoint: {checkpoint_dir}']
+  if curves:
+    lines.append(f'Training curves: {curves}')
+  lines += ['Next:',
+            f'  python -m vlp_jax.evaluate --checkpoint={checkpoint_dir} --plots'
+            '   # results table and plots; --datasets=... for other eval sets',
+            f'  VLP_CHECKPOINT={checkpoint_dir} jupyter lab notebooks/explore_checkpoint.ipynb'
+            '   # predictions, neighbours, affinities']
+  return '\n'.join(lines)
+
+
 def print_summary(results: dict[str, float], header: str) -> None:
   """A readable table of eval metrics, with the chance levels beside the scores."""
   print('\n'.join([header, *summary_lines(results)]) + '\n', flush=True)

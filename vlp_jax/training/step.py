@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from vlp_jax import parallel
+from vlp_jax import errors, hardware, parallel
 from vlp_jax.training import accumulation
 from vlp_jax.training import ema as ema_lib
-from vlp_jax.training.flops import device_flops, program_cost
+from vlp_jax.training.flops import device_flops, program_cost, program_memory
 from vlp_jax.training.optim import clamp_logit_scales
 from vlp_jax.training.state import TrainState, create_train_state
 
@@ -56,6 +56,21 @@ def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, stat
       donate_argnums=0)
 
 
+def check_memory(needed: int | None, mesh: Mesh) -> None:
+  """ConfigError when a compiled step that holds `needed` bytes per device cannot fit this process's devices."""
+  if needed is None:
+    return
+  local_devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+  device, local = local_devices[0], len(local_devices)  # another process's devices tell this one nothing
+  stats = device.memory_stats() or {}
+  shortfall = hardware.memory_shortfall(needed, local, device.platform, stats.get('bytes_limit'),
+                                        hardware.host_memory_bytes()[0])
+  if shortfall:
+    raise errors.ConfigError(f'the compiled train step {shortfall}: lower config.batch_size, accumulate gradients '
+                             "(config.accumulation.mode='decoupled' with micro_batch_size), or shard the weights "
+                             '(config.mesh.fsdp), then rerun')
+
+
 class CompiledStep:
   """`jit_train_step` compiled ahead of time on its first call, run under the mesh. `flops` is XLA's count of
   floating-point operations of one step on one device (flops.device_flops; None before the first call or where the
@@ -68,6 +83,7 @@ class CompiledStep:
     self.jitted, self.mesh, self.num_micro, self.unrolled_flops = jitted, mesh, num_micro, unrolled_flops
     self.compiled: dict = {}  # one program per batch signature (the loop's batches all share one)
     self.flops: float | None = None
+    self.memory: int | None = None  # bytes per device while the step runs (flops.program_memory)
 
   def __call__(self, state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict]:
     signature = (jax.tree.structure(batch), tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
@@ -76,6 +92,8 @@ class CompiledStep:
         traced = self.jitted.trace(state, batch, rng)
         lowered = traced.lower()
         self.compiled[signature] = lowered.compile()
+        self.memory = program_memory(self.compiled[signature])
+        check_memory(self.memory, self.mesh)  # before running: a step that cannot fit stops with the figures
         if self.flops is None:
           platform = self.mesh.devices.flat[0].platform
           flops = device_flops(traced, self.compiled[signature], platform, self.mesh.size)

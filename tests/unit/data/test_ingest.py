@@ -1,7 +1,6 @@
 """The converter library (vlp_jax/data/ingest/): the input-format table and its interface (a new format is one
 class), the readers of the built-in formats, and the options that go into the manifest. The converter end to end is
 tests/integration/test_convert_command.py."""
-import collections
 import io
 import json
 import os
@@ -12,6 +11,7 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
+from vlp_jax.config import base_config
 from vlp_jax.data import records
 from vlp_jax.data.ingest import base, convert, folder, manifest, table, webdataset
 
@@ -25,7 +25,7 @@ def _png(seed: int) -> bytes:
 def _serial_reading(totals: list[int] | None = None) -> base.Reading:
   """A Reading without worker processes: map runs each task here, in order."""
   return base.Reading(map=lambda function, tasks: ((task, function(task)) for task in tasks),
-                      skipped=collections.Counter(), estimate_total=(totals if totals is not None else []).append)
+                      estimate_total=(totals if totals is not None else []).append)
 
 
 def _options(layout: base.InputFormat, input_path: str, **overrides) -> base.Options:
@@ -86,6 +86,16 @@ def test_options_take_the_formats_defaults_and_keep_the_manifest_keys(tmp_path):
     _options(webdataset.WebdatasetFormat(), str(tmp_path), image_keys=' ; ')
 
 
+def test_image_keys_are_separated_by_commas_as_the_config_key_is(tmp_path):
+  layout = webdataset.WebdatasetFormat()
+  config_keys = base_config().data.webdataset.image_keys
+  assert webdataset.DEFAULT_IMAGE_KEYS == config_keys
+  assert _options(layout, str(tmp_path), image_keys=config_keys).image_keys == ('jpg', 'png', 'jpeg', 'webp')
+  # ';' (the earlier separator) still works, with the same options and so the same manifest
+  assert _options(layout, str(tmp_path), image_keys='webp;png') == _options(layout, str(tmp_path),
+                                                                            image_keys='webp, png')
+
+
 def test_table_rows_become_entries(tmp_path):
   path = tmp_path / 'data.tsv'
   path.write_bytes(b'filepath\tcaption\nimgs/a.jpg\t a fox \n\n\tno image\nb\xff.jpg\tbad bytes\n')
@@ -139,4 +149,4 @@ def test_webdataset_tars_become_entries_and_a_broken_tar_is_counted(tmp_path):
   entries = list(layout.entries(files, _options(layout, str(tmp_path)), reading))
   assert [(e.key, e.skip) for e in entries] == [('k0', None), ('k1', 'missing_image_key'), ('k2', None),
                                                 ('k3', 'corrupt_tar')]
-  assert reading.skipped == {'corrupt_tar': 1} and totals == [4, 4]  # from the tars listed so far
+  assert totals == [4, 4]  # from the tars listed so far

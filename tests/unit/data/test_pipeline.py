@@ -29,7 +29,7 @@ def test_batches_have_model_ready_arrays(micro):
 
 def test_uint8_images_are_normalised_on_the_device_as_on_the_host(micro):
   import jax
-  batch = next(_iterator(micro))
+  batch, _ = pipeline.pop_status(next(_iterator(micro)))  # the status fields stay on the host
   on_device = jax.jit(image_ops.images_to_float)(batch)
   assert on_device['image'].dtype == np.float32 and on_device['text'].dtype == np.int32
   # the eval sets' host normalisation, in float64 from the CLIP mean and std

@@ -10,7 +10,7 @@ from support import write_webdataset
 from vlp_jax.data import formats, mixing, records, webdataset
 from vlp_jax.data.formats import webdataset as webdataset_format
 from vlp_jax.config import base_config
-from vlp_jax.errors import DataError, DataNotFoundError
+from vlp_jax.errors import ConfigError, DataError, DataNotFoundError
 
 
 def test_brace_patterns_expand_as_webdataset_does(tmp_path):
@@ -23,6 +23,23 @@ def test_brace_patterns_expand_as_webdataset_does(tmp_path):
   assert webdataset.shard_paths(str(tmp_path / 'web')) == shards  # a folder: its tars
   assert webdataset.shard_paths(str(tmp_path / 'web' / '*.tar')) == shards
   assert webdataset.shard_paths(str(tmp_path / 'web' / '{00001..00002}.tar')) == shards[1:]
+
+
+def test_unnamed_sources_are_named_after_their_own_folder():
+  assert webdataset.parse_sources('/d/cc3m,/d/cc12m/, /d/laion/{0..3}.tar,/d/yfcc/*.tar,/d/coyo/00001.tar') == [
+      ('cc3m', '/d/cc3m'), ('cc12m', '/d/cc12m/'), ('laion', '/d/laion/{0..3}.tar'), ('yfcc', '/d/yfcc/*.tar'),
+      ('coyo', '/d/coyo/00001.tar')]
+  # Two patterns of one folder are one source; so are entries named alike on purpose.
+  assert [n for n, _ in webdataset.parse_sources('/d/cc3m/{0..1}.tar,/d/cc3m/{2..3}.tar,x=/a/s,x=/b/s')] == [
+      'cc3m', 'cc3m', 'x', 'x']
+
+
+@pytest.mark.parametrize('path_setting', ['/data/a/shards,/data/b/shards/', '/data/a/shards,shards=/data/b/x'])
+def test_two_sources_that_would_share_a_name_are_refused(path_setting):
+  # Merged silently, they would feed mixing and the per-source metrics as one source.
+  with pytest.raises(ConfigError, match=r"'shards' .*NAME=PATTERN") as error:
+    webdataset.parse_sources(path_setting)
+  assert '/data/a/shards' in str(error.value)
 
 
 def test_samples_are_read_back_as_written_and_bad_ones_named(tmp_path):
@@ -44,19 +61,23 @@ def test_samples_are_read_back_as_written_and_bad_ones_named(tmp_path):
   assert pickle.loads(pickle.dumps(as_json))[0][1]['caption'] == 'web sample 0 of shard 0 (json)'
 
 
-def test_a_tar_cut_short_gives_corrupt_tar_for_its_last_sample(tmp_path):
-  path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=4, broken=False)['web'][0]
-  data = webdataset.TarShardRecords([path])
-  _, last = data[len(data) - 1]
+@pytest.mark.parametrize('where', ['inside_a_header', 'between_samples', 'inside_an_image'])
+def test_every_truncation_of_a_tar_counts_one_corrupt_tar_and_is_named(tmp_path, capsys, where):
+  path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=10, broken=False)['web'][0]
   with open(path, 'rb') as f:
     whole = f.read()
-  # Cut the file inside the last sample's image: its index entry survives in a fresh index only up to the break.
-  cut = str(tmp_path / 'cut.tar')
-  with open(cut, 'wb') as f:
-    f.write(whole[:whole.index(last['image']) + 10])
-  broken = webdataset.TarShardRecords([cut])
-  assert broken[len(broken) - 1][1]['bad'] == 'corrupt_tar'
-  assert all('bad' not in broken[i][1] for i in range(len(broken) - 1))
+  header = whole.index(b'web000006.png')  # the 512-byte tar header of sample 6's first member
+  cut = {'inside_a_header': header + 100, 'between_samples': header, 'inside_an_image': header + 512 + 30}[where]
+  cut_path = str(tmp_path / 'cut.tar')
+  with open(cut_path, 'wb') as f:
+    f.write(whole[:cut])
+  for _ in range(2):  # the index built, then read from the cache: the same count and the same warning
+    data = webdataset.TarShardRecords([cut_path], cache_dir=str(tmp_path / 'cache'))
+    examples = [data[i][1] for i in range(len(data))]
+    assert [e['key'] for e in examples if 'bad' not in e] == [f'web00{i:04d}' for i in range(6)]
+    assert [e['bad'] for e in examples if 'bad' in e] == ['corrupt_tar']  # the lost rest, whatever it held
+    out = capsys.readouterr().out
+    assert f'{cut_path} is truncated' in out and f'byte {cut}' in out
 
 
 def test_the_index_is_cached_and_rebuilt_when_the_shard_changes(tmp_path):

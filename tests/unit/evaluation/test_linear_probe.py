@@ -206,5 +206,7 @@ def test_evaluator_needs_a_train_split():
   train_images, train_labels = digits.load_split(8, digits.PROBE_TRAIN_SPLITS['test'])
   with_train = with_train_split(eval_set, train_images, train_labels)
   metrics = linear_probe_evaluator(PixelEncoder(), with_train, image_emb, batch_size=64, lr=5e-3)
-  assert set(metrics) == {'linear_probe_top1', 'linear_probe_top5', 'linear_probe_mean_per_class'}
+  assert set(metrics) == {'linear_probe_top1', 'linear_probe_top5', 'linear_probe_mean_per_class',
+                          'linear_probe_chance'}
+  assert metrics['linear_probe_chance'] == 1 / len(eval_set.class_names)
   assert metrics['linear_probe_top1'] > 0.9 and metrics['linear_probe_top5'] > metrics['linear_probe_top1']

@@ -8,16 +8,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
+from matplotlib.markers import MarkerStyle
 from scipy import stats
 
+from vlp_jax.data import synthetic
 from vlp_jax.data.image_ops import denormalize_image, normalize_image
 from vlp_jax.evaluation import plots
 from vlp_jax.objectives.base import example_rngs
 from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
 from vlp_jax.models.cross_attention import CrossAttention
 
-# Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.
-pytestmark = pytest.mark.slow
+# The tests marked slow run t-SNE, compile a model or need the micro COSMOS (module fixtures): the quick loop leaves
+# them out. The figure tests read what is drawn off the matplotlib figure, before it is saved.
 
 
 def _unit(x):
@@ -40,6 +42,7 @@ def _images(n, size=16, seed=0):
 # ------------------------------------------------------------------------------------------ affinity and images
 
 
+@pytest.mark.slow
 def test_per_query_affinity_against_pearson():
   rng = np.random.default_rng(0)
   images = _unit(rng.normal(size=(25, 6)))
@@ -53,6 +56,7 @@ def test_per_query_affinity_against_pearson():
   np.testing.assert_allclose(per_query_affinity_consistency(images, images), 1.0)
 
 
+@pytest.mark.slow
 def test_denormalize_inverts_normalize():
   pixels = np.random.default_rng(1).integers(0, 256, (2, 5, 7, 3), dtype=np.uint8)
   back = denormalize_image(normalize_image(pixels))
@@ -65,6 +69,7 @@ def test_denormalize_inverts_normalize():
 # ------------------------------------------------------------------------------------------------------- plots
 
 
+@pytest.mark.slow
 def test_tsne_subsampling_is_deterministic():
   a = plots.subsample_indices(100, 30, seed=3)
   assert len(a) == 30 and len(np.unique(a)) == 30 and np.all(np.diff(a) > 0)
@@ -81,22 +86,110 @@ def test_tsne_subsampling_is_deterministic():
   assert plots.tsne_points(emb[:2])[1].shape == (2, 2)  # too few points for t-SNE: still plottable
 
 
+@pytest.mark.slow
 def test_plot_tsne_with_more_classes_than_the_legend(tmp_path):
   rng = np.random.default_rng(3)
-  labels = rng.integers(-1, 25, 80)  # 25 classes > MAX_LEGEND, some unlabelled
-  emb = _unit(rng.normal(size=(25, 8))[np.maximum(labels, 0)] + 0.3 * rng.normal(size=(80, 8)))
-  path = plots.plot_tsne(emb, labels, [f'class {i}' for i in range(25)], str(tmp_path / 'sub' / 't.png'),
+  classes = plots.MAX_LEGEND + 5
+  labels = rng.integers(-1, classes, 80)  # some unlabelled
+  emb = _unit(rng.normal(size=(classes, 8))[np.maximum(labels, 0)] + 0.3 * rng.normal(size=(80, 8)))
+  path = plots.plot_tsne(emb, labels, [f'class {i}' for i in range(classes)], str(tmp_path / 'sub' / 't.png'),
                          max_points=60)
   assert path == str(tmp_path / 'sub' / 't.png')
   assert_png(path)
 
 
+def _tsne_inputs(class_names, n=300, seed=7):
+  """points [n, 2] in one cluster per class, labels [n] with some unlabelled (-1) and some beyond the names."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(-1, len(class_names) + 1, n)
+  points = rng.normal(size=(len(class_names) + 2, 2))[labels] * 10 + rng.normal(size=(n, 2))
+  return points, labels
+
+
+def _legend_entries(ax):
+  legend = ax.get_legend()
+  return {text.get_text(): handle for text, handle in zip(legend.get_texts(), legend.legend_handles)}
+
+
+def _marker_vertices(collection):
+  return collection.get_paths()[0].vertices
+
+
+def test_named_style_is_what_an_embedded_class_name_says():
+  markers = set()
+  for name in synthetic.CLASS_NAMES:
+    colour, marker = plots.named_style(name)
+    colour_word, shape_word = name.split()
+    np.testing.assert_allclose(colour[:3], np.array(synthetic.COLORS[colour_word]) / 255)
+    assert marker == plots.SHAPE_MARKERS[shape_word]
+    markers.add(marker)
+  assert len(markers) == len(synthetic.SHAPES)  # one marker per shape
+  for name in ('red fox', 'class 3', 'red', 'large red circle', 'circle red'):
+    assert plots.named_style(name) is None
+  _, generic = plots.class_styles(['red fox', 'red circle'])  # all or none: a palette for a mixed list
+  assert generic == ['o', 'o']
+
+
+def test_tsne_legend_shows_what_is_drawn_and_what_the_shapes_names_say():
+  names = synthetic.CLASS_NAMES
+  points, labels = _tsne_inputs(names)
+  ax = plots.tsne_figure(points, labels, names, 'shapes').axes[0]
+  drawn = {collection.get_label(): collection for collection in ax.collections}
+  entries = _legend_entries(ax)
+  present = {names[c] for c in labels if 0 <= c < len(names)}
+  assert set(entries) == present | {'unlabelled'}  # all 36 classes fit in the legend
+  for label, handle in entries.items():
+    scatter = drawn[label]
+    np.testing.assert_allclose(handle.get_facecolor(), scatter.get_facecolor())
+    np.testing.assert_allclose(_marker_vertices(handle), _marker_vertices(scatter))
+    if label == 'unlabelled':
+      continue
+    colour, marker = plots.named_style(label)
+    np.testing.assert_allclose(scatter.get_facecolor()[0][:3], colour[:3])
+    marker_style = MarkerStyle(marker)
+    np.testing.assert_allclose(_marker_vertices(scatter),
+                               marker_style.get_path().transformed(marker_style.get_transform()).vertices)
+    rows = np.flatnonzero(labels == names.index(label))
+    np.testing.assert_allclose(scatter.get_offsets(), points[rows])  # every point of the class, and only them
+
+
+def test_tsne_legend_of_unnamed_classes_names_the_most_frequent_in_distinct_colours():
+  names = [f'class {i}' for i in range(plots.MAX_LEGEND + 5)]
+  points, labels = _tsne_inputs(names, n=600)
+  ax = plots.tsne_figure(points, labels, names, 'many').axes[0]
+  entries = _legend_entries(ax)
+  present, counts = np.unique(labels[(labels >= 0) & (labels < len(names))], return_counts=True)
+  assert len(entries) == plots.MAX_LEGEND + 1  # and 'unlabelled'
+  least_named = min(counts[list(present).index(names.index(e))] for e in entries if e != 'unlabelled')
+  left_out = [counts[i] for i, c in enumerate(present) if names[c] not in entries]
+  assert left_out and max(left_out) <= least_named
+  assert ax.get_legend().get_title().get_text() == f'{plots.MAX_LEGEND} of {len(present)} classes'
+  drawn = {collection.get_label(): collection for collection in ax.collections}
+  for label, handle in entries.items():
+    np.testing.assert_allclose(handle.get_facecolor(), drawn[label].get_facecolor())
+  colours = {tuple(np.round(c.get_facecolor()[0], 6)) for label, c in drawn.items() if label != 'unlabelled'}
+  assert len(colours) == len(present)
+
+
+def test_metric_colour_is_one_per_metric_and_stable():
+  assert plots.metric_colour('eval/synthetic/i2t_r1') == plots.metric_colour('eval/flickr30k/i2t_r1')
+  assert plots.metric_colour('eval/synthetic/i2t_r1') == plots.metric_colour('i2t_r1')
+  known = [plots.metric_colour(name) for name in plots.METRIC_COLOURS]
+  assert len(set(known)) == len(known)
+  assert plots.metric_colour('some_new_score') == plots.metric_colour('eval/x/some_new_score')
+  histogram = plots.affinity_histogram_figure(np.linspace(-0.5, 0.9, 40), label='synthetic').axes[0]
+  assert {tuple(patch.get_facecolor()[:3]) for patch in histogram.patches} == {
+      plots.metric_colour('affinity_consistency')[:3]}
+
+
+@pytest.mark.slow
 def test_plot_affinity_histogram(tmp_path):
   per_query = np.random.default_rng(4).uniform(-0.2, 0.9, 50)
   assert_png(plots.plot_affinity_histogram(per_query, str(tmp_path / 'h.png'), label='synthetic'))
   assert_png(plots.plot_affinity_histogram(per_query, str(tmp_path / 'h2.png')))
 
 
+@pytest.mark.slow
 def test_plot_retrieval_examples(tmp_path):
   rng = np.random.default_rng(5)
   image_emb = _unit(rng.normal(size=(6, 8)))
@@ -110,6 +203,7 @@ def test_plot_retrieval_examples(tmp_path):
   assert_png(path, (300, 300))
 
 
+@pytest.mark.slow
 def test_plot_cross_attention_and_token_strings(tmp_path):
   from vlp_jax.data.tokenizer import default_tokenizer
   tokens = default_tokenizer()(['a red circle on white!', 'wow !!'], context_length=16)
@@ -131,6 +225,7 @@ def test_plot_cross_attention_and_token_strings(tmp_path):
 # ------------------------------------------------------------------------------------- cross-attention weights
 
 
+@pytest.mark.slow
 def test_cross_attention_weights_leave_the_output_unchanged():
   import flax.linen as nn
   from vlp_jax.models.transformer import LN_EPS
@@ -177,6 +272,7 @@ def cosmos(data_cache):
   return config, objective, params, state, encoder, eval_set
 
 
+@pytest.mark.slow
 def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   from vlp_jax.data.tokenizer import default_tokenizer
   config, objective, params, state, _, eval_set = cosmos
@@ -203,6 +299,7 @@ def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
   np.testing.assert_allclose(_unit(out['h_txt']), features['h_txt'][:, 0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
   _, _, _, _, encoder, eval_set = cosmos
   paths = plots.write_eval_plots(encoder, eval_set, str(tmp_path))
@@ -225,6 +322,7 @@ def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
   assert plots.write_eval_plots(NoEncoder(), bare, str(tmp_path / 'none')) == []
 
 
+@pytest.mark.slow
 def test_write_cross_attention_plot(cosmos, tmp_path):
   from vlp_jax import objectives
   config, objective, params, state, _, eval_set = cosmos
@@ -241,6 +339,7 @@ def test_write_cross_attention_plot(cosmos, tmp_path):
   assert plots.cosmos_objective(objectives.Composite(objective, [])) is objective
 
 
+@pytest.mark.slow
 def test_encoder_embeds_a_caption_list_once_per_variables(cosmos):
   """Retrieval and affinity consistency ask for the same captions: the memo embeds them once, and forgets them when
   the encoder gets new variables."""

@@ -116,6 +116,24 @@ def test_oracle_patch_embeddings_give_perfect_miou():
   assert random['segmentation_miou'] < 0.3
 
 
+def test_chance_levels_are_those_of_a_uniformly_random_labelling():
+  rng = np.random.default_rng(0)
+  shares = np.array([0.6, 0.25, 0.1, 0.05])  # background, then three classes
+  target = rng.choice(len(shares), size=(40, 32, 32), p=shares)
+  metrics = seg.segmentation_metrics(seg.confusion_matrix(target, target, len(shares)))
+  assert metrics['segmentation_miou'] == 1.0  # the scores themselves are unchanged
+  # The closed form of the docstring on the true label shares...
+  p = np.bincount(target.ravel(), minlength=len(shares)) / target.size
+  iou = p / (len(p) * p + 1 - p)
+  assert metrics['segmentation_miou_chance'] == pytest.approx(iou.mean())
+  assert metrics['segmentation_miou_fg_chance'] == pytest.approx(iou[1:].mean())
+  assert metrics['segmentation_pixel_acc_chance'] == pytest.approx(1 / len(p))
+  # ...and what a random labelling scores.
+  random = seg.segmentation_scores(seg.confusion_matrix(rng.integers(0, len(p), target.shape), target, len(p)))
+  for name, value in random.items():
+    assert value == pytest.approx(metrics[f'{name}_chance'], abs=0.01), name
+
+
 def test_background_threshold():
   class_emb = np.eye(DIM)[:NUM_CLASSES]
   grid_labels = np.array([[[0, 1], [3, 0]]])
@@ -308,7 +326,8 @@ def test_evaluators_through_micro_model(micro):
 
   segmentation = seg.segmentation_evaluator(encoder, eval_set, None)
   compositional = comp.compositional_evaluator(encoder, eval_set, encoder.images(images))
-  assert set(segmentation) == {'segmentation_miou', 'segmentation_miou_fg', 'segmentation_pixel_acc'}
+  scores = {'segmentation_miou', 'segmentation_miou_fg', 'segmentation_pixel_acc'}
+  assert set(segmentation) == scores | {f'{name}_chance' for name in scores}
   assert set(compositional) == {'compositional_acc', 'compositional_pair_acc', 'compositional_chance'}
   for value in (*segmentation.values(), *compositional.values()):
     assert 0.0 <= value <= 1.0

@@ -30,10 +30,17 @@ def _tiny(scan=False, remat=False, policy='nothing_saveable', layers=3):
   return config
 
 
+_HOST_PARAMS = {}  # (model config, seed) -> host parameters: the tests here initialise the same models again and again
+
+
 def _host_params(config, seed=0):
-  model = models.build_model(config)
-  params, _ = jit_init(lambda key: models.init_variables(model, key))(jax.random.key(seed))  # eager init is slower
-  return jax.tree.map(np.asarray, params)
+  """The model's initial parameters on the host (a copy: callers may change them), one jitted init per model."""
+  key = (config.to_json_best_effort(sort_keys=True), seed)
+  if key not in _HOST_PARAMS:
+    model = models.build_model(config)
+    params, _ = jit_init(lambda k: models.init_variables(model, k))(jax.random.key(seed))  # eager init is slower
+    _HOST_PARAMS[key] = jax.tree.map(np.asarray, params)
+  return jax.tree.map(np.copy, _HOST_PARAMS[key])
 
 
 def _inputs(config, batch=3):
@@ -74,22 +81,30 @@ def test_scanned_towers_equal_the_unrolled_towers(with_tokens=True):
   chex.assert_trees_all_close(got, want, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('policy', [p for p in REMAT_POLICIES.names() if p != 'nothing_saveable'])  # that one:
-def test_every_remat_policy_keeps_the_gradients(policy):  # the FSDP test below
-  """Whatever a policy saves, the backward pass recomputes the rest to the same gradient (the text tower's pooled
-  path: scanned blocks, then the last block's single row)."""
+def _text_grads(config, params, tokens):
+  """The gradient of a sum of sin of the text tower's pooled embeddings, on the host."""
+  model = models.build_model(config)
+  loss = lambda q: jnp.sum(jnp.sin(model.apply({'params': q}, tokens, False, method=model.encode_text)['embed']))
+  return jax.tree.map(np.asarray, jax.jit(jax.grad(loss))(params))
+
+
+@pytest.fixture(scope='module')
+def unrolled_text_grads():
+  """(unrolled parameters, tokens, their text gradient in the scanned layout): one reference for every policy."""
   unrolled_config = _tiny()
   params = _host_params(unrolled_config)
   _, tokens = _inputs(unrolled_config)
+  return params, tokens, stacked_layout(_text_grads(unrolled_config, params, tokens))
 
-  def grads(config, p):
-    model = models.build_model(config)
-    loss = lambda q: jnp.sum(jnp.sin(model.apply({'params': q}, tokens, False, method=model.encode_text)['embed']))
-    return jax.tree.map(np.asarray, jax.jit(jax.grad(loss))(p))
 
-  want = stacked_layout(grads(unrolled_config, params))
-  _close_at_scale(grads(_tiny(scan=True, remat=True, policy=policy), stacked_layout(params)), want, rtol=1e-5)
+@pytest.mark.slow
+@pytest.mark.parametrize('policy', [p for p in REMAT_POLICIES.names() if p != 'nothing_saveable'])  # that one:
+def test_every_remat_policy_keeps_the_gradients(policy, unrolled_text_grads):  # the FSDP test below
+  """Whatever a policy saves, the backward pass recomputes the rest to the same gradient (the text tower's pooled
+  path: scanned blocks, then the last block's single row)."""
+  params, tokens, want = unrolled_text_grads
+  got = _text_grads(_tiny(scan=True, remat=True, policy=policy), stacked_layout(params), tokens)
+  _close_at_scale(got, want, rtol=1e-5)
 
 
 def _close_at_scale(got, want, rtol):

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import assert_close_at_scale, initial_state, jit_init, objective_batch
+from support import assert_close_at_scale, initial_state, micro_config, objective_batch
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
+from vlp_jax.data.image_ops import normalize_image
 from vlp_jax.objectives.clip import ClipObjective
 from vlp_jax.training import accumulation, optim
 from vlp_jax.training.step import compile_train_step
@@ -50,22 +51,49 @@ def _loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh)
 
 
 SETUPS = ['clip', 'siglip', 'saco', 'slip', 'cosmos+saco', 'zerovl']  # cosmos+saco covers COSMOS and composition
+# A stochastic image tower (conftest's noisy_vision_tower) makes the decoupled step exact only if every row keeps its
+# key in its micro-batch (SLIP: each of its three fused views). COSMOS keeps the ViT: it embeds a ViT's global crops
+# on a path of their own (test_tower_rng.py runs its noisy crops).
+NOISY_SETUPS = ('clip', 'slip')
+# The views send uint8 images; every path to the towers (whole batch, decoupled micro-batches, ZeroVL's pixel mixup
+# in `prepare`) must normalise them first. SLIP has three image entries; COSMOS's [B, crops, H, W, 3] entries are
+# covered in test_pipeline.py.
+UINT8_SETUPS = ('slip', 'zerovl')
+
+
+def _uint8_images(batch):
+  """(the batch with uint8 images, the same batch with those images normalised on the host)."""
+  rng = np.random.default_rng(5)
+  raw = {k: rng.integers(0, 256, v.shape, dtype=np.uint8) if v.dtype == np.float32 and v.shape[-1] == 3 else v
+         for k, v in batch.items()}
+  assert {k for k, v in raw.items() if v.dtype == np.uint8} >= {'image'}
+  return raw, {k: normalize_image(v) if v.dtype == np.uint8 else v for k, v in raw.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('setup', SETUPS)
-def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
+def test_decoupled_gradient_equals_the_full_batch_gradient(micro, noisy_vision_tower, setup):
+  """The same loss, metrics, model state and gradient whole or in micro-batches (not their average: CLIP checks that
+  it differs); with uint8 images (UINT8_SETUPS), also the same as with the host-normalised floats, both ways."""
   config = _configure(micro, setup)
+  if setup in NOISY_SETUPS:
+    config.model.vision.type = 'noisy'
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = objective.init_variables(jax.random.key(0))
   batch = objective_batch(config, BATCH)
+  if setup in UINT8_SETUPS:
+    raw, batch = _uint8_images(batch)
   mesh = parallel.make_mesh()
   rngs = [jax.random.key(3)]
   if setup == 'zerovl':  # one step rng where the coin mixes images, one where it mixes texts
     draws = [objective.draw_mixup(jax.random.key(i)) for i in range(40)]
     rngs = [jax.random.key(next(i for i, (_, heads) in enumerate(draws) if bool(heads) == want))
             for want in (True, False)]
+  # SLIP's head has BatchNorm: its backward sums O(1) per-row terms that cancel (normalised rows have zero mean)
+  # and divides by each channel's batch std, small for some channels of 32 rows. That amplifies float32
+  # rounding to ~1e-5 of a leaf on some CPUs (AMD EPYC), in the head and in everything upstream of it.
+  rtol = 1e-4 if setup == 'slip' else 1e-5
   for rng in rngs:
     loss, metrics, new_state, grads = _loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
     for num_micro in ((2, 4) if setup == 'clip' else (4,)):  # micro-batches of 16 / 8 rows: 2 / 1 per device
@@ -73,53 +101,26 @@ def test_decoupled_gradient_equals_the_full_batch_gradient(micro, setup):
                                                             num_micro, mesh)
       np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
       chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
-      # SLIP's head has BatchNorm: its backward sums O(1) per-row terms that cancel (normalised rows have zero mean)
-      # and divides by each channel's batch std, small for some channels of 32 rows. That amplifies float32
-      # rounding to ~1e-5 of a leaf on some CPUs (AMD EPYC), in the head and in everything upstream of it.
-      rtol = 1e-4 if setup == 'slip' else 1e-5
       assert_close_at_scale(d_state, new_state, rtol)
       assert_close_at_scale(d_grads, grads, rtol)
+    if setup in UINT8_SETUPS:  # the programs above, run on the uint8 images
+      for mode, num_micro, want_loss, want_grads in (('none', 1, loss, grads), ('decoupled', 4, d_loss, d_grads)):
+        got = _loss_and_grads(objective, params, state, raw, rng, mode, num_micro, mesh)
+        np.testing.assert_allclose(got[0], want_loss, rtol=1e-6)
+        assert_close_at_scale(got[3], want_grads, rtol)
+  if setup == 'clip':  # the naive average of micro-batch gradients differs for CLIP: the checks above could fail
+    *_, average = _loss_and_grads(objective, params, state, batch, rngs[0], 'microbatch', 4, mesh)
+    with pytest.raises(AssertionError):
+      assert_close_at_scale(average, grads, rtol=1e-3)
+  if setup in NOISY_SETUPS:  # the noise is there: another step rng draws another loss (the 'none' program, rerun)
+    other, *_ = _loss_and_grads(objective, params, state, batch, jax.random.key(4), 'none', 1, mesh)
+    assert abs(float(other) - float(loss)) > 1e-4
   # The loss's own parameters get their gradient too (it is not zero, so the check above means something).
   own = {'clip': ['logit_scale'], 'siglip': ['logit_scale', 'logit_bias'], 'saco': ['logit_scale'],
          'slip': ['logit_scale', 'simclr_head'], 'cosmos+saco': ['logit_scale', 'cosmos_logit_scale'],
          'zerovl': ['logit_scale']}[setup]
   for key in own:
     assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('setup', ['slip', 'zerovl'])
-def test_uint8_images_train_as_their_host_normalised_floats(micro, setup):
-  """The views send uint8 images; every path to the towers (whole batch, decoupled micro-batches, ZeroVL's pixel
-  mixup in `prepare`) normalises them first, so a step sees what it saw when the host normalised. (SLIP has three
-  image entries; COSMOS's [B, crops, H, W, 3] entries are covered in test_pipeline.py.)"""
-  from vlp_jax.data.image_ops import normalize_image
-  config = _configure(micro, setup)
-  objective = objectives.build(config, models.build_model(config.model))
-  params, state = objective.init_variables(jax.random.key(0))
-  rng = np.random.default_rng(5)
-  raw = {k: rng.integers(0, 256, v.shape, dtype=np.uint8) if v.dtype == np.float32 and v.shape[-1] == 3 else v
-         for k, v in objective_batch(config, BATCH).items()}
-  floats = {k: normalize_image(v) if v.dtype == np.uint8 else v for k, v in raw.items()}
-  assert {k for k, v in raw.items() if v.dtype == np.uint8} >= {'image'}
-  mesh = parallel.make_mesh()
-  for mode, num_micro in (('none', 1), ('decoupled', 4)):
-    got = _loss_and_grads(objective, params, state, raw, jax.random.key(3), mode, num_micro, mesh)
-    want = _loss_and_grads(objective, params, state, floats, jax.random.key(3), mode, num_micro, mesh)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
-    assert_close_at_scale(got[3], want[3], 1e-4 if setup == 'slip' else 1e-5)
-
-
-@pytest.mark.slow
-def test_decoupled_gradient_is_not_the_micro_batch_average(micro):
-  """The naive average of micro-batch gradients differs for CLIP: the test above could fail."""
-  objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = objective.init_variables(jax.random.key(0))
-  batch, mesh = objective_batch(micro, BATCH), parallel.make_mesh()
-  _, _, _, full = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
-  _, _, _, average = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'microbatch', 4, mesh)
-  with pytest.raises(AssertionError):
-    assert_close_at_scale(average, full, rtol=1e-3)
 
 
 class _CosineMatching(ClipObjective):
@@ -205,10 +206,18 @@ def test_decoupled_train_step_trains_like_the_whole_batch(micro):
   chex.assert_trees_all_close(d_params, params, rtol=1e-4, atol=2e-5)
 
 
+@pytest.fixture(scope='module')
+def plain_clip(data_cache):
+  """(objective, params, model state) of the micro CLIP: one objective, so that the tests below that take its
+  whole-batch gradient run one compiled program (_COMPILED)."""
+  config = micro_config(data_cache)
+  objective = objectives.build(config, models.build_model(config.model))
+  return objective, *objective.init_variables(jax.random.key(0))
+
+
 @pytest.mark.slow
-def test_remat_keeps_parameters_and_gradients(micro):
-  objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = objective.init_variables(jax.random.key(0))
+def test_remat_keeps_parameters_and_gradients(micro, plain_clip):
+  objective, params, state = plain_clip
   micro.model.remat = True
   remat = objectives.build(micro, models.build_model(micro.model))
   r_params, _ = remat.init_variables(jax.random.key(0))
@@ -223,13 +232,13 @@ def test_remat_keeps_parameters_and_gradients(micro):
 
 
 @pytest.mark.slow
-def test_bfloat16_compute_keeps_float32_weights_and_loss(micro):
-  objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = jit_init(objective.init_variables)(jax.random.key(0))
+def test_bfloat16_compute_keeps_float32_weights_and_loss(micro, plain_clip):
+  objective, params, state = plain_clip
   micro.model.dtype = 'bfloat16'
   validate(micro)
   half = objectives.build(micro, models.build_model(micro.model))
-  h_params, _ = jit_init(half.init_variables)(jax.random.key(0))
+  # An eager init, as plain_clip's: its op-by-op programs are compiled once per process, a jitted init every time.
+  h_params, _ = half.init_variables(jax.random.key(0))
   chex.assert_trees_all_equal(h_params, params)  # float32 master weights
   batch, mesh = objective_batch(micro, size=16), parallel.make_mesh()
   loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)

@@ -133,6 +133,7 @@ def test_each_step_is_dispatched_before_its_hooks_and_the_first_one_is_waited_fo
   assert int(ctx.state) == 5
   # The compiling step is out of the throughput figures: timing restarts after it.
   assert ctx.progress is not first_progress and ctx.progress.last_step == 3
-  assert capsys.readouterr().out == 'Compiled and ran step 3.\n'
+  assert capsys.readouterr().out == ('Compiling the train step (global batch 8) ...\n'  # said before it starts
+                                     'Compiled and ran step 3.\n')
   ctx.start_step = ctx.last_step = 5  # nothing left to do (a stop_at_step already reached)
   assert loop.train(ctx, [Recorder('a')]) == 5 and len(events) == 9

@@ -12,6 +12,8 @@ is one of:
 """
 from __future__ import annotations
 
+import glob
+import os
 from typing import Any, Callable
 
 import grain
@@ -29,6 +31,8 @@ RecordsReader = Callable[[list[str], list[int]], Any]
 class TrainingData:
   """A training data format: subclasses set `name` (via `@DATA_FORMATS.register`) and implement `split_paths`."""
   name: str = ''
+  reads_path = True  # whether config.data.path says where the data is (the embedded dataset's does not)
+  shard_suffix = ''  # the file name ending of its shards, by which `formats_of_files` recognises a folder of them
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -73,6 +77,28 @@ def data_format(data: ml_collections.ConfigDict) -> TrainingData:
 def options() -> dict[str, Any]:
   """{name: default options} of every format that has options: the format keys of `config.data`."""
   return {name: fmt.default_config() for name, fmt in DATA_FORMATS.items() if fmt.default_config()}
+
+
+def formats_of_files(path_setting: str) -> list[str]:
+  """The names of the formats whose shards (by `shard_suffix`) are at the local entries of a `config.data.path`
+  setting (comma-separated folders, files or globs): what to suggest for a path given with the wrong data.name."""
+  found = set()
+  for item in (i.strip() for i in path_setting.split(',') if i.strip()):
+    names = os.listdir(item) if os.path.isdir(item) else [os.path.basename(p) for p in glob.glob(item)]
+    found.update(name for name, fmt in DATA_FORMATS.items()
+                 if fmt.shard_suffix and any(n.endswith(fmt.shard_suffix) for n in names))
+  return sorted(found)
+
+
+def check_path_is_read(data: ml_collections.ConfigDict) -> None:
+  """ValueError when config.data.path is set but the chosen format reads none (it would be ignored)."""
+  if data.path.strip() and not DATA_FORMATS.get(data.name).reads_path:
+    readers = sorted(name for name, fmt in DATA_FORMATS.items() if fmt.reads_path)
+    found = formats_of_files(data.path)
+    hint = (f"its files look like '{found[0]}' shards: add --config.data.name={found[0]}" if len(found) == 1 else
+            f'add --config.data.name=NAME to read it, NAME one of {readers}')
+    raise ValueError(f"config.data.path='{data.path}' is set, but config.data.name='{data.name}' reads no path "
+                     f"and would train on other data; {hint} (docs/data.md), or drop config.data.path")
 
 
 def train_paths(data: ml_collections.ConfigDict) -> list[str]:

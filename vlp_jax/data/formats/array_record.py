@@ -39,6 +39,7 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
 
 @DATA_FORMATS.register('array_record')
 class ArrayRecordData(TrainingData):
+  shard_suffix = '.array_record'
 
   def split_paths(self, split: str) -> list[str]:
     if split != 'train':

@@ -14,6 +14,7 @@ from vlp_jax.registry import check_choice
 @DATA_FORMATS.register('synthetic')
 class EmbeddedData(TrainingData):
   """Splits 'train', 'val' and 'test', each source in its own shards."""
+  reads_path = False  # generated into config.data.cache_dir
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -26,6 +27,9 @@ class EmbeddedData(TrainingData):
         # 'full' (the default: 17 to 67 tokens, cut at a 32-token context) | 'compact' (at most 32 tokens with
         # sot/eot, the same kinds of sentence); data/synthetic.py
         'long_captions': 'full',
+        # each object's box and description in the records (`regions`), for LocCa's location tasks; off keeps the
+        # cache of before the field existed
+        'regions': False,
     }
 
   @classmethod

@@ -4,6 +4,7 @@ options under `config.data.webdataset`. Training data only: the 'train' split.""
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import ml_collections
@@ -21,7 +22,8 @@ def shards(data: ml_collections.ConfigDict) -> list[tuple[str, str]]:
   found = []
   for name, pattern in webdataset.parse_sources(data.path):
     paths = webdataset.shard_paths(pattern)
-    if not paths:
+    # a local path of which no shard exists is a wrong path, not a broken shard (exit 2 with the fix, not 4)
+    if not paths or not any('://' in path or os.path.exists(path) for path in paths):
       raise webdataset.missing_pattern_error(pattern)
     found.extend((path, name) for path in paths)
   return found
@@ -37,6 +39,7 @@ def fields(data: ml_collections.ConfigDict) -> webdataset.Fields:
 class WebDatasetData(TrainingData):
   """Sources are named in config.data.path (unnamed: after their folder); samples are read from the tars by offset
   through an index of each shard, built once and cached."""
+  shard_suffix = '.tar'
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:

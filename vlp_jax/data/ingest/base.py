@@ -4,7 +4,6 @@ interface a format implements (`InputFormat`), the entries it reads (`Entry`), t
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import glob
@@ -57,11 +56,11 @@ class Reading:
   """What a format may use while it reads its entries, besides its files.
 
   map(function, tasks): (task, function(task)) pairs in task order, computed by the worker processes (function
-  must be picklable: a module-level function or a functools.partial of one). skipped: counts by reason, for what is
-  lost before it becomes an entry (a broken tar). estimate_total(n): the progress display's expected example count.
+  must be picklable: a module-level function or a functools.partial of one). estimate_total(n): the progress
+  display's expected example count. Whatever a format loses is an entry too (with `skip` set), so that the progress
+  and the summary count the same examples.
   """
   map: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[tuple[Any, Any]]]
-  skipped: collections.Counter
   estimate_total: Callable[[int], None]
 
 

@@ -24,7 +24,7 @@ from vlp_jax.data.ingest.base import (INPUT_FORMATS, ConvertError, Entry, InputF
 from vlp_jax.data.ingest.images import prepare_image
 from vlp_jax.data.ingest.long_captions import load_long_captions, with_long_captions
 from vlp_jax.data.ingest.manifest import MANIFEST, finish, fingerprint_of, prepare_output
-from vlp_jax.data.ingest.webdataset import DEFAULT_CAPTION_KEY, DEFAULT_IMAGE_KEYS
+from vlp_jax.data.ingest.webdataset import DEFAULT_CAPTION_KEY, DEFAULT_IMAGE_KEYS, split_image_keys
 from vlp_jax.data.shard_writer import ShardWriter
 from vlp_jax.data.webdataset import TarMember, read_member
 
@@ -42,7 +42,8 @@ INPUT_SKIP_REASONS = {
     'caption_not_utf8': 'the caption bytes are not valid UTF-8',
     'caption_not_text': 'a JSONL caption that is not a string or a number',
     'invalid_json': 'a JSONL line that is not a JSON object',
-    'corrupt_tar': 'a webdataset tar (counted once) or a sample in it that could not be read to the end',
+    'corrupt_tar': 'a truncated webdataset tar: the sample its cut went through, else (once per tar) what followed '
+                   'its last whole sample',
 }
 _MAX_CHUNK = 64  # entries per worker task: big enough to amortise the task, small enough to bound memory
 
@@ -195,7 +196,7 @@ def resolve_options(layout: InputFormat, input_path: str, image_column: str | No
   if not prefix or '/' in prefix or prefix.startswith('.'):
     raise ConvertError(f"--prefix '{prefix}' must be a plain file-name prefix")
   if isinstance(image_keys, str):
-    image_keys = image_keys.split(';')
+    image_keys = split_image_keys(image_keys)
   options = Options(
       format=layout.name,
       image_column=image_column or layout.default_image_column,
@@ -277,7 +278,7 @@ def convert(fmt: str, input: str, output: str, *, image_column: str | None = Non
   context = multiprocessing.get_context('spawn')  # fork is unsafe once JAX's threads run in this process
   with (ShardWriter(output, prefix, examples_per_shard) as writer,  # leaving on an error removes its shards
         (context.Pool(num_workers) if num_workers > 1 else contextlib.nullcontext()) as pool):
-    reading = Reading(map=functools.partial(_ordered_map, pool, window=4 * num_workers), skipped=skipped,
+    reading = Reading(map=functools.partial(_ordered_map, pool, window=4 * num_workers),
                       estimate_total=meter.estimate_total)
     entries = layout.entries(files, options, reading)
     if table is not None:

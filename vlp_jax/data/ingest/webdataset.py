@@ -1,33 +1,47 @@
 """Input format 'webdataset': uncompressed tar files as img2dataset writes them (`KEY.jpg`, `KEY.txt`, ...), read with
 the tar helpers of data/webdataset.py. A sample's image is its first member with an --image_keys extension, its
-caption the --caption_key member; the sample key is the example's key."""
+caption the --caption_key member; the sample key is the example's key. A truncated tar counts one 'corrupt_tar'
+example for its loss: the sample the cut went through, or a placeholder entry for what followed its last whole sample
+(data/webdataset.py), so that the examples read always equal those written plus those skipped."""
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import sys
 from typing import Iterator
 
 from vlp_jax.data import webdataset as tar_shards
 from vlp_jax.data.ingest.base import INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading
 
-DEFAULT_IMAGE_KEYS = ';'.join(tar_shards.DEFAULT_IMAGE_KEYS)  # as --image_keys takes them: 'jpg;png;jpeg;webp'
+# as --image_keys takes them, and as config.data.webdataset.image_keys does: 'jpg,png,jpeg,webp'
+DEFAULT_IMAGE_KEYS = ','.join(tar_shards.DEFAULT_IMAGE_KEYS)
 DEFAULT_CAPTION_KEY = tar_shards.DEFAULT_CAPTION_KEY
 
 
-def read_tar(path: str, image_keys: tuple[str, ...], caption_key: str) -> tuple[list[Entry], bool]:
-  """The samples of one uncompressed webdataset tar in order of first appearance -> (entries, whether the tar broke
-  off with a read error; the samples listed before it are kept)."""
-  samples, broken = tar_shards.tar_samples(path)
+def split_image_keys(image_keys: str) -> list[str]:
+  """--image_keys 'jpg,png' -> ['jpg', 'png']; ';' separates them too (the flag's separator before it matched the
+  config key's ',')."""
+  return re.split('[,;]', image_keys)
+
+
+def read_tar(path: str, image_keys: tuple[str, ...], caption_key: str) -> tuple[list[Entry], str]:
+  """The samples of one uncompressed webdataset tar in order of first appearance -> (entries, the tar's truncation:
+  '' when whole; then its last entry is skipped as 'corrupt_tar', a placeholder where the cut fell between
+  samples)."""
+  listing = tar_shards.tar_samples(path)
   entries = []
-  for key, members in samples.items():
+  for key, members in listing.samples.items():
     image = next((members[k] for k in image_keys if k in members), None)
     caption = members.get(caption_key)
     skip = 'missing_image_key' if image is None else 'missing_caption_key' if caption is None else None
     entries.append(Entry(key=key, image=image, caption=caption or '', skip=skip))
-  if broken and entries and entries[-1].skip:  # members after the break are lost: not a missing key, a broken tar
-    entries[-1] = dataclasses.replace(entries[-1], skip='corrupt_tar')
-  return entries, broken
+  if listing.truncation:
+    if entries and tar_shards.cut_sample([entries[-1].image, entries[-1].caption or None], listing.size):
+      entries[-1] = dataclasses.replace(entries[-1], skip='corrupt_tar')  # not a missing key: the cut went through it
+    else:
+      entries.append(Entry(key=f'{path}: lost after its last whole sample', image=None, caption='', skip='corrupt_tar'))
+  return entries, listing.truncation
 
 
 def check_uncompressed(path: str) -> None:
@@ -45,7 +59,7 @@ class WebdatasetFormat(InputFormat):
 
   def check_options(self, options: Options) -> None:
     if not options.image_keys:
-      raise ConvertError('--image_keys is empty; give the image extensions to look for, e.g. jpg;png;jpeg;webp')
+      raise ConvertError('--image_keys is empty; give the image extensions to look for, e.g. jpg,png,jpeg,webp')
 
   def check_inputs(self, files: list[str], options: Options) -> None:
     for path in files:
@@ -54,11 +68,10 @@ class WebdatasetFormat(InputFormat):
   def entries(self, files: list[str], options: Options, reading: Reading) -> Iterator[Entry]:
     lister = functools.partial(read_tar, image_keys=options.image_keys, caption_key=options.caption_key)
     samples = 0
-    for listed, (path, (tar_entries, broken)) in enumerate(reading.map(lister, files), 1):
+    for listed, (path, (tar_entries, truncation)) in enumerate(reading.map(lister, files), 1):
       samples += len(tar_entries)
       reading.estimate_total(round(samples / listed * len(files)))
-      if broken:
-        reading.skipped['corrupt_tar'] += 1
-        print(f'convert: warning: {path} broke off with a read error; kept the {len(tar_entries)} samples before it',
-              file=sys.stderr)
+      if truncation:
+        print(f"convert: warning: {path} is truncated: {truncation}. Its {len(tar_entries) - 1} samples before the "
+              "cut are converted; what it lost counts as one 'corrupt_tar'", file=sys.stderr)
       yield from tar_entries

@@ -1,12 +1,15 @@
 """transformers' `SiglipConfig` (a SiglipModel's config.json) <-> our model config: the model a file describes,
-the config.json an export writes, and the fields on which two SigLIP model configs differ."""
+the config.json an export writes, and the fields on which two SigLIP model configs differ. SigLIP 2's fixed-resolution
+checkpoints are SiglipModels too; only their tokenizer (Gemma's, 256k ids) tells them apart."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import ml_collections
 
 from vlp_jax import models
+from vlp_jax.data.tokenizer import GEMMA, SENTENCEPIECE
 from vlp_jax.models.interchange.files import WeightsError
 
 # transformers' activation names <-> ours (its 'gelu' is the exact GELU, as ours).
@@ -23,13 +26,40 @@ HF_SIGLIP_DEFAULTS = {
 }
 
 
+# SigLIP 2's tokenizer: transformers' classes for Gemma's vocabulary, and that vocabulary's size (SigLIP's own are
+# 32000 and 250000), which decides for a folder without a tokenizer_config.json.
+_GEMMA_TOKENIZER_CLASSES = ('GemmaTokenizer', 'GemmaTokenizerFast', 'Siglip2Tokenizer')
+GEMMA_VOCAB_SIZE = 256_000
+
+
+def siglip_tokenizer(hf: dict, tokenizer_config: dict | None) -> str:
+  """`config.model.text.tokenizer` of a SiglipModel: 'gemma' (SigLIP 2) when its tokenizer_config.json names a Gemma
+  tokenizer class, or, without one, when its vocabulary is Gemma's size; else 'sentencepiece' (SigLIP)."""
+  if tokenizer_config and tokenizer_config.get('tokenizer_class'):
+    return GEMMA if tokenizer_config['tokenizer_class'] in _GEMMA_TOKENIZER_CLASSES else SENTENCEPIECE
+  return GEMMA if _siglip_value(hf, 'text_config', 'vocab_size') == GEMMA_VOCAB_SIZE else SENTENCEPIECE
+
+
+def siglip2_tokenizer_files(context_length: int) -> dict[str, str]:
+  """transformers' tokenizer config files for SigLIP 2's Gemma `tokenizer.model` written beside them: a
+  GemmaTokenizer with no start token, an EOS ending every row and right padding with '<pad>', as big_vision's
+  SigLIP 2 demo tokenises. GemmaTokenizer does not lowercase: lowercase captions first, or load the folder with
+  transformers' Siglip2Tokenizer, which does."""
+  specials = {'bos_token': '<bos>', 'eos_token': '<eos>', 'unk_token': '<unk>', 'pad_token': '<pad>'}
+  config = {'tokenizer_class': 'GemmaTokenizer', 'model_max_length': context_length, 'add_bos_token': False,
+            'add_eos_token': True, 'padding_side': 'right', **specials}
+  return {name: json.dumps(value, indent=2) + '\n'
+          for name, value in (('tokenizer_config.json', config), ('special_tokens_map.json', specials))}
+
+
 def _siglip_value(hf: dict, section: str, key: str) -> Any:
   return (hf.get(section) or {}).get(key, HF_SIGLIP_DEFAULTS[section][key])
 
 
-def siglip_model_config(hf: dict) -> ml_collections.ConfigDict:
+def siglip_model_config(hf: dict, tokenizer_config: dict | None = None) -> ml_collections.ConfigDict:
   """The model config a transformers SiglipConfig dict describes: a SigLIP preset's (the one it matches, else
-  ViT-B-16-SigLIP's, named 'hf-siglip') with every size read from the file."""
+  ViT-B-16-SigLIP's, named 'hf-siglip', or 'hf-siglip2' for SigLIP 2) with every size read from the file and the
+  tokenizer `siglip_tokenizer` gives for it and its folder's tokenizer_config.json (`tokenizer_config`)."""
   def tower(section: str) -> dict:
     width = _siglip_value(hf, section, 'hidden_size')
     hidden = _siglip_value(hf, section, 'intermediate_size')
@@ -58,15 +88,17 @@ def siglip_model_config(hf: dict) -> ml_collections.ConfigDict:
                        patch_size=_siglip_value(hf, 'vision_config', 'patch_size'))
   config.text.update(text, context_length=_siglip_value(hf, 'text_config', 'max_position_embeddings'),
                      vocab_size=_siglip_value(hf, 'text_config', 'vocab_size'))
+  config.text.tokenizer = siglip_tokenizer(hf, tokenizer_config)
   config.name = next((name for name in sorted(models.PRESETS) if 'SigLIP' in name
-                      and not siglip_mismatches(config, models.preset(name))), 'hf-siglip')
+                      and not siglip_mismatches(config, models.preset(name))),
+                     'hf-siglip2' if config.text.tokenizer == GEMMA else 'hf-siglip')
   return config
 
 
 _SIGLIP_FIELDS = ('act', 'embed_dim', *(f'vision.{k}' for k in ('image_size', 'patch_size', 'width', 'layers', 'heads',
                                                                  'mlp_width', 'ln_eps')),
                   *(f'text.{k}' for k in ('context_length', 'vocab_size', 'width', 'layers', 'heads', 'mlp_width',
-                                          'ln_eps')))
+                                          'ln_eps', 'tokenizer')))
 
 
 def siglip_mismatches(got: ml_collections.ConfigDict, want: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:

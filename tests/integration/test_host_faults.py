@@ -1,0 +1,146 @@
+"""A job of two processes that loses or hangs one (docs/reliability.md, "Lost or hung hosts"), through
+`launch/local.py`: every process is out within a minute of the fault with a named exit code, the last complete
+checkpoint survives, and the restarts end bit-identical to an uninterrupted run.
+
+One chain of runs shares a workdir, each resuming from what the previous one left (a separate pair of runs per fault
+would double the compile time): a SIGKILL of process 1, a hang of process 1's main thread (its heartbeats alive), a
+SIGINT to process 1 only, a SIGSTOP of process 1, then a run to the end, compared with an uninterrupted run bit for
+bit.
+
+The faults are injected from inside the training processes, at a given step: this file is also the module the
+launcher runs (`--module=test_host_faults`), which wraps the loop's `dispatch_step` and then runs the train command.
+"""
+from support import MICRO_CONFIG, ROOT
+import pytest
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import chex
+
+from vlp_jax import errors
+from vlp_jax.checkpoint_files import load_variables
+from vlp_jax.cli import train as train_command
+from vlp_jax.training import loop
+
+FAULT = 'VLP_JAX_TEST_FAULT'  # '<action>:<process>:<step>', read by `inject_fault`
+TOTAL_STEPS = 12
+OVERRIDES = {
+    'total_steps': TOTAL_STEPS, 'checkpoint.every_steps': 2, 'eval.every_steps': 100, 'eval.tasks': "('zeroshot',)",
+    'log_every_steps': 4,
+    # Short timeouts, so that each fault ends in seconds: the peer monitor below jax's heartbeat timeout.
+    'distributed.heartbeat_timeout_seconds': 20, 'distributed.shutdown_timeout_seconds': 10,
+    'watchdog.peer_timeout_seconds': 6, 'watchdog.step_timeout_seconds': 20, 'watchdog.first_step_seconds': 600,
+    'watchdog.eval_seconds': 300,
+}
+OUT_WITHIN = 60  # seconds from the fault until the launcher has stopped every process
+
+
+def inject_fault(dispatch_step):
+  """`dispatch_step` that, on the process and before the step that $VLP_JAX_TEST_FAULT names, first prints the time
+  and then: kill (SIGKILL itself), stop (SIGSTOP itself), hang (its main thread sleeps for ever) or int (SIGINT
+  itself, then goes on)."""
+  action, process, at_step = os.environ[FAULT].split(':')
+
+  def dispatch(ctx, step):
+    if step == int(at_step) and os.environ['JAX_PROCESS_ID'] == process:
+      print(f'FAULT {action} at step {step}, time {time.time():.3f}', flush=True)
+      if action == 'hang':
+        time.sleep(10**6)
+      os.kill(os.getpid(), {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP, 'int': signal.SIGINT}[action])
+    return dispatch_step(ctx, step)
+  return dispatch
+
+
+def run_job(workdir, log_dir, data_cache, fault=''):
+  """`launch/local.py` with 2 processes x 1 device on the micro config, running this module when `fault` is set.
+  Returns (launcher exit code, [process 0's output + the launcher's, process 1's log], seconds from the fault to the
+  launcher's exit or None)."""
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache, FAULT: fault,
+         'PYTHONPATH': os.pathsep.join([os.path.dirname(__file__), os.path.dirname(MICRO_CONFIG)])}
+  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own device
+  module = ['--module=test_host_faults'] if fault else []
+  result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
+       f'--log_dir={log_dir}', '--timeout=500', '--grace=10', *module, '--', f'--config={MICRO_CONFIG}',
+       f'--workdir={workdir}', *(f'--config.{key}={value}' for key, value in OVERRIDES.items())],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=560)
+  ended = time.time()
+  logs = [result.stdout + result.stderr, open(os.path.join(log_dir, 'process_1.log')).read()]
+  faulted = re.search(r'FAULT \w+ at step \d+, time ([\d.]+)', logs[0] + logs[1])
+  return result.returncode, logs, (ended - float(faulted.group(1))) if faulted else None
+
+
+def process_codes(logs):
+  """{process: exit code} from the launcher's last line."""
+  return {int(i): int(c) for i, c in re.findall(r'process (\d+): (\d+)', logs[0].rsplit('exit codes:', 1)[-1])}
+
+
+def complete_steps(workdir):
+  return sorted(int(name) for name in os.listdir(os.path.join(workdir, 'checkpoints')) if name.isdigit()
+                and os.path.exists(os.path.join(workdir, 'checkpoints', name, 'vlp_jax_manifest.json')))
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(data_cache, tmp_path_factory):
+  """The final parameters of the run without faults."""
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  code, logs, _ = run_job(str(workdir / 'run'), str(workdir / 'logs'), data_cache)
+  assert code == 0, logs[0][-3000:] + logs[1][-3000:]
+  return load_variables(str(workdir / 'run'))[0]
+
+
+@pytest.mark.slow
+def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the_restart_is_exact(
+    uninterrupted, data_cache, tmp_path):
+  workdir = str(tmp_path / 'run')
+  timings = {}
+
+  # SIGKILL of process 1 before step 5: process 0 sees the collective fail, names process 1 and exits 76 at once,
+  # without waiting in jax's shutdown barrier. The launcher reports the first failure: the kill's 137.
+  code, logs, timings['kill'] = run_job(workdir, str(tmp_path / 'logs_kill'), data_cache, 'kill:1:5')
+  assert code == 128 + signal.SIGKILL, logs[0][-3000:]
+  assert process_codes(logs) == {0: errors.EXIT_PEER_LOST, 1: 128 + signal.SIGKILL}, logs[0][-3000:]
+  assert 'lost process 1' in logs[0], logs[0][-3000:]
+  # Step 4's asynchronous save may not have been committed: then step 2 is the last complete one.
+  assert timings['kill'] < OUT_WITHIN and complete_steps(workdir)[-1] in (2, 4)
+
+  # Process 1's main thread hangs before step 7 while its threads (and jax's heartbeats) live: the watchdogs of both
+  # name the step and dump their stacks (process 1's shows the sleep), exit 77. Process 0 may instead see process 1
+  # leave first (76).
+  code, logs, timings['hang'] = run_job(workdir, str(tmp_path / 'logs_hang'), data_cache, 'hang:1:7')
+  codes = process_codes(logs)
+  assert codes[1] == errors.EXIT_HUNG and codes[0] in (errors.EXIT_HUNG, errors.EXIT_PEER_LOST), logs[0][-3000:]
+  assert code in (errors.EXIT_HUNG, errors.EXIT_PEER_LOST)
+  assert 'watchdog: step 7 has not finished' in logs[1], logs[1][-3000:]
+  assert re.search(r'File ".*test_host_faults.py", line \d+ in dispatch', logs[1]), logs[1][-3000:]
+  assert timings['hang'] < OUT_WITHIN + OVERRIDES['watchdog.step_timeout_seconds']
+  assert complete_steps(workdir)[-1] in (4, 6)
+
+  # SIGINT to process 1 only, before step 9: both processes stop at the same step, save it and exit 75.
+  code, logs, timings['sigint'] = run_job(workdir, str(tmp_path / 'logs_sigint'), data_cache, 'int:1:9')
+  assert code == errors.EXIT_PREEMPTED and process_codes(logs) == {0: 75, 1: 75}, logs[0][-3000:]
+  stopped = int(re.search(r'stopped after step (\d+)', logs[1]).group(1))
+  assert f'stopped after step {stopped}' in logs[0] and 'another process received a stop signal' in logs[0]
+  assert timings['sigint'] < OUT_WITHIN and complete_steps(workdir)[-1] == stopped >= 8
+
+  # Process 1 SIGSTOPped before step 11: its heartbeats stop, process 0's peer monitor names it and exits 76; the
+  # launcher then SIGKILLs the stopped process.
+  code, logs, timings['sigstop'] = run_job(workdir, str(tmp_path / 'logs_sigstop'), data_cache, 'stop:1:11')
+  assert code == errors.EXIT_PEER_LOST and process_codes(logs) == {0: 76, 1: 128 + signal.SIGKILL}, logs[0][-3000:]
+  assert re.search(r'lost process 1 \(last step done: \d+\): no heartbeat for 6 s', logs[0]), logs[0][-3000:]
+  assert timings['sigstop'] < OUT_WITHIN and complete_steps(workdir)[-1] == stopped
+
+  # The last restart ends where the uninterrupted run did, bit for bit.
+  code, logs, _ = run_job(workdir, str(tmp_path / 'logs_end'), data_cache)
+  assert code == 0 and f'Resumed from step {stopped}' in logs[0], logs[0][-3000:]
+  chex.assert_trees_all_equal(load_variables(workdir)[0], uninterrupted)
+  print('fault -> every process out after (s):', {k: round(v, 1) for k, v in timings.items()})
+
+
+if __name__ == '__main__':  # the module each process of a faulty run starts (run_job)
+  loop.dispatch_step = inject_fault(loop.dispatch_step)
+  train_command.run_command()

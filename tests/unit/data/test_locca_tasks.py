@@ -1,0 +1,153 @@
+"""LocCa's task sequences (data/locca_tasks.py) and the records' regions (records.decode_regions)."""
+import grain
+import numpy as np
+import pytest
+
+from vlp_jax.data import locca_tasks, pipeline, records, synthetic
+from vlp_jax.data.records import Regions
+from vlp_jax.errors import ConfigError
+
+# Text ids 0..9 (eos 9, pad 0), then CAP 10, AREF 11, GCAP 12, SEP 13, then coordinate bins 0..3 as ids 14..17.
+LAYOUT = locca_tasks.LoccaLayout(text_vocab_size=10, eos_id=9, pad_id=0, box_bins=4, length=10)
+BOX = np.array([0.1, 0.3, 0.6, 1.0])  # bins 0, 1, 2 and 3 (1.0 falls in the last bin): ids 14, 15, 16, 17
+
+
+def test_vocabulary_layout():
+  assert [LAYOUT.token(t) for t in locca_tasks.SPECIAL_TOKENS] == [10, 11, 12, 13]
+  assert (LAYOUT.first_coordinate, LAYOUT.output_vocab_size, LAYOUT.mask_id, LAYOUT.input_vocab_size) == \
+      (14, 18, 18, 19)
+  assert locca_tasks.box_tokens(BOX, LAYOUT) == [14, 15, 16, 17]
+
+
+def test_caption_rows():
+  inputs, targets, mask = locca_tasks.teacher_forcing(*locca_tasks.caption_sequence([3, 4, 5], LAYOUT), LAYOUT)
+  np.testing.assert_array_equal(inputs, [10, 3, 4, 5, 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(targets, [3, 4, 5, 9, 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(mask, [1, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize('on_condition, expected_mask', [(True, [1, 1, 1, 1, 1, 1, 1, 1, 0, 0]),
+                                                         (False, [0, 0, 0, 1, 1, 1, 1, 1, 0, 0])])
+def test_referring_expression_rows(on_condition, expected_mask):
+  layout = locca_tasks.LoccaLayout(10, 9, 0, box_bins=4, length=10, loss_on_condition=on_condition)
+  inputs, targets, mask = locca_tasks.teacher_forcing(*locca_tasks.aref_sequence([6, 7], BOX, layout), layout)
+  np.testing.assert_array_equal(inputs, [11, 6, 7, 13, 14, 15, 16, 17, 0, 0])
+  np.testing.assert_array_equal(targets, [6, 7, 13, 14, 15, 16, 17, 9, 0, 0])
+  np.testing.assert_array_equal(mask, expected_mask)  # off: the box and the end only
+
+
+@pytest.mark.parametrize('on_condition, expected_mask', [(True, [1, 1, 1, 1, 1, 1, 1, 1, 0, 0]),
+                                                         (False, [0, 0, 0, 0, 0, 1, 1, 1, 0, 0])])
+def test_grounded_caption_rows(on_condition, expected_mask):
+  layout = locca_tasks.LoccaLayout(10, 9, 0, box_bins=4, length=10, loss_on_condition=on_condition)
+  inputs, targets, mask = locca_tasks.teacher_forcing(*locca_tasks.gcap_sequence(BOX, [6, 7], layout), layout)
+  np.testing.assert_array_equal(inputs, [12, 14, 15, 16, 17, 13, 6, 7, 0, 0])
+  np.testing.assert_array_equal(targets, [14, 15, 16, 17, 13, 6, 7, 9, 0, 0])
+  np.testing.assert_array_equal(mask, expected_mask)  # off: the description and the end only
+
+
+def test_long_texts_are_cut_so_that_the_box_and_the_end_fit():
+  long_text = [1] * 30
+  cap = locca_tasks.teacher_forcing(*locca_tasks.caption_sequence(long_text, LAYOUT), LAYOUT)
+  assert cap[1][-1] == 9 and cap[2].sum() == LAYOUT.length
+  inputs, targets, mask = locca_tasks.teacher_forcing(*locca_tasks.aref_sequence(long_text, BOX, LAYOUT), LAYOUT)
+  np.testing.assert_array_equal(targets[-6:], [13, 14, 15, 16, 17, 9])
+  assert mask.sum() == LAYOUT.length
+  _, targets, _ = locca_tasks.teacher_forcing(*locca_tasks.gcap_sequence(BOX, long_text, LAYOUT), LAYOUT)
+  np.testing.assert_array_equal(targets[:5], [14, 15, 16, 17, 13])
+  assert targets[-1] == 9
+
+
+def test_box_quantisation_round_trip():
+  rng = np.random.default_rng(0)
+  for bins in (4, 32, 500):
+    boxes = np.sort(rng.random((200, 2, 2)), axis=1).reshape(200, 4)[:, [0, 2, 1, 3]]  # min <= max per axis
+    boxes[:3] = [[0, 0, 1, 1], [0.5, 0.5, 0.5, 0.5], [1 / bins, 0, 1 - 1e-9, 1]]
+    quantized = locca_tasks.quantize_box(boxes, bins)
+    assert quantized.min() >= 0 and quantized.max() < bins
+    assert np.abs(locca_tasks.dequantize_box(quantized, bins) - boxes).max() <= 0.5 / bins + 1e-6
+    every_bin = np.arange(bins)
+    np.testing.assert_array_equal(locca_tasks.quantize_box(locca_tasks.dequantize_box(every_bin, bins), bins),
+                                  every_bin)
+  layout = locca_tasks.LoccaLayout(10, 9, 0, box_bins=32, length=12)
+  box = np.array([0.2, 0.25, 0.71, 0.9])
+  assert np.abs(locca_tasks.tokens_to_box(locca_tasks.box_tokens(box, layout), layout) - box).max() <= 0.5 / 32
+  assert locca_tasks.tokens_to_box([3, 14, 15, 16], layout) is None  # a text id is not a coordinate
+  assert locca_tasks.tokens_to_box([14, 15, 16], layout) is None
+
+
+def _encode(text: str) -> list[int]:
+  """A toy tokenizer: a word's length (1..8) per word."""
+  return [min(len(word), 8) for word in text.split()]
+
+
+REGIONS = Regions(np.array([[0.0, 0.0, 0.5, 0.5], [0.5, 0.5, 1.0, 1.0], [0.25, 0, 0.75, 1]], np.float32),
+                  ('a', 'bb', 'ccc'))
+
+
+def test_example_arrays_are_a_row_per_task_and_deterministic_in_the_rng():
+  arrays = locca_tasks.example_arrays('xx yyy', REGIONS, np.random.default_rng(5), LAYOUT, _encode)
+  again = locca_tasks.example_arrays('xx yyy', REGIONS, np.random.default_rng(5), LAYOUT, _encode)
+  assert {k: v.shape for k, v in arrays.items()} == {'locca_inputs': (3, 10), 'locca_targets': (3, 10),
+                                                     'locca_loss_mask': (3, 10), 'locca_parallel': (3,)}
+  for key in arrays:
+    np.testing.assert_array_equal(arrays[key], again[key])
+  np.testing.assert_array_equal(arrays['locca_inputs'][0, :3], [10, 2, 3])
+  np.testing.assert_array_equal(arrays['locca_inputs'][:, 0], [10, 11, 12])
+  # Each region task reads one region, its box among the regions' boxes (and its text with it).
+  for row, box_at in ((1, slice(3, 7)), (2, slice(1, 5))):  # [AREF, text, SEP, box ..], [GCAP, box, SEP, text ..]
+    box = locca_tasks.tokens_to_box(arrays['locca_inputs'][row, box_at], LAYOUT)
+    assert box is not None and np.abs(REGIONS.boxes - box).max(axis=1).min() <= 0.5 / LAYOUT.box_bins
+  # The region draws use the rng: over seeds, every region is read.
+  picked = {int(locca_tasks.example_arrays('x', REGIONS, np.random.default_rng(s), LAYOUT, _encode)
+                ['locca_inputs'][1, 1]) for s in range(40)}
+  assert picked == {1, 2, 3}
+
+
+def test_without_regions_only_the_caption_trains():
+  for regions in (None, Regions(np.zeros((0, 4), np.float32), ())):
+    arrays = locca_tasks.example_arrays('xx yyy', regions, np.random.default_rng(0), LAYOUT, _encode)
+    np.testing.assert_array_equal(arrays['locca_loss_mask'].sum(axis=1), [3, 0, 0])
+  captions_only = locca_tasks.example_arrays('xx', REGIONS, np.random.default_rng(0), LAYOUT, _encode, tasks=('cap',))
+  assert captions_only['locca_inputs'].shape == (1, 10)
+  with pytest.raises(ConfigError, match='unknown or no LocCa tasks'):
+    locca_tasks.example_arrays('xx', REGIONS, np.random.default_rng(0), LAYOUT, _encode, tasks=('caption',))
+
+
+def test_parallel_prediction_is_drawn_for_caption_rows_only():
+  flags = np.stack([locca_tasks.example_arrays('xx', REGIONS, np.random.default_rng(s), LAYOUT, _encode,
+                                               parallel_prob=0.5)['locca_parallel'] for s in range(200)])
+  assert not flags[:, 1:].any()
+  assert 0.35 < flags[:, 0].mean() < 0.65
+  never = locca_tasks.example_arrays('xx', REGIONS, np.random.default_rng(0), LAYOUT, _encode)
+  assert not never['locca_parallel'].any()
+
+
+def test_layout_rejects_unusable_settings():
+  with pytest.raises(ConfigError, match='length 6 leaves no room'):
+    locca_tasks.LoccaLayout(10, 9, 0, box_bins=4, length=6)
+  with pytest.raises(ConfigError, match='box_bins'):
+    locca_tasks.LoccaLayout(10, 9, 0, box_bins=1, length=10)
+
+
+def test_decode_regions():
+  regions = records.decode_regions([{'box': [0.1, 0.2, 0.3, 0.4], 'text': 'small red star'}])
+  np.testing.assert_allclose(regions.boxes, [[0.1, 0.2, 0.3, 0.4]])
+  assert regions.boxes.dtype == np.float32 and regions.texts == ('small red star',)
+  assert records.decode_regions([]).boxes.shape == (0, 4)
+  for bad, why in (({'box': [0.1, 0.2, 0.3]}, 'region 0'), ([{'box': [0.5, 0.2, 0.3, 0.4], 'text': 'a'}], 'min <= max'),
+                   ([{'box': [0.1, 0.2, 0.3, 1.5], 'text': 'a'}], 'in \\[0, 1\\]'),
+                   ([{'box': [0.1, 0.2, 0.3, 0.4], 'text': ' '}], "'text'"), ('boxes', 'must be a list')):
+    with pytest.raises(records.BadRecordError, match=why) as error:
+      records.decode_regions(bad if isinstance(bad, (list, str)) else [bad])
+    assert error.value.reason == 'bad_regions'
+
+
+def test_a_record_with_bad_regions_is_replaced_and_counted():
+  good = synthetic.make_example(0, 'train', 'studio', 0, 16, regions=True)
+  bad = {**synthetic.make_example(0, 'train', 'studio', 1, 16), 'regions': [{'box': [0.9, 0, 0.1, 1], 'text': 'x'}]}
+  source = grain.MapDataset.source([(0, records.serialize(bad)), (0, records.serialize(good))])
+  example = pipeline.LoadExamples(source, ['shard-0'])[0]
+  assert example['record_error'] == 1 + records.SKIP_REASONS.index('bad_regions')
+  assert example['key'] == good['key'] and 'region 0' in example['record_detail']
+  assert example['regions'].texts == tuple(r['text'] for r in good['regions'])

@@ -1,0 +1,295 @@
+"""SigLIP 2 without its decoder (objectives/siglip2.py): the two self-distillation losses against naive numpy
+references written from their formulas (DINO's cross-entropy, as SILC and TIPS use it), the patch mask, the mask
+token, the views, the options, the switch at distill_start_fraction with resume across it, and decoupled
+accumulation."""
+import os
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, initial_state, jit_init, numeric_grad,
+                     objective_batch)
+from vlp_jax import models, objectives, parallel
+from vlp_jax.config import ConfigError, from_file, validate
+from vlp_jax.data import records, synthetic
+from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
+from vlp_jax.objectives.base import example_rngs
+from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, MASK_TOKEN, TEACHER, mask_token_interceptor,
+                                        masked_patch_count, masked_patches)
+from vlp_jax.training import optim
+from vlp_jax.training.step import compile_train_step
+
+TAU_T, TAU_S = 0.05, 0.1
+
+
+def _siglip2(config, **options):
+  """The micro model with SigLIP 2's objective at test size: 2 local crops of 8 px, small heads."""
+  config.objective.name = 'siglip2'
+  config.objective.update(num_local_crops=2, local_crop_size=8, head_hidden_dim=16, head_bottleneck_dim=8,
+                          head_prototypes=12, size_factor=1.0, **options)
+  return config
+
+
+def _examples(config, size, seed=0):
+  """The objective's views of `size` embedded-dataset examples, stacked."""
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+  rng, decode = np.random.default_rng(seed), DecodeRecord()
+  examples = [views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))),
+                               rng) for i in range(size)]
+  return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
+
+
+# ------------------------------------------------------------------------------ naive references (numpy, float64)
+
+
+def naive_softmax(x):
+  e = np.exp(x - x.max())
+  return e / e.sum()
+
+
+def naive_cross_entropy(t, s, c, tau_t, tau_s):
+  """-sum_k softmax((t - c) / tau_t)_k log softmax(s / tau_s)_k for one pair of vectors."""
+  return -np.sum(naive_softmax((t - c) / tau_t) * np.log(naive_softmax(s / tau_s)))
+
+
+def naive_local_to_global(t, s, c):
+  """SILC: the mean over images b and local crops v of H(P_t(global view of b), P_s(crop v of b))."""
+  return np.mean([[naive_cross_entropy(t[b], s[b, v], c, TAU_T, TAU_S) for v in range(s.shape[1])]
+                  for b in range(s.shape[0])])
+
+
+def naive_masked(t, s, mask, c):
+  """TIPS / iBOT: per image the mean of H over its masked patches (0 with none), then the mean over images."""
+  per_image = []
+  for b in range(t.shape[0]):
+    losses = [naive_cross_entropy(t[b, n], s[b, n], c, TAU_T, TAU_S) for n in range(t.shape[1]) if mask[b, n]]
+    per_image.append(np.mean(losses) if losses else 0.0)
+  return np.mean(per_image)
+
+
+def test_local_to_global_loss_matches_the_naive_reference():
+  rng = np.random.default_rng(0)
+  t, s, c = rng.normal(size=(3, 5)), rng.normal(size=(3, 2, 5)), 0.3 * rng.normal(size=5)
+  loss = lambda t_, s_, c_: local_to_global_loss(t_, s_, c_, TAU_T, TAU_S)  # noqa: E731
+  (got, (grad_s, grad_t)) = jax.jit(jax.value_and_grad(loss, argnums=(1, 0)))(*map(jnp.float32, (t, s, c)))
+  np.testing.assert_allclose(got, naive_local_to_global(t, s, c), rtol=1e-5)
+  np.testing.assert_allclose(grad_s, numeric_grad(naive_local_to_global, (t, s, c), 1), rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(grad_t, 0)  # the target carries no gradient
+
+
+def test_masked_patch_loss_matches_the_naive_reference():
+  rng = np.random.default_rng(1)
+  t, s, c = rng.normal(size=(3, 4, 5)), rng.normal(size=(3, 4, 5)), 0.3 * rng.normal(size=5)
+  mask = np.array([[1, 0, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0]], np.float32)  # 3, none and 1 masked patches
+  loss = lambda t_, s_, c_: masked_patch_loss(t_, s_, jnp.asarray(mask), c_, TAU_T, TAU_S)  # noqa: E731
+  (got, (grad_s, grad_t)) = jax.jit(jax.value_and_grad(loss, argnums=(1, 0)))(*map(jnp.float32, (t, s, c)))
+  np.testing.assert_allclose(got, naive_masked(t, s, mask, c), rtol=1e-5)
+  want = numeric_grad(lambda t_, s_, c_: naive_masked(t_, s_, mask, c_), (t, s, c), 1)
+  np.testing.assert_allclose(grad_s, want, rtol=1e-4, atol=1e-5)
+  assert np.abs(want[mask == 0]).max() == 0  # unmasked patches get nothing
+  np.testing.assert_array_equal(grad_t, 0)
+
+
+def test_center_moves_towards_the_batch_mean_of_the_teacher():
+  rng = np.random.default_rng(2)
+  center, teacher = rng.normal(size=4), rng.normal(size=(3, 2, 4))  # e.g. 3 images x 2 patches
+  want = 0.9 * center + 0.1 * teacher.reshape(-1, 4).mean(axis=0)
+  np.testing.assert_allclose(updated_center(jnp.float32(center), jnp.float32(teacher), 0.9), want, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------ mask, mask token, views, options
+
+
+def test_patch_mask_masks_half_the_patches_of_each_image_from_its_own_key():
+  assert [masked_patch_count(16, 0.5), masked_patch_count(16, 0.25), masked_patch_count(15, 0.5),
+          masked_patch_count(4, 0.1)] == [8, 4, 8, 1]
+  draw = jax.jit(masked_patches, static_argnums=(1, 2))
+  keys = example_rngs(jax.random.key(0), 256)
+  mask = np.asarray(draw(keys, 16, 0.5))
+  assert mask.shape == (256, 16) and set(np.unique(mask)) == {0.0, 1.0}
+  np.testing.assert_array_equal(mask.sum(axis=1), 8)
+  np.testing.assert_array_equal(draw(keys, 16, 0.5), mask)  # a function of the keys
+  np.testing.assert_array_equal(draw(keys[::-1], 16, 0.5), mask[::-1])  # row i's from key i alone, wherever it sits
+  assert len({tuple(row) for row in mask}) > 200  # the rows differ
+  assert np.abs(mask.mean(axis=0) - 0.5).max() < 0.15  # every patch is masked about half the time
+  assert not np.array_equal(draw(example_rngs(jax.random.key(1), 256), 16, 0.5), mask)
+
+
+def test_mask_token_replaces_the_masked_patch_embeddings(micro):
+  model = models.build_model(micro.model)  # a 16 px ViT of 4 px patches: a 4 x 4 grid
+  rng = np.random.default_rng(0)  # random weights of the model's shapes, without compiling its initialiser
+  params = jax.tree.map(lambda x: 0.3 * rng.normal(size=x.shape).astype(np.float32),
+                        jax.eval_shape(lambda: models.init_variables(model, jax.random.key(0))[0]))
+
+  @jax.jit
+  def tokens(images, masks, token):
+    """images [k, 2, 16, 16, 3], masks [k, 2, 16], token [k, 32] -> (masked tokens [k, 2, 16, 32], the tower's)."""
+    def encode(x):
+      return model.apply({'params': params}, x, False, True, None, method=model.encode_image)['tokens']
+
+    def one(x, mask, t):
+      with nn.intercept_methods(mask_token_interceptor(mask, t)):
+        return encode(x)
+    return jax.vmap(one)(images, masks, token), jax.vmap(encode)(images)
+
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  mask = jnp.zeros((2, 16)).at[0, 5].set(1.0).at[1, 0].set(1.0)  # image 0: patch (1, 1); image 1: patch (0, 0)
+  token = jax.random.normal(jax.random.key(2), (32,))
+  cases = [(images, jnp.zeros((2, 16)), token), (images, mask, token),
+           (images.at[0, 4:8, 4:8].set(9.0), mask, token),  # pixels under a masked patch
+           (images.at[0, 0:4, 0:4].set(9.0), mask, token),  # pixels of a kept patch
+           (images, mask, -2.0 * token)]
+  got, plain = tokens(*(jnp.stack(parts) for parts in zip(*cases)))
+  np.testing.assert_allclose(got[0], plain[0], atol=1e-6)  # no patch masked: the tower itself
+  np.testing.assert_allclose(got[2], got[1], atol=1e-6)  # a masked patch's pixels no longer matter
+  assert np.abs(got[3, 0] - got[1, 0]).max() > 1e-3  # a kept patch's still do
+  assert np.abs(got[4] - got[1]).max() > 1e-3  # and so does the token
+  assert np.abs(got[1] - plain[1]).max() > 1e-3
+
+
+def test_views_keep_the_original_image_for_the_sigmoid_loss(micro):
+  config = _siglip2(micro)
+  batch = _examples(config, 4)
+  assert batch['image'].shape == (4, 16, 16, 3) and batch['global_view'].shape == (4, 16, 16, 3)
+  assert batch['local_views'].shape == (4, 2, 8, 8, 3) and batch['local_views'].dtype == np.uint8
+  chex.assert_trees_all_equal(_examples(config, 4), batch)  # deterministic in the seed
+  # CLIP's draws come first: the image and caption are CLIP's views of the same examples, un-augmented.
+  views = objectives.OBJECTIVES.get('siglip').views(config)
+  rng, decode = np.random.default_rng(0), DecodeRecord()
+  for i in range(4):
+    want = views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))), rng)
+    np.testing.assert_array_equal(batch['image'][i], want['image'])
+    np.testing.assert_array_equal(batch['text'][i], want['text'])
+  assert not np.array_equal(batch['global_view'], batch['image'])  # an augmented crop
+  config = _siglip2(micro, distill_weight=0.0)  # masked prediction alone: no local crops
+  assert 'local_views' not in _examples(config, 1) and 'global_view' in _examples(config, 1)
+  config = _siglip2(micro, distill_weight=0.0, masked_weight=0.0)  # SigLIP's views
+  assert set(_examples(config, 1)) == {'image', 'text', 'label'}
+
+
+@pytest.mark.parametrize('key, value', [('mask_ratio', 1.0), ('distill_start_fraction', 1.5), ('masked_weight', -1.0),
+                                        ('num_local_crops', 0), ('teacher_temp', 0.0), ('local_crop_scale', (0.5, 0.1)),
+                                        ('crop_grayscale_prob', 2.0)])
+def test_invalid_options_are_refused_by_name(micro, key, value):
+  config = _siglip2(micro)
+  validate(config)
+  config.objective[key] = value
+  with pytest.raises(ConfigError, match=f'config.objective.{key}'):
+    validate(config)
+
+
+def test_late_losses_need_a_patch_based_tower(micro):
+  config = _siglip2(micro)
+  config.model.vision.update(type='resnet', stages=(1, 1, 1, 1), width=8, heads=2, image_size=32)
+  with pytest.raises(ConfigError, match='patch-based'):
+    validate(config)
+  config.objective.update(distill_weight=0.0, masked_weight=0.0)  # SigLIP alone: any tower
+  validate(config)
+
+
+def test_shapes_config_stages_the_recipe():
+  config = from_file(os.path.join(ROOT, 'configs', 'siglip2_shapes.py'))
+  validate(config)
+  options = objectives.OBJECTIVES.get('siglip2').options(config.objective)
+  assert options.distill_start_fraction == 0.8 and options.mask_ratio == 0.5
+  assert (options.size_factor * options.distill_weight, options.size_factor * options.masked_weight) == (0.25, 0.0625)
+
+
+# ------------------------------------------------------------------------------ training: the switch, accumulation
+
+
+def _moments(opt_state, names):
+  """The optimizer-state leaves of the parameters under `names` (Adam's first and second moments)."""
+  leaves = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+  return [np.asarray(leaf) for path, leaf in leaves if any(n in jax.tree_util.keystr(path) for n in names)]
+
+
+def _run(config, state, batches, mesh, first=0):
+  """Host states after each step and each step's metrics, running `batches[first:]` from `state`."""
+  model = models.build_model(config.model)
+  objective = objectives.build(config, model)
+  tx = optim.make_optimizer(config.optim, config.total_steps)
+  shardings = parallel.tree_shardings(state, mesh)
+  step = compile_train_step(objective, tx, mesh, shardings)
+  state, states, metrics = jax.device_put(state, shardings), [], []
+  for batch in batches[first:]:
+    state, m = step(state, parallel.global_batch(batch, mesh), jax.random.key(2))
+    states.append(parallel.to_host(state))
+    metrics.append(parallel.to_host(m))
+  return objective, states, metrics
+
+
+@pytest.mark.slow
+def test_switch_at_the_start_fraction_and_resume_across_it(micro):
+  """Steps 0-1 train SigLIP alone (late losses 0, teacher untouched, heads without Adam moments); the step that
+  turns the losses on starts with the teacher equal to the student; then the teacher follows by EMA. A run resumed
+  from step 1's checkpoint state (a new objective and step) crosses the switch to the same state."""
+  config = _siglip2(micro, distill_start_fraction=0.5, ema_momentum=0.5)
+  config.total_steps = 4  # the switch at step 2
+  config.batch_size = 8
+  validate(config)
+  initial = initial_state(config)
+  batches = [_examples(config, 8, seed=i) for i in range(4)]
+  mesh = parallel.make_mesh(1, jax.devices()[:1])
+  objective, states, metrics = _run(config, initial, batches, mesh)
+  assert objective.start_step == 2
+  for m in metrics[:2]:
+    assert m['distill_active'] == 0 and m['distill_loss'] == 0 and m['masked_loss'] == 0
+    assert np.isfinite(m['siglip_loss']) and m['loss'] == m['siglip_loss']
+  chex.assert_trees_all_equal(states[0].model_state[TEACHER], initial.model_state[TEACHER])
+  assert states[0].model_state[ACTIVE] == 0
+  # After step 1: on, the teacher a copy of the student, the late parameters untrained.
+  switched = states[1]
+  assert switched.model_state[ACTIVE] == 1
+  chex.assert_trees_all_equal(switched.model_state[TEACHER], objective.teacher_params(switched.params))
+  chex.assert_trees_all_equal(jax.tree.map(np.abs, switched.model_state[CENTERS]),
+                              jax.tree.map(np.zeros_like, initial.model_state[CENTERS]))
+  moments = _moments(switched.opt_state, ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN))
+  assert len(moments) >= 2 * 9 and max(np.abs(m).max() for m in moments) == 0
+  np.testing.assert_array_equal(switched.params[MASK_TOKEN], 0)
+  for m in metrics[2:]:
+    assert m['distill_active'] == 1 and m['distill_loss'] > 0 and m['masked_loss'] > 0 and np.isfinite(m['loss'])
+    np.testing.assert_allclose(m['loss'], m['siglip_loss'] + m['distill_loss'] + 0.25 * m['masked_loss'], rtol=1e-5)
+  assert np.abs(switched.params[MASK_TOKEN] - states[2].params[MASK_TOKEN]).max() > 0  # trains once on
+  # Step 2 moves the teacher halfway to the student (momentum 0.5).
+  want = jax.tree.map(lambda t, s: 0.5 * t + 0.5 * s, switched.model_state[TEACHER],
+                      objective.teacher_params(states[2].params))
+  chex.assert_trees_all_close(states[2].model_state[TEACHER], want, rtol=1e-6, atol=1e-7)
+  assert np.abs(states[2].model_state[CENTERS]['distill']).max() > 0
+  # Resume from the state after step 0, with a new objective and step: the same run, switch included.
+  _, resumed, resumed_metrics = _run(config, states[0], batches, mesh, first=1)
+  chex.assert_trees_all_close(resumed[-1].params, states[-1].params, rtol=1e-6, atol=1e-7)
+  chex.assert_trees_all_close(resumed[-1].model_state, states[-1].model_state, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose([m['loss'] for m in resumed_metrics], [m['loss'] for m in metrics[1:]], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_decoupled_accumulation_equals_the_whole_batch(micro):
+  """Past the switch, with a teacher apart from the student, non-zero centres and patch dropout in the student's
+  local crops (keys per crop): the same loss, metrics, model state and gradient whole or in 2 micro-batches."""
+  config = _siglip2(micro)
+  config.model.vision.patch_dropout = 0.25
+  validate(config)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
+  noise = lambda tree, seed: jax.tree.map(  # noqa: E731
+      lambda x: x + 0.05 * jax.random.normal(jax.random.key(seed), x.shape), tree)
+  state = {**state, ACTIVE: jnp.int32(1), TEACHER: noise(state[TEACHER], 1), CENTERS: noise(state[CENTERS], 2)}
+  params = {**params, MASK_TOKEN: noise(params[MASK_TOKEN], 3)}
+  batch, mesh, rng = objective_batch(config, 16), parallel.make_mesh(), jax.random.key(3)
+  loss, metrics, new_state, grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
+  d_loss, d_metrics, d_state, d_grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'decoupled',
+                                                                   2, mesh)
+  assert metrics['distill_loss'] > 0 and metrics['masked_loss'] > 0
+  np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+  chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
+  assert_close_at_scale(d_state, new_state)
+  assert_close_at_scale(d_grads, grads)
+  assert np.abs(new_state[CENTERS]['masked'] - state[CENTERS]['masked']).max() > 0  # the centres moved
+  for key in ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN, 'visual'):
+    assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key

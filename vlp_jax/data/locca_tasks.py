@@ -1,0 +1,192 @@
+"""LocCa's three decoder tasks as token arrays (LocCa, arXiv 2403.19596; as used by SigLIP 2, arXiv 2502.14786 §2.2).
+
+Per image the decoder reads one sequence per task (SigLIP 2 §2.2: one decoder pass each):
+  cap:  [CAP]  caption                  [EOS]   the whole-image caption
+  aref: [AREF] description [SEP] box    [EOS]   automatic referring expression: a region's text -> its box
+  gcap: [GCAP] box [SEP] description    [EOS]   grounded captioning: a box -> its region's text
+`box` is four coordinate tokens (xmin, ymin, xmax, ymax), each a bin of `box_bins` equal bins of the image side.
+The task token doubles as the start token: teacher forcing feeds the sequence without its last id and predicts it
+without its first. The loss covers every predicted id after the task token (LocCa's default, which also teaches aref
+the description and gcap the box); with `loss_on_condition=False`, only what follows the [SEP] of aref and gcap.
+
+The decoder's output vocabulary (`LoccaLayout`) is the text tokenizer's ids, then the four special tokens
+(CAP, AREF, GCAP, SEP), then the `box_bins` coordinate tokens; its input vocabulary has one more id, MASK, the
+input of CapPa's parallel prediction (every input id replaced by MASK, attention not causal; models/locca.py).
+Dedicated coordinate tokens (not integers spelt with the text tokenizer, as LocCa's paper does) keep a box at
+exactly four ids whatever the tokenizer; LocCa reports the two about equal (digest ../shared/SIGLIP2.md §2).
+
+Regions come from records.decode_regions: boxes as fractions of the image side. Pure numpy; every random choice
+(which region each task reads, which caption rows predict in parallel) comes from the rng given.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from vlp_jax.data.records import Regions
+from vlp_jax.errors import ConfigError
+
+TASKS = ('cap', 'aref', 'gcap')
+SPECIAL_TOKENS = ('cap', 'aref', 'gcap', 'sep')  # their ids follow the text vocabulary, in this order
+BOX_TOKENS = 4  # xmin, ymin, xmax, ymax
+# The ids aref and gcap spend besides their text: task token, box, separator, end.
+REGION_TASK_OVERHEAD = 1 + BOX_TOKENS + 1 + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LoccaLayout:
+  """Where each kind of id lies in the decoder's vocabulary, and the sequences' shape.
+
+  text_vocab_size: the text tokenizer's ids [0, text_vocab_size).
+  eos_id, pad_id: the tokenizer's end and padding ids (positions outside the loss mask hold pad_id).
+  box_bins: coordinate bins per axis (LocCa quantises boxes; SIGLIP2.md §8 suggests a small grid for 32-px scenes,
+    where a bin finer than a pixel says nothing more).
+  length: L, the decoder's sequence length (inputs and targets alike).
+  loss_on_condition: the loss also covers aref's description and gcap's box (LocCa's default).
+  """
+  text_vocab_size: int
+  eos_id: int
+  pad_id: int
+  box_bins: int = 32
+  length: int = 32
+  loss_on_condition: bool = True
+
+  def __post_init__(self):
+    if self.box_bins < 2:
+      raise ConfigError(f'the LocCa box_bins must be at least 2, got {self.box_bins}')
+    if self.length < REGION_TASK_OVERHEAD:
+      raise ConfigError(f'the LocCa decoder length {self.length} leaves no room for a region description: aref and '
+                        f'gcap need {REGION_TASK_OVERHEAD} ids besides it; use a length of at least '
+                        f'{REGION_TASK_OVERHEAD + 1}')
+
+  def token(self, special: str) -> int:
+    """The id of a special token (SPECIAL_TOKENS)."""
+    return self.text_vocab_size + SPECIAL_TOKENS.index(special)
+
+  @property
+  def first_coordinate(self) -> int:
+    return self.text_vocab_size + len(SPECIAL_TOKENS)
+
+  @property
+  def output_vocab_size(self) -> int:
+    """Text ids, special tokens and coordinate tokens: the width of the decoder's logits."""
+    return self.first_coordinate + self.box_bins
+
+  @property
+  def mask_id(self) -> int:
+    """Parallel prediction's input id: an input-only row of the decoder's embedding."""
+    return self.output_vocab_size
+
+  @property
+  def input_vocab_size(self) -> int:
+    return self.output_vocab_size + 1
+
+
+def quantize_box(box: np.ndarray, bins: int) -> np.ndarray:
+  """box: [..., 4] (xmin, ymin, xmax, ymax) as fractions of the image side -> [..., 4] int32 bin indices in
+  [0, bins): bin k holds [k / bins, (k + 1) / bins); 1.0 falls in the last bin."""
+  box = np.clip(np.asarray(box, np.float64), 0.0, 1.0)
+  return np.minimum(np.floor(box * bins), bins - 1).astype(np.int32)
+
+
+def dequantize_box(bins_index: np.ndarray, bins: int) -> np.ndarray:
+  """[..., 4] bin indices -> [..., 4] float32 fractions of the image side: each bin's centre, so that
+  |dequantize_box(quantize_box(b)) - b| <= 0.5 / bins."""
+  return ((np.asarray(bins_index, np.float64) + 0.5) / bins).astype(np.float32)
+
+
+def box_tokens(box: np.ndarray, layout: LoccaLayout) -> list[int]:
+  """A box [4] (fractions) -> its four coordinate token ids."""
+  return [layout.first_coordinate + int(k) for k in quantize_box(box, layout.box_bins)]
+
+
+def tokens_to_box(ids: Sequence[int], layout: LoccaLayout) -> np.ndarray | None:
+  """Four coordinate token ids (a decoded aref answer) -> the box [4] (fractions), or None when any of them is
+  not a coordinate token."""
+  bins = np.asarray(ids, np.int64) - layout.first_coordinate
+  if bins.shape != (BOX_TOKENS,) or np.any((bins < 0) | (bins >= layout.box_bins)):
+    return None
+  return dequantize_box(bins, layout.box_bins)
+
+
+def caption_sequence(caption_ids: Sequence[int], layout: LoccaLayout) -> tuple[list[int], int]:
+  """[CAP] caption [EOS], the caption cut to fit `layout.length` predictions -> (ids, condition length 1)."""
+  caption = list(caption_ids)[:layout.length - 1]
+  return [layout.token('cap'), *caption, layout.eos_id], 1
+
+
+def aref_sequence(text_ids: Sequence[int], box: np.ndarray, layout: LoccaLayout) -> tuple[list[int], int]:
+  """[AREF] text [SEP] box [EOS] -> (ids, condition length: the ids up to and including [SEP]). The text is cut so
+  that the box always fits."""
+  text = list(text_ids)[:layout.length + 1 - REGION_TASK_OVERHEAD]
+  ids = [layout.token('aref'), *text, layout.token('sep'), *box_tokens(box, layout), layout.eos_id]
+  return ids, len(text) + 2
+
+
+def gcap_sequence(box: np.ndarray, text_ids: Sequence[int], layout: LoccaLayout) -> tuple[list[int], int]:
+  """[GCAP] box [SEP] text [EOS] -> (ids, condition length 1 + 4 + 1)."""
+  text = list(text_ids)[:layout.length + 1 - REGION_TASK_OVERHEAD]
+  return [layout.token('gcap'), *box_tokens(box, layout), layout.token('sep'), *text, layout.eos_id], BOX_TOKENS + 2
+
+
+def teacher_forcing(ids: Sequence[int], condition: int, layout: LoccaLayout
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A task sequence (at most length + 1 ids) -> (inputs [L] int32, targets [L] int32, loss_mask [L] float32).
+
+  inputs[t] = ids[t], targets[t] = ids[t + 1], right-padded with pad_id. loss_mask[t] is 1 where targets[t] is a
+  real id and, unless `layout.loss_on_condition`, ids[t + 1] lies after the condition (the first `condition` ids).
+  """
+  ids = np.asarray(ids, np.int32)
+  count = len(ids) - 1  # predictions
+  if not 0 < count <= layout.length:
+    raise ValueError(f'a task sequence of {len(ids)} ids does not fit the decoder length {layout.length}')
+  inputs = np.full(layout.length, layout.pad_id, np.int32)
+  targets = np.full(layout.length, layout.pad_id, np.int32)
+  inputs[:count], targets[:count] = ids[:-1], ids[1:]
+  first = 0 if layout.loss_on_condition else condition - 1  # targets[t] is ids[t + 1]
+  loss_mask = np.zeros(layout.length, np.float32)
+  loss_mask[first:count] = 1.0
+  return inputs, targets, loss_mask
+
+
+def empty_row(layout: LoccaLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A task row that trains nothing (a region task of an example without regions): pads and a zero loss mask."""
+  pads = np.full(layout.length, layout.pad_id, np.int32)
+  return pads, pads.copy(), np.zeros(layout.length, np.float32)
+
+
+def example_arrays(caption: str, regions: Regions | None, rng: np.random.Generator, layout: LoccaLayout,
+                   encode: Callable[[str], list[int]], tasks: Sequence[str] = TASKS, parallel_prob: float = 0.0
+                   ) -> dict[str, np.ndarray]:
+  """One example's decoder arrays, a row per task in `tasks` (T = len(tasks)):
+    locca_inputs [T, L] int32, locca_targets [T, L] int32, locca_loss_mask [T, L] float32,
+    locca_parallel [T] bool: the row is predicted in parallel (CapPa; only caption rows, each with `parallel_prob`).
+
+  aref and gcap each read one region drawn uniformly from `regions` (independently); without regions their rows
+  are empty (`empty_row`): such an example trains captioning only. `encode`: text -> token ids without start, end
+  or padding (a tokenizer's `encode`). The draws: the parallel flag, then aref's region, then gcap's, each only
+  where its task is present, so that an example gives the same arrays whatever else the batch holds.
+  """
+  unknown = [t for t in tasks if t not in TASKS]
+  if unknown or not tasks:
+    raise ConfigError(f'unknown or no LocCa tasks {list(tasks)}; valid choices: {list(TASKS)}')
+  has_regions = regions is not None and len(regions.texts) > 0
+  rows, parallel = [], []
+  for task in tasks:
+    if task == 'cap':
+      parallel.append(bool(rng.random() < parallel_prob) if parallel_prob > 0 else False)
+      rows.append(teacher_forcing(*caption_sequence(encode(caption), layout), layout))
+      continue
+    parallel.append(False)
+    if not has_regions:
+      rows.append(empty_row(layout))
+      continue
+    k = int(rng.integers(len(regions.texts)))
+    box, text = regions.boxes[k], encode(regions.texts[k])
+    sequence = aref_sequence(text, box, layout) if task == 'aref' else gcap_sequence(box, text, layout)
+    rows.append(teacher_forcing(*sequence, layout))
+  inputs, targets, loss_mask = (np.stack(column) for column in zip(*rows))
+  return {'locca_inputs': inputs, 'locca_targets': targets, 'locca_loss_mask': loss_mask,
+          'locca_parallel': np.asarray(parallel, bool)}

@@ -1,0 +1,103 @@
+"""The files other libraries' own loaders need beside exported weights, as pure functions of our configs: a
+transformers folder's tokenizer and preprocessor files (so that `CLIPProcessor.from_pretrained(folder)` works) and an
+open_clip model config (so that `open_clip.create_model` builds a model of any shape). Writing them is
+vlp_jax/interchange.py's job."""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import ml_collections
+
+# transformers' names of CLIP's two special tokens (our vocabulary calls them <start_of_text> / <end_of_text>).
+HF_SOT, HF_EOT = '<|startoftext|>', '<|endoftext|>'
+# SiglipTokenizer's special tokens: '</s>' ends and pads every row.
+_SIGLIP_SPECIALS = {'eos_token': '</s>', 'unk_token': '<unk>', 'pad_token': '</s>'}
+
+
+def _json(value: dict) -> str:
+  return json.dumps(value, indent=2, ensure_ascii=False) + '\n'
+
+
+def clip_tokenizer_files(symbols: Sequence[str], merges: Sequence[tuple[str, str]], context_length: int
+                         ) -> dict[str, str]:
+  """transformers' CLIPTokenizer files for our CLIP BPE: {file name: text}.
+
+  symbols: the symbol of each id (the last two are the start and end of text); merges: the BPE merges by rank
+  (`data.tokenizer.Tokenizer.vocabulary`). Rows are cut at `context_length` ids (model_max_length). transformers
+  pads with the end-of-text token where ours pads with id 0: every id up to the end of text is the same, and the
+  text tower, causal and pooled at the first end of text, gives the same embedding. (Padding with id 0, the symbol
+  '!', would make transformers treat every '!' in a caption as the padding token.)
+  """
+  vocab = {symbol: i for i, symbol in enumerate([*symbols[:-2], HF_SOT, HF_EOT])}
+  specials = {'bos_token': HF_SOT, 'eos_token': HF_EOT, 'unk_token': HF_EOT, 'pad_token': HF_EOT}
+  config = {'tokenizer_class': 'CLIPTokenizer', 'model_max_length': context_length, 'add_prefix_space': False,
+            'do_lower_case': True, 'clean_up_tokenization_spaces': False, **specials}
+  return {'vocab.json': _json(vocab), 'merges.txt': '#version: 0.2\n' + ''.join(f'{a} {b}\n' for a, b in merges),
+          'tokenizer_config.json': _json(config), 'special_tokens_map.json': _json(specials)}
+
+
+def siglip_tokenizer_files(context_length: int) -> dict[str, str]:
+  """transformers' SiglipTokenizer config files for a `spiece.model` written beside them: {file name: text}."""
+  config = {'tokenizer_class': 'SiglipTokenizer', 'model_max_length': context_length, 'do_lower_case': True,
+            **_SIGLIP_SPECIALS}
+  return {'tokenizer_config.json': _json(config), 'special_tokens_map.json': _json(_SIGLIP_SPECIALS)}
+
+
+def preprocessor_config(image_size: int, mean: Sequence[float], std: Sequence[float], siglip: bool) -> dict:
+  """A transformers image processor config (preprocessor_config.json) that preprocesses as our evaluation does
+  (inference.preprocess_image): RGB, bicubic resize of the shorter side to `image_size`, a centre crop of
+  `image_size` x `image_size`, /255, then (x - mean) / std."""
+  kind = 'Siglip' if siglip else 'CLIP'
+  return {'image_processor_type': f'{kind}ImageProcessor', 'processor_class': f'{kind}Processor',
+          'do_convert_rgb': True, 'do_resize': True, 'size': {'shortest_edge': image_size}, 'resample': 3,
+          'do_center_crop': True, 'crop_size': {'height': image_size, 'width': image_size}, 'do_rescale': True,
+          'rescale_factor': 1 / 255, 'do_normalize': True, 'image_mean': [float(x) for x in mean],
+          'image_std': [float(x) for x in std]}
+
+
+def open_clip_config_problem(model_config: ml_collections.ConfigDict) -> str | None:
+  """Why open_clip's model config format cannot describe `model_config`, or None when it can."""
+  if model_config.vision.type == 'siglip_vit':
+    return ("open_clip builds SigLIP image towers from timm models named by size, which a config file cannot "
+            "describe for any shape; a preset with open_clip's name (e.g. ViT-B-16-SigLIP) loads with open_clip's own "
+            "config of that name")
+  if model_config.vision.type not in ('vit', 'resnet'):
+    return f'open_clip has no image tower of type {model_config.vision.type!r}'
+  for spec in (model_config.vision, model_config.text):
+    mlp_width = spec.get('mlp_width', 0)
+    if mlp_width and int(spec.width * (mlp_width / spec.width)) != mlp_width:
+      return f'open_clip cannot give an MLP width of {mlp_width} to a width of {spec.width} (its mlp_ratio)'
+  return None
+
+
+def _tower_options(spec: ml_collections.ConfigDict, act: str) -> dict:
+  """The options open_clip's tower configs share: MLP width (as a ratio), LayerNorm epsilon, tanh GELU."""
+  out = {}
+  if spec.get('mlp_width', 0):
+    out['mlp_ratio'] = spec.mlp_width / spec.width
+  if spec.get('ln_eps', 1e-5) != 1e-5:
+    out['norm_kwargs'] = {'eps': spec.ln_eps}
+  if act == 'gelu_tanh':
+    out['act_kwargs'] = {'approximate': 'tanh'}
+  return out
+
+
+def open_clip_model_config(model_config: ml_collections.ConfigDict) -> dict:
+  """open_clip's model config (a model_configs/*.json: embed_dim, vision_cfg, text_cfg, quick_gelu) of a CLIP model
+  (ViT or ResNet image tower); check `open_clip_config_problem` first."""
+  v, t, act = model_config.vision, model_config.text, model_config.act
+  if v.type == 'resnet':  # open_clip's heads are width * 32 // head_width
+    vision = {'image_size': v.image_size, 'layers': list(v.stages), 'width': v.width,
+              'head_width': v.width * 32 // v.heads, 'patch_size': None}
+  else:
+    vision = {'image_size': v.image_size, 'layers': v.layers, 'width': v.width, 'head_width': v.width // v.heads,
+              'patch_size': v.patch_size, **_tower_options(v, act)}
+  text = {'context_length': t.context_length, 'vocab_size': t.vocab_size, 'width': t.width, 'heads': t.heads,
+          'layers': t.layers, 'pool_type': 'argmax' if t.pool == 'eot' else t.pool,
+          'no_causal_mask': not t.causal, 'proj_bias': bool(t.proj_bias), **_tower_options(t, act)}
+  out = {'embed_dim': model_config.embed_dim, 'quick_gelu': act == 'quick_gelu', 'vision_cfg': vision,
+         'text_cfg': text}
+  if model_config.get('init_logit_bias') is not None:
+    out['init_logit_bias'] = model_config.init_logit_bias
+  return out

@@ -1,0 +1,353 @@
+"""SigLIP 2 (Tschannen et al. 2025, §2.3) without its captioning decoder: the sigmoid loss on the original image
+throughout, then, from `distill_start_fraction` of the run, SILC's local-to-global self-distillation and TIPS's
+masked patch prediction against an EMA teacher of the image tower (docs/methods.md §5).
+
+  L = w_sig L_sigmoid + active * size_factor * (w_sd L_sd + w_mp L_mp)
+
+  L_sigmoid  the pairwise sigmoid loss on (original image, caption): SigLIP's, objectives/siglip.py;
+  L_sd       losses/self_distillation.local_to_global_loss: the teacher's pooled feature of one augmented global
+             view, through the teacher's head, is the target of each of V local crops through the student's head;
+  L_mp       losses/self_distillation.masked_patch_loss: the student sees the same global view with a fraction of
+             its patch embeddings replaced by a learned mask token and predicts, at the masked patches, the teacher's
+             patch features of the unmasked view, each through its own patch head.
+
+State. The teacher (image tower and heads, an EMA of the student's) and the heads' centres live in the model state,
+with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), start = round(fraction * total_steps),
+so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
+student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
+0, the extra views are not embedded (a `lax.cond` on the flag) and the heads and mask token get no gradient, so
+their Adam moments are still zero at the switch: they start fresh, up to the decoupled weight decay AdamW applies
+to every matrix (the heads' kernels shrink by that factor before the switch; the mask token, a vector, is never
+decayed). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
+
+Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
+from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
+up), and the centres move in `batch_features`, on the whole batch: decoupled accumulation is exact.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlp_jax.data import transforms
+from vlp_jax.data.tokenizer import tokenizer_options
+from vlp_jax.losses.contrastive import l2_normalize, siglip_loss
+from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
+from vlp_jax.models.groups import IMAGE_ROOT
+from vlp_jax.models.towers import vision_tower
+from vlp_jax.objectives.base import OBJECTIVES, example_rngs, tower_rngs
+from vlp_jax.objectives.cosmos import dino_augment, ema_update
+from vlp_jax.objectives.siglip import SiglipObjective
+from vlp_jax.objectives.views import ClipViews
+
+# Tower calls beyond base.IMAGE_TOWER (the original image) and base.TEXT_TOWER, each with keys of its own.
+LOCAL_CROPS, MASK_DRAW = 2, 3
+
+DISTILL_HEAD, MASKED_HEAD, MASK_TOKEN = 'siglip2_distill_head', 'siglip2_masked_head', 'siglip2_mask_token'
+TEACHER, CENTERS, ACTIVE = 'siglip2_teacher', 'siglip2_centers', 'siglip2_active'  # model-state entries
+PATCH_EMBEDDING = 'conv1'  # the patch-embedding conv of every patch-based tower, under `visual/`
+
+
+class DistillationHead(nn.Module):
+  """DINO's projection head: three Dense layers (GELU between), an L2-normalised bottleneck, then a weight-normalised
+  (unit-column, no gain) Dense onto the prototypes. Runs in float32: the teacher's sharp softmax needs it."""
+  hidden_dim: int
+  bottleneck_dim: int
+  prototypes: int
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [..., w] -> logits [..., K]."""
+    init = nn.initializers.truncated_normal(0.02)
+    x = x.astype(jnp.float32)
+    x = nn.gelu(nn.Dense(self.hidden_dim, kernel_init=init, name='fc1')(x), approximate=False)
+    x = nn.gelu(nn.Dense(self.hidden_dim, kernel_init=init, name='fc2')(x), approximate=False)
+    x = l2_normalize(nn.Dense(self.bottleneck_dim, kernel_init=init, name='fc3')(x))
+    prototypes = self.param('prototypes', init, (self.bottleneck_dim, self.prototypes))
+    return x @ (prototypes / jnp.linalg.norm(prototypes, axis=0, keepdims=True))
+
+
+def masked_patch_count(num_patches: int, ratio: float) -> int:
+  """M = round(ratio * N), at least 1: the patches each image masks."""
+  return max(1, int(num_patches * ratio + 0.5))
+
+
+def masked_patches(rng: jax.Array, num_patches: int, ratio: float) -> jax.Array:
+  """rng: [B] keys -> [B, N] float32, 1 at the M = masked_patch_count(N, ratio) patches each image masks: a uniformly
+  random M-subset drawn from that image's key alone (random, not block-wise, masking)."""
+  count = masked_patch_count(num_patches, ratio)
+  draw = lambda key: jnp.zeros((num_patches,), jnp.float32).at[  # noqa: E731
+      jax.random.permutation(key, num_patches)[:count]].set(1.0)
+  return jax.vmap(draw)(rng)
+
+
+def mask_token_interceptor(mask: jax.Array, token: jax.Array):
+  """A flax method interceptor (`nn.intercept_methods`) that replaces, in the image tower's patch embedding [B, h, w,
+  c], the patches where mask [B, h * w] is 1 by `token` [c], before the position embedding is added (TIPS's
+  encoder does the same). Every other module call passes through."""
+  def intercept(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    parent = getattr(context.module, 'parent', None)
+    if (context.method_name != '__call__' or context.module.name != PATCH_EMBEDDING
+        or getattr(parent, 'name', None) != IMAGE_ROOT):
+      return out
+    b, h, w, _ = out.shape
+    if mask.shape != (b, h * w):
+      raise ValueError(f'a patch mask of shape {mask.shape} for a patch grid of {b} x {h} x {w}')
+    return jnp.where(mask.reshape(b, h, w, 1) > 0, token.astype(out.dtype), out)
+  return intercept
+
+
+@dataclasses.dataclass
+class Siglip2Views(ClipViews):
+  """CLIP's views (the original image, as the data config sets it, and the caption) plus, for the self-distillation
+  losses, augmented views drawn after them: -> {'image', 'text', 'label', 'global_view': [S, S, 3] (with
+  `num_global`), 'local_views': [V, s, s, 3] (with `num_local` > 0)}, uint8.
+
+  The global view is a RandomResizedCrop of `global_scale` with DINO's first-view augmentation (blur always, no
+  solarisation), each local view one of `local_scale` at `local_size` px (blur p 0.5), as SILC takes DINO's."""
+  local_size: int = 96
+  num_global: int = 1
+  num_local: int = 8
+  global_scale: tuple[float, float] = (0.4, 1.0)
+  local_scale: tuple[float, float] = (0.05, 0.4)
+  color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)
+  grayscale_prob: float = 0.2
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out = super().random_map(example, rng)
+    image = example['image']
+
+    def view(size, scale, blur_p):
+      crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
+      return dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
+    if self.num_global:
+      out['global_view'] = view(self.image_size, self.global_scale, 1.0)
+    if self.num_local:
+      out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
+    return out
+
+
+def _zeros_of(fn, *args) -> Any:
+  """Zeros of the shapes and dtypes `fn(*args)` returns, without computing it."""
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
+
+
+@OBJECTIVES.register('siglip2')
+class Siglip2Objective(SiglipObjective):
+  total_steps: int | None = None  # set by objectives.build from config.total_steps
+
+  @classmethod
+  def default_config(cls):
+    return {**super().default_config(), 'name': cls.name,
+            # L = sigmoid_weight L_sigmoid + size_factor (distill_weight L_sd + masked_weight L_mp); a weight of 0
+            # turns its loss off (and, for the two late losses, its views, heads and teacher work).
+            'sigmoid_weight': 1.0, 'distill_weight': 1.0, 'masked_weight': 0.25,
+            'size_factor': 0.25,  # SigLIP 2: 0.25 for B, 0.5 for L, 1.0 for So400m, 0.5 for g
+            'distill_start_fraction': 0.8,  # of config.total_steps; the teacher starts as the student there
+            'ema_momentum': 0.999,  # fixed, as SILC keeps it (COSMOS's value at batch 1k)
+            'num_local_crops': 8, 'local_crop_size': 96,
+            'global_crop_scale': (0.4, 1.0), 'local_crop_scale': (0.05, 0.4),
+            'crop_color_jitter': (0.4, 0.4, 0.2, 0.1),  # brightness, contrast, saturation, hue (DINO's)
+            'crop_grayscale_prob': 0.2,
+            'mask_ratio': 0.5,  # of the patches of the masked-prediction view
+            # DINO's head; SILC's and TIPS's sizes are not published. One head for both losses with shared_head.
+            'head_hidden_dim': 2048, 'head_bottleneck_dim': 256, 'head_prototypes': 65536, 'shared_head': False,
+            'student_temp': 0.1, 'teacher_temp': 0.02,  # COSMOS's grid search for SILC (its Tab. 20)
+            'center_momentum': 0.9}  # DINO's
+
+  @classmethod
+  def validate(cls, options, config):
+    super().validate(options, config)
+    for key in ('sigmoid_weight', 'distill_weight', 'masked_weight', 'size_factor'):
+      if not isinstance(options[key], (int, float)) or isinstance(options[key], bool) or not options[key] >= 0:
+        raise ValueError(f'config.objective.{key} must be a number >= 0 (0 turns its loss off), got {options[key]!r}')
+    for key in ('distill_start_fraction', 'ema_momentum', 'center_momentum'):
+      if not 0.0 <= options[key] <= 1.0:
+        raise ValueError(f'config.objective.{key}={options[key]} must be in [0, 1]')
+    if not 0.0 < options.mask_ratio < 1.0:
+      raise ValueError(f'config.objective.mask_ratio={options.mask_ratio} must be in (0, 1) (the fraction of patches '
+                       'masked)')
+    for key in ('student_temp', 'teacher_temp'):
+      if not options[key] > 0:
+        raise ValueError(f'config.objective.{key}={options[key]} must be > 0')
+    for key in ('num_local_crops', 'local_crop_size', 'head_hidden_dim', 'head_bottleneck_dim', 'head_prototypes'):
+      if not isinstance(options[key], int) or isinstance(options[key], bool) or options[key] < 1:
+        raise ValueError(f'config.objective.{key} must be a positive integer, got {options[key]!r}')
+    for key in ('global_crop_scale', 'local_crop_scale'):
+      scale = tuple(options[key])
+      if len(scale) != 2 or not 0.0 < scale[0] <= scale[1] <= 1.0:
+        raise ValueError(f'config.objective.{key}={scale} must be (low, high) with 0 < low <= high <= 1')
+    transforms.check_color_options('config.objective.crop_color_jitter', options.crop_color_jitter,
+                                   'config.objective.crop_grayscale_prob', options.crop_grayscale_prob)
+    vision = config.model.vision
+    if (options.distill_weight or options.masked_weight) and not vision_tower(vision).patch_based:
+      raise ValueError(f"config.objective.name='siglip2' with distill_weight or masked_weight > 0 needs a "
+                       f"patch-based image tower (the mask token replaces patches), not config.model.vision.type="
+                       f"'{vision.type}'; set both weights to 0 or use a ViT")
+    if options.distill_weight and options.local_crop_size < vision.patch_size:
+      raise ValueError(f'config.objective.local_crop_size={options.local_crop_size} is smaller than one patch '
+                       f'(config.model.vision.patch_size={vision.patch_size})')
+
+  @classmethod
+  def views(cls, config):
+    c = cls.options(config.objective)
+    return Siglip2Views(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+                        crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
+                        **tokenizer_options(config.model.text), local_size=c.local_crop_size,
+                        num_global=int(bool(c.distill_weight or c.masked_weight)),
+                        num_local=c.num_local_crops if c.distill_weight else 0,
+                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
+                        color_jitter=tuple(float(x) for x in c.crop_color_jitter),
+                        grayscale_prob=float(c.crop_grayscale_prob))
+
+  # ------------------------------------------------------------------------------------------ what is on
+
+  @property
+  def distill_on(self) -> bool:
+    return bool(self.config.distill_weight and self.config.size_factor)
+
+  @property
+  def masked_on(self) -> bool:
+    return bool(self.config.masked_weight and self.config.size_factor)
+
+  @property
+  def uses_teacher(self) -> bool:
+    return self.distill_on or self.masked_on
+
+  @property
+  def start_step(self) -> int:
+    """The first step with the self-distillation losses: round(distill_start_fraction * total_steps)."""
+    if self.total_steps is None:
+      raise ValueError("objective 'siglip2' needs the run length: build it with objectives.build(config, model), "
+                       'which sets its total_steps from config.total_steps')
+    return int(round(self.config.distill_start_fraction * self.total_steps))
+
+  def head_names(self) -> dict[str, str]:
+    """{loss: the parameter name of its head} for the losses that are on."""
+    names = {}
+    if self.distill_on:
+      names['distill'] = DISTILL_HEAD
+    if self.masked_on:
+      names['masked'] = DISTILL_HEAD if self.config.shared_head else MASKED_HEAD
+    return names
+
+  def _head(self) -> DistillationHead:
+    c = self.config
+    return DistillationHead(c.head_hidden_dim, c.head_bottleneck_dim, c.head_prototypes)
+
+  # ------------------------------------------------------------------------------------------ variables
+
+  def teacher_params(self, params: dict) -> dict:
+    """What the teacher holds: the image tower and the heads (a subtree of `params`)."""
+    return {IMAGE_ROOT: params[IMAGE_ROOT], **{name: params[name] for name in set(self.head_names().values())}}
+
+  def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
+    params, model_state = super().init_variables(rng)
+    if not self.uses_teacher:
+      return params, model_state
+    width = self.model.vision.width
+    head_rng = jax.random.fold_in(rng, 2)
+    for i, name in enumerate(sorted(set(self.head_names().values()))):
+      params[name] = self._head().init(jax.random.fold_in(head_rng, i), jnp.zeros((1, width)))['params']
+    if self.masked_on:
+      params[MASK_TOKEN] = jnp.zeros((width,), jnp.float32)  # iBOT's initialisation
+    centers = {loss: jnp.zeros((self.config.head_prototypes,), jnp.float32) for loss in self.head_names()}
+    return params, {**model_state, TEACHER: jax.tree.map(jnp.array, self.teacher_params(params)), CENTERS: centers,
+                    ACTIVE: jnp.int32(self.start_step <= 0)}
+
+  # ------------------------------------------------------------------------------------------ the step
+
+  def _distill_features(self, params: dict, model_state: dict, batch: dict, rng: jax.Array | None) -> dict:
+    """The late losses' inputs: the teacher's and the student's head logits ('distill_*' [B, K] and [B, V, K],
+    'masked_*' [B, N, K]) and the patch mask [B, N]."""
+    heads, head = self.head_names(), self._head()
+    teacher = jax.lax.stop_gradient(model_state[TEACHER])
+    teacher_variables = {**jax.lax.stop_gradient(params), **teacher}
+    view = batch['global_view']
+    t_out, _ = self.encode_image(teacher_variables, model_state, view, False, with_tokens=self.masked_on)
+    out = {}
+    if self.distill_on:
+      local = batch['local_views']
+      b, v = local.shape[:2]
+      keys = tower_rngs(rng, LOCAL_CROPS, crops=v)
+      s_out, _ = self.encode_image(params, model_state, local.reshape(b * v, *local.shape[2:]), True,
+                                   rng=None if keys is None else keys.reshape(-1))
+      out['distill_teacher'] = head.apply({'params': teacher[heads['distill']]}, t_out['cls'])
+      out['distill_student'] = head.apply({'params': params[heads['distill']]}, s_out['cls']).reshape(b, v, -1)
+    if self.masked_on:
+      patches = t_out['tokens'].shape[1]
+      # Without keys (a deterministic pass) row i takes the mask of the fixed key i.
+      keys = tower_rngs(example_rngs(jax.random.key(0), view.shape[0]) if rng is None else rng, MASK_DRAW)
+      mask = masked_patches(keys, patches, self.config.mask_ratio)
+      with nn.intercept_methods(mask_token_interceptor(mask, params[MASK_TOKEN])):
+        s_out, _ = self.encode_image(params, model_state, view, True, with_tokens=True)  # no keys: no dropout
+      out['masked_teacher'] = head.apply({'params': teacher[heads['masked']]}, t_out['tokens'])
+      out['masked_student'] = head.apply({'params': params[heads['masked']]}, s_out['tokens'])
+      out['patch_mask'] = mask
+    return out
+
+  def features(self, params, model_state, batch, rng, train=True):
+    """SigLIP's {'zi', 'zt'} of the original image and caption (tower keys as CLIP's) and, with a late loss on, its
+    inputs (`_distill_features`; zeros while the flag is off, the views not embedded). Local crop c of row i takes
+    split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from fold_in(rng[i], MASK_DRAW)."""
+    features, model_state = super().features(params, model_state, batch, rng, train)
+    if not self.uses_teacher or not train:
+      return features, model_state
+    late = jax.lax.cond(model_state[ACTIVE] > 0, self._distill_features,
+                        lambda *args: _zeros_of(self._distill_features, *args), params, model_state, batch, rng)
+    return {**features, **late}, model_state
+
+  def batch_features(self, features, params, model_state, train=True):
+    """Adds the flag and the centres the loss uses ('active' [], '<loss>_center' [K]) and, in training while the
+    flag is on, moves each centre towards the mean of the whole batch's teacher logits."""
+    if not self.uses_teacher or not train:
+      return features, model_state
+    active = model_state[ACTIVE] > 0
+    centers = model_state[CENTERS]
+    features = {**features, 'active': active.astype(jnp.float32),
+                **{f'{loss}_center': center for loss, center in centers.items()}}
+    moved = {loss: jnp.where(active, updated_center(center, features[f'{loss}_teacher'],
+                                                    self.config.center_momentum), center)
+             for loss, center in centers.items()}
+    return features, {**model_state, CENTERS: moved}
+
+  def loss(self, features, params, step):
+    del step  # the switch is the model state's flag, set from the step in `after_step`
+    c = self.config
+    sigmoid, metrics = siglip_loss(features['zi'], features['zt'], params['logit_scale'], params['logit_bias'])
+    total = c.sigmoid_weight * sigmoid
+    metrics = {'siglip_loss': sigmoid, **metrics}
+    if 'active' not in features:  # the late losses off, or not training
+      return total, metrics
+    active = features['active']
+    metrics['distill_active'] = active
+    if self.distill_on:
+      distill = active * local_to_global_loss(features['distill_teacher'], features['distill_student'],
+                                              features['distill_center'], c.teacher_temp, c.student_temp)
+      total = total + c.size_factor * c.distill_weight * distill
+      metrics['distill_loss'] = distill
+    if self.masked_on:
+      masked = active * masked_patch_loss(features['masked_teacher'], features['masked_student'],
+                                          features['patch_mask'], features['masked_center'], c.teacher_temp,
+                                          c.student_temp)
+      total = total + c.size_factor * c.masked_weight * masked
+      metrics['masked_loss'] = masked
+    return total, metrics
+
+  def after_step(self, params, model_state, step):
+    """Sets the flag for step + 1 (on from `start_step`); the step that turns it on copies the student into the
+    teacher, and each step after that moves the teacher by EMA."""
+    if not self.uses_teacher:
+      return model_state
+    was_on = model_state[ACTIVE] > 0
+    turns_on = step + 1 >= self.start_step
+    student, teacher = self.teacher_params(params), model_state[TEACHER]
+    moved = ema_update(teacher, student, self.config.ema_momentum)
+    teacher = jax.tree.map(lambda m, s, t: jnp.where(was_on, m, jnp.where(turns_on, s, t)), moved, student, teacher)
+    return {**model_state, TEACHER: teacher, ACTIVE: (was_on | turns_on).astype(jnp.int32)}
