@@ -43,6 +43,7 @@ def _layer_norm(x, scale, bias, eps=1e-6):
   return (x - mean) / np.sqrt(var + eps) * scale + bias
 
 
+@pytest.mark.slow
 def test_attention_pooling_matches_a_numpy_reference():
   config = _config()
   params = _params(config)
@@ -69,6 +70,7 @@ def test_attention_pooling_matches_a_numpy_reference():
   chex.assert_shape(params['visual']['positional_embedding'], (16, 32))  # patches only
 
 
+@pytest.mark.slow
 def test_text_is_bidirectional_and_read_at_the_last_position():
   config = _config()
   params = _params(config)

@@ -105,6 +105,7 @@ def test_term_validation(micro):
     validate(micro)
 
 
+@pytest.mark.slow
 def test_mimic_with_an_on_the_fly_teacher_checkpoint(micro, tmp_path):
   """The teacher's image tower runs in the step; its mimic loss equals the one from pre-extracted embeddings."""
   model = models.build_model(micro.model)

@@ -176,6 +176,7 @@ def test_targets_only_mixes_nothing_and_keeps_the_two_target_loss(micro, heads):
   assert abs(float(loss) - float(clip_infonce(plain['zi'], plain['zt'], params['logit_scale'])[0])) > 1e-4
 
 
+@pytest.mark.slow
 def test_fixed_temperature_is_constant(micro):
   objective, params, state, batch = _zerovl(micro, fixed_temperature=0.02, mixup=False)
   features, _ = objective.forward(params, state, batch, jax.random.key(0))

@@ -158,6 +158,7 @@ def test_a_peer_that_finished_is_not_lost_and_an_unreachable_coordinator_is(exit
   assert exits.calls[0][0] == errors.EXIT_PEER_LOST and 'lost the coordinator (process 0)' in exits.calls[0][1]
 
 
+@pytest.mark.slow
 def test_leaving_the_loop_on_a_collective_failure_exits_76_naming_the_silent_peer(exits, monkeypatch):
   store = _Store()
   monkeypatch.setattr(jax, 'process_count', lambda: 2)

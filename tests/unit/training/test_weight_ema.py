@@ -126,6 +126,7 @@ def test_with_the_ema_off_training_is_as_before_and_the_state_has_no_ema(plain_r
   assert list(ema_lib.eval_variants(objective, on_params[-1], {}, parallel.to_host(on_state.ema))) == ['', 'ema_']
 
 
+@pytest.mark.slow
 def test_the_ema_has_the_parameters_shardings_on_an_eight_device_mesh(micro):
   micro.ema.decay = DECAY
   config, mesh = _sharded(_scanned_partly_locked(micro), fsdp=4)
