@@ -276,7 +276,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     try:
       fn(*args)
     except MissingInputError as error:
-      missing.append(str(error))
+      missing.extend(error.messages)
 
   try:
     check(_check_objective, config, objective_cls, terms)
@@ -293,7 +293,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   except ValueError as error:  # ConfigError, RegistryError and the components' ValueErrors alike
     raise ConfigError(str(error)) from None
   if missing:
-    raise MissingInputError('\n'.join(missing))
+    raise MissingInputError(*missing)
 
 
 def _check_objective(config: ml_collections.ConfigDict, objective_cls: type, terms: dict[str, type]) -> None:

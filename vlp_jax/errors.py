@@ -35,6 +35,10 @@ class MissingInputError(ConfigError):
   """The config needs an input it does not name (teacher embeddings, a checkpoint to start from). `config.validate`
   runs every other check first and then lists all of them at once; the trainer adds the data and files not found."""
 
+  def __init__(self, *messages: str):
+    super().__init__('\n'.join(messages))
+    self.messages = list(messages)  # one per missing input, each with its fix
+
 
 class DataNotFoundError(FileNotFoundError):
   """No data where the config says it is; the message says how to prepare it."""

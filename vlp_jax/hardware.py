@@ -146,15 +146,9 @@ def startup_lines(backend: str, device_count: int, process_count: int, dtype: st
           *backend_warnings(backend, device_count, dtype, fsdp, visible)]
 
 
-def host_memory_bytes() -> tuple[int, int | None]:
-  """(this machine's physical memory, the part available now: /proc/meminfo's MemAvailable, None where unknown)."""
-  total = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-  try:
-    with open('/proc/meminfo') as f:
-      fields = dict(line.split(':', 1) for line in f if ':' in line)
-    return total, int(fields['MemAvailable'].split()[0]) * 1024
-  except (OSError, KeyError, ValueError):
-    return total, None
+def host_memory_bytes() -> int:
+  """This machine's physical memory, in bytes."""
+  return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
 
 
 def gib(num_bytes: float) -> str:

@@ -76,6 +76,29 @@ def _ours(checkpoint, images, tokens):
   return zi, zt, logits, config
 
 
+def _assert_parity(reference, torch, ckpt, name, text=None):
+  """Our embeddings and logits of the imported `ckpt` equal transformers' `reference` model's; returns our config."""
+  images, tokens = _inputs(text=text)
+  want_i, want_t, want_logits = _reference_outputs(reference, torch, images, tokens)
+  got_i, got_t, got_logits, config = _ours(ckpt, images, tokens)
+  err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
+  print(f'{name} (transformers): max abs error image {err_i:.2e}, text {err_t:.2e}')
+  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
+  np.testing.assert_allclose(got_logits, want_logits, atol=1e-3)  # the learned scale and bias came along
+  return config
+
+
+def _assert_exact_export(reference, transformers, ckpt, output):
+  """Export of `ckpt` gives back every tensor of `reference` exactly, as transformers reads it; returns the folder."""
+  out = export_weights('hf', ckpt, output)
+  loaded = transformers.SiglipModel.from_pretrained(out).eval()
+  want_state = reference.state_dict()
+  assert sorted(loaded.state_dict()) == sorted(want_state)
+  for key, value in loaded.state_dict().items():
+    np.testing.assert_array_equal(value.numpy(), want_state[key].numpy(), err_msg=key)
+  return out
+
+
 @pytest.mark.slow
 def test_hf_siglip_import_parity_and_export_round_trip(tmp_path):
   torch = pytest.importorskip('torch', reason='torch is needed for the SigLIP parity test')
@@ -86,23 +109,12 @@ def test_hf_siglip_import_parity_and_export_round_trip(tmp_path):
   (tmp_path / 'hf' / 'spiece.model').write_bytes(b'stand-in: only its path is recorded at import')
   # No model name: the model is read from the folder's config.json.
   ckpt = import_weights('hf', None, folder, str(tmp_path / 'ckpt'))
-  images, tokens = _inputs()
-  want_i, want_t, want_logits = _reference_outputs(reference, torch, images, tokens)
-  got_i, got_t, got_logits, config = _ours(ckpt, images, tokens)
-  err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
-  print(f'SigLIP (transformers): max abs error image {err_i:.2e}, text {err_t:.2e}')
-  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
-  np.testing.assert_allclose(got_logits, want_logits, atol=1e-3)  # the learned scale and bias came along
+  config = _assert_parity(reference, torch, ckpt, 'SigLIP')
   assert config.vision.type == 'siglip_vit' and config.vision.mlp_width == 96 and config.name == 'hf-siglip'
   assert config.text.tokenizer == 'sentencepiece'
   assert config.text.tokenizer_path == os.path.join(os.path.abspath(folder), 'spiece.model')
   # Export gives back every tensor exactly, and transformers reads the folder as the same model.
-  out = export_weights('hf', ckpt, str(tmp_path / 'export'))
-  loaded = transformers.SiglipModel.from_pretrained(out).eval()
-  want_state = reference.state_dict()
-  assert sorted(loaded.state_dict()) == sorted(want_state)
-  for key, value in loaded.state_dict().items():
-    np.testing.assert_array_equal(value.numpy(), want_state[key].numpy(), err_msg=key)
+  out = _assert_exact_export(reference, transformers, ckpt, str(tmp_path / 'export'))
   with open(os.path.join(out, 'config.json')) as f:
     assert not interchange.siglip_mismatches(interchange.siglip_model_config(json.load(f)), config)
 
@@ -117,13 +129,7 @@ def test_hf_siglip2_import_parity_tokenizer_and_export_round_trip(tmp_path):
   _gemma_tokenizer_model(folder)
   (folder / 'tokenizer_config.json').write_text(json.dumps(_SIGLIP2_TOKENIZER_CONFIG))
   ckpt = import_weights('hf', None, str(folder), str(tmp_path / 'ckpt'))
-  images, tokens = _inputs(text=_SIGLIP2_TEXT)
-  want_i, want_t, want_logits = _reference_outputs(reference, torch, images, tokens)
-  got_i, got_t, got_logits, config = _ours(ckpt, images, tokens)
-  err_i, err_t = np.abs(got_i - want_i).max(), np.abs(got_t - want_t).max()
-  print(f'SigLIP 2 (transformers): max abs error image {err_i:.2e}, text {err_t:.2e}')
-  assert err_i < PARITY_ATOL and err_t < PARITY_ATOL
-  np.testing.assert_allclose(got_logits, want_logits, atol=1e-3)
+  config = _assert_parity(reference, torch, ckpt, 'SigLIP 2', text=_SIGLIP2_TEXT)
   # What the text tower needs of its tokenizer is in the checkpoint's config, so captions tokenise as transformers'
   # tokenizer of the released folder does them.
   assert (config.name, config.text.tokenizer, config.text.context_length, config.text.vocab_size) == (
@@ -132,12 +138,7 @@ def test_hf_siglip2_import_parity_tokenizer_and_export_round_trip(tmp_path):
   np.testing.assert_array_equal(vlp_jax.load(ckpt).tokenize(_CAPTIONS),
                                 _gemma_reference_ids(transformers, folder, _CAPTIONS, 64))
   # Export gives back every tensor exactly, and a tokenizer transformers reads as the released one.
-  out = export_weights('hf', ckpt, str(tmp_path / 'export'))
-  loaded = transformers.SiglipModel.from_pretrained(out).eval()
-  want_state = reference.state_dict()
-  assert sorted(loaded.state_dict()) == sorted(want_state)
-  for key, value in loaded.state_dict().items():
-    np.testing.assert_array_equal(value.numpy(), want_state[key].numpy(), err_msg=key)
+  out = _assert_exact_export(reference, transformers, ckpt, str(tmp_path / 'export'))
   exported_ids = transformers.AutoTokenizer.from_pretrained(out)([c.lower() for c in _CAPTIONS], padding='max_length',
                                                                  truncation=True, max_length=64)['input_ids']
   np.testing.assert_array_equal(exported_ids, _gemma_reference_ids(transformers, folder, _CAPTIONS, 64))

@@ -31,8 +31,8 @@ MAX_DETAIL_CHARS = 200
 
 
 class LoadExamples(grain.MapDataset):
-  """(shard id, record bytes or a webdataset sample) elements -> decoded examples (image [H, W, 3] uint8, captions as strings, and 'teacher'
-  [d] float32 looked up by key when `teacher_path` is set), never failing on a bad record.
+  """(shard id, record bytes or a webdataset sample) elements -> decoded examples (image [H, W, 3] uint8, captions
+  as strings, and 'teacher' [d] float32 looked up by key when `teacher_path` is set), never failing on a bad record.
 
   A bad record (records.SKIP_REASONS: not a record, empty / corrupt / huge image, empty caption, malformed regions,
   which are decoded to records.Regions) at position i is

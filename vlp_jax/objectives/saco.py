@@ -58,12 +58,13 @@ class SacoTerm(Term):
     if term_config.ramp_steps < 0:
       raise ValueError(f'config.objective.saco.ramp_steps={term_config.ramp_steps} must be >= 0 (0 = the whole run)')
     if term_config.beta > 0 and term_config.teacher == 'checkpoint' and not term_config.teacher_checkpoint:
-      raise MissingInputError("config.objective.saco.teacher='checkpoint' needs config.objective.saco.teacher_checkpoint "
-                       '(a vlp_jax checkpoint, e.g. one imported with `python -m vlp_jax.weights import`)')
+      raise MissingInputError("config.objective.saco.teacher='checkpoint' needs "
+                              'config.objective.saco.teacher_checkpoint (a vlp_jax checkpoint, e.g. one imported with '
+                              '`python -m vlp_jax.weights import`)')
     if term_config.beta > 0 and term_config.teacher == 'embeddings' and not config.data.teacher_embeddings:
-      raise MissingInputError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write them '
-                       'with `python -m vlp_jax.embed --checkpoint=TEACHER --dataset=... --split=train '
-                       '--output=teacher.npz` and set config.data.teacher_embeddings=teacher.npz')
+      raise MissingInputError('config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings: write '
+                              'them with `python -m vlp_jax.embed --checkpoint=TEACHER --dataset=... --split=train '
+                              '--output=teacher.npz` and set config.data.teacher_embeddings=teacher.npz')
 
   def __init__(self, config, run_config=None):
     super().__init__(config, run_config)

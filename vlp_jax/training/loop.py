@@ -216,7 +216,7 @@ def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:
   try:
     config_lib.validate(config, num_devices=jax.device_count())
   except errors.MissingInputError as error:  # every other check has passed
-    missing.extend(str(error).split('\n'))
+    missing.extend(error.messages)
   try:
     paths = formats.train_paths(config.data)
   except errors.DataNotFoundError as error:

@@ -64,7 +64,7 @@ def check_memory(needed: int | None, mesh: Mesh) -> None:
   device, local = local_devices[0], len(local_devices)  # another process's devices tell this one nothing
   stats = device.memory_stats() or {}
   shortfall = hardware.memory_shortfall(needed, local, device.platform, stats.get('bytes_limit'),
-                                        hardware.host_memory_bytes()[0])
+                                        hardware.host_memory_bytes())
   if shortfall:
     raise errors.ConfigError(f'the compiled train step {shortfall}: lower config.batch_size, accumulate gradients '
                              "(config.accumulation.mode='decoupled' with micro_batch_size), or shard the weights "

@@ -4,7 +4,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from support import ROOT
@@ -69,7 +68,7 @@ def test_the_step_memory_counts_arguments_outputs_and_temporaries_less_donated_b
 def test_a_step_that_cannot_fit_stops_before_it_runs(monkeypatch):
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   step_lib.check_memory(2**30, mesh)  # fits this machine
-  monkeypatch.setattr(hardware, 'host_memory_bytes', lambda: (2**29, None))
+  monkeypatch.setattr(hardware, 'host_memory_bytes', lambda: 2**29)
   with pytest.raises(errors.ConfigError, match=r'the compiled train step needs 1.0 GiB of host memory \(1 CPU '
                                                r'device\), and this machine has 0.5 GiB: lower config.batch_size'):
     step_lib.check_memory(2**30, mesh)

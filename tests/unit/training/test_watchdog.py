@@ -6,7 +6,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
