@@ -1,13 +1,14 @@
 """SigLIP 2's recipe (docs/methods.md §5) on the embedded dataset with the tiny model, staged as the paper stages it:
-the sigmoid loss on the original image and caption for the whole run and, from 80% of the steps, SILC's
+the sigmoid loss and LocCa's decoder (caption, referring expression, grounded caption; weight 1, half the captions
+predicted in parallel) on the original image and caption for the whole run and, from 80% of the steps, SILC's
 local-to-global self-distillation (weight 1 x size factor) and TIPS's masked patch prediction (0.25 x size factor,
 half the patches masked) against an EMA teacher of the image tower that starts there as a copy of the student. The
-same data, budget and optimizer as configs/siglip_shapes.py, its control.
-
-Not yet included: the LocCa captioning decoder (sigmoid + decoder from the start, in the paper), which is pending;
-until it lands this is SigLIP 2 without the decoder.
+same data, budget and optimizer as configs/siglip_shapes.py. The records also carry each object's box and description
+(data.synthetic.regions), which only the decoder reads; its control, configs/experiments/siglip_regions.py, trains
+on the same records without reading them (the regions are information SigLIP does not use).
 
 Scale adaptations (docs/evidence.md):
+  - The renderer's boxes stand in for LocCa's detector; 32 coordinate bins per axis, one per pixel of a 32 px image.
   - Size factor 0.25, the paper's for B (the smallest tower it trains; ours is far smaller): weights 0.25 and 0.0625.
   - Two local crops of 16 px (the paper: 8; DINO's 96 px for 224 px images) beside the 32 px global view: each crop
     is another tower pass on a 2-core CPU.
@@ -24,18 +25,23 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'SigLIP 2 (no decoder)'
-CONTROL = 'siglip'
+LABEL = 'SigLIP 2'
+CONTROL = 'siglip_regions'
+BASELINE = 'clip_regions'
 
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'siglip_shapes.py'))
   config.objective.name = 'siglip2'
+  config.data.synthetic.regions = True  # the boxes and descriptions of the location tasks
+  config.eval.tasks = (*config.eval.tasks, 'referring')  # box prediction: the decoder's, a probe's and chance
   config.objective.update(
       sigmoid_weight=1.0, distill_weight=1.0, masked_weight=0.25, size_factor=0.25,
       distill_start_fraction=0.8, ema_momentum=0.98,
       num_local_crops=2, local_crop_size=16, global_crop_scale=(0.4, 1.0), local_crop_scale=(0.05, 0.4),
       crop_color_jitter=(0.4, 0.4, 0.2, 0.0), crop_grayscale_prob=0.0,
       mask_ratio=0.5, head_hidden_dim=256, head_bottleneck_dim=64, head_prototypes=1024, shared_head=False,
-      student_temp=0.1, teacher_temp=0.02, center_momentum=0.9)
+      student_temp=0.1, teacher_temp=0.02, center_momentum=0.9,
+      decoder_weight=1.0, decoder_tasks=('cap', 'aref', 'gcap'), decoder_parallel_prob=0.5, decoder_box_bins=32,
+      decoder_length=0, decoder_layers=0, decoder_loss_on_condition=True, decoder_normalize='sequence')
   return config

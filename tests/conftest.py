@@ -1,16 +1,27 @@
 """Test setup: 8 virtual CPU devices (set before jax is imported), the repository and tests/ on the path (for
 `support`, the helpers the tests share), the micro config fixture, and a stochastic image tower for the tests of
 tower randomness."""
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
-# The suite is bound by XLA's compile time. LLVM at optimisation level 1 compiles the CPU programs faster (about 10%
-# of the suite) and computes the same values (support.jit_init; the parity and equality tests pass either way).
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
-                           ' --xla_backend_optimization_level=1').strip()
-os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# The suite is bound by XLA's compile time. Every test process and every command a test starts compiles with
+# support.FAST_COMPILE_XLA_FLAGS (see there), and shares one persistent compilation cache for the session: a resumed,
+# relaunched or multi-process run loads the programs an earlier process compiled instead of compiling them again.
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_TESTS), _TESTS]
+from support import FAST_COMPILE_XLA_FLAGS  # noqa: E402
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8 '
+                           + FAST_COMPILE_XLA_FLAGS).strip()
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:  # the first conftest of the session (pytest-xdist's controller)
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vlp_jax_test_xla_cache_')
+  atexit.register(shutil.rmtree, os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '-1')  # every program, however small
 
 from typing import Any  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
-from support import MICRO_CONFIG, ROOT
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT
 import pytest
 import json
 import os
@@ -12,7 +12,7 @@ CONFIG = MICRO_CONFIG
 
 def _run(script, data_cache, *args):
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', script), f'--config={CONFIG}', *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -35,7 +35,7 @@ def test_accumulation_benchmark(data_cache):
 @pytest.mark.slow
 def test_data_benchmark(tmp_path):
   env = {**os.environ}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'data.py'), '--examples=48', '--side=48',
                            '--image_size=32', '--batch_size=8', '--batches=2', '--workers=0,1',
                            '--pipelines=clip,cosmos', '--profile', f'--cache_dir={tmp_path}'],
@@ -56,7 +56,7 @@ def test_data_benchmark(tmp_path):
 @pytest.mark.slow
 def test_train_step_benchmark():
   env = {**os.environ}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'train_step.py'), '--model=tiny',
                            '--batch_size=8', '--objective=saco', '--precision=fp32', '--steps=1', '--warmup=0',
                            '--peak_size=256', '--patch_dropout=0,0.5', '--rounds=2'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

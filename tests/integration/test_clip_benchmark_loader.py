@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import vlp_jax
-from support import ROOT, TESTS
+from support import FAST_COMPILE_XLA_FLAGS, ROOT, TESTS
 from vlp_jax import errors, models
 from vlp_jax import interchange as weights
 
@@ -123,7 +123,7 @@ def _run_command(args: list[str], cwd) -> subprocess.CompletedProcess:
   code = ('import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import support; '
           'support.use_placeholder_torchvision(); runpy.run_module("vlp_jax.clip_benchmark", run_name="__main__")')
   env = {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   return subprocess.run([sys.executable, '-c', code, TESTS, *args], cwd=cwd, env=env, capture_output=True, text=True,
                         timeout=300)
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from support import ROOT
+from support import FAST_COMPILE_XLA_FLAGS, ROOT
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_command_line_overrides_reach_keys_the_file_does_not_name(override, expe
 def test_main_prints_the_backend_and_warns_before_validating(tmp_path):
   """A mesh the single CPU device cannot hold: the report comes first, then the config error (nothing compiled)."""
   env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache'), 'JAX_PLATFORMS': 'cpu'}
-  env.pop('XLA_FLAGS', None)  # one CPU device, as a user has
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # one CPU device, as a user has
   result = subprocess.run(
       [sys.executable, '-m', 'vlp_jax.main', '--config=configs/clip_shapes.py', f'--workdir={tmp_path / "run"}',
        '--config.mesh.fsdp=3', '--config.model.dtype=bfloat16'],

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from support import ROOT
+from support import FAST_COMPILE_XLA_FLAGS, ROOT
 from vlp_jax import models
 from vlp_jax import interchange as weights
 from vlp_jax.cli import embed
@@ -162,7 +162,7 @@ def test_embed_cli_contract(checkpoint, tmp_path):
   np.save(tmp_path / 'x.npy', np.zeros((3, 16, 16, 3), np.float32))
   out = tmp_path / 'cli.npz'
   env = {**os.environ, 'PYTHONPATH': root}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   result = subprocess.run([sys.executable, '-m', 'vlp_jax.embed', f'--checkpoint={checkpoint[0]}',
                            f'--pixels={tmp_path / "x.npy"}', f'--texts={tmp_path / "t.txt"}', f'--output={out}'],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from support import ROOT
+from support import FAST_COMPILE_XLA_FLAGS, ROOT
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -110,7 +110,7 @@ def test_each_evaluation_of_a_checkpoint_keeps_its_own_results(trained, tmp_path
 
 def test_cli_contract(trained, tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT}
-  env.pop('XLA_FLAGS', None)  # the CLI as a user runs it: one CPU device
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the CLI as a user runs it: one CPU device
   out = tmp_path / 'cli'
   result = subprocess.run([sys.executable, '-m', 'vlp_jax.evaluate', f'--checkpoint={trained}',
                            '--evals=zeroshot,retrieval', f'--output_dir={out}'], cwd=ROOT, env=env,
@@ -129,7 +129,7 @@ def test_cli_contract(trained, tmp_path):
 
 def test_cli_config_override_of_an_unknown_eval_set_exits_2_naming_the_choices(trained, tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT}
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   bad = subprocess.run([sys.executable, '-m', 'vlp_jax.evaluate', f'--checkpoint={trained}',
                         '--config.eval.datasets=nope', f'--output_dir={tmp_path / "bad"}'], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)

@@ -3,15 +3,18 @@
 checkpoint survives, and the restarts end bit-identical to an uninterrupted run.
 
 One chain of runs shares a workdir, each resuming from what the previous one left (a separate pair of runs per fault
-would double the compile time): a SIGKILL of process 1, a hang of process 1's main thread (its heartbeats alive), a
-SIGINT to process 1 only, a SIGSTOP of process 1, then a run to the end, compared with an uninterrupted run bit for
-bit.
+would double the compile time): a SIGKILL of process 1 while its asynchronous save is writing (both the lost
+non-coordinator and the kill during a save), a hang of process 1's main thread (its heartbeats alive), a SIGINT to
+process 1 only, a SIGSTOP of process 1, a SIGKILL of process 0 (the coordinator), then a run to the end, compared
+with an uninterrupted run bit for bit.
 
 The faults are injected from inside the training processes, at a given step: this file is also the module the
-launcher runs (`--module=test_host_faults`), which wraps the loop's `dispatch_step` and then runs the train command.
+launcher runs (`--module=test_host_faults`), which wraps the loop's `dispatch_step` and `Checkpointer.save` and then
+runs the train command.
 """
-from support import MICRO_CONFIG, ROOT
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT
 import pytest
+import json
 import os
 import re
 import signal
@@ -24,10 +27,11 @@ import chex
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.cli import train as train_command
-from vlp_jax.training import loop
+from vlp_jax.training import checkpoint, loop
+from vlp_jax.training.checkpoint import MANIFEST, file_digests
 
-FAULT = 'VLP_JAX_TEST_FAULT'  # '<action>:<process>:<step>', read by `inject_fault`
-TOTAL_STEPS = 12
+FAULT = 'VLP_JAX_TEST_FAULT'  # '<action>:<process>:<step>', read by `planned_fault`
+TOTAL_STEPS = 14
 OVERRIDES = {
     'total_steps': TOTAL_STEPS, 'checkpoint.every_steps': 2, 'eval.every_steps': 100, 'eval.tasks': "('zeroshot',)",
     'log_every_steps': 4,
@@ -39,20 +43,48 @@ OVERRIDES = {
 OUT_WITHIN = 60  # seconds from the fault until the launcher has stopped every process
 
 
+def planned_fault() -> tuple[str, str, int]:
+  """(action, process, step) from $VLP_JAX_TEST_FAULT, '<action>:<process>:<step>'."""
+  action, process, step = os.environ[FAULT].split(':')
+  return action, process, int(step)
+
+
+def fault_starts(action: str, step: int) -> None:
+  """The line `run_job` times the fault from."""
+  print(f'FAULT {action} at step {step}, time {time.time():.3f}', flush=True)
+
+
 def inject_fault(dispatch_step):
   """`dispatch_step` that, on the process and before the step that $VLP_JAX_TEST_FAULT names, first prints the time
   and then: kill (SIGKILL itself), stop (SIGSTOP itself), hang (its main thread sleeps for ever) or int (SIGINT
   itself, then goes on)."""
-  action, process, at_step = os.environ[FAULT].split(':')
+  action, process, at_step = planned_fault()
+  signals = {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP, 'int': signal.SIGINT}
 
   def dispatch(ctx, step):
-    if step == int(at_step) and os.environ['JAX_PROCESS_ID'] == process:
-      print(f'FAULT {action} at step {step}, time {time.time():.3f}', flush=True)
+    if step == at_step and os.environ['JAX_PROCESS_ID'] == process and action in (*signals, 'hang'):
+      fault_starts(action, step)
       if action == 'hang':
         time.sleep(10**6)
-      os.kill(os.getpid(), {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP, 'int': signal.SIGINT}[action])
+      os.kill(os.getpid(), signals[action])
     return dispatch_step(ctx, step)
   return dispatch
+
+
+def inject_save_fault(save):
+  """`Checkpointer.save` that, for the action killsave, SIGKILLs the process that $VLP_JAX_TEST_FAULT names as soon
+  as its save of the step named has returned: the state is in host memory and orbax's thread is writing the files
+  (the line says whether it still was), nothing committed yet."""
+  action, process, at_step = planned_fault()
+
+  def save_then_kill(self, step, *args, **kwargs):
+    save(self, step, *args, **kwargs)
+    if action == 'killsave' and step == at_step and os.environ['JAX_PROCESS_ID'] == process:
+      writing = self.manager.is_saving_in_progress()
+      fault_starts(action, step)
+      print(f'orbax still writing: {writing}', flush=True)
+      os.kill(os.getpid(), signal.SIGKILL)
+  return save_then_kill
 
 
 def run_job(workdir, log_dir, data_cache, fault=''):
@@ -61,7 +93,7 @@ def run_job(workdir, log_dir, data_cache, fault=''):
   launcher's exit or None)."""
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache, FAULT: fault,
          'PYTHONPATH': os.pathsep.join([os.path.dirname(__file__), os.path.dirname(MICRO_CONFIG)])}
-  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own device
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the launcher gives each process its own device
   module = ['--module=test_host_faults'] if fault else []
   result = subprocess.run(
       [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
@@ -80,8 +112,14 @@ def process_codes(logs):
 
 
 def complete_steps(workdir):
-  return sorted(int(name) for name in os.listdir(os.path.join(workdir, 'checkpoints')) if name.isdigit()
-                and os.path.exists(os.path.join(workdir, 'checkpoints', name, 'vlp_jax_manifest.json')))
+  """The steps with a manifest, in order; each one's files must still match it (no fault tears a complete step)."""
+  directory = os.path.join(workdir, 'checkpoints')
+  steps = sorted(int(name) for name in os.listdir(directory)
+                 if name.isdigit() and os.path.exists(os.path.join(directory, name, MANIFEST)))
+  for step in steps:
+    with open(os.path.join(directory, str(step), MANIFEST)) as f:
+      assert json.load(f)['files'] == file_digests(os.path.join(directory, str(step))), f'step {step} was torn'
+  return steps
 
 
 @pytest.fixture(scope='module')
@@ -99,19 +137,22 @@ def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the
   workdir = str(tmp_path / 'run')
   timings = {}
 
-  # SIGKILL of process 1 before step 5: process 0 sees the collective fail, names process 1 and exits 76 at once,
-  # without waiting in jax's shutdown barrier. The launcher reports the first failure: the kill's 137.
-  code, logs, timings['kill'] = run_job(workdir, str(tmp_path / 'logs_kill'), data_cache, 'kill:1:5')
+  # SIGKILL of process 1 (not the coordinator) just after its asynchronous save of step 4 has returned, orbax still
+  # writing: process 0 sees the next collective fail, names process 1 and exits 76 at once, without waiting in jax's
+  # shutdown barrier. The launcher reports the first failure: the kill's 137. Step 4 is never committed (orbax's
+  # commit waits for every process's files), step 2 stays complete, and the next run resumes from it.
+  code, logs, timings['kill during a save'] = run_job(workdir, str(tmp_path / 'logs_kill'), data_cache, 'killsave:1:4')
   assert code == 128 + signal.SIGKILL, logs[0][-3000:]
   assert process_codes(logs) == {0: errors.EXIT_PEER_LOST, 1: 128 + signal.SIGKILL}, logs[0][-3000:]
-  assert 'lost process 1' in logs[0], logs[0][-3000:]
-  # Step 4's asynchronous save may not have been committed: then step 2 is the last complete one.
-  assert timings['kill'] < OUT_WITHIN and complete_steps(workdir)[-1] in (2, 4)
+  assert 'orbax still writing: True' in logs[1] and 'lost process 1' in logs[0], logs[0][-3000:] + logs[1][-3000:]
+  assert timings['kill during a save'] < OUT_WITHIN and complete_steps(workdir) == [2]
+  assert '4' not in os.listdir(os.path.join(workdir, 'checkpoints'))  # only orbax's temporary directory
 
   # Process 1's main thread hangs before step 7 while its threads (and jax's heartbeats) live: the watchdogs of both
   # name the step and dump their stacks (process 1's shows the sleep), exit 77. Process 0 may instead see process 1
   # leave first (76).
   code, logs, timings['hang'] = run_job(workdir, str(tmp_path / 'logs_hang'), data_cache, 'hang:1:7')
+  assert 'Resumed from step 2' in logs[0], logs[0][-3000:]
   codes = process_codes(logs)
   assert codes[1] == errors.EXIT_HUNG and codes[0] in (errors.EXIT_HUNG, errors.EXIT_PEER_LOST), logs[0][-3000:]
   assert code in (errors.EXIT_HUNG, errors.EXIT_PEER_LOST)
@@ -134,13 +175,25 @@ def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the
   assert re.search(r'lost process 1 \(last step done: \d+\): no heartbeat for 6 s', logs[0]), logs[0][-3000:]
   assert timings['sigstop'] < OUT_WITHIN and complete_steps(workdir)[-1] == stopped
 
+  # SIGKILL of process 0, the coordinator, before step 13, step 12's save in flight: jax's client on process 1 finds
+  # the coordination service gone and aborts within a second (134, from a C++ thread; measured 0.1 s). It may instead
+  # exit 76 first (its peer monitor cannot reach the service, or its collective failed), whichever comes first
+  # under load. The launcher reports the first failure, the kill's 137. Step 10 (its manifest written before step 12's
+  # save began) is the last complete one; step 12 never gets its manifest, as process 0 writes them.
+  code, logs, timings['coordinator kill'] = run_job(workdir, str(tmp_path / 'logs_kill0'), data_cache, 'kill:0:13')
+  codes = process_codes(logs)
+  assert code == 128 + signal.SIGKILL and codes[0] == 128 + signal.SIGKILL, logs[0][-3000:]
+  assert codes[1] in (128 + signal.SIGABRT, errors.EXIT_PEER_LOST), logs[1][-3000:]
+  assert timings['coordinator kill'] < OUT_WITHIN and complete_steps(workdir)[-1] == 10
+
   # The last restart ends where the uninterrupted run did, bit for bit.
   code, logs, _ = run_job(workdir, str(tmp_path / 'logs_end'), data_cache)
-  assert code == 0 and f'Resumed from step {stopped}' in logs[0], logs[0][-3000:]
+  assert code == 0 and 'Resumed from step 10' in logs[0], logs[0][-3000:]
   chex.assert_trees_all_equal(load_variables(workdir)[0], uninterrupted)
   print('fault -> every process out after (s):', {k: round(v, 1) for k, v in timings.items()})
 
 
 if __name__ == '__main__':  # the module each process of a faulty run starts (run_job)
   loop.dispatch_step = inject_fault(loop.dispatch_step)
+  checkpoint.Checkpointer.save = inject_save_fault(checkpoint.Checkpointer.save)
   train_command.run_command()

@@ -4,7 +4,7 @@ shards drawn with replacement (data.resampled), read by both processes: each rea
 as from ArrayRecord (whose process blocks tests/unit/data/test_pipeline.py checks). With data.shards_by_process each
 process reads its own shards instead (drawn with replacement there too), and two processes resume from a checkpoint
 exactly."""
-from support import MICRO_CONFIG, ROOT, write_webdataset
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, write_webdataset
 import pytest
 import os
 import shutil
@@ -52,7 +52,7 @@ def test_two_processes_train_like_one(micro, data_cache, tmp_path):
 
   multi = tmp_path / 'multi'
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
-  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own 4 devices
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the launcher gives each process its own 4 devices
   result = subprocess.run(
       [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=4',
        f'--log_dir={tmp_path / "logs"}', '--timeout=400', '--', f'--config={CONFIG}', f'--workdir={multi}',
@@ -91,7 +91,7 @@ def _launch(workdir, log_dir, data_cache, overrides):
   """`launch/local.py` with 2 processes x 1 device on the micro config; returns (returncode, [process 0's output,
   process 1's log])."""
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache}
-  env.pop('XLA_FLAGS', None)  # the launcher gives each process its own device
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the launcher gives each process its own device
   result = subprocess.run(
       [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
        f'--log_dir={log_dir}', '--timeout=400', '--', f'--config={CONFIG}', f'--workdir={workdir}',

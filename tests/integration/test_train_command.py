@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from support import ROOT, tensorboard_events
+from support import FAST_COMPILE_XLA_FLAGS, ROOT, tensorboard_events
 import pytest
 
 from vlp_jax import errors
@@ -26,7 +26,7 @@ CONTRACT_EVAL = ('zeroshot_top1', 'zeroshot_top5', 'zeroshot_chance', 'i2t_r1', 
 
 def _run(args, tmp_path, command='main'):
   env = {**os.environ, 'PYTHONPATH': ROOT, 'VLP_JAX_CACHE': str(tmp_path / 'cache')}
-  env.pop('XLA_FLAGS', None)  # the CLI as a user runs it: one CPU device
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the CLI as a user runs it: one CPU device
   return subprocess.run([sys.executable, '-m', f'vlp_jax.{command}', *args], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
 

@@ -1,6 +1,6 @@
 """benchmarks/vs_open_clip.py: both sides train the same network on the same batch, each in its own process by
 default, in alternating order (its figures are measured by hand, not asserted on timings here)."""
-from support import ROOT
+from support import FAST_COMPILE_XLA_FLAGS, ROOT
 import pytest
 import json
 import os
@@ -14,7 +14,7 @@ sys.path.insert(0, ROOT)
 def test_isolated_workers_train_the_same_network_on_the_same_batch():
   pytest.importorskip('torch', reason='torch is needed for the open_clip side')
   env = {**os.environ}
-  env.pop('XLA_FLAGS', None)  # one host device, as the benchmark is run by hand
+  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # one host device, as the benchmark is run by hand
   env.pop('VLP_JAX_MALLOC', None)
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'vs_open_clip.py'), '--rows=tiny:8',
                            '--rounds=2', '--steps=1', '--warmup=0'], cwd=ROOT, env=env, capture_output=True,

@@ -84,6 +84,12 @@ class LoccaLayout:
     return self.output_vocab_size + 1
 
 
+def tokenizer_layout(tokenizer, box_bins: int = 32, length: int = 32, loss_on_condition: bool = True) -> LoccaLayout:
+  """The layout over a text tokenizer's ids (`vocab_size`, `eot_token`, `pad_token`: data/tokenizer.py's)."""
+  return LoccaLayout(text_vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eot_token, pad_id=tokenizer.pad_token,
+                     box_bins=box_bins, length=length, loss_on_condition=loss_on_condition)
+
+
 def quantize_box(box: np.ndarray, bins: int) -> np.ndarray:
   """box: [..., 4] (xmin, ymin, xmax, ymax) as fractions of the image side -> [..., 4] int32 bin indices in
   [0, bins): bin k holds [k / bins, (k + 1) / bins); 1.0 falls in the last bin."""

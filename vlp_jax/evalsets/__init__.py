@@ -12,14 +12,15 @@ from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
                   linear_probe: bool = False) -> EvalSet:
   """An evaluation split by dataset name, images preprocessed for the model's `image_size`. split: 'val' or 'test'.
-  linear_probe: also load the train examples the linear probe fits on, where a set has them."""
+  linear_probe: also load the train examples the linear probe (and the referring-expression box probe) fits
+  on, where a set has them."""
   return EVAL_SETS.get(name)(name, LoadRequest(data, split, image_size, linear_probe))
 
 
 def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
   """Every set of `config.eval.datasets`, as the training loop and `vlp_jax.evaluate` evaluate them."""
   return [load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
-                        linear_probe='linear_probe' in config.eval.tasks)
+                        linear_probe=bool({'linear_probe', 'referring'} & set(config.eval.tasks)))
           for name in config.eval.datasets]
 
 

@@ -53,6 +53,10 @@ class EvalSet:
   # Optional: label_sets [N, K] int, every correct label of each image padded with -1 (ImageNet ReaL): zero-shot then
   # counts a prediction among them as a hit and leaves the images with none out (evaluation/zeroshot.py).
   label_sets: np.ndarray | None = None
+  # Optional: regions [N] (records.Regions of each image: boxes as fractions of the side, descriptions) for referring
+  # expressions (evaluation/referring.py), and train_regions [N'] of train_images for its box probe.
+  regions: list | None = None
+  train_regions: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,11 +64,13 @@ def load(name: str, request: LoadRequest) -> EvalSet:
                    identical_captions_match=True)
   has_masks = bool(examples) and all('mask' in e for e in examples)
   has_negatives = bool(examples) and all('canonical_caption' in e for e in examples)
-  train_images = train_labels = None
+  has_regions = bool(examples) and all('regions' in e for e in examples)  # config.data.synthetic.regions
+  train_images = train_labels = train_regions = None
   if request.linear_probe:
     train = _balanced_train_examples(root, sources, data.probe_train_examples)
     train_images = np.stack([_image(e, image_size) for e in train])
     train_labels = np.array([e['label'] for e in train])
+    train_regions = [records.decode_regions(e['regions']) for e in train] if has_regions else None
   return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
                  class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
                  captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
@@ -77,7 +79,8 @@ def load(name: str, request: LoadRequest) -> EvalSet:
                  train_images=train_images, train_labels=train_labels,
                  canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,
                  hard_negatives=[list(e['hard_negatives']) for e in examples] if has_negatives else None,
-                 identical_captions_match=True)
+                 regions=[records.decode_regions(e['regions']) for e in examples] if has_regions else None,
+                 train_regions=train_regions, identical_captions_match=True)
 
 
 for _name in SOURCE_SETS:

@@ -89,6 +89,8 @@ class Encoder:
     # Patch tokens live in the joint space only for ViT towers (`project_patch_tokens`).
     self.has_patch_embeddings = vision_tower(model.vision).patch_based
     self._patches = jax.jit(lambda v, x: project_patch_tokens(model, v, x), out_shardings=out)
+    self._tokens = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image)['tokens'], out_shardings=out)
+    self.model = model  # for evaluators that run a head of the objective's (evaluation/referring.py)
 
   # The last few caption lists embedded with the current variables: retrieval and affinity consistency read the same
   # captions of a set, and the memo embeds them once.
@@ -148,6 +150,11 @@ class Encoder:
   def tokens(self, tokens: np.ndarray) -> np.ndarray:
     """[N, context_length] integer tokens (what the model's tokenizer gives) -> [N, d] unit-norm float32."""
     return self._chunked(self._texts, np.asarray(tokens, np.int32), 'texts')
+
+  def image_tokens(self, images: np.ndarray) -> np.ndarray:
+    """[N, H, W, 3] normalised float32 -> [N, P, w] float32, the image tower's un-pooled tokens (what LocCa's decoder
+    cross-attends to), neither projected nor normalised."""
+    return self._chunked(self._tokens, images, 'image tokens', np.float32)
 
   def patch_embeddings(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, P, d] unit-norm patch embeddings, patches row-major (ViT towers)."""

@@ -35,25 +35,20 @@ def sequence_nll(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) ->
   return total / jnp.maximum(count, 1.0), count
 
 
-def captioning_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array, parallel: jax.Array | None = None,
-                    normalize: str = 'sequence', count: jax.Array | None = None
-                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """The decoder loss over a batch of sequences.
+def reduce_sequence_losses(per_sequence: jax.Array, tokens: jax.Array, parallel: jax.Array | None = None,
+                           normalize: str = 'sequence', count: jax.Array | None = None
+                           ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The batch loss from each sequence's mean cross-entropy and target count (`sequence_nll`), any shape S alike.
 
-  logits: [..., L, V] (any leading shape S: [B, T] for T tasks per image); targets: [..., L] int; loss_mask: [..., L]
-  (1 where a target is trained); parallel: None or [...] bool, the rows predicted in parallel (for the metrics only).
-  normalize 'sequence': the mean over sequences with a target of each one's mean token cross-entropy; 'token': the
-  mean over every target token. `count`: what to divide the summed per-sequence means ('sequence': the number of
-  sequences with a target) or token losses ('token': the number of target tokens) by; None for this batch's own,
-  or the whole batch's when this is one micro-batch of it (then micro-batch losses add up to the batch's).
-  Returns (loss [], metrics: 'token_accuracy' (argmax = target over target tokens), and with `parallel`
-  'loss_parallel' / 'loss_autoregressive' (each kind's mean sequence loss; 0 where the batch has none) and
-  'parallel_fraction' (of sequences with a target)).
+  per_sequence, tokens: [...]; parallel: None or [...] bool. normalize 'sequence': the mean over sequences with a
+  target of their means; 'token': the mean over every target token. `count`: what to divide the sum by ('sequence':
+  the number of sequences with a target; 'token': the number of target tokens); None for this batch's own, or the
+  whole batch's when this is one micro-batch of it (then micro-batch losses add up to the batch's).
+  Returns (loss [], metrics: with `parallel`, 'loss_parallel' / 'loss_autoregressive' (each kind's mean sequence
+  loss; 0 where the batch has none) and 'parallel_fraction' (of sequences with a target)).
   """
   if normalize not in NORMALIZATIONS:
     raise ValueError(f"unknown captioning loss normalisation '{normalize}'; valid choices: {list(NORMALIZATIONS)}")
-  weights = loss_mask.astype(jnp.float32)
-  per_sequence, tokens = sequence_nll(logits, targets, weights)
   has_targets = (tokens > 0).astype(jnp.float32)
   if normalize == 'sequence':
     local = jnp.sum(has_targets)
@@ -61,8 +56,7 @@ def captioning_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array,
   else:
     local = jnp.sum(tokens)
     loss = jnp.sum(per_sequence * tokens) / jnp.maximum(local if count is None else count, 1.0)
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-  metrics = {'token_accuracy': jnp.sum(correct * weights) / jnp.maximum(jnp.sum(weights), 1.0)}
+  metrics = {}
   if parallel is not None:
     in_parallel = parallel.astype(jnp.float32) * has_targets
     in_order = (1.0 - parallel.astype(jnp.float32)) * has_targets
@@ -70,3 +64,26 @@ def captioning_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array,
     metrics['loss_autoregressive'] = jnp.sum(per_sequence * in_order) / jnp.maximum(jnp.sum(in_order), 1.0)
     metrics['parallel_fraction'] = jnp.sum(in_parallel) / jnp.maximum(jnp.sum(has_targets), 1.0)
   return loss, metrics
+
+
+def correct_tokens(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> jax.Array:
+  """logits: [..., L, V], targets, loss_mask: [..., L] -> [...] float32, the target positions where the argmax is the
+  target."""
+  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  return jnp.sum(correct * loss_mask.astype(jnp.float32), axis=-1)
+
+
+def captioning_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array, parallel: jax.Array | None = None,
+                    normalize: str = 'sequence', count: jax.Array | None = None
+                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The decoder loss over a batch of sequences: `sequence_nll`, then `reduce_sequence_losses`.
+
+  logits: [..., L, V] (any leading shape S: [B, T] for T tasks per image); targets: [..., L] int; loss_mask: [..., L]
+  (1 where a target is trained); parallel: None or [...] bool, the rows predicted in parallel (for the metrics only).
+  normalize and count: as `reduce_sequence_losses`. Returns (loss [], metrics: 'token_accuracy' (argmax = target over
+  target tokens) and `reduce_sequence_losses`'s).
+  """
+  per_sequence, tokens = sequence_nll(logits, targets, loss_mask)
+  loss, metrics = reduce_sequence_losses(per_sequence, tokens, parallel, normalize, count)
+  accuracy = jnp.sum(correct_tokens(logits, targets, loss_mask)) / jnp.maximum(jnp.sum(tokens), 1.0)
+  return loss, {'token_accuracy': accuracy, **metrics}

@@ -28,6 +28,10 @@ import jax.numpy as jnp
 from vlp_jax.models.cross_attention import CrossAttention
 from vlp_jax.models.transformer import LN_EPS, Mlp, layer_norm
 
+# Where an objective keeps the decoder's parameters (a top-level entry of its params), so that evaluators find them;
+# weight export keeps only the towers' entries and so drops it.
+PARAMS_NAME = 'locca_decoder'
+
 
 class MaskedSelfAttention(nn.Module):
   """Self-attention with a packed qkv projection (`in_proj`) and a per-row attention mask."""
@@ -136,3 +140,12 @@ def decoder_for_text_tower(text: Any, vocab_size: int, length: int, act: str, la
   return LoccaDecoder(width=text.width, heads=text.heads, layers=layers or max(1, text.layers // 2),
                       vocab_size=vocab_size, length=length, act=act, dtype=dtype,
                       mlp_width=text.get('mlp_width', 0), ln_eps=text.get('ln_eps', LN_EPS))
+
+
+def decoder_from_params(text: Any, params: dict, act: str, dtype: Any = jnp.float32) -> LoccaDecoder:
+  """The `decoder_for_text_tower` whose parameters `params` are (params[PARAMS_NAME]): its output vocabulary, length
+  and depth read from their shapes, the rest from the text tower config `text`."""
+  vocab_size = params['logits']['kernel'].shape[-1]
+  length = params['positional_embedding'].shape[0]
+  layers = sum(1 for name in params if name.startswith('blocks_'))
+  return decoder_for_text_tower(text, vocab_size, length, act, layers=layers, dtype=dtype)

@@ -1,10 +1,16 @@
-"""SigLIP 2 (Tschannen et al. 2025, §2.3) without its captioning decoder: the sigmoid loss on the original image
+"""SigLIP 2 (Tschannen et al. 2025, §2.2-2.3): the sigmoid loss and LocCa's decoder on the original image
 throughout, then, from `distill_start_fraction` of the run, SILC's local-to-global self-distillation and TIPS's
 masked patch prediction against an EMA teacher of the image tower (docs/methods.md §5).
 
-  L = w_sig L_sigmoid + active * size_factor * (w_sd L_sd + w_mp L_mp)
+  L = w_sig L_sigmoid + w_dec L_decoder + active * size_factor * (w_sd L_sd + w_mp L_mp)
 
   L_sigmoid  the pairwise sigmoid loss on (original image, caption): SigLIP's, objectives/siglip.py;
+  L_decoder  LocCa's decoder (models/locca.py) on the original image's un-pooled tokens, one pass per task of
+             `decoder_tasks` ('cap', 'aref', 'gcap'; data/locca_tasks.py), the token cross-entropy of
+             losses/captioning.py: each sequence's mean over its target tokens, then the mean over every sequence
+             with a target (so, with every task present, the mean of the task losses). A record without regions
+             trains captioning only: its region rows have no target. decoder_weight 0 (the default) turns it off;
+             the decoder's parameters (params[locca.PARAMS_NAME]) are trained, never exported;
   L_sd       losses/self_distillation.local_to_global_loss: the teacher's pooled feature of one augmented global
              view, through the teacher's head, is the target of each of V local crops through the student's head;
   L_mp       losses/self_distillation.masked_patch_loss: the student sees the same global view with a fraction of
@@ -22,7 +28,12 @@ decayed). A resumed run reads all of this from the checkpoint, and a skipped (no
 
 Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
 from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
-up), and the centres move in `batch_features`, on the whole batch: decoupled accumulation is exact.
+up), and the centres move in `batch_features`, on the whole batch: decoupled accumulation is exact. The decoder's
+task sequences come from the host (`Siglip2Views`, from the example's own rng, after every other draw), and its
+features are per sequence (mean cross-entropy, target count), reduced over the whole batch in `loss`: exact too.
+
+Memory. The decoder runs one task at a time under `jax.checkpoint`, so only one task's logits [B, L, V] exist at
+once, in the forward pass and in the backward pass (which recomputes them), never [B, T, L, V].
 """
 from __future__ import annotations
 
@@ -34,14 +45,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlp_jax.data import transforms
-from vlp_jax.data.tokenizer import tokenizer_options
+from vlp_jax.data import locca_tasks, transforms
+from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
+from vlp_jax.errors import ConfigError
+from vlp_jax.losses import captioning
 from vlp_jax.losses.contrastive import l2_normalize, siglip_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
+from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.objectives.base import OBJECTIVES, example_rngs, tower_rngs
-from vlp_jax.objectives.cosmos import dino_augment, ema_update
+from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, example_rngs, tower_rngs
+from vlp_jax.objectives.cosmos import CosmosObjective, dino_augment, ema_update
 from vlp_jax.objectives.siglip import SiglipObjective
 from vlp_jax.objectives.views import ClipViews
 
@@ -51,6 +65,10 @@ LOCAL_CROPS, MASK_DRAW = 2, 3
 DISTILL_HEAD, MASKED_HEAD, MASK_TOKEN = 'siglip2_distill_head', 'siglip2_masked_head', 'siglip2_mask_token'
 TEACHER, CENTERS, ACTIVE = 'siglip2_teacher', 'siglip2_centers', 'siglip2_active'  # model-state entries
 PATCH_EMBEDDING = 'conv1'  # the patch-embedding conv of every patch-based tower, under `visual/`
+DECODER = locca.PARAMS_NAME
+# The decoder's features: per sequence [B, T], its mean cross-entropy, target count, correct argmax count, whether
+# it is predicted in parallel.
+DECODER_FEATURES = ('decoder_nll', 'decoder_tokens', 'decoder_correct', 'decoder_parallel')
 
 
 class DistillationHead(nn.Module):
@@ -110,7 +128,10 @@ class Siglip2Views(ClipViews):
   `num_global`), 'local_views': [V, s, s, 3] (with `num_local` > 0)}, uint8.
 
   The global view is a RandomResizedCrop of `global_scale` with DINO's first-view augmentation (blur always, no
-  solarisation), each local view one of `local_scale` at `local_size` px (blur p 0.5), as SILC takes DINO's."""
+  solarisation), each local view one of `local_scale` at `local_size` px (blur p 0.5), as SILC takes DINO's.
+
+  With `decoder_layout`, the decoder's task rows of the caption and the record's regions (locca_tasks.example_arrays:
+  'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool)."""
   local_size: int = 96
   num_global: int = 1
   num_local: int = 8
@@ -118,6 +139,9 @@ class Siglip2Views(ClipViews):
   local_scale: tuple[float, float] = (0.05, 0.4)
   color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1)
   grayscale_prob: float = 0.2
+  decoder_layout: locca_tasks.LoccaLayout | None = None
+  decoder_tasks: tuple[str, ...] = locca_tasks.TASKS
+  decoder_parallel_prob: float = 0.0
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = super().random_map(example, rng)
@@ -130,7 +154,20 @@ class Siglip2Views(ClipViews):
       out['global_view'] = view(self.image_size, self.global_scale, 1.0)
     if self.num_local:
       out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
+    if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
+      encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
+      out.update(locca_tasks.example_arrays(example[self.caption_field], example.get('regions'), rng,
+                                            self.decoder_layout, encode, self.decoder_tasks,
+                                            self.decoder_parallel_prob))
     return out
+
+
+def decoder_layout(options: Any, text: Any) -> locca_tasks.LoccaLayout:
+  """The decoder's vocabulary and sequence layout from the objective's options and config.model.text."""
+  tokenizer = cached_tokenizer(**tokenizer_options(text))
+  return locca_tasks.tokenizer_layout(tokenizer, options.decoder_box_bins,
+                                      options.decoder_length or text.context_length,
+                                      options.decoder_loss_on_condition)
 
 
 def _zeros_of(fn, *args) -> Any:
@@ -159,7 +196,16 @@ class Siglip2Objective(SiglipObjective):
             # DINO's head; SILC's and TIPS's sizes are not published. One head for both losses with shared_head.
             'head_hidden_dim': 2048, 'head_bottleneck_dim': 256, 'head_prototypes': 65536, 'shared_head': False,
             'student_temp': 0.1, 'teacher_temp': 0.02,  # COSMOS's grid search for SILC (its Tab. 20)
-            'center_momentum': 0.9}  # DINO's
+            'center_momentum': 0.9,  # DINO's
+            # LocCa's decoder (SigLIP 2 §2.2: weight 1, from step 0); 0 = off. Tasks: a subset of ('cap', 'aref',
+            # 'gcap'); the location tasks need records with regions (e.g. config.data.synthetic.regions).
+            'decoder_weight': 0.0, 'decoder_tasks': locca_tasks.TASKS,
+            'decoder_parallel_prob': 0.5,  # of caption rows predicted in parallel (CapPa; SigLIP 2's 50%)
+            'decoder_box_bins': 32,  # coordinate tokens per axis
+            'decoder_length': 0,  # tokens per task sequence; 0 = config.model.text.context_length
+            'decoder_layers': 0,  # 0 = half the text tower's (SigLIP 2)
+            'decoder_loss_on_condition': True,  # the loss also covers aref's text and gcap's box (LocCa's default)
+            'decoder_normalize': 'sequence'}  # losses/captioning.py: 'sequence' (big_vision's) or 'token'
 
   @classmethod
   def validate(cls, options, config):
@@ -193,6 +239,38 @@ class Siglip2Objective(SiglipObjective):
     if options.distill_weight and options.local_crop_size < vision.patch_size:
       raise ValueError(f'config.objective.local_crop_size={options.local_crop_size} is smaller than one patch '
                        f'(config.model.vision.patch_size={vision.patch_size})')
+    cls.validate_decoder(options, config)
+
+  @classmethod
+  def validate_decoder(cls, options, config):
+    """The decoder's options; ConfigError naming the key."""
+    weight = options.decoder_weight
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight >= 0:
+      raise ConfigError(f'config.objective.decoder_weight must be a number >= 0 (0 turns the decoder off), got '
+                        f'{weight!r}')
+    tasks = tuple(options.decoder_tasks)
+    if not tasks or len(set(tasks)) != len(tasks) or any(t not in locca_tasks.TASKS for t in tasks):
+      raise ConfigError(f'config.objective.decoder_tasks={tasks} must be distinct tasks from '
+                        f'{locca_tasks.TASKS}, at least one')
+    if not 0.0 <= options.decoder_parallel_prob <= 1.0:
+      raise ConfigError(f'config.objective.decoder_parallel_prob={options.decoder_parallel_prob} must be in [0, 1]')
+    for key, low in (('decoder_box_bins', 2), ('decoder_length', 0), ('decoder_layers', 0)):
+      if not isinstance(options[key], int) or isinstance(options[key], bool) or options[key] < low:
+        raise ConfigError(f'config.objective.{key} must be an integer >= {low}, got {options[key]!r}')
+    if options.decoder_normalize not in captioning.NORMALIZATIONS:
+      raise ConfigError(f"config.objective.decoder_normalize='{options.decoder_normalize}' is not one of "
+                        f'{list(captioning.NORMALIZATIONS)}')
+    if not weight:
+      return
+    length = options.decoder_length or config.model.text.context_length
+    if length <= locca_tasks.REGION_TASK_OVERHEAD:
+      raise ConfigError(f'config.objective.decoder_length={length} (0: config.model.text.context_length) leaves no '
+                        f'room for a region description; use at least {locca_tasks.REGION_TASK_OVERHEAD + 1}')
+    location = [t for t in tasks if t != 'cap']
+    if location and config.data.name == 'synthetic' and not config.data.synthetic.regions:
+      raise ConfigError(f'config.objective.decoder_tasks={tasks} has the location tasks {location}, but '
+                        'config.data.synthetic.regions is False: the records have no regions to train them on. Set '
+                        "config.data.synthetic.regions=True, or config.objective.decoder_tasks=('cap',)")
 
   @classmethod
   def views(cls, config):
@@ -204,7 +282,9 @@ class Siglip2Objective(SiglipObjective):
                         num_local=c.num_local_crops if c.distill_weight else 0,
                         global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
                         color_jitter=tuple(float(x) for x in c.crop_color_jitter),
-                        grayscale_prob=float(c.crop_grayscale_prob))
+                        grayscale_prob=float(c.crop_grayscale_prob),
+                        decoder_layout=decoder_layout(c, config.model.text) if c.decoder_weight else None,
+                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob))
 
   # ------------------------------------------------------------------------------------------ what is on
 
@@ -215,6 +295,15 @@ class Siglip2Objective(SiglipObjective):
   @property
   def masked_on(self) -> bool:
     return bool(self.config.masked_weight and self.config.size_factor)
+
+  @property
+  def decoder_on(self) -> bool:
+    return bool(self.config.decoder_weight)
+
+  def decoder(self) -> locca.LoccaDecoder:
+    layout = decoder_layout(self.config, self.model.text)
+    return locca.decoder_for_text_tower(self.model.text, layout.output_vocab_size, layout.length, self.model.act,
+                                        self.config.decoder_layers, self.model.dtype)
 
   @property
   def uses_teacher(self) -> bool:
@@ -249,6 +338,12 @@ class Siglip2Objective(SiglipObjective):
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = super().init_variables(rng)
+    if self.decoder_on:
+      # The image tower's token width (the decoder's cross-attention reads any), by shape inference as COSMOS does.
+      width = CosmosObjective.image_token_width(self, params, model_state)
+      decoder = self.decoder()
+      params[DECODER] = decoder.init(jax.random.fold_in(rng, 3), jnp.zeros((1, 1, width)),
+                                     jnp.zeros((1, 1, decoder.length), jnp.int32))['params']
     if not self.uses_teacher:
       return params, model_state
     width = self.model.vision.width
@@ -292,11 +387,40 @@ class Siglip2Objective(SiglipObjective):
       out['patch_mask'] = mask
     return out
 
+  def decoder_features(self, params: dict, image_tokens: jax.Array, batch: dict) -> dict:
+    """image_tokens [B, N, w] and the batch's task rows ('locca_*' [B, T, L], [B, T]) -> DECODER_FEATURES, each
+    [B, T] float32. One decoder pass per task, each rematerialised (see the module docstring: memory)."""
+    decoder = self.decoder()
+
+    @jax.checkpoint
+    def one_task(decoder_params, tokens, inputs, targets, loss_mask, parallel):
+      """[B, L] rows of one task -> ([B] mean cross-entropy, [B] target count, [B] correct argmax count)."""
+      logits = decoder.apply({'params': decoder_params}, tokens, inputs, parallel)  # [B, L, V]
+      nll, count = captioning.sequence_nll(logits, targets, loss_mask)
+      return nll, count, captioning.correct_tokens(logits, targets, loss_mask)
+    per_task = [one_task(params[DECODER], image_tokens, batch['locca_inputs'][:, t], batch['locca_targets'][:, t],
+                         batch['locca_loss_mask'][:, t], batch['locca_parallel'][:, t])
+                for t in range(batch['locca_inputs'].shape[1])]
+    nll, count, correct = (jnp.stack(column, axis=1) for column in zip(*per_task))
+    return dict(zip(DECODER_FEATURES, (nll, count, correct, batch['locca_parallel'].astype(jnp.float32))))
+
+  def _sigmoid_features(self, params, model_state, batch, rng, train):
+    """SigLIP's {'zi', 'zt'} (tower keys as CLIP's) and, with the decoder on, its features from the same image pass
+    (`decoder_features` of the un-pooled tokens)."""
+    if not self.decoder_on:
+      return super().features(params, model_state, batch, rng, train)
+    image, model_state = self.encode_image(params, model_state, batch['image'], train, with_tokens=True,
+                                           rng=tower_rngs(rng, IMAGE_TOWER))
+    text = self.encode_text(params, batch['text'], train=train, rng=tower_rngs(rng, TEXT_TOWER))
+    return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed']),
+            **self.decoder_features(params, image['tokens'], batch)}, model_state
+
   def features(self, params, model_state, batch, rng, train=True):
-    """SigLIP's {'zi', 'zt'} of the original image and caption (tower keys as CLIP's) and, with a late loss on, its
-    inputs (`_distill_features`; zeros while the flag is off, the views not embedded). Local crop c of row i takes
-    split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from fold_in(rng[i], MASK_DRAW)."""
-    features, model_state = super().features(params, model_state, batch, rng, train)
+    """SigLIP's {'zi', 'zt'} of the original image and caption (tower keys as CLIP's), the decoder's features with it
+    on and, with a late loss on, its inputs (`_distill_features`; zeros while the flag is off, the views not
+    embedded). Local crop c of row i takes split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from
+    fold_in(rng[i], MASK_DRAW)."""
+    features, model_state = self._sigmoid_features(params, model_state, batch, rng, train)
     if not self.uses_teacher or not train:
       return features, model_state
     late = jax.lax.cond(model_state[ACTIVE] > 0, self._distill_features,
@@ -323,6 +447,10 @@ class Siglip2Objective(SiglipObjective):
     sigmoid, metrics = siglip_loss(features['zi'], features['zt'], params['logit_scale'], params['logit_bias'])
     total = c.sigmoid_weight * sigmoid
     metrics = {'siglip_loss': sigmoid, **metrics}
+    if self.decoder_on:
+      decoder, decoder_metrics = self.decoder_loss(features)
+      total = total + c.decoder_weight * decoder
+      metrics.update(decoder_metrics)
     if 'active' not in features:  # the late losses off, or not training
       return total, metrics
     active = features['active']
@@ -339,6 +467,24 @@ class Siglip2Objective(SiglipObjective):
       total = total + c.size_factor * c.masked_weight * masked
       metrics['masked_loss'] = masked
     return total, metrics
+
+  def decoder_loss(self, features: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """L_decoder of the whole batch from DECODER_FEATURES ([B, T]), and its metrics: 'decoder_loss', per task
+    'decoder_<task>_loss' (over that task's sequences with a target; 0 where none) and 'decoder_<task>_accuracy'
+    (argmax = target over its target tokens), and 'decoder_token_accuracy'; with parallel captions, the caption
+    loss of the parallel and the autoregressive rows apart."""
+    nll, tokens, correct = features['decoder_nll'], features['decoder_tokens'], features['decoder_correct']
+    normalize = self.config.decoder_normalize
+    loss, _ = captioning.reduce_sequence_losses(nll, tokens, normalize=normalize)
+    metrics = {'decoder_loss': loss,
+               'decoder_token_accuracy': jnp.sum(correct) / jnp.maximum(jnp.sum(tokens), 1.0)}
+    for t, task in enumerate(self.config.decoder_tasks):
+      parallel = features['decoder_parallel'][:, t] if task == 'cap' and self.config.decoder_parallel_prob else None
+      task_loss, task_metrics = captioning.reduce_sequence_losses(nll[:, t], tokens[:, t], parallel, normalize)
+      metrics[f'decoder_{task}_loss'] = task_loss
+      metrics[f'decoder_{task}_accuracy'] = jnp.sum(correct[:, t]) / jnp.maximum(jnp.sum(tokens[:, t]), 1.0)
+      metrics.update({f'decoder_{task}_{name}': value for name, value in task_metrics.items()})
+    return loss, metrics
 
   def after_step(self, params, model_state, step):
     """Sets the flag for step + 1 (on from `start_step`); the step that turns it on copies the student into the

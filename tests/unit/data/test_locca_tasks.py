@@ -5,6 +5,7 @@ import pytest
 
 from vlp_jax.data import locca_tasks, pipeline, records, synthetic
 from vlp_jax.data.records import Regions
+from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.errors import ConfigError
 
 # Text ids 0..9 (eos 9, pad 0), then CAP 10, AREF 11, GCAP 12, SEP 13, then coordinate bins 0..3 as ids 14..17.
@@ -17,6 +18,15 @@ def test_vocabulary_layout():
   assert (LAYOUT.first_coordinate, LAYOUT.output_vocab_size, LAYOUT.mask_id, LAYOUT.input_vocab_size) == \
       (14, 18, 18, 19)
   assert locca_tasks.box_tokens(BOX, LAYOUT) == [14, 15, 16, 17]
+
+
+def test_layout_over_a_tokenizer_keeps_its_end_and_padding_ids():
+  tokenizer = default_tokenizer()
+  layout = locca_tasks.tokenizer_layout(tokenizer, box_bins=8, length=20, loss_on_condition=False)
+  assert (layout.text_vocab_size, layout.eos_id, layout.pad_id) == (tokenizer.vocab_size, tokenizer.eot_token,
+                                                                   tokenizer.pad_token)
+  assert (layout.box_bins, layout.length, layout.loss_on_condition) == (8, 20, False)
+  assert layout.output_vocab_size == tokenizer.vocab_size + len(locca_tasks.SPECIAL_TOKENS) + 8
 
 
 def test_caption_rows():

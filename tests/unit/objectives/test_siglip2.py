@@ -1,7 +1,8 @@
-"""SigLIP 2 without its decoder (objectives/siglip2.py): the two self-distillation losses against naive numpy
-references written from their formulas (DINO's cross-entropy, as SILC and TIPS use it), the patch mask, the mask
-token, the views, the options, the switch at distill_start_fraction with resume across it, and decoupled
-accumulation."""
+"""SigLIP 2 (objectives/siglip2.py): the two self-distillation losses against naive numpy references written from
+their formulas (DINO's cross-entropy, as SILC and TIPS use it), the patch mask, the mask token, the views, the
+options, the switch at distill_start_fraction with resume across it, LocCa's decoder term against the decoder and
+loss computed directly, its export, and decoupled accumulation with every loss on."""
+import functools
 import os
 
 import chex
@@ -11,15 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, initial_state, jit_init, numeric_grad,
-                     objective_batch)
-from vlp_jax import models, objectives, parallel
-from vlp_jax.config import ConfigError, from_file, validate
+from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, initial_state, jit_init, micro_config,
+                     numeric_grad, objective_batch)
+from vlp_jax import interchange, models, objectives, parallel
+from vlp_jax.config import ConfigError, base_config, from_file, validate
 from vlp_jax.data import records, synthetic
 from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.losses.captioning import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
-from vlp_jax.objectives.base import example_rngs
-from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, MASK_TOKEN, TEACHER, mask_token_interceptor,
+from vlp_jax.objectives.base import IMAGE_TOWER, example_rngs, tower_rngs
+from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, DECODER, MASK_TOKEN, TEACHER, mask_token_interceptor,
                                         masked_patch_count, masked_patches)
 from vlp_jax.training import optim
 from vlp_jax.training.step import compile_train_step
@@ -35,12 +37,20 @@ def _siglip2(config, **options):
   return config
 
 
-def _examples(config, size, seed=0):
-  """The objective's views of `size` embedded-dataset examples, stacked."""
-  views = objectives.OBJECTIVES.get('siglip2').views(config)
-  rng, decode = np.random.default_rng(seed), DecodeRecord()
-  examples = [views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))),
-                               rng) for i in range(size)]
+def _with_decoder(config, **options):
+  """`config` with LocCa's decoder on (every task, half the captions in parallel) and records with regions."""
+  config.data.synthetic.regions = True
+  config.objective.update(**{'decoder_weight': 1.0, 'decoder_box_bins': 8, **options})
+  return config
+
+
+def _examples(config, size, seed=0, regions=False):
+  """The objective's views of `size` embedded-dataset examples (with their regions when `regions`), stacked; each
+  example draws from an rng of its own, as in the pipeline."""
+  views, decode = objectives.OBJECTIVES.get('siglip2').views(config), DecodeRecord()
+  examples = [views.random_map(decode.map(records.serialize(
+      synthetic.make_example(0, 'train', 'studio', i, 16, regions=regions))), np.random.default_rng([seed, i]))
+      for i in range(size)]
   return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
 
 
@@ -160,9 +170,10 @@ def test_views_keep_the_original_image_for_the_sigmoid_loss(micro):
   chex.assert_trees_all_equal(_examples(config, 4), batch)  # deterministic in the seed
   # CLIP's draws come first: the image and caption are CLIP's views of the same examples, un-augmented.
   views = objectives.OBJECTIVES.get('siglip').views(config)
-  rng, decode = np.random.default_rng(0), DecodeRecord()
+  decode = DecodeRecord()
   for i in range(4):
-    want = views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))), rng)
+    want = views.random_map(decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16))),
+                            np.random.default_rng([0, i]))
     np.testing.assert_array_equal(batch['image'][i], want['image'])
     np.testing.assert_array_equal(batch['text'][i], want['text'])
   assert not np.array_equal(batch['global_view'], batch['image'])  # an augmented crop
@@ -174,9 +185,12 @@ def test_views_keep_the_original_image_for_the_sigmoid_loss(micro):
 
 @pytest.mark.parametrize('key, value', [('mask_ratio', 1.0), ('distill_start_fraction', 1.5), ('masked_weight', -1.0),
                                         ('num_local_crops', 0), ('teacher_temp', 0.0), ('local_crop_scale', (0.5, 0.1)),
-                                        ('crop_grayscale_prob', 2.0)])
+                                        ('crop_grayscale_prob', 2.0), ('decoder_weight', -1.0),
+                                        ('decoder_tasks', ('cap', 'box')), ('decoder_tasks', ('cap', 'cap')),
+                                        ('decoder_tasks', ()), ('decoder_parallel_prob', 1.5),
+                                        ('decoder_box_bins', 1), ('decoder_length', 7), ('decoder_normalize', 'mean')])
 def test_invalid_options_are_refused_by_name(micro, key, value):
-  config = _siglip2(micro)
+  config = _with_decoder(_siglip2(micro))
   validate(config)
   config.objective[key] = value
   with pytest.raises(ConfigError, match=f'config.objective.{key}'):
@@ -190,6 +204,109 @@ def test_late_losses_need_a_patch_based_tower(micro):
     validate(config)
   config.objective.update(distill_weight=0.0, masked_weight=0.0)  # SigLIP alone: any tower
   validate(config)
+
+
+def test_location_tasks_need_records_with_regions(micro):
+  config = _with_decoder(_siglip2(micro))
+  validate(config)
+  config.data.synthetic.regions = False
+  with pytest.raises(ConfigError, match=r"decoder_tasks=.*'aref', 'gcap'.*data.synthetic.regions=True"):
+    validate(config)
+  config.objective.decoder_tasks = ('cap', 'gcap')
+  with pytest.raises(ConfigError, match=r"location tasks \['gcap'\]"):
+    validate(config)
+  config.objective.decoder_tasks = ('cap',)  # captioning needs only the caption
+  validate(config)
+  config.objective.update(decoder_tasks=('aref',), decoder_weight=0.0)  # the decoder off: nothing to refuse
+  validate(config)
+
+
+def test_decoder_rows_come_last_and_records_without_regions_train_captioning_only(data_cache):
+  config = _with_decoder(_siglip2(micro_config(data_cache)), decoder_parallel_prob=0.5)
+  without = _examples(_siglip2(micro_config(data_cache)), 8, regions=True)
+  with_regions, no_regions = _examples(config, 8, regions=True), _examples(config, 8, regions=False)
+  for batch in (with_regions, no_regions):  # the decoder's draws follow every other: those views are unchanged
+    chex.assert_trees_all_equal({k: batch[k] for k in without}, without)
+  assert with_regions['locca_inputs'].shape == (8, 3, 16) and with_regions['locca_parallel'].shape == (8, 3)
+  tokens = with_regions['locca_loss_mask'].sum(axis=-1)  # [8, 3]
+  assert tokens.min() > 0  # every task trains
+  assert 0 < with_regions['locca_parallel'][:, 0].sum() < 8 and not with_regions['locca_parallel'][:, 1:].any()
+  no_region_tokens = no_regions['locca_loss_mask'].sum(axis=-1)
+  np.testing.assert_array_equal(no_region_tokens[:, 1:], 0)  # aref and gcap rows masked out
+  np.testing.assert_array_equal(no_region_tokens[:, 0], tokens[:, 0])  # the same captions
+  assert 'locca_inputs' not in without
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder_results(cache_dir):
+  """From one compiled program, on 4 examples with regions: the objective's loss and metrics with the decoder on and
+  off, the decoder's all-task logits computed directly (one [B, T, L, V] call of models/locca.py on the image
+  tower's tokens) and their captioning_loss, per task and over all; and both objectives' parameters."""
+  on_config = _with_decoder(_siglip2(micro_config(cache_dir), distill_weight=0.0, masked_weight=0.0),
+                            decoder_parallel_prob=0.5, decoder_weight=0.5)
+  off_config = _siglip2(micro_config(cache_dir), distill_weight=0.0, masked_weight=0.0)
+  on = objectives.build(on_config, models.build_model(on_config.model))
+  off = objectives.build(off_config, models.build_model(off_config.model))
+  batch, rng = _examples(on_config, 4, regions=True), jax.random.key(5)
+
+  @jax.jit
+  def run(batch):
+    out = {}
+    for name, objective in (('on', on), ('off', off)):
+      params, state = objective.init_variables(jax.random.key(0))
+      features, _ = objective.forward(params, state, batch, rng)
+      out[name] = {'params': params, 'loss': objective.loss(features, params, 0)}
+    params, state = out['on']['params'], {}
+    prepared = on.prepared(batch, rng)
+    image, _ = on.encode_image(params, state, prepared['image'], True, with_tokens=True,
+                               rng=tower_rngs(example_rngs(rng, 4), IMAGE_TOWER))
+    logits = on.decoder().apply({'params': params[DECODER]}, image['tokens'], batch['locca_inputs'],
+                                batch['locca_parallel'])  # [B, T, L, V]: all tasks at once
+    args = (logits, batch['locca_targets'], batch['locca_loss_mask'])
+    out['direct'] = {'all': captioning_loss(*args),
+                     **{t: captioning_loss(*(a[:, i] for a in args)) for i, t in enumerate(('cap', 'aref', 'gcap'))}}
+    return out
+  return jax.tree.map(np.asarray, run(batch))
+
+
+@pytest.mark.slow
+def test_decoder_term_equals_the_decoder_and_loss_computed_directly(data_cache):
+  out = _decoder_results(data_cache)
+  (loss, metrics), direct = out['on']['loss'], out['direct']
+  np.testing.assert_allclose(metrics['decoder_loss'], direct['all'][0], rtol=1e-5)
+  assert metrics['decoder_loss'] > 0
+  for task in ('cap', 'aref', 'gcap'):
+    np.testing.assert_allclose(metrics[f'decoder_{task}_loss'], direct[task][0], rtol=1e-5)
+    np.testing.assert_allclose(metrics[f'decoder_{task}_accuracy'], direct[task][1]['token_accuracy'], rtol=1e-6)
+  # Every example has every task: the loss over all sequences is the mean of the three task losses.
+  np.testing.assert_allclose(metrics['decoder_loss'], np.mean([direct[t][0] for t in ('cap', 'aref', 'gcap')]),
+                             rtol=1e-5)
+  np.testing.assert_allclose(loss, metrics['siglip_loss'] + 0.5 * metrics['decoder_loss'], rtol=1e-6)
+
+
+def test_decoder_weight_0_leaves_the_objective_as_it_was(data_cache):
+  out = _decoder_results(data_cache)
+  on, off = out['on'], out['off']
+  assert DECODER not in off['params'] and DECODER in on['params']
+  chex.assert_trees_all_equal({k: v for k, v in on['params'].items() if k != DECODER}, off['params'])
+  loss, metrics = off['loss']
+  assert not any(name.startswith('decoder') for name in metrics) and loss == metrics['siglip_loss']
+  np.testing.assert_allclose(on['loss'][1]['siglip_loss'], metrics['siglip_loss'], rtol=1e-6)
+
+
+def test_weight_export_drops_the_decoder(data_cache, tmp_path):
+  params = _decoder_results(data_cache)['on']['params']
+  config = base_config()
+  config.model = micro_config(data_cache).model
+  towers = {k: v for k, v in params.items() if k != DECODER}
+
+  def exported(name, variables):
+    checkpoint = interchange.save_checkpoint(str(tmp_path / name), variables, {}, config)
+    return interchange.read_state_dict(interchange.export_weights('open_clip', checkpoint,
+                                                                  str(tmp_path / f'{name}.safetensors')))
+  got, want = exported('with_decoder', params), exported('towers', towers)
+  assert sorted(got) == sorted(want) and 'visual.conv1.weight' in got
+  chex.assert_trees_all_equal(got, want)
 
 
 def test_shapes_config_stages_the_recipe():
@@ -270,9 +387,10 @@ def test_switch_at_the_start_fraction_and_resume_across_it(micro):
 
 @pytest.mark.slow
 def test_decoupled_accumulation_equals_the_whole_batch(micro):
-  """Past the switch, with a teacher apart from the student, non-zero centres and patch dropout in the student's
-  local crops (keys per crop): the same loss, metrics, model state and gradient whole or in 2 micro-batches."""
-  config = _siglip2(micro)
+  """Past the switch, with a teacher apart from the student, non-zero centres, patch dropout in the student's
+  local crops (keys per crop) and the decoder on (parallel captions; some examples without regions): the same loss,
+  metrics, model state and gradient whole or in 2 micro-batches."""
+  config = _with_decoder(_siglip2(micro), decoder_parallel_prob=0.5)
   config.model.vision.patch_dropout = 0.25
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
@@ -281,15 +399,18 @@ def test_decoupled_accumulation_equals_the_whole_batch(micro):
       lambda x: x + 0.05 * jax.random.normal(jax.random.key(seed), x.shape), tree)
   state = {**state, ACTIVE: jnp.int32(1), TEACHER: noise(state[TEACHER], 1), CENTERS: noise(state[CENTERS], 2)}
   params = {**params, MASK_TOKEN: noise(params[MASK_TOKEN], 3)}
-  batch, mesh, rng = objective_batch(config, 16), parallel.make_mesh(), jax.random.key(3)
+  parts = (_examples(config, 12, regions=True), _examples(config, 4, seed=1))  # the last 4 rows without regions
+  rows = {k: np.concatenate([part[k] for part in parts]) for k in parts[0] if k.startswith('locca_')}
+  batch, mesh, rng = {**objective_batch(config, 16), **rows}, parallel.make_mesh(), jax.random.key(3)
   loss, metrics, new_state, grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'none', 1, mesh)
   d_loss, d_metrics, d_state, d_grads = accumulated_loss_and_grads(objective, params, state, batch, rng, 'decoupled',
                                                                    2, mesh)
-  assert metrics['distill_loss'] > 0 and metrics['masked_loss'] > 0
+  assert metrics['distill_loss'] > 0 and metrics['masked_loss'] > 0 and metrics['decoder_loss'] > 0
+  assert 0 < metrics['decoder_cap_parallel_fraction'] < 1
   np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
   chex.assert_trees_all_close(d_metrics, metrics, rtol=1e-5, atol=1e-6)
   assert_close_at_scale(d_state, new_state)
   assert_close_at_scale(d_grads, grads)
   assert np.abs(new_state[CENTERS]['masked'] - state[CENTERS]['masked']).max() > 0  # the centres moved
-  for key in ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN, 'visual'):
+  for key in ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN, 'visual', DECODER):
     assert max(float(np.abs(leaf).max()) for leaf in jax.tree.leaves(d_grads[key])) > 0, key
