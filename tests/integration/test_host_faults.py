@@ -5,8 +5,8 @@ checkpoint survives, and the restarts end bit-identical to an uninterrupted run.
 One chain of runs shares a workdir, each resuming from what the previous one left (a separate pair of runs per fault
 would double the compile time): a SIGKILL of process 1 while its asynchronous save is writing (both the lost
 non-coordinator and the kill during a save), a hang of process 1's main thread (its heartbeats alive), a SIGINT to
-process 1 only, a SIGSTOP of process 1, a SIGKILL of process 0 (the coordinator), then a run to the end, compared
-with an uninterrupted run bit for bit.
+process 1 only, a SIGSTOP of process 1, a SIGKILL of process 0 (the coordinator), a SIGTERM to process 1 only, then a
+run to the end, compared with an uninterrupted run bit for bit.
 
 The faults are injected from inside the training processes, at a given step: this file is also the module the
 launcher runs (`--module=test_host_faults`), which wraps the loop's `dispatch_step` and `Checkpointer.save` and then
@@ -56,10 +56,10 @@ def fault_starts(action: str, step: int) -> None:
 
 def inject_fault(dispatch_step):
   """`dispatch_step` that, on the process and before the step that $VLP_JAX_TEST_FAULT names, first prints the time
-  and then: kill (SIGKILL itself), stop (SIGSTOP itself), hang (its main thread sleeps for ever) or int (SIGINT
-  itself, then goes on)."""
+  and then: kill (SIGKILL itself), stop (SIGSTOP itself), hang (its main thread sleeps for ever), int or term (SIGINT
+  or SIGTERM itself, then goes on)."""
   action, process, at_step = planned_fault()
-  signals = {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP, 'int': signal.SIGINT}
+  signals = {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP, 'int': signal.SIGINT, 'term': signal.SIGTERM}
 
   def dispatch(ctx, step):
     if step == at_step and os.environ['JAX_PROCESS_ID'] == process and action in (*signals, 'hang'):
@@ -186,9 +186,17 @@ def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the
   assert codes[1] in (128 + signal.SIGABRT, errors.EXIT_PEER_LOST), logs[1][-3000:]
   assert timings['coordinator kill'] < OUT_WITHIN and complete_steps(workdir)[-1] == 10
 
+  # SIGTERM to process 1 only, before step 12 (a scheduler preempting one host): the same coordinated stop as SIGINT.
+  code, logs, timings['sigterm'] = run_job(workdir, str(tmp_path / 'logs_sigterm'), data_cache, 'term:1:12')
+  assert code == errors.EXIT_PREEMPTED and process_codes(logs) == {0: 75, 1: 75}, logs[0][-3000:]
+  assert 'Resumed from step 10' in logs[0] and 'SIGTERM received' in logs[1], logs[0][-3000:] + logs[1][-3000:]
+  stopped = int(re.search(r'stopped after step (\d+)', logs[1]).group(1))
+  assert f'stopped after step {stopped}' in logs[0] and 'another process received a stop signal' in logs[0]
+  assert timings['sigterm'] < OUT_WITHIN and complete_steps(workdir)[-1] == stopped >= 11
+
   # The last restart ends where the uninterrupted run did, bit for bit.
   code, logs, _ = run_job(workdir, str(tmp_path / 'logs_end'), data_cache)
-  assert code == 0 and 'Resumed from step 10' in logs[0], logs[0][-3000:]
+  assert code == 0 and f'Resumed from step {stopped}' in logs[0], logs[0][-3000:]
   chex.assert_trees_all_equal(load_variables(workdir)[0], uninterrupted)
   print('fault -> every process out after (s):', {k: round(v, 1) for k, v in timings.items()})
 
