@@ -16,6 +16,7 @@ benchmarks/RESULTS_ARCHIVE.md reads it for the ZeroVL ablation.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -29,18 +30,26 @@ from absl import app, flags  # noqa: E402
 FLAGS = flags.FLAGS
 
 
-def batch_statistics(objective, params: dict, model_state: dict, batch: dict) -> dict[str, float]:
-  """The spread of one batch's embeddings and the size of its CLIP gradient (see the module docstring)."""
+@functools.lru_cache(maxsize=4)
+def _loss_features_and_grads(objective):
+  """((loss, features), grads) of a batch's CLIP loss, jitted once per objective: every batch of the same shapes
+  runs one compiled program (op by op, each batch would take seconds)."""
   import jax
   import jax.numpy as jnp
-  import optax
 
-  def loss_fn(p):
-    features, _ = objective.forward(p, model_state, batch, jax.random.key(0), train=False)
-    loss, _ = objective.loss(features, p, jnp.int32(0))
+  def loss_fn(params, model_state, batch):
+    features, _ = objective.forward(params, model_state, batch, jax.random.key(0), train=False)
+    loss, _ = objective.loss(features, params, jnp.int32(0))
     return loss, features
 
-  (loss, features), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+
+
+def batch_statistics(objective, params: dict, model_state: dict, batch: dict) -> dict[str, float]:
+  """The spread of one batch's embeddings and the size of its CLIP gradient (see the module docstring)."""
+  import optax
+
+  (loss, features), grads = _loss_features_and_grads(objective)(params, model_state, batch)
   zi, zt = np.asarray(features['zi']), np.asarray(features['zt'])
   n = zi.shape[0]
   cosine = zi @ zi.T

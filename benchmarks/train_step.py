@@ -21,7 +21,8 @@ comparison holds while the machine's speed drifts.
 Models are the presets of vlp_jax.models (names as in open_clip: ViT-B-32, ViT-B-16, ...; and 'tiny'). Objectives
 are registered objective names or terms ('saco' adds the SaCo term to CLIP), with their default options. The batch
 is real: the objective's own views of embedded-dataset examples rendered at the model's image size, repeated to the
-batch size. The step runs on one device (on CPU, one device uses every core).
+batch size. The step runs on one device (on CPU, one device uses every core). --model_config=tests/support.py keeps
+the preset's name with the test suite's micro shapes (a smoke run: tests/integration/test_benchmarks.py).
 """
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ _SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one 
 _PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image patches dropped in training (FLIP); '
                                      'several are timed in alternating rounds.')
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Alternating timing rounds over the variants of one setting.')
+_MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model's shapes (embed_dim, the towers' "
+                                    'sizes) replace the preset\'s, keeping its name: tests/support.py gives the test '
+                                    "suite's micro model, for a smoke run that compiles in seconds.")
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -89,6 +93,23 @@ def available_memory_bytes() -> int | None:
   return int(psutil.virtual_memory().available)
 
 
+def with_model_shapes(config, path: str):
+  """`config` with the embedding and tower sizes of the config file at `path`; precision, remat, scan and patch
+  dropout stay as `config` sets them."""
+  from vlp_jax.config import from_file, validate
+  shapes = from_file(path).model
+  config.model.embed_dim = shapes.embed_dim
+  for key in ('image_size', 'patch_size', 'width', 'layers', 'heads'):
+    config.model.vision[key] = shapes.vision[key]
+  for key in ('context_length', 'width', 'layers', 'heads'):
+    config.model.text[key] = shapes.text[key]
+  if 'local_crop_size' in config.objective:  # COSMOS's local crops follow the image size (as build_config sets them)
+    v = config.model.vision
+    config.objective.local_crop_size = max(v.patch_size, round(v.image_size * 96 / 224 / v.patch_size) * v.patch_size)
+  validate(config, num_devices=1)
+  return config
+
+
 def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, peak: dict):
   """Compile one variant's step. Returns (row, step): the row so far (compile time, memory, FLOPs) and a function
   that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
@@ -102,6 +123,8 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax.training.flops import device_flops
   from vlp_jax.training.step import train_step
   config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value)
+  if _MODEL_CONFIG.value:
+    config = with_model_shapes(config, _MODEL_CONFIG.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
   tx = optim.make_optimizer(config.optim, config.total_steps)

@@ -1,6 +1,6 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
-from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, jit_init
 import pytest
 import json
 import os
@@ -57,9 +57,11 @@ def test_data_benchmark(tmp_path):
 def test_train_step_benchmark():
   env = {**os.environ}
   env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
+  # the micro model's shapes (compiled in seconds) under the preset's name
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'train_step.py'), '--model=tiny',
-                           '--batch_size=8', '--objective=saco', '--precision=fp32', '--steps=1', '--warmup=0',
-                           '--peak_size=256', '--patch_dropout=0,0.5', '--rounds=2'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                           f'--model_config={MICRO_CONFIG}', '--batch_size=8', '--objective=saco', '--precision=fp32',
+                           '--steps=1', '--warmup=0', '--peak_size=256', '--patch_dropout=0,0.5', '--rounds=2'],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
   # a term on CLIP, and each patch-dropout variant timed in the same alternating rounds
@@ -87,7 +89,7 @@ def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
   from batch_spread import batch_statistics
   from vlp_jax import models, objectives
   objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = objective.init_variables(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))  # eager init compiles op by op
   rng = np.random.default_rng(0)
   size, length, batch = micro.model.vision.image_size, micro.model.text.context_length, 8
   images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)

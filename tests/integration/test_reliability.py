@@ -22,7 +22,7 @@ from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
-from support import micro_config
+from support import compiled_step, micro_config
 
 CONFIG = MICRO_CONFIG
 STEPS, EVERY = 24, 4
@@ -138,22 +138,14 @@ def test_a_nan_batch_skips_its_update_and_is_counted(micro, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_nan_update_leaves_params_and_optimizer_unchanged(micro):
-  from vlp_jax import models, objectives
-  from vlp_jax.training import optim
-  from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import compile_train_step
   mesh = parallel.make_mesh()
-  objective = objectives.build(micro, models.build_model(micro.model))
-  tx = optim.make_optimizer(micro.optim, micro.total_steps)
-  state = create_train_state(objective, tx, jax.random.key(0))
-  shardings = parallel.tree_shardings(state, mesh)
-  step = compile_train_step(objective, tx, mesh, shardings)
+  step, state = compiled_step(micro, mesh)  # the state from a jitted init: an eager one compiles op by op
   rng = np.random.default_rng(0)
   s, length = micro.model.vision.image_size, micro.model.text.context_length
   text = rng.integers(1, 49000, (16, length)).astype(np.int32)
   text[:, 0], text[:, 5] = 49406, 49407
   good = {'image': rng.normal(size=(16, s, s, 3)).astype(np.float32), 'text': text}
-  state, metrics = step(jax.device_put(state, shardings), parallel.global_batch(good, mesh), jax.random.key(1))
+  state, metrics = step(state, parallel.global_batch(good, mesh), jax.random.key(1))
   before = parallel.to_host(state)
   bad = {**good, 'image': np.where(np.arange(16)[:, None, None, None] == 3, np.inf, good['image'])}
   state, metrics = step(state, parallel.global_batch(bad, mesh), jax.random.key(1))

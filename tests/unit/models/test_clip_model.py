@@ -1,12 +1,10 @@
 """Model layout (OpenAI names), sizes, causal text masking, EOT pooling and positional-embedding interpolation."""
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import assert_close_at_scale
+from support import assert_close_at_scale, jit_init
 from vlp_jax import models
 from vlp_jax.models.transformer import ACTIVATIONS
 
@@ -105,18 +103,29 @@ def test_exact_gelu_matches_the_erf_definition():
   assert exact_gelu(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
 
 
-@pytest.mark.slow  # compiles the towers several times over
-@pytest.mark.parametrize('remat', [False, True])
-def test_pooled_outputs_without_tokens_are_the_same_and_cheaper(remat):
-  """`with_tokens=False` runs the last block on the pooled row only ([cls], or each caption's EOT under the causal
-  mask): the same embeddings and gradients as the full tower, and fewer FLOPs."""
+def _pooling_config(remat):
   cfg = models.preset('tiny')
   cfg.embed_dim = 16
   cfg.vision.update(image_size=16, patch_size=4, width=32, layers=2, heads=2)
   cfg.text.update(context_length=12, width=32, layers=2, heads=2)
   cfg.remat = remat
-  model = models.build_model(cfg)
-  params = models.init_variables(model, jax.random.key(0))[0]
+  return cfg
+
+
+@pytest.fixture(scope='module')
+def pooling_params():
+  """The parameters of `_pooling_config` (remat adds none: one init for both settings)."""
+  model = models.build_model(_pooling_config(False))
+  return jax.device_get(jit_init(lambda k: models.init_variables(model, k)[0])(jax.random.key(0)))
+
+
+@pytest.mark.slow  # compiles the towers several times over
+@pytest.mark.parametrize('remat', [False, True])
+def test_pooled_outputs_without_tokens_are_the_same_and_cheaper(remat, pooling_params):
+  """`with_tokens=False` runs the last block on the pooled row only ([cls], or each caption's EOT under the causal
+  mask): the same embeddings and gradients as the full tower, and fewer FLOPs."""
+  model = models.build_model(_pooling_config(remat))
+  params = pooling_params
   rng = np.random.default_rng(0)
   images = jnp.asarray(rng.normal(size=(6, 16, 16, 3)), jnp.float32)
   tokens = np.zeros((6, 12), np.int32)
@@ -125,21 +134,23 @@ def test_pooled_outputs_without_tokens_are_the_same_and_cheaper(remat):
     tokens[i, length - 1] = 49407
   tokens = jnp.asarray(tokens)
 
-  @functools.partial(jax.jit, static_argnums=1)  # eager, the towers and their gradients take a minute
   def towers(p, with_tokens):
     image = model.apply({'params': p}, images, False, with_tokens, method=model.encode_image)
     text = model.apply({'params': p}, tokens, with_tokens, method=model.encode_text)
     assert ('tokens' in image) == with_tokens and ('tokens' in text) == with_tokens
     return image['embed'], image['cls'], text['embed'], text['eot']
 
-  full, pooled = towers(params, True), towers(params, False)
+  def loss(p, with_tokens):
+    outputs = towers(p, with_tokens)
+    zi, _, zt, _ = outputs
+    return jnp.sum(jnp.tanh(zi @ zt.T)), outputs
+
+  # One compiled program per path gives its outputs (the loss's aux), its gradient and its FLOPs.
+  grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=1)
+  compiled = {w: grad.lower(params, w).compile() for w in (True, False)}
+  (full_grad, full), (pooled_grad, pooled) = compiled[True](params), compiled[False](params)
   for got, want in zip(pooled, full):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-  def loss(p, with_tokens):
-    zi, _, zt, _ = towers(p, with_tokens)
-    return jnp.sum(jnp.tanh(zi @ zt.T))
-  grad = jax.jit(jax.grad(loss), static_argnums=1)
-  assert_close_at_scale(grad(params, False), grad(params, True))
-  flops = [grad.lower(params, w).compile().cost_analysis()['flops'] for w in (True, False)]
+  assert_close_at_scale(pooled_grad, full_grad)
+  flops = [compiled[w].cost_analysis()['flops'] for w in (True, False)]
   assert flops[1] < 0.9 * flops[0], flops

@@ -11,12 +11,13 @@ import numpy as np
 from support import ROOT, initial_state, jit_init
 
 from vlp_jax import models, objectives, parallel
-from vlp_jax.config import ConfigError, from_file, validate
+from vlp_jax.config import ConfigError, from_file, validate, with_term
 from vlp_jax.data import synthetic
 from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.data import records
 from vlp_jax.data.text_crops import split_sentences
+from vlp_jax.losses import saco
 from vlp_jax.objectives.cosmos import ema_update, tower_params
 from vlp_jax.training import optim
 from vlp_jax.training.step import compile_train_step
@@ -77,10 +78,14 @@ def test_caption_first_global_puts_the_short_caption_first_in_every_example(micr
 
 
 @pytest.mark.slow
-def test_loss_matches_naive_reference(micro):
-  config = _cosmos(micro)
+def test_loss_matches_naive_reference_and_saco_composes(micro):
+  """COSMOS's two terms against the naive reference; the SaCo term adds to them on the first global crops (features
+  'zi', 'zt'), as the SaCo paper suggests. One forward of the composed objective checks both: SaCo adds features and a
+  term, and leaves COSMOS's features and terms as they were."""
+  config = with_term(_cosmos(micro), 'saco', alpha=0.5, normalization='mean')
+  validate(config)
   objective = objectives.build(config, models.build_model(config.model))
-  params, state = objective.init_variables(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
   loss, metrics = objective.loss(features, params, 0)
   f = jax.tree.map(lambda x: np.asarray(x, np.float64), features)
@@ -90,7 +95,10 @@ def test_loss_matches_naive_reference(micro):
                     for s in ('h_img', 'h_txt') for tt in ('teacher_cls', 'teacher_eot')])
   np.testing.assert_allclose(metrics['clip_loss'], clip, rtol=1e-5)
   np.testing.assert_allclose(metrics['cosmos_loss'], cosmos, rtol=1e-5)
-  np.testing.assert_allclose(loss, clip + cosmos, rtol=1e-5)
+  saco_term = 0.5 * saco.saco_loss(features['zi'], features['zt'], normalization='mean')
+  np.testing.assert_allclose(loss, clip + cosmos + saco_term, rtol=1e-5)
+  np.testing.assert_allclose(loss, metrics['clip_loss'] + metrics['cosmos_loss'] + saco_term, rtol=1e-5)
+  assert 'saco_loss' in metrics and 'teacher_' in objective.eval_variants(params, state)
   # The teacher starts as the student: its global-crop embeddings (every crop in one pooled call) equal the
   # student's (the first crop with its token states, the other pooled).
   np.testing.assert_allclose(features['teacher_cls'], features['cls_global'], atol=1e-6)
@@ -101,7 +109,7 @@ def test_loss_matches_naive_reference(micro):
 def test_zero_initialised_cross_attention_distills_the_cls_and_eot(micro):
   config = _cosmos(micro, zero_init=True)
   objective = objectives.build(config, models.build_model(config.model))
-  params, state = objective.init_variables(jax.random.key(0))
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
   cls = np.concatenate([np.asarray(features['cls_global'])], axis=1)
   np.testing.assert_allclose(features['h_img'][:, :2], cls, atol=1e-6)  # h_I = cls for the global crops
@@ -146,23 +154,6 @@ def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro
   assert set(teacher) == set(tower_params(student))
   gap = np.abs(teacher['visual']['proj'] - student['visual']['proj']).max()
   assert 0 < gap  # the teacher lags the student
-
-
-@pytest.mark.slow
-def test_saco_composes_with_cosmos(micro):
-  """The SaCo term adds to COSMOS on the first global crops (features 'zi', 'zt'), as the SaCo paper suggests."""
-  from vlp_jax.config import validate, with_term
-  from vlp_jax.losses import saco
-  config = with_term(_cosmos(micro), 'saco', alpha=0.5, normalization='mean')
-  validate(config)
-  objective = objectives.build(config, models.build_model(config.model))
-  params, state = objective.init_variables(jax.random.key(0))
-  features, _ = jax.jit(objective.forward)(params, state, _batch(config), jax.random.key(1))
-  loss, metrics = objective.loss(features, params, 0)
-  want = metrics['clip_loss'] + metrics['cosmos_loss'] + 0.5 * saco.saco_loss(features['zi'], features['zt'],
-                                                                               normalization='mean')
-  np.testing.assert_allclose(loss, want, rtol=1e-5)
-  assert 'saco_loss' in metrics and 'teacher_' in objective.eval_variants(params, state)
 
 
 def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):

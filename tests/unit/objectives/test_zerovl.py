@@ -21,7 +21,7 @@ from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
 
 from support import numeric_grad, unit_vectors
-from support import initial_state, run_steps
+from support import initial_state, jit_init, run_steps
 
 MULTISOURCE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'configs', 'zerovl_multisource.py')
 
@@ -85,12 +85,18 @@ def test_sharded_equals_single_device_without_a_full_logit_matrix():
   assert 'f32[4,32]' in hlo and 'f32[32,32]' not in hlo  # each device holds 4 x 32 rows of the logits
 
 
-def _zerovl(config, **options):
+def _zerovl_objective(config, **options):
+  """The ZeroVL objective of `config` with `options`, without its variables (drawing lambda and the coin needs none)."""
   config.objective.name = 'zerovl'
   config.objective.update(options)
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
-  params, state = objective.init_variables(jax.random.key(0))
+  return objectives.build(config, models.build_model(config.model))
+
+
+def _zerovl(config, **options):
+  """(objective, params, state, batch): the variables from a jitted init (an eager one compiles op by op), and 8 random
+  examples."""
+  objective = _zerovl_objective(config, **options)
+  params, state = jit_init(objective.init_variables)(jax.random.key(0))
   rng = np.random.default_rng(0)
   size, length = config.model.vision.image_size, config.model.text.context_length
   text = rng.integers(1, 49000, (8, length)).astype(np.int32)
@@ -146,8 +152,8 @@ def test_features_mix_images_or_text_embeddings(micro, heads):
 @pytest.mark.slow
 @pytest.mark.parametrize('modality, want_heads', [('image', True), ('text', False)])
 def test_mixup_modality_fixes_the_coin_and_keeps_lambda(micro, modality, want_heads):
-  coin = _zerovl(micro.copy_and_resolve_references(), mixup_modality='coin')[0]
-  fixed = _zerovl(micro, mixup_modality=modality)[0]
+  coin = _zerovl_objective(micro.copy_and_resolve_references(), mixup_modality='coin')
+  fixed = _zerovl_objective(micro, mixup_modality=modality)
   rngs = jax.random.split(jax.random.key(1), 32)
   coin_lams, coins = jax.vmap(coin.draw_mixup)(rngs)
   lams, heads = jax.vmap(fixed.draw_mixup)(rngs)
@@ -162,7 +168,7 @@ def test_mixup_modality_fixes_the_coin_and_keeps_lambda(micro, modality, want_he
 @pytest.mark.slow
 @pytest.mark.parametrize('heads', [True, False])
 def test_targets_only_mixes_nothing_and_keeps_the_two_target_loss(micro, heads):
-  mixed = _zerovl(micro.copy_and_resolve_references(), mixup_alpha=2.0)[0]
+  mixed = _zerovl_objective(micro.copy_and_resolve_references(), mixup_alpha=2.0)
   objective, params, state, batch = _zerovl(micro, mixup_alpha=2.0, mixup_modality='targets_only')
   rng, lam = _rng_with_coin(mixed, heads)
   features, _ = objective.forward(params, state, batch, rng)

@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import assert_close_at_scale, initial_state, micro_config, objective_batch
+from support import assert_close_at_scale, initial_state, micro_config, objective_batch, run_steps
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.data.image_ops import normalize_image
+from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.clip import ClipObjective
-from vlp_jax.training import accumulation, optim
-from vlp_jax.training.step import compile_train_step
+from vlp_jax.training import accumulation
 
 BATCH = 32
 
@@ -184,23 +184,18 @@ def test_micro_batches_take_a_slice_of_every_device(micro):
 
 @pytest.mark.slow
 def test_decoupled_train_step_trains_like_the_whole_batch(micro):
-  """Three optimizer steps through the compiled train step: the same parameters either way."""
-  micro.batch_size = BATCH
+  """Three optimizer steps through the compiled train step on a 2 x 4 fsdp mesh: the same losses and parameters
+  either way. The micro config's 16 rows in 2 micro-batches of 8 keep a row on every device; these are the programs
+  of test_train_step.py's fsdp run and test_weight_ema.py's run without the EMA (one compile each in the session's
+  cache)."""
+  micro.mesh.fsdp_min_size = 256  # small enough that the micro model's matrices are fsdp-sharded
   mesh = parallel.make_mesh(fsdp=2)
-  objective = objectives.build(micro, models.build_model(micro.model))
-  tx = optim.make_optimizer(micro.optim, micro.total_steps)
   initial = initial_state(micro)  # on the host: one (jitted) init for both modes
-  results = []
-  for mode, num_micro in (('none', 1), ('decoupled', 4)):
-    shardings = parallel.tree_shardings(initial, mesh, min_size=256)
-    state = jax.device_put(initial, shardings)
-    step = compile_train_step(objective, tx, mesh, shardings, mode, num_micro)
-    for seed in range(3):
-      batch = parallel.global_batch(objective_batch(micro, BATCH, seed=seed), mesh)
-      state, metrics = step(state, batch, jax.random.key(1))
-    results.append((parallel.to_host(state.params), float(metrics['loss'])))
-  (params, loss), (d_params, d_loss) = results
-  np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+  params, losses, _ = run_steps(micro, mesh, state=initial)
+  micro.accumulation.update(mode='decoupled', micro_batch_size=8)
+  assert num_micro_batches(micro) == 2
+  d_params, d_losses, _ = run_steps(micro, mesh, state=initial)
+  np.testing.assert_allclose(d_losses, losses, rtol=1e-5)
   # atol: the attention key biases have a zero gradient up to rounding noise, which Adam's normalisation turns
   # into updates of ~1e-6 per step that differ between the two ways of rounding.
   chex.assert_trees_all_close(d_params, params, rtol=1e-4, atol=2e-5)
@@ -228,7 +223,8 @@ def test_remat_keeps_parameters_and_gradients(micro, plain_clip):
   np.testing.assert_allclose(r_loss, loss, rtol=1e-6)
   assert_close_at_scale(r_grads, grads, rtol=1e-5)
   text = jax.jit(lambda p: jax.grad(lambda q: jnp.sum(remat.encode_text(q, batch['text'])['embed']))(p))
-  assert 'remat' in str(jax.make_jaxpr(text)(params)) or 'checkpoint' in str(jax.make_jaxpr(text)(params))
+  jaxpr = str(jax.make_jaxpr(text)(params))
+  assert 'remat' in jaxpr or 'checkpoint' in jaxpr
 
 
 @pytest.mark.slow
@@ -245,7 +241,8 @@ def test_bfloat16_compute_keeps_float32_weights_and_loss(micro, plain_clip):
   h_loss, _, _, h_grads = _loss_and_grads(half, params, state, batch, jax.random.key(0), 'decoupled', 2, mesh)
   assert h_loss.dtype == np.float32 and all(g.dtype == np.float32 for g in jax.tree.leaves(h_grads))
   np.testing.assert_allclose(h_loss, loss, rtol=2e-2)
-  features, _ = jax.jit(half.forward)(params, state, batch, jax.random.key(0))
+  # Dtypes are fixed when the programs are traced: their shapes (jax.eval_shape) tell them without a compile.
+  features, _ = jax.eval_shape(half.forward, params, state, batch, jax.random.key(0))
   assert features['zi'].dtype == jnp.float32  # the loss math runs in float32
-  towers = jax.jit(lambda p: half.encode_text(p, batch['text'], with_tokens=True)['tokens'])(params)
+  towers = jax.eval_shape(lambda p: half.encode_text(p, batch['text'], with_tokens=True)['tokens'], params)
   assert towers.dtype == jnp.bfloat16

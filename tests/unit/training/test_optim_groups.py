@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from support import build_objective, initial_state, jit_init, run_steps
+from support import build_objective, initial_state, jit_init, micro_config, run_steps
 from vlp_jax import models, parallel
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax.models.transformer import unstacked_layout
@@ -202,12 +202,19 @@ def _resnet(config):
   return config
 
 
-@pytest.mark.slow
-def test_locked_resnet_tower_keeps_its_weights_and_batch_norm_statistics(micro):
-  config = _resnet(micro)
+@pytest.fixture(scope='module')
+def locked_resnet(data_cache):
+  """(config, initial host state) of the micro ResNet with its image tower locked: one init (a ResNet's is slow to
+  compile) for the two tests below; the parameters do not depend on the lock."""
+  config = _resnet(micro_config(data_cache))
   config.optim.update(lock_image=True, warmup_steps=0)
   validate(config)
-  initial = initial_state(config)
+  return config, initial_state(config)
+
+
+@pytest.mark.slow
+def test_locked_resnet_tower_keeps_its_weights_and_batch_norm_statistics(locked_resnet):
+  config, initial = locked_resnet
   params, _, state = run_steps(config, _one_device(), steps=2, state=initial)
   chex.assert_trees_all_equal(params['visual'], initial.params['visual'])
   chex.assert_trees_all_equal(parallel.to_host(state.model_state), initial.model_state)
@@ -215,12 +222,12 @@ def test_locked_resnet_tower_keeps_its_weights_and_batch_norm_statistics(micro):
 
 
 @pytest.mark.slow
-def test_locked_resnet_tower_runs_its_batch_norm_as_in_evaluation(micro):
+def test_locked_resnet_tower_runs_its_batch_norm_as_in_evaluation(micro, locked_resnet):
   """open_clip's FrozenBatchNorm2d normalises with the running statistics: the training forward of a locked ResNet
   equals its evaluation forward, while an unlocked one normalises with the batch's statistics."""
   config = _resnet(micro)
   objective, _ = build_objective(config)
-  params, model_state = jit_init(objective.init_variables)(jax.random.key(0))
+  params, model_state = locked_resnet[1].params, locked_resnet[1].model_state  # the init of `config`'s model
   images = jax.random.normal(jax.random.key(1), (4, 32, 32, 3))
   evaluation = jax.jit(lambda p, s, x: objective.encode_image(p, s, x, train=False)[0]['embed'])(
       params, model_state, images)

@@ -16,7 +16,7 @@ from vlp_jax.config import validate
 from vlp_jax.models.transformer import stacked_layout
 from vlp_jax.training import ema as ema_lib
 from vlp_jax.training.loop import check_resume_layout
-from vlp_jax.training.state import EmaTrainState, TrainState, create_train_state
+from vlp_jax.training.state import EmaTrainState, TrainState, create_train_state, with_ema
 
 from support import build_objective, compiled_step, initial_state, micro_config, random_batches
 
@@ -29,9 +29,10 @@ def _sharded(config, fsdp=2):
   return config, parallel.make_mesh(fsdp)
 
 
-def _train(config, mesh, steps):
-  """(host parameters before and after each step, the final state, each step's host metrics)."""
-  step_fn, state = compiled_step(config, mesh)
+def _train(config, mesh, steps, state=None):
+  """(host parameters before and after each step, the final state, each step's host metrics), from `state` (host or
+  placed arrays; config's initial state if None)."""
+  step_fn, state = compiled_step(config, mesh, state)
   params, metrics = [parallel.to_host(state.params)], []
   for batch in random_batches(config, steps):
     state, step_metrics = step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(1))
@@ -67,12 +68,16 @@ def _decoupled(config):
 @pytest.fixture(scope='module')
 def plain_runs(data_cache):
   """{'off': ..., 'on': ...}: (host parameters before and after each step, the final state, each step's metrics) of
-  3 steps of the micro model without and with the EMA, under decoupled accumulation, on the same sharded mesh."""
+  3 steps of the micro model without and with the EMA, under decoupled accumulation, on the same sharded mesh. Both
+  start from one jitted init (the EMA's is a host copy of the parameters, as `with_ema` makes it); the run without
+  the EMA compiles the program of test_accumulation.py's decoupled train step, which the session's compilation cache
+  holds once."""
+  off = initial_state(micro_config(data_cache))
   runs = {}
   for name, decay in (('off', 0.0), ('on', DECAY)):
     config = _decoupled(micro_config(data_cache))
     config.ema.decay = decay
-    runs[name] = _train(*_sharded(config), steps=3)
+    runs[name] = _train(*_sharded(config), steps=3, state=with_ema(off, decay))
   return runs
 
 
@@ -97,10 +102,28 @@ def test_the_ema_equals_a_numpy_reference_of_the_parameters_of_each_step_under_a
   _check_against_reference(params, state)
 
 
+@pytest.fixture(scope='module')
+def scanned_sharded(data_cache):
+  """(config, mesh, the state's shardings, the initial state jitted onto them) of the micro model with the EMA and
+  scanned, partly locked towers on a 2 x 4 fsdp mesh, whose fsdp rule splits the model's matrices: one init for the
+  two tests below."""
+  config = micro_config(data_cache)
+  config.ema.decay = DECAY  # without accumulation: the plain step
+  config, mesh = _sharded(_scanned_partly_locked(config), fsdp=4)
+  objective, tx = build_objective(config)
+  abstract = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), jax.random.key(0))
+  shardings = parallel.tree_shardings(abstract, mesh, config.mesh.fsdp_min_size)  # as the loop shards the state
+  # LLVM at level 1, as support.jit_init: the same bits, a third of the compile time.
+  state = jax.jit(lambda r: create_train_state(objective, tx, r, config.ema.decay), out_shardings=shardings,
+                  compiler_options={'xla_backend_optimization_level': 1})(jax.random.key(0))
+  return config, mesh, shardings, state
+
+
 @pytest.mark.slow
-def test_the_ema_equals_the_reference_with_scanned_partly_locked_towers(micro):
-  micro.ema.decay = DECAY  # without accumulation: the plain step
-  params, state, _ = _train(*_sharded(_scanned_partly_locked(micro)), steps=3)
+def test_the_ema_equals_the_reference_with_scanned_partly_locked_towers(scanned_sharded):
+  config, mesh, _, initial = scanned_sharded
+  # A host copy: the step donates its input state, which the other test of the fixture reads.
+  params, state, _ = _train(config, mesh, steps=3, state=parallel.to_host(initial))
   _check_against_reference(params, state)
 
 
@@ -127,17 +150,12 @@ def test_with_the_ema_off_training_is_as_before_and_the_state_has_no_ema(plain_r
 
 
 @pytest.mark.slow
-def test_the_ema_has_the_parameters_shardings_on_an_eight_device_mesh(micro):
-  micro.ema.decay = DECAY
-  config, mesh = _sharded(_scanned_partly_locked(micro), fsdp=4)
-  objective, tx = build_objective(config)
-  abstract = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), jax.random.key(0))
-  shardings = parallel.tree_shardings(abstract, mesh, config.mesh.fsdp_min_size)  # as the loop shards the state
+def test_the_ema_has_the_parameters_shardings_on_an_eight_device_mesh(scanned_sharded):
+  _, mesh, shardings, state = scanned_sharded
+  assert mesh.devices.size == 8
   assert shardings.ema == shardings.params
   specs = [s.spec for s in jax.tree.leaves(shardings.ema)]
   assert any('fsdp' in spec for spec in specs) and any(spec == jax.sharding.PartitionSpec() for spec in specs)
-  state = jax.jit(lambda r: create_train_state(objective, tx, r, config.ema.decay), out_shardings=shardings)(
-      jax.random.key(0))
   assert jax.tree.map(lambda x: x.sharding, state.ema) == jax.tree.map(lambda x: x.sharding, state.params)
   chex.assert_trees_all_equal(parallel.to_host(state.ema), parallel.to_host(state.params))  # it starts at them
 
