@@ -59,10 +59,17 @@ class ClipObjective(Objective):
                train: bool = True) -> tuple[dict, dict]:
     """batch {'image': [B, H, W, 3], 'text': [B, L]} -> {'zi': [B, d], 'zt': [B, d]} L2-normalised float32,
     and the model state. Tower keys of row i: fold_in(rng[i], IMAGE_TOWER) and fold_in(rng[i], TEXT_TOWER)."""
-    image, model_state = self.encode_image(params, model_state, batch['image'], train,
+    image, text, model_state = self.encode_pair(params, model_state, batch, rng, train)
+    return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed'])}, model_state
+
+  def encode_pair(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array, train: bool,
+                  with_tokens: bool = False) -> tuple[dict, dict, dict]:
+    """(the image tower's outputs, the text tower's, the model state) of batch 'image' and 'text', with the tower
+    keys of `features`; the image's patch `tokens` too `with_tokens`."""
+    image, model_state = self.encode_image(params, model_state, batch['image'], train, with_tokens=with_tokens,
                                            rng=tower_rngs(rng, IMAGE_TOWER))
     text = self.encode_text(params, batch['text'], train=train, rng=tower_rngs(rng, TEXT_TOWER))
-    return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed'])}, model_state
+    return image, text, model_state
 
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
     del step

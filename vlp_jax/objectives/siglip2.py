@@ -54,7 +54,7 @@ from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_
 from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, example_rngs, tower_rngs
+from vlp_jax.objectives.base import OBJECTIVES, example_rngs, tower_rngs
 from vlp_jax.objectives.cosmos import CosmosObjective, dino_augment, ema_update
 from vlp_jax.objectives.siglip import SiglipObjective
 from vlp_jax.objectives.views import ClipViews
@@ -409,9 +409,7 @@ class Siglip2Objective(SiglipObjective):
     (`decoder_features` of the un-pooled tokens)."""
     if not self.decoder_on:
       return super().features(params, model_state, batch, rng, train)
-    image, model_state = self.encode_image(params, model_state, batch['image'], train, with_tokens=True,
-                                           rng=tower_rngs(rng, IMAGE_TOWER))
-    text = self.encode_text(params, batch['text'], train=train, rng=tower_rngs(rng, TEXT_TOWER))
+    image, text, model_state = self.encode_pair(params, model_state, batch, rng, train, with_tokens=True)
     return {'zi': l2_normalize(image['embed']), 'zt': l2_normalize(text['embed']),
             **self.decoder_features(params, image['tokens'], batch)}, model_state
 
