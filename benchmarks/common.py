@@ -1,6 +1,14 @@
 """Helpers shared by the benchmark scripts."""
 from __future__ import annotations
 
+import io
+import os
+import tempfile
+
+import numpy as np
+from PIL import Image
+import sentencepiece
+
 
 def compiled_memory(compiled) -> dict[str, int]:
   """Per-device memory of a compiled XLA program from its memory analysis.
@@ -19,7 +27,7 @@ PRECISIONS = {'fp32': 'float32', 'bf16': 'bfloat16'}
 
 
 def build_config(model: str, batch_size: int, objective: str, precision: str, remat: bool, patch_dropout: float = 0.0,
-                 scan_layers: bool = False):
+                 scan_layers: bool = False, attention: str = 'auto'):
   import ml_collections
   from vlp_jax import models, objectives
   from vlp_jax.config import base_config, validate, with_term
@@ -31,6 +39,11 @@ def build_config(model: str, batch_size: int, objective: str, precision: str, re
   config.model.dtype = PRECISIONS[precision]
   config.model.remat = remat
   config.model.scan_layers = scan_layers
+  config.model.attention = attention  # the attention route (models/transformer.py)
+  if config.model.text.tokenizer == 'sentencepiece' and not config.model.text.tokenizer_path:
+    # SigLIP presets read the spiece.model that comes with their weights; a benchmark has none, and the step's cost
+    # does not depend on which ids the captions become
+    config.model.text.tokenizer_path = caption_spiece_model()
   if patch_dropout:
     config.model.vision.patch_dropout = patch_dropout
   if objective in objectives.TERMS:
@@ -55,3 +68,52 @@ def real_batch(config, batch_size: int) -> dict:
   examples = [views.random_map(pipeline.DecodeRecord().map(records.serialize(
       synthetic.make_example(0, 'train', synthetic.SOURCES[i % 3], i, size))), rng) for i in range(8)]
   return {k: np.stack([examples[i % len(examples)][k] for i in range(batch_size)]) for k in examples[0]}
+
+
+def with_model_shapes(config, path: str):
+  """`config` with the embedding and tower sizes of the config file at `path`; precision, remat, scan and patch
+  dropout stay as `config` sets them."""
+  from vlp_jax.config import from_file, validate
+  shapes = from_file(path).model
+  config.model.embed_dim = shapes.embed_dim
+  for key in ('image_size', 'patch_size', 'width', 'layers', 'heads'):
+    config.model.vision[key] = shapes.vision[key]
+  for key in ('context_length', 'width', 'layers', 'heads'):
+    config.model.text[key] = shapes.text[key]
+  if 'local_crop_size' in config.objective:  # COSMOS's local crops follow the image size (as build_config sets them)
+    v = config.model.vision
+    config.objective.local_crop_size = max(v.patch_size, round(v.image_size * 96 / 224 / v.patch_size) * v.patch_size)
+  validate(config, num_devices=1)
+  return config
+
+
+def caption_spiece_model(directory: str = os.path.join(tempfile.gettempdir(), 'vlp_jax_bench_spiece'),
+                         vocab_size: int = 64) -> str:
+  """A SentencePiece model with SigLIP's special ids ('</s>' 1, '<unk>' 2) trained on the embedded dataset's
+  captions (reused when present): the tokenizer of a SigLIP preset benchmarked without its weights."""
+  from vlp_jax.data import synthetic
+  path = os.path.join(directory, f'captions-{vocab_size}.model')
+  if os.path.exists(path):
+    return path
+  os.makedirs(directory, exist_ok=True)
+  captions = [synthetic.make_example(0, 'train', synthetic.SOURCES[i % 3], i, 16)['caption'] for i in range(3000)]
+  prefix = os.path.join(directory, f'captions-{vocab_size}-{os.getpid()}')
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(captions), model_prefix=prefix, vocab_size=vocab_size, model_type='unigram',
+      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=1, minloglevel=2)
+  os.replace(prefix + '.model', path)  # whole or not at all, whoever else is writing it
+  return path
+
+
+def photo_jpeg(photos: list[np.ndarray], index: int, rng: np.random.Generator, side: int) -> bytes:
+  """A natural-photo JPEG ([side, side], quality 90): a random square crop (random scale) of one of `photos` (the
+  index-th, cyclically), resized, flipped half the time. Decoding it costs what a real photo costs."""
+  photo = photos[index % len(photos)]
+  crop = int(rng.integers(side // 2, min(photo.shape[:2]) + 1))
+  top, left = rng.integers(0, photo.shape[0] - crop + 1), rng.integers(0, photo.shape[1] - crop + 1)
+  image = Image.fromarray(photo[top:top + crop, left:left + crop]).resize((side, side), Image.Resampling.BICUBIC)
+  if rng.random() < 0.5:
+    image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+  buffer = io.BytesIO()
+  image.save(buffer, format='JPEG', quality=90)
+  return buffer.getvalue()

@@ -37,7 +37,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from absl import app, flags  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+from sklearn.datasets import load_sample_images  # noqa: E402
+
+from benchmarks.common import photo_jpeg  # noqa: E402
+from vlp_jax.data import records, synthetic  # noqa: E402
 
 _PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], 'clip, cosmos and/or clip_randaugment.')
 _WORKERS = flags.DEFINE_list('workers', ['0', '1', '2'], 'grain worker processes to try (0 = in the main process).')
@@ -55,9 +58,6 @@ _PROFILE = flags.DEFINE_bool('profile', False, 'Print a cProfile of one inline p
 
 def write_jpeg_shards(directory: str, count: int, side: int) -> list[str]:
   """`count` records of natural-photo JPEGs ([side, side], quality 90) in 4 shards; reused when present."""
-  from sklearn.datasets import load_sample_images
-  from vlp_jax.data import shards
-  from vlp_jax.data import records, synthetic
   done = os.path.join(directory, f'done-{count}-{side}')
   paths = [os.path.join(directory, f'train-{i:05d}-of-00004.array_record') for i in range(4)]
   if os.path.exists(done):
@@ -68,16 +68,8 @@ def write_jpeg_shards(directory: str, count: int, side: int) -> list[str]:
 
   def examples():
     for i in range(count):
-      photo = photos[i % len(photos)]
-      crop = int(rng.integers(side // 2, min(photo.shape[:2]) + 1))
-      top, left = rng.integers(0, photo.shape[0] - crop + 1), rng.integers(0, photo.shape[1] - crop + 1)
-      image = Image.fromarray(photo[top:top + crop, left:left + crop]).resize((side, side), Image.Resampling.BICUBIC)
-      if rng.random() < 0.5:
-        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-      buffer = io.BytesIO()
-      image.save(buffer, format='JPEG', quality=90)
       text = synthetic.make_example(0, 'train', 'studio', i, 16)
-      yield {**text, 'image': buffer.getvalue(), 'source': 'photos', 'key': f'photos/{i:07d}'}
+      yield {**text, 'image': photo_jpeg(photos, i, rng, side), 'source': 'photos', 'key': f'photos/{i:07d}'}
 
   written = records.write_shards(examples(), directory, 'train', count, 4)
   assert written == paths

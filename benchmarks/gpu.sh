@@ -1,48 +1,117 @@
 #!/usr/bin/env bash
-# The GPU speed figures of benchmarks/RESULTS.md, in one run on one NVIDIA GPU:
-#   bash benchmarks/gpu.sh [results folder, default benchmarks/results/gpu/<date>] [stages, default all]
+# The GPU speed figures of benchmarks/RESULTS.md, in one run on one NVIDIA GPU (docs/scaling.md, "Measuring a GPU"):
+#   bash benchmarks/gpu.sh [--dry_run] [--budget_s=SECONDS] [results folder] [stages]
+# results folder: default benchmarks/results/gpu/<date>; stages: default all, in this order (by what they decide):
+#   b16: train_step.py, a ViT-B/16 CLIP step in bf16 (fp32 parameters, optimizer state and loss math) at batch 256,
+#     each attention route (XLA's unfused attention, cuDNN's fused kernel on padded rows) in alternating rounds,
+#     against the bf16 matmul peak measured in the same process (`utilisation`) and the published peak (`mfu`).
+#   vs_open_clip: vs_open_clip.py, the same network, optimizer and batch trained by open_clip at its fastest (torch
+#     autocast bf16 as --precision amp_bf16, torch.compile as --torchcompile, its fused SDPA attention) and by
+#     vlp_jax, each in its own process on the same GPU, in alternating rounds.
+#   end_to_end: end_to_end.py, the trainer fed from 256 px JPEG webdataset shards through the real input pipeline on
+#     the host's cores, against its own step alone; checkpoint save and restore times.
+#   so400m: train_step.py, a SigLIP So400m/14 step (sigmoid loss) in bf16 at batch 256.
+#   l14: train_step.py, a ViT-L/14 CLIP step in bf16 at batch 256.
+# The stages after b16 use the attention route that b16 found fastest.
 #
-# Stages (the second argument names some, e.g. 'b256 vs_open_clip'):
-#   b256: train_step.py, a ViT-B/16 CLIP step in bf16 (fp32 parameters, optimizer state and loss math) at batch 256,
-#     against the bf16 matmul peak measured in the same process (`utilisation`) and the card's published peak (`mfu`).
-#   vs_open_clip: vs_open_clip.py, the same network, optimizer and batch trained by open_clip (torch autocast bf16,
-#     as its --precision amp_bf16) and by vlp_jax, each in its own process on the same GPU, in alternating rounds.
-#   b1024: train_step.py at batch 1024 with patch dropout 0 and 0.5 (FLIP), timed in alternating rounds.
-#
-# Each stage has its own time limit and writes its JSON lines as they come, so a stage that fails or runs out of time
-# leaves the others' rows. Needs jax with CUDA, torch with CUDA and open_clip_torch.
+# Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
+# stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
+# open_clip_torch. --dry_run runs every stage with the test suite's micro shapes on the CPU (about two minutes), so that
+# no GPU minute is lost to a typo (tests/integration/test_benchmarks.py runs it).
 set -u
-out=${1:-benchmarks/results/gpu/$(date +%F)}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
-
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
-  python3 -c 'import jax, jaxlib, flax, optax, torch; print("jax", jax.__version__, "jaxlib", jaxlib.__version__,
-"flax", flax.__version__, "optax", optax.__version__, "torch", torch.__version__, "devices", jax.devices())'
-} 2>&1 | tee "$out/environment.txt"
-
-stage() {  # stage <name> <seconds> <command...>: run with a time limit, stdout to <name>.jsonl, all output shown
-  local name=$1 seconds=$2
-  shift 2
-  echo "== $name ($(date +%T), limit ${seconds}s): $*"
-  timeout -s INT -k 15 "$seconds" "$@" > >(tee -a "$out/$name.jsonl") 2> >(tee -a "$out/$name.log" >&2)
-  echo "== $name exit $?"
-}
-
-# XLA's Triton GEMM autotuning off: cuBLAS takes the matmuls, and the step compiles in a fraction of the time (with it
-# on, a ViT-B/16 step had not compiled after 130 s on an H200).
-export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false"
-stages=${2:-b256 vs_open_clip b1024}
-for name in $stages; do
-  case $name in
-    b256) XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 stage train_step 200 python3 benchmarks/train_step.py --model=ViT-B-16 \
-            --precision=bf16 --batch_size=256 --steps=10 --warmup=3 ;;
-    vs_open_clip) stage vs_open_clip 200 python3 benchmarks/vs_open_clip.py --rows=ViT-B-16:256 --precision=bf16 \
-            --device=gpu --rounds=3 --steps=10 --warmup=2 ;;
-    b1024) XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 stage train_step 200 python3 benchmarks/train_step.py --model=ViT-B-16 \
-            --precision=bf16 --batch_size=1024 --patch_dropout=0,0.5 --rounds=2 --steps=5 --warmup=2 ;;
-    *) echo "unknown stage '$name'; stages: b256 vs_open_clip b1024" >&2; exit 2 ;;
+dry=0 budget=0 positional=()
+for arg in "$@"; do
+  case $arg in
+    --dry_run) dry=1 ;;
+    --budget_s=*) budget=${arg#--budget_s=} ;;
+    --*) echo "unknown option '$arg'; options: --dry_run, --budget_s=SECONDS" >&2; exit 2 ;;
+    *) positional+=("$arg") ;;
   esac
 done
+out=${positional[0]:-benchmarks/results/gpu/$(date +%F)}
+all_stages="b16 vs_open_clip end_to_end so400m l14"
+stages=${positional[1]:-$all_stages}
+for name in $stages; do
+  [[ " $all_stages " == *" $name "* ]] || { echo "unknown stage '$name'; stages: $all_stages" >&2; exit 2; }
+done
+logs=${GPU_SH_LOGS:-$out}  # where each stage's stderr goes (<name>.log)
+mkdir -p "$out" "$logs"
+out=$(cd "$out" && pwd) logs=$(cd "$logs" && pwd)
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+started=$SECONDS
+
+{
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  echo "cpus $(nproc)"
+  python3 -c 'import importlib.metadata as m, jax
+print(" ".join(f"{p} {m.version(p)}" for p in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain")
+               + tuple(p for p in ("torch", "open_clip_torch") if __import__("importlib.util").util.find_spec(
+                   p.replace("_torch", "")))), "devices", jax.devices())'
+} 2>&1 | tee "$out/environment.txt"
+
+stage() {  # stage <name> <seconds> <command...>: run within its limit and the budget; stdout to <name>.jsonl
+  local name=$1 seconds=$2
+  shift 2
+  if (( budget > 0 )); then
+    local left=$(( budget - (SECONDS - started) - 5 ))
+    if (( left < 30 )); then
+      echo "== $name skipped: ${left}s of the ${budget}s budget left" | tee -a "$logs/$name.log"
+      return
+    fi
+    (( left < seconds )) && seconds=$left
+  fi
+  echo "== $name ($(date +%T), limit ${seconds}s): $*"
+  timeout -s INT -k 15 "$seconds" "$@" > >(tee -a "$out/$name.jsonl") 2> >(tee -a "$logs/$name.log" >&2)
+  echo "== $name exit $? after $(( SECONDS - started ))s in all"
+}
+
+fastest_route() {  # the attention route of b16's fastest row ('auto' when b16 has no timed row)
+  python3 - "$out/b16.jsonl" <<'EOF'
+import json, sys
+try:
+  rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{')]
+except OSError:
+  rows = []
+timed = [r for r in rows if 'samples_per_sec' in r]
+print(max(timed, key=lambda r: r['samples_per_sec'])['attention'] if timed else 'auto')
+EOF
+}
+
+if (( dry )); then
+  # The CPU, the micro shapes, one step: every stage's code path, with the routes the CPU can run.
+  export JAX_PLATFORMS=cpu
+  micro=(--model_config=tests/support.py)
+  b16=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --batch_size=8 --attention=xla,padded --rounds=2 --steps=1
+       --warmup=0 --peak_size=256)
+  vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1 --warmup=0)
+  e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=2 --per_shard=16 --side=64
+       --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
+  big=("${micro[@]}" --batch_size=8 --steps=1 --warmup=0 --peak_size=256)
+else
+  # XLA's Triton GEMM autotuning off: cuBLAS takes the matmuls, and the step compiles in a fraction of the time
+  # (with it on, a ViT-B/16 step had not compiled after 130 s on an H200).
+  export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false"
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9
+  # one compilation cache for every stage's processes: a program compiled once is not compiled again
+  export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/vlp_jax_gpu_cache}
+  b16=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --attention=xla,cudnn --rounds=3 --steps=10 --warmup=3)
+  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2)
+  e2e=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --steps=60 --log_every=10)
+  big=(--batch_size=256 --steps=5 --warmup=2)
+fi
+
+for name in $stages; do
+  case $name in
+    b16) stage b16 150 python3 benchmarks/train_step.py "${b16[@]}" ;;
+    # two processes share the GPU: jax takes under half of its memory, torch the rest
+    vs_open_clip) stage vs_open_clip 170 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 python3 benchmarks/vs_open_clip.py \
+                    "${vs[@]}" --attention="$(fastest_route)" ;;
+    end_to_end) stage end_to_end 150 python3 benchmarks/end_to_end.py "${e2e[@]}" --attention="$(fastest_route)" ;;
+    so400m) stage so400m 110 python3 benchmarks/train_step.py --model=ViT-SO400M-14-SigLIP --objective=siglip \
+              --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
+    l14) stage l14 100 python3 benchmarks/train_step.py --model=ViT-L-14 --precision=bf16 "${big[@]}" \
+           --attention="$(fastest_route)" ;;
+  esac
+done
+echo "== done in $(( SECONDS - started ))s; rows in $out"

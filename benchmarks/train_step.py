@@ -55,6 +55,8 @@ _REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block
 _SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one scanned layer.")
 _PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image patches dropped in training (FLIP); '
                                      'several are timed in alternating rounds.')
+_ATTENTIONS = flags.DEFINE_list('attention', ['auto'], "Attention routes (config.model.attention: 'xla', 'cudnn', "
+                                 "'padded', 'auto'); several are timed in alternating rounds, as --patch_dropout's.")
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Alternating timing rounds over the variants of one setting.')
 _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model's shapes (embed_dim, the towers' "
                                     'sizes) replace the preset\'s, keeping its name: tests/support.py gives the test '
@@ -93,28 +95,11 @@ def available_memory_bytes() -> int | None:
   return int(psutil.virtual_memory().available)
 
 
-def with_model_shapes(config, path: str):
-  """`config` with the embedding and tower sizes of the config file at `path`; precision, remat, scan and patch
-  dropout stay as `config` sets them."""
-  from vlp_jax.config import from_file, validate
-  shapes = from_file(path).model
-  config.model.embed_dim = shapes.embed_dim
-  for key in ('image_size', 'patch_size', 'width', 'layers', 'heads'):
-    config.model.vision[key] = shapes.vision[key]
-  for key in ('context_length', 'width', 'layers', 'heads'):
-    config.model.text[key] = shapes.text[key]
-  if 'local_crop_size' in config.objective:  # COSMOS's local crops follow the image size (as build_config sets them)
-    v = config.model.vision
-    config.objective.local_crop_size = max(v.patch_size, round(v.image_size * 96 / 224 / v.patch_size) * v.patch_size)
-  validate(config, num_devices=1)
-  return config
-
-
-def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, peak: dict):
+def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, attention: str):
   """Compile one variant's step. Returns (row, step): the row so far (compile time, memory, FLOPs) and a function
   that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
   import jax
-  from benchmarks.common import build_config, compiled_memory, real_batch
+  from benchmarks.common import build_config, compiled_memory, real_batch, with_model_shapes
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
   from vlp_jax.hardware import peak_flops
@@ -122,7 +107,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.flops import device_flops
   from vlp_jax.training.step import train_step
-  config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value)
+  config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value, attention)
   if _MODEL_CONFIG.value:
     config = with_model_shapes(config, _MODEL_CONFIG.value)
   net = models.build_model(config.model)
@@ -142,7 +127,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   memory = compiled_memory(compiled)
   available = available_memory_bytes()
   row = {'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout,
+         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout, 'attention': attention,
          'device': device.device_kind, 'platform': device.platform,
          'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes']}
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
@@ -180,12 +165,19 @@ def timed_row(row: dict, seconds: float, peak: dict) -> dict:
   }
 
 
-def measure_variants(model: str, batch_size: int, objective: str, precision: str, patch_dropouts: list[float],
+def measure_variants(model: str, batch_size: int, objective: str, precision: str, variants: list[tuple[float, str]],
                      peak: dict, rounds: int) -> list[dict]:
-  """One row per patch-dropout variant of a setting: all compiled first, then timed in `rounds` alternating rounds
-  (each round the median of --steps steps per variant). A row's step time is the median over rounds; rows after the
-  first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
-  prepared = [prepare(model, batch_size, objective, precision, fraction, peak) for fraction in patch_dropouts]
+  """One row per (patch dropout, attention route) variant of a setting: all compiled first, then timed in `rounds`
+  alternating rounds (each round the median of --steps steps per variant). A row's step time is the median over
+  rounds; rows after the first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
+  prepared = []
+  for fraction, attention in variants:
+    try:
+      prepared.append(prepare(model, batch_size, objective, precision, fraction, attention))
+    except Exception as error:  # noqa: BLE001 -- a route the backend refuses (cuDNN's limits): say so, time the rest
+      prepared.append(({'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
+                        'patch_dropout': fraction, 'attention': attention,
+                        'failed': f'{type(error).__name__}: {str(error)[:2000]}'}, None))
   runnable = [i for i, (_, step) in enumerate(prepared) if step is not None]
   per_round = {i: [] for i in runnable}
   for _ in range(rounds):
@@ -201,7 +193,8 @@ def measure_variants(model: str, batch_size: int, objective: str, precision: str
     if i and 0 in per_round:
       ratios = [first / mine for first, mine in zip(per_round[0], per_round[i])]
       result['speedup_vs_first'] = {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3),
-                                    'max': round(max(ratios), 3), 'first_patch_dropout': patch_dropouts[0]}
+                                    'max': round(max(ratios), 3), 'first_patch_dropout': variants[0][0],
+                                    'first_attention': variants[0][1]}
     rows.append(result)
   return rows
 
@@ -217,8 +210,8 @@ def main(argv):
     for batch_size in (int(b) for b in _BATCHES.value):
       for objective in _OBJECTIVES.value:
         for precision in _PRECISIONS.value:
-          for row in measure_variants(model, batch_size, objective, precision,
-                                      [float(f) for f in _PATCH_DROPOUTS.value], peak, _ROUNDS.value):
+          variants = [(float(f), a) for f in _PATCH_DROPOUTS.value for a in _ATTENTIONS.value]
+          for row in measure_variants(model, batch_size, objective, precision, variants, peak, _ROUNDS.value):
             print(json.dumps(row), flush=True)
 
 

@@ -69,6 +69,12 @@ def define_flags() -> None:
   flags.DEFINE_integer('warmup', 1, 'Untimed steps at the start of each turn (after the two of the build): they '
                        "refill the caches the other side used and outlast its idle threads' spinning.", lower_bound=0)
   flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
+  flags.DEFINE_bool('torch_compile', False, "open_clip's --torchcompile: torch.compile the model (forward and "
+                    'backward; the optimizer step stays eager), over its fused scaled_dot_product_attention.')
+  flags.DEFINE_string('torch_compile_backend', 'inductor', "torch.compile's backend ('eager': dynamo's tracing "
+                      "without code generation, the dry run's quick check of the compiled path).")
+  flags.DEFINE_string('attention', 'auto', "vlp_jax's config.model.attention (its attention route; 'auto': cuDNN's "
+                      'fused kernel on a GPU in bf16, XLA elsewhere).')
   flags.DEFINE_enum('device', 'auto', ['auto', 'cpu', 'gpu'], "Where both sides run; auto: the GPU if jax's default "
                     'backend is one (torch then runs on cuda under autocast for bf16), else the CPU.')
   flags.DEFINE_bool('isolated', True, 'Run each side in a worker process of its own (false: both in this one).')
@@ -123,13 +129,15 @@ def resolve_device(device: str) -> str:
   return 'gpu' if jax.default_backend() == 'gpu' else 'cpu'
 
 
-def row_spec(name: str, batch_size: int, precision: str, device: str = 'cpu') -> dict:
+def row_spec(name: str, batch_size: int, precision: str, device: str = 'cpu', torch_compile: str = '',
+             attention: str = 'auto') -> dict:
   """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax.
-  device: 'cpu' or 'gpu', for both sides."""
+  device: 'cpu' or 'gpu', for both sides; torch_compile: torch.compile's backend ('' = eager PyTorch)."""
   from benchmarks.common import build_config
-  config = build_config(name, batch_size, 'clip', precision, remat=False)
+  config = build_config(name, batch_size, 'clip', precision, remat=False, attention=attention)
   o, m = config.optim, config.model
   return {'model': name, 'batch_size': batch_size, 'precision': precision, 'device': device,
+          'torch_compile': torch_compile, 'attention': attention,
           'open_clip': open_clip_config(m.to_dict()),
           'optim': {'lr': o.lr, 'betas': [o.b1, o.b2], 'eps': o.eps, 'weight_decay': o.weight_decay},
           'image_size': m.vision.image_size, 'context_length': m.text.context_length, 'vocab_size': m.text.vocab_size}
@@ -165,7 +173,8 @@ def jax_side(spec: dict):
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import compile_train_step
-  config = build_config(spec['model'], spec['batch_size'], 'clip', spec['precision'], remat=False)
+  config = build_config(spec['model'], spec['batch_size'], 'clip', spec['precision'], remat=False,
+                        attention=spec.get('attention', 'auto'))
   objective = objectives.build(config, models.build_model(config.model))
   tx = optim.make_optimizer(config.optim, config.total_steps)
   mesh = parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1])
@@ -201,7 +210,10 @@ def torch_side(spec: dict, modules):
   model = model_module.CLIP(**spec['open_clip']).to(device)
   model.train()
   o = spec['optim']
-  optimizer = torch.optim.AdamW(model.parameters(), lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
+  parameters = list(model.parameters())
+  if spec.get('torch_compile'):  # as open_clip's --torchcompile: the module, not the loss or the optimizer
+    model = torch.compile(model, backend=spec['torch_compile'])
+  optimizer = torch.optim.AdamW(parameters, lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
                                 weight_decay=o['weight_decay'])
   loss_fn = loss_module.ClipLoss()
   batch = shared_batch(spec)
@@ -222,7 +234,7 @@ def torch_side(spec: dict, modules):
     optimizer.step()
     if device.type == 'cuda':  # the step's kernels run asynchronously: a step ends when they have
       torch.cuda.synchronize()
-  return step, sum(p.numel() for p in model.parameters())
+  return step, sum(p.numel() for p in parameters)
 
 
 def malloc_setting(retained: bool) -> str:
@@ -543,7 +555,8 @@ def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None
 def run_row(name: str, batch_size: int, retained: bool) -> bool:
   """Time (and profile) one row and print its JSON line; False when open_clip is not there (the line says why).
   retained: whether this process has the trainer's malloc (in-process mode)."""
-  spec = row_spec(name, batch_size, FLAGS.precision, resolve_device(FLAGS.device))
+  spec = row_spec(name, batch_size, FLAGS.precision, resolve_device(FLAGS.device),
+                  FLAGS.torch_compile_backend if FLAGS.torch_compile else '', FLAGS.attention)
   sides = start_sides(spec, retained)
   try:
     ready = {side: sides[side].ready for side in SIDES}
@@ -558,7 +571,7 @@ def run_row(name: str, batch_size: int, retained: bool) -> bool:
     result['load_average'] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps({
         'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
-        'device': spec['device'],
+        'device': spec['device'], 'torch_compile': spec['torch_compile'] or False, 'attention': FLAGS.attention,
         'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'rounds': FLAGS.rounds,
         'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'parameters': ready['vlp_jax']['parameters'],
         'batch_digest': ready['vlp_jax']['batch_digest'],

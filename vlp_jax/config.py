@@ -21,7 +21,7 @@ from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower, with_tower_defaults
-from vlp_jax.models.transformer import ACTIVATIONS, REMAT_POLICIES
+from vlp_jax.models.transformer import ACTIVATIONS, ATTENTION_ROUTES, REMAT_POLICIES
 from vlp_jax.objectives import OBJECTIVES, TERMS, accumulation, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
 
@@ -191,6 +191,7 @@ _CHOICES: dict[str, Any] = {
     'model.vision.type': VISION_TOWERS,
     'model.dtype': DTYPES,
     'model.remat_policy': REMAT_POLICIES,
+    'model.attention': ATTENTION_ROUTES,
     'data.name': formats.DATA_FORMATS,
     'data.mixing': mixing.MODES,
     'data.augment': ('none', *AUGMENTATIONS),
@@ -200,7 +201,8 @@ _CHOICES: dict[str, Any] = {
     'eval.templates': TEMPLATE_CHOICES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
-                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim')
+                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
+                  'model.attention_pad_multiple')
 _COUNTS = ('data.eval_max_examples', 'data.probe_train_examples')  # 0 = all
 
 

@@ -119,3 +119,75 @@ def test_background_shift_is_zero_for_unmoved_features_and_one_for_another_scene
   assert parse_runs('clip=/a,slip=/b/c') == [('clip', '/a'), ('slip', '/b/c')]
   with pytest.raises(ValueError, match="--runs has '/a'"):
     parse_runs('/a')
+
+
+def _jsonl(path) -> list[dict]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.startswith('{')]
+
+
+@pytest.mark.slow  # every stage of the GPU script on the CPU: five processes, micro shapes
+def test_gpu_script_dry_run(tmp_path, data_cache):
+  """`bash benchmarks/gpu.sh --dry_run` runs every stage, each writing its JSON rows, so no GPU minute is lost to a
+  typo; the rows carry what RESULTS.md reports."""
+  pytest.importorskip('torch', reason='the vs_open_clip stage needs torch')
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache, 'XLA_FLAGS': FAST_COMPILE_XLA_FLAGS}
+  env.pop('VLP_JAX_MALLOC', None)
+  out = tmp_path / 'gpu'
+  result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'l14'):
+    assert f'== {name} exit 0' in result.stdout, (name, result.stdout[-3000:], result.stderr[-3000:])
+  assert 'jax' in (out / 'environment.txt').read_text()
+
+  # b16: both attention routes the CPU runs, timed in the same alternating rounds
+  xla, padded = _jsonl(out / 'b16.jsonl')
+  assert (xla['attention'], padded['attention'], xla['precision']) == ('xla', 'padded', 'bf16')
+  for row in (xla, padded):
+    assert row['flops_per_step'] > 0 and row['samples_per_sec'] > 0 and len(row['round_step_seconds']) == 2
+  assert padded['speedup_vs_first']['first_attention'] == 'xla'
+  ratios = [a / b for a, b in zip(xla['round_step_seconds'], padded['round_step_seconds'])]
+  assert padded['speedup_vs_first']['min'] == pytest.approx(min(ratios), abs=2e-3)
+  route = max((xla, padded), key=lambda r: r['samples_per_sec'])['attention']  # what the later stages use
+
+  # vs_open_clip: open_clip through torch.compile and vlp_jax, isolated workers, the same network and batch
+  (row,) = _jsonl(out / 'vs_open_clip.jsonl')
+  if 'skipped' in row:
+    pytest.skip(row['skipped'])
+  assert (row['model'], row['batch_size'], row['parameters'], row['mode']) == ('tiny', 8, 7_974_913, 'isolated')
+  assert (row['torch_compile'], row['attention']) == ('eager', route)
+  assert row['vlp_jax_samples_per_sec'] > 0 and row['open_clip_samples_per_sec'] > 0 and row['ratio'] > 0
+  assert (row['rounds'], row['steps'], len(row['pair_ratios'])) == (2, 1, 2)
+  assert row['pair_ratio_min'] <= row['pair_ratio_median'] <= row['pair_ratio_max']
+  jax_side, torch_side = row['sides']['vlp_jax'], row['sides']['open_clip']
+  assert jax_side['pid'] != torch_side['pid']
+  if sys.platform == 'linux':  # the trainer's malloc on the vlp_jax side only
+    assert jax_side['malloc'].startswith('one arena')
+  assert torch_side['malloc'].startswith('glibc defaults') and torch_side['torch_threads'] >= 1
+
+  # end_to_end: the trainer read every step's batch from the JPEG tars; its rate against its step alone
+  (row,) = _jsonl(out / 'end_to_end.jsonl')
+  assert (row['shards'], row['samples_per_shard'], row['steps'], row['attention']) == (2, 16, 4, route)
+  assert len(row['samples_per_sec']) == 2 and row['end_to_end_samples_per_sec'] > 0
+  assert row['end_to_end_over_step_only'] == pytest.approx(row['end_to_end_samples_per_sec']
+                                                          / row['step_only_samples_per_sec'], abs=2e-3)
+  assert row['input_bound'] == (row['end_to_end_samples_per_sec'] < 0.9 * row['step_only_samples_per_sec'])
+  assert all(0 <= f <= 1.5 for f in row['data_wait_fraction'])
+  assert row['checkpoint_save_seconds'] > 0 and row['checkpoint_restore_seconds'] > 0
+  assert row['checkpoint_bytes'] > 1e6  # the micro model's parameters and AdamW state
+  assert len(list((out / 'end_to_end_data').glob('tars-*/*.tar'))) == 2
+
+  # the larger models: a SigLIP step (sigmoid loss, its tokenizer) and an L/14 step, each timed
+  for name, objective in (('so400m', 'siglip'), ('l14', 'clip')):
+    (row,) = _jsonl(out / f'{name}.jsonl')
+    assert 'failed' not in row, row
+    assert row['objective'] == objective and row['samples_per_sec'] > 0 and row['attention'] == route
+
+
+def test_gpu_script_refuses_an_unknown_stage_or_option(tmp_path):
+  script = os.path.join(ROOT, 'benchmarks', 'gpu.sh')
+  for args, expected in ((['--dry_run', str(tmp_path), 'b16 l15'], "unknown stage 'l15'"),
+                         (['--dryrun'], "unknown option '--dryrun'")):
+    result = subprocess.run(['bash', script, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and expected in result.stderr

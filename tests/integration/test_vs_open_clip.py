@@ -1,41 +1,14 @@
 """benchmarks/vs_open_clip.py: both sides train the same network on the same batch, each in its own process by
 default, in alternating order (its figures are measured by hand, not asserted on timings here)."""
-from support import FAST_COMPILE_XLA_FLAGS, ROOT
+from support import ROOT
 import pytest
-import json
-import os
-import subprocess
 import sys
 
 sys.path.insert(0, ROOT)
 
 
-@pytest.mark.slow  # compiles the tiny step and starts two workers
-def test_isolated_workers_train_the_same_network_on_the_same_batch():
-  pytest.importorskip('torch', reason='torch is needed for the open_clip side')
-  env = {**os.environ}
-  env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # one host device, as the benchmark is run by hand
-  env.pop('VLP_JAX_MALLOC', None)
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'vs_open_clip.py'), '--rows=tiny:8',
-                           '--rounds=2', '--steps=1', '--warmup=0'], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-  if rows and 'skipped' in rows[0]:
-    pytest.skip(rows[0]['skipped'])
-  # the benchmark refuses to compare networks of different sizes or batches; the tiny preset has 7.97M parameters
-  assert [(r['model'], r['batch_size'], r['parameters'], r['mode']) for r in rows] == [
-      ('tiny', 8, 7_974_913, 'isolated')]
-  row = rows[0]
-  assert row['vlp_jax_samples_per_sec'] > 0 and row['open_clip_samples_per_sec'] > 0 and row['ratio'] > 0
-  assert (row['rounds'], row['steps'], len(row['pair_ratios'])) == (2, 1, 2)
-  assert row['pair_ratio_min'] <= row['pair_ratio_median'] <= row['pair_ratio_max']
-  jax_side, torch_side = row['sides']['vlp_jax'], row['sides']['open_clip']
-  assert jax_side['pid'] != torch_side['pid']
-  if sys.platform == 'linux':  # the trainer's malloc on the vlp_jax side only
-    assert jax_side['malloc'].startswith('one arena')
-  assert torch_side['malloc'].startswith('glibc defaults')
-  assert torch_side['torch_threads'] >= 1 and 'jax' in jax_side and 'open_clip' in torch_side
+# The subprocess run of the script (both sides on one batch, isolated workers, alternating rounds) is the
+# vs_open_clip stage of benchmarks/gpu.sh's dry run: tests/integration/test_benchmarks.py::test_gpu_script_dry_run.
 
 
 def test_rows_alternate_which_side_goes_first():

@@ -116,6 +116,10 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'remat': False,  # recompute transformer-block activations in the backward pass to save memory
       'remat_policy': 'nothing_saveable',  # what remat keeps (transformer.REMAT_POLICIES)
       'scan_layers': False,  # run each tower's blocks as one scanned layer (transformer.BlockStack)
+      # how self-attention runs: 'auto' (cuDNN's fused kernel on a GPU in bf16/fp16, else XLA's), 'xla', 'padded'
+      # or 'cudnn' (transformer.ATTENTION_ROUTES); the last two pad the rows to a multiple of attention_pad_multiple
+      'attention': 'auto',
+      'attention_pad_multiple': 64,
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),

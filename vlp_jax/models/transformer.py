@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vlp_jax.errors import ConfigError
 from vlp_jax.parallel import SCANNED_BLOCKS
 from vlp_jax.registry import Registry
 
@@ -42,12 +43,65 @@ def layer_norm(name: str, dtype: Any, eps: float = LN_EPS) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=eps, dtype=dtype, name=name)
 
 
+# How self-attention runs (`config.model.attention`, docs/scaling.md). 'xla': XLA's unfused matmul-softmax-matmul on
+# the T rows as they are. 'padded': the rows padded to a multiple of `config.model.attention_pad_multiple` with the
+# true length passed, through XLA: the program cuDNN gets, runnable anywhere. 'cudnn': that program through cuDNN's
+# fused kernel (which refuses odd lengths such as 197, hence the padding). 'auto': 'cudnn' where it applies, else 'xla'.
+ATTENTION_ROUTES = ('auto', 'xla', 'padded', 'cudnn')
+_IMPLEMENTATION = {'padded': 'xla', 'cudnn': 'cudnn'}  # jax.nn.dot_product_attention's `implementation` per route
+_CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+_CUDNN_MAX_HEAD_DIM = 128
+
+
+def check_attention(requested: Any, pad_multiple: Any = 64) -> None:
+  """Raise ConfigError naming the key when `config.model.attention` / `attention_pad_multiple` is invalid."""
+  if requested not in ATTENTION_ROUTES:
+    raise ConfigError(f'config.model.attention={requested!r} is not valid; valid choices: {list(ATTENTION_ROUTES)}')
+  if not isinstance(pad_multiple, int) or isinstance(pad_multiple, bool) or pad_multiple < 1:
+    raise ConfigError(f'config.model.attention_pad_multiple must be a positive integer (64 for cuDNN), got '
+                      f'{pad_multiple!r}')
+
+
+def attention_route(requested: str, dtype: Any, head_dim: int, backend: str) -> str:
+  """The route ('xla', 'padded' or 'cudnn') that `config.model.attention=requested` takes for heads of `head_dim`
+  channels computed in `dtype` on `backend` (jax.default_backend()). 'auto' is 'cudnn' where cuDNN's fused kernel
+  applies (a GPU, bf16/fp16, head_dim a multiple of 8 and at most 128), else 'xla'; the others are taken as named."""
+  check_attention(requested)
+  if requested != 'auto':
+    return requested
+  fused = (backend == 'gpu' and jnp.dtype(dtype) in _CUDNN_DTYPES and head_dim % 8 == 0
+           and head_dim <= _CUDNN_MAX_HEAD_DIM)
+  return 'cudnn' if fused else 'xla'
+
+
+def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route: str,
+                   pad_multiple: int = 64) -> jax.Array:
+  """Every row's query against every row's keys and values (the later rows masked when `causal`):
+  q, k, v [B, T, heads, head_dim] -> [B, T, heads, head_dim].
+
+  route 'xla': the T rows as they are. 'padded' / 'cudnn': the rows padded with zeros to a multiple of
+  `pad_multiple`, and T passed as every example's query and key length, which masks the padding (cuDNN's padding
+  mask, no bias tensor); the padded rows are then dropped. The same values as 'xla' up to rounding.
+  """
+  if route == 'xla':
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+  batch, length = q.shape[:2]
+  padding = ((0, 0), (0, -length % pad_multiple), (0, 0), (0, 0))
+  lengths = jnp.full((batch,), length, jnp.int32)
+  out = jax.nn.dot_product_attention(*(jnp.pad(x, padding) for x in (q, k, v)), is_causal=causal,
+                                     query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                                     implementation=_IMPLEMENTATION[route])
+  return out[:, :length]
+
+
 class MultiHeadAttention(nn.Module):
   """Self-attention with a packed qkv projection `in_proj` ([w, 3w] + bias) and `out_proj`."""
   width: int
   heads: int
   layers: int  # of the whole tower, for the output-projection init
   dtype: Any = jnp.float32
+  attention: str = 'auto'  # ATTENTION_ROUTES, resolved by `attention_route` at trace time
+  attention_pad_multiple: int = 64
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
@@ -61,8 +115,9 @@ class MultiHeadAttention(nn.Module):
                    kernel_init=nn.initializers.normal(self.width**-0.5))(x)
     q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
     if query_index is None:
-      out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
-    else:
+      route = attention_route(self.attention, self.dtype, head_dim, jax.default_backend())
+      out = self_attention(q, k, v, causal, route, self.attention_pad_multiple)
+    else:  # one query per example (the pooled last block): XLA's call whatever the route
       q = jnp.take_along_axis(q, query_index[:, None, None, None], axis=1)  # [B, 1, heads, head_dim]
       mask = (jnp.arange(length)[None, :] <= query_index[:, None])[:, None, None, :] if causal else None
       out = jax.nn.dot_product_attention(q, k, v, mask=mask)
@@ -97,11 +152,14 @@ class ResidualAttentionBlock(nn.Module):
   dtype: Any = jnp.float32
   mlp_width: int = 0  # Mlp.hidden
   ln_eps: float = LN_EPS
+  attention: str = 'auto'  # MultiHeadAttention's
+  attention_pad_multiple: int = 64
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
     """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, only that row, [B, 1, w] (see `Transformer`)."""
-    attended = MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, name='attn')(
+    attended = MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, self.attention,
+                                  self.attention_pad_multiple, name='attn')(
         layer_norm('ln_1', self.dtype, self.ln_eps)(x), causal, query_index)
     if query_index is not None:
       x = jnp.take_along_axis(x, query_index[:, None, None], axis=1)
@@ -122,8 +180,8 @@ for _name in ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_save
 
 @dataclasses.dataclass(frozen=True)
 class BlockStack:
-  """How a tower runs its stack of blocks (`config.model.remat`, `remat_policy`, `scan_layers`); the same values
-  whatever is chosen.
+  """How a tower runs its stack of blocks (`config.model.remat`, `remat_policy`, `scan_layers`, `attention`,
+  `attention_pad_multiple`); the same values whatever is chosen (up to rounding for `attention`).
 
   remat: recompute block activations in the backward pass instead of keeping them, keeping what `remat_policy`
     names (REMAT_POLICIES).
@@ -131,15 +189,24 @@ class BlockStack:
     [layers - 1]) instead of unrolling them: the compiler sees one block, so compile time and program size no
     longer grow with depth. The last block stays its own (`resblocks_{layers-1}`): a pooled tower computes only
     its pooled row there. `stacked_layout`/`unstacked_layout` convert parameter trees between the two layouts.
+  attention: how self-attention runs (ATTENTION_ROUTES; `attention_route`), padding the rows to a multiple of
+    `attention_pad_multiple` on the 'padded' and 'cudnn' routes (`self_attention`).
   """
   remat: bool = False
   remat_policy: str = 'nothing_saveable'
   scan: bool = False
+  attention: str = 'auto'
+  attention_pad_multiple: int = 64
+
+  def __post_init__(self):
+    check_attention(self.attention, self.attention_pad_multiple)
 
   @classmethod
   def from_config(cls, model_config: Any) -> 'BlockStack':
-    return cls(bool(model_config.get('remat', False)), model_config.get('remat_policy', 'nothing_saveable'),
-               bool(model_config.get('scan_layers', False)))
+    return cls(remat=bool(model_config.get('remat', False)),
+               remat_policy=model_config.get('remat_policy', 'nothing_saveable'),
+               scan=bool(model_config.get('scan_layers', False)), attention=model_config.get('attention', 'auto'),
+               attention_pad_multiple=model_config.get('attention_pad_multiple', 64))
 
 
 class Transformer(nn.Module):
@@ -163,6 +230,8 @@ class Transformer(nn.Module):
     still), the same values for about three quarters less of the last block's work.
     """
     block = ResidualAttentionBlock
+    block_options = (self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
+                     self.stack.attention, self.stack.attention_pad_multiple)
     if self.stack.remat:
       # static_argnums counts `self` as 0: `causal` (argument 2) picks the attention mask at trace time. Inside a
       # scan the common-subexpression guard is not needed (scan already keeps recomputation apart) and costs speed.
@@ -173,11 +242,9 @@ class Transformer(nn.Module):
       first = self.layers - 1
       scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
                         split_rngs={'params': True}, length=first)
-      x, _ = scanned(block(self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
-                           name=SCANNED_BLOCKS), x, None)
+      x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, None)
     for i in range(first, self.layers):
-      x = block(self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
-                name=f'resblocks_{i}')(
+      x = block(*block_options, name=f'resblocks_{i}')(
           x, causal, pool_index if i == self.layers - 1 else None)
     return x
 

@@ -228,6 +228,25 @@ def test_remat_keeps_parameters_and_gradients(micro, plain_clip):
 
 
 @pytest.mark.slow
+def test_padded_attention_keeps_decoupled_accumulation_exact(micro):
+  """config.model.attention='padded' (the rows cuDNN gets, masked by their true length) in 2 micro-batches: the
+  loss and gradient of the unpadded model ('xla', the same parameters) on the whole batch. Two blocks per tower:
+  a pooled tower's last block computes its pooled row on the unpadded path whatever the route."""
+  micro.model.vision.layers = micro.model.text.layers = 2
+  micro.model.attention = 'xla'
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  micro.model.attention = 'padded'
+  validate(micro)
+  padded = objectives.build(micro, models.build_model(micro.model))
+  batch, mesh = objective_batch(micro, size=16), parallel.make_mesh()
+  loss, _, _, grads = _loss_and_grads(objective, params, state, batch, jax.random.key(0), 'none', 1, mesh)
+  d_loss, _, _, d_grads = _loss_and_grads(padded, params, state, batch, jax.random.key(0), 'decoupled', 2, mesh)
+  np.testing.assert_allclose(d_loss, loss, rtol=1e-5)
+  assert_close_at_scale(d_grads, grads)
+
+
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_weights_and_loss(micro, plain_clip):
   objective, params, state = plain_clip
   micro.model.dtype = 'bfloat16'
