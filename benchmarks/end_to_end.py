@@ -86,9 +86,13 @@ def write_tars(directory: str, shards: int, per_shard: int, side: int) -> tuple[
   paths = [os.path.join(directory, f'{i:05d}.tar') for i in range(shards)]
   todo = [(p, i, per_shard, side) for i, p in enumerate(paths) if not os.path.exists(p)]
   began = time.perf_counter()
-  if todo:
-    with multiprocessing.get_context('spawn').Pool(min(len(todo), os.cpu_count() or 1)) as pool:
+  processes = min(len(todo), os.cpu_count() or 1)
+  if processes > 1:  # a spawned process imports this module again: worth it only for several shards
+    with multiprocessing.get_context('spawn').Pool(processes) as pool:
       pool.starmap(write_tar, todo)
+  else:
+    for args in todo:
+      write_tar(*args)
   return paths, time.perf_counter() - began
 
 

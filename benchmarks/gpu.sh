@@ -85,7 +85,7 @@ if (( dry )); then
   b16=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --batch_size=8 --attention=xla,padded --rounds=2 --steps=1
        --warmup=0 --peak_size=256)
   vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1 --warmup=0)
-  e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=2 --per_shard=16 --side=64
+  e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
   big=("${micro[@]}" --batch_size=8 --steps=1 --warmup=0 --peak_size=256)
 else

@@ -13,7 +13,8 @@ the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --sc
 block (XLA counts the layer loop's body once). It also has the compiled step's peak memory per device (arguments +
 outputs + temporaries) and the process's peak RSS.
 
---patch_dropout takes several fractions (`--patch_dropout=0,0.5`): the variants of each setting are compiled first,
+--patch_dropout takes several fractions (`--patch_dropout=0,0.5`) and --attention several routes
+(`--attention=xla,cudnn`, config.model.attention): the variants of each setting are compiled first,
 then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
 first variant's, round by round (`speedup_vs_first`: the median of the per-round ratios, with min and max), so a
 comparison holds while the machine's speed drifts.
