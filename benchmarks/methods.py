@@ -162,6 +162,8 @@ GROUPS = {
     'table_slip': ('clip', 'slip', 'clip_slip_compute'),
     'table_cosmos': ('clip_text_pool', 'cosmos', 'cosmos_no_distill', 'clip_text_pool_compute'),
     'table_zerovl': ('clip_zerovl_temperature', 'zerovl', 'zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'),
+    'table_siglip2': ('clip_regions', 'siglip_regions', 'siglip2', 'siglip2_decoder_only', 'siglip2_distill_only',
+                      'siglip2_masked_only', 'siglip2_captions_only', 'siglip2_shuffled_boxes', 'siglip_compute'),
 }
 # speed levers of the pod configs, each against CLIP at equal steps (not part of the methods table)
 GROUPS['speed'] = ('clip', 'clip_bf16', 'clip_patch_dropout')

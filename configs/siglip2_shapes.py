@@ -27,6 +27,7 @@ from vlp_jax.config import from_file
 
 LABEL = 'SigLIP 2'
 CONTROL = 'siglip_regions'
+COMPUTE_CONTROL = 'siglip_compute'
 BASELINE = 'clip_regions'
 
 

@@ -7,7 +7,9 @@ a colour, a size and a position. Object 0 is always the largest; its "colour sha
   - a long caption: one sentence per object, one per spatial relation, one for the background,
   - a per-pixel class mask, and a canonical caption with hard negatives (attributes or relations swapped),
   - with `SyntheticSpec.regions`, each object's box and a short description ('small blue star'), for LocCa's location
-    tasks (data/locca_tasks.py): what the renderer knows, not read from any caption.
+    tasks (data/locca_tasks.py): what the renderer knows, not read from any caption. With `shuffle_regions` too,
+    each train record carries another train record's regions instead (`regions_derangement`), a control whose boxes
+    do not belong to the image; the val and test splits keep their own.
 
 Sources differ in style and caption habits, so single-source batches have a real bias to remove:
   studio: flat backgrounds, filled shapes, clean descriptive captions;
@@ -357,7 +359,18 @@ def make_example(seed: int, split: str, source: str, index: int, resolution: int
 
 
 # Fields added after FORMAT_VERSION 1 and the value that generates what the spec generated before them.
-_FIELDS_ADDED_LATER = {'captions': 'alt_text', 'long_captions': 'full', 'regions': False}
+_FIELDS_ADDED_LATER = {'captions': 'alt_text', 'long_captions': 'full', 'regions': False, 'shuffle_regions': False}
+_DERANGEMENT_STREAM = 7919  # keeps the derangement's draws apart from every example's (_rng)
+
+
+def regions_derangement(seed: int, source: str, count: int) -> np.ndarray:
+  """[count] int: a permutation pi of range(count) with pi[i] != i for every i (count >= 2), fixed by (seed,
+  source): train record i of `source` gets the regions of record pi[i]. One cycle through a random order, so no
+  record keeps its own regions and none is given twice."""
+  order = np.random.default_rng([seed, SOURCES.index(source), _DERANGEMENT_STREAM]).permutation(count)
+  pi = np.empty(count, dtype=np.int64)
+  pi[order] = np.roll(order, -1)  # each record in the cycle takes the regions of the next one
+  return pi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,6 +386,7 @@ class SyntheticSpec:
   captions: str = 'alt_text'  # the short captions' style, CAPTION_STYLES
   long_captions: str = 'full'  # the long captions' form, LONG_CAPTION_STYLES
   regions: bool = False  # write each object's box and description (`scene_regions`), for LocCa
+  shuffle_regions: bool = False  # with regions: train record i carries record pi(i)'s (`regions_derangement`)
 
   def num_examples(self, split: str) -> int:
     return {'train': self.num_train, 'val': self.num_val, 'test': self.num_test}[split]
@@ -387,9 +401,15 @@ class SyntheticSpec:
 
 
 def _examples(spec: SyntheticSpec, split: str, source: str) -> Iterator[dict[str, Any]]:
-  for index in range(spec.num_examples(split)):
-    yield make_example(spec.seed, split, source, index, spec.resolution, spec.captions, spec.long_captions,
-                       spec.regions)
+  examples = (make_example(spec.seed, split, source, index, spec.resolution, spec.captions, spec.long_captions,
+                           spec.regions) for index in range(spec.num_examples(split)))
+  if not (spec.shuffle_regions and split == 'train'):
+    yield from examples
+    return
+  examples = list(examples)  # every record's own regions are needed before any is written
+  own = [example['regions'] for example in examples]
+  for example, other in zip(examples, regions_derangement(spec.seed, source, len(examples))):
+    yield {**example, 'regions': own[other]}
 
 
 def default_cache_dir() -> str:
@@ -410,6 +430,9 @@ def ensure_dataset(spec: SyntheticSpec, cache_dir: str | None = None, verbose: b
   if spec.long_captions not in LONG_CAPTION_STYLES:
     raise ValueError(f"unknown synthetic long caption form '{spec.long_captions}'; valid choices: "
                      f'{LONG_CAPTION_STYLES}')
+  if spec.shuffle_regions and not (spec.regions and spec.num_train >= 2):
+    raise ValueError('shuffle_regions needs regions=True and at least 2 train records per source (each record '
+                     f'takes another one\'s regions), got regions={spec.regions}, num_train={spec.num_train}')
   root = os.path.join(cache_dir or default_cache_dir(), f'synthetic-{spec.digest()}')
   if os.path.exists(os.path.join(root, 'spec.json')):
     return root
@@ -445,7 +468,8 @@ def shard_paths(root: str, split: str, sources: tuple[str, ...]) -> list[str]:
 
 
 def spec_from_config(data: Any) -> SyntheticSpec:
-  """The spec of `config.data.synthetic` (config.data given)."""
+  """The spec of `config.data.synthetic` (config.data given), with every record's own regions: what the eval sets
+  read (`config_split_paths` gives training the shuffled ones of data.synthetic.shuffle_regions)."""
   s = data.synthetic
   return SyntheticSpec(seed=s.seed, resolution=s.resolution, num_train=s.num_train, num_val=s.num_val,
                        num_test=s.num_test, sources=tuple(s.sources), shards=s.shards, captions=s.captions,
@@ -457,5 +481,8 @@ def config_split_paths(data: Any, split: str) -> list[str]:
   config.data.cache_dir."""
   if split not in SPLITS:
     raise ValueError(f"split '{split}' is not valid; valid choices: {list(SPLITS)}")
-  root = ensure_dataset(spec_from_config(data), data.cache_dir or None)
+  spec = spec_from_config(data)
+  if split == 'train' and data.synthetic.get('shuffle_regions', False):
+    spec = dataclasses.replace(spec, shuffle_regions=True)  # its own cache; its val and test are the true ones
+  root = ensure_dataset(spec, data.cache_dir or None)
   return shard_paths(root, split, tuple(data.synthetic.sources))

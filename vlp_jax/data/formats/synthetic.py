@@ -8,6 +8,7 @@ import ml_collections
 
 from vlp_jax.data import synthetic
 from vlp_jax.data.formats import DATA_FORMATS, TrainingData
+from vlp_jax.errors import ConfigError
 from vlp_jax.registry import check_choice
 
 
@@ -30,6 +31,9 @@ class EmbeddedData(TrainingData):
         # each object's box and description in the records (`regions`), for LocCa's location tasks; off keeps the
         # cache of before the field existed
         'regions': False,
+        # a control: each train record carries another train record's regions (a fixed derangement by seed; the
+        # eval sets keep their own), so that the location tasks learn boxes that are not in the image
+        'shuffle_regions': False,
     }
 
   @classmethod
@@ -43,6 +47,15 @@ class EmbeddedData(TrainingData):
     check_choice('data.synthetic.long_captions', s.long_captions, synthetic.LONG_CAPTION_STYLES)
     for source in s.sources:
       check_choice('data.synthetic.sources', source, synthetic.SOURCES)
+    if not isinstance(s.shuffle_regions, bool):
+      raise ConfigError(f'config.data.synthetic.shuffle_regions must be True or False, got {s.shuffle_regions!r}')
+    if s.shuffle_regions and not s.regions:
+      raise ConfigError('config.data.synthetic.shuffle_regions=True shuffles the records\' regions, but '
+                        'config.data.synthetic.regions is False: there are none. Set config.data.synthetic.regions='
+                        'True, or drop shuffle_regions')
+    if s.shuffle_regions and s.num_train < 2:
+      raise ConfigError(f'config.data.synthetic.shuffle_regions=True gives each train record another record\'s '
+                        f'regions, but config.data.synthetic.num_train={s.num_train}: use at least 2')
 
   def split_paths(self, split: str) -> list[str]:
     return synthetic.config_split_paths(self.data, split)

@@ -1,0 +1,18 @@
+"""SigLIP 2 with wrong boxes: configs/siglip2_shapes.py with every training record carrying another record's regions
+(data.synthetic.shuffle_regions: a fixed derangement; the images, captions and eval sets are untouched), so the
+decoder's location tasks learn boxes and descriptions that are not in the image. If correct geometry is what helps,
+its referring accuracy falls to about siglip2_captions_only's, or below.
+"""
+import os
+
+from vlp_jax.config import from_file
+
+LABEL = 'SigLIP 2 with boxes shuffled across images'
+CONTROL = 'siglip_regions'
+BASELINE = 'clip_regions'
+
+
+def get_config():
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'siglip2_shapes.py'))
+  config.data.synthetic.shuffle_regions = True
+  return config
