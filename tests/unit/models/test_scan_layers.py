@@ -18,7 +18,8 @@ from vlp_jax.models.transformer import BlockStack, REMAT_POLICIES, in_layout, st
 from vlp_jax.training import accumulation, optim
 from vlp_jax.training.checkpoint import load_pretrained
 from vlp_jax.training.loop import check_resume_layout, unrolled_flops_of
-from vlp_jax.training.flops import program_cost
+from vlp_jax.training.flops import program_cost, traced_flops
+from vlp_jax.training.state import create_train_state
 from vlp_jax.training.step import compile_train_step
 
 
@@ -219,23 +220,41 @@ def test_checkpoints_of_either_layout_export_initialise_and_refuse_a_mismatched_
   assert os.path.isdir(scanned_dir)
 
 
+def _zero_state(config):
+  """The config's initial train state of zeros on the host: a FLOP count needs the shapes, not the weights (and a
+  jitted init of 3-layer towers compiles for 5 CPU s)."""
+  objective, tx = build_objective(config)
+  abstract = jax.eval_shape(lambda rng: create_train_state(objective, tx, rng), jax.random.key(0))
+  return jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), abstract)
+
+
 @pytest.mark.slow
 def test_the_flops_of_a_scanned_step_count_every_block(micro):
   """XLA counts a loop body once: the trainer's FLOPs (perf/step_flops, perf/mfu, the methods table's compute) add
-  the blocks the layer loop hides, so a scanned step counts what the unrolled one does."""
-  micro.model.vision.layers = micro.model.text.layers = 6  # 4 of 6 blocks hidden per tower: about a third
-  mesh = parallel.make_mesh()
+  the blocks the layer loop hides, so a scanned step counts what the unrolled one does, on the CPU (XLA's count of
+  the compiled programs) and on a GPU (the jaxpr's matmuls, every loop in full)."""
+  # 3 layers: the loop (blocks 0-1) hides one block per tower. At batch 16 that is 10% of a device's count, most of
+  # which is the AdamW update of the 49k-token embedding (replicated, batch-free); at 128 about 30%.
+  micro.model.vision.layers = micro.model.text.layers = 3
+  micro.batch_size = 128
+  mesh, rng = parallel.make_mesh(), jax.random.key(0)
   batch = parallel.global_batch(random_batches(micro, 1)[0], mesh)
-  unrolled_step, state = compiled_step(micro, mesh)
-  scanned_state = stacked_layout(jax.device_get(state))
-  unrolled_step(state, batch, jax.random.key(0))  # donates `state`
+  unrolled_step, state = compiled_step(micro, mesh, _zero_state(micro))
+  with jax.set_mesh(mesh):
+    unrolled_matmuls = traced_flops(unrolled_step.jitted.trace(state, batch, rng))
+  unrolled_step(state, batch, rng)  # compiles (XLA's count of the unrolled program) and donates `state`
   micro.model.scan_layers = True
   objective, tx = build_objective(micro)
+  scanned_state = _zero_state(micro)
   shardings = parallel.tree_shardings(scanned_state, mesh, min_size=micro.mesh.fsdp_min_size)
   counted = compile_train_step(objective, tx, mesh, shardings, unrolled_flops=unrolled_flops_of(micro, tx, mesh))
-  counted(jax.device_put(scanned_state, shardings), batch, jax.random.key(0))
+  scanned_state = jax.device_put(scanned_state, shardings)
+  with jax.set_mesh(mesh):
+    scanned_matmuls = traced_flops(counted.jitted.trace(scanned_state, batch, rng))
+  counted(scanned_state, batch, rng)
   # XLA's own count of the program just compiled (what a step without `unrolled_flops` reports)
   (program,) = counted.compiled.values()
   uncounted = program_cost(program)['flops']
   assert uncounted < 0.8 * unrolled_step.flops  # the loop hides blocks (so the check below can fail)
   np.testing.assert_allclose(counted.flops, unrolled_step.flops, rtol=0.03)
+  assert scanned_matmuls == unrolled_matmuls  # the GPU's count (flops.device_flops)

@@ -28,6 +28,9 @@ def _configure(config, setup, tower='vit'):
   if setup == 'cosmos':
     config.objective.update(num_local_crops=2, num_local_texts=2, local_crop_size=8, local_text_context_length=8,
                             cross_attention_heads=2)
+  if setup == 'siglip2':  # micro heads: the defaults' 65,536 prototypes make its (zero) late features the cost
+    config.objective.update(num_local_crops=2, local_crop_size=8, head_hidden_dim=16, head_bottleneck_dim=8,
+                            head_prototypes=12)
   return config
 
 

@@ -397,8 +397,9 @@ def test_decoupled_accumulation_equals_the_whole_batch(micro):
   validate(config)
   objective = objectives.build(config, models.build_model(config.model))
   params, state = jit_init(objective.init_variables)(jax.random.key(0))
-  noise = lambda tree, seed: jax.tree.map(  # noqa: E731
-      lambda x: x + 0.05 * jax.random.normal(jax.random.key(seed), x.shape), tree)
+  def noise(tree, seed):  # on the host: eager jax.random.normal compiles a program per leaf shape
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.normal(size=x.shape).astype(np.float32), tree)
   state = {**state, ACTIVE: jnp.int32(1), TEACHER: noise(state[TEACHER], 1), CENTERS: noise(state[CENTERS], 2)}
   params = {**params, MASK_TOKEN: noise(params[MASK_TOKEN], 3)}
   parts = (_examples(config, 12, regions=True), _examples(config, 4, seed=1))  # the last 4 rows without regions
