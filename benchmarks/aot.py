@@ -204,6 +204,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'accumulation': config.accumulation.mode, 'dtype': config.model.dtype,
       'remat': bool(config.model.get('remat', False)) and config.model.get('remat_policy', 'nothing_saveable'),
       'scan_layers': bool(config.model.get('scan_layers', False)), 'params_millions': round(num_params / 1e6, 2),
+      # as configured: 'auto' resolves by the tracing host's backend, the CPU here ('xla'), not the TPU's 'pallas'
+      'attention': config.model.get('attention', 'auto'),
   }
   hbm = chip['hbm_gib'] * 2**30
   began = time.perf_counter()

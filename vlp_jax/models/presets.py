@@ -116,8 +116,9 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'remat': False,  # recompute transformer-block activations in the backward pass to save memory
       'remat_policy': 'nothing_saveable',  # what remat keeps (transformer.REMAT_POLICIES)
       'scan_layers': False,  # run each tower's blocks as one scanned layer (transformer.BlockStack)
-      # how self-attention runs: 'auto' (cuDNN's fused kernel on a GPU in bf16/fp16, else XLA's), 'xla', 'padded'
-      # or 'cudnn' (transformer.ATTENTION_ROUTES); the last two pad the rows to a multiple of attention_pad_multiple
+      # how self-attention runs: 'auto' (cuDNN's fused kernel on a GPU in bf16/fp16, else XLA's), 'xla', 'padded',
+      # 'cudnn' or 'pallas' (TPU; transformer.ATTENTION_ROUTES); 'padded' and 'cudnn' pad the rows to a multiple of
+      # attention_pad_multiple, 'pallas' to its 128-row blocks
       'attention': 'auto',
       'attention_pad_multiple': 64,
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),

@@ -11,9 +11,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
+
+try:  # Pallas' TPU kernels ship with jax but move between releases: every other route runs without them
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+except ImportError as error:
+  splash, _SPLASH_IMPORT_ERROR = None, f'{type(error).__name__}: {error}'
 
 from vlp_jax.errors import ConfigError
-from vlp_jax.parallel import SCANNED_BLOCKS
+from vlp_jax.parallel import BATCH_AXES, SCANNED_BLOCKS
 from vlp_jax.registry import Registry
 
 _INV_SQRT2 = 1 / math.sqrt(2)
@@ -46,11 +52,14 @@ def layer_norm(name: str, dtype: Any, eps: float = LN_EPS) -> nn.LayerNorm:
 # How self-attention runs (`config.model.attention`, docs/scaling.md). 'xla': XLA's unfused matmul-softmax-matmul on
 # the T rows as they are. 'padded': the rows padded to a multiple of `config.model.attention_pad_multiple` with the
 # true length passed, through XLA: the program cuDNN gets, runnable anywhere. 'cudnn': that program through cuDNN's
-# fused kernel (which refuses odd lengths such as 197, hence the padding). 'auto': 'cudnn' where it applies, else 'xla'.
-ATTENTION_ROUTES = ('auto', 'xla', 'padded', 'cudnn')
+# fused kernel (which refuses odd lengths such as 197, hence the padding). 'pallas': jax's Pallas splash-attention
+# kernel for TPUs, the rows padded to its 128-row blocks (on the CPU the same kernel in Pallas' interpret mode, for
+# tests). 'auto': 'cudnn' on a GPU or 'pallas' on a TPU where the kernel applies, else 'xla'.
+ATTENTION_ROUTES = ('auto', 'xla', 'padded', 'cudnn', 'pallas')
 _IMPLEMENTATION = {'padded': 'xla', 'cudnn': 'cudnn'}  # jax.nn.dot_product_attention's `implementation` per route
 _CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _CUDNN_MAX_HEAD_DIM = 128
+_PALLAS_BLOCK = 128  # splash attention's default query and key block: the rows are padded to a multiple of it
 
 
 def check_attention(requested: Any, pad_multiple: Any = 64) -> None:
@@ -63,15 +72,66 @@ def check_attention(requested: Any, pad_multiple: Any = 64) -> None:
 
 
 def attention_route(requested: str, dtype: Any, head_dim: int, backend: str) -> str:
-  """The route ('xla', 'padded' or 'cudnn') that `config.model.attention=requested` takes for heads of `head_dim`
-  channels computed in `dtype` on `backend` (jax.default_backend()). 'auto' is 'cudnn' where cuDNN's fused kernel
-  applies (a GPU, bf16/fp16, head_dim a multiple of 8 and at most 128), else 'xla'; the others are taken as named."""
+  """The route ('xla', 'padded', 'cudnn' or 'pallas') that `config.model.attention=requested` takes for heads of
+  `head_dim` channels computed in `dtype` on `backend` (jax.default_backend()). 'auto' is 'cudnn' where cuDNN's fused
+  kernel applies (a GPU, bf16/fp16, head_dim a multiple of 8 and at most 128), else 'xla'; the others are taken as
+  named. 'pallas' is not an 'auto' choice on TPUs: it compiles there (ahead of time, benchmarks/RESULTS.md), but no
+  TPU has measured whether it is faster than 'xla' with the rows padded to 128."""
   check_attention(requested)
+  if requested == 'pallas' and backend == 'gpu':
+    raise ConfigError("config.model.attention='pallas' runs TPU kernels (and, slowly, the same kernels on the CPU "
+                      "for tests); on a GPU use 'cudnn' or 'auto'")
+  if requested == 'pallas' and splash is None:
+    raise ConfigError(f"config.model.attention='pallas' needs jax's Pallas splash-attention kernel, which this jax "
+                      f"does not have ({_SPLASH_IMPORT_ERROR}); use 'xla'")
   if requested != 'auto':
     return requested
-  fused = (backend == 'gpu' and jnp.dtype(dtype) in _CUDNN_DTYPES and head_dim % 8 == 0
-           and head_dim <= _CUDNN_MAX_HEAD_DIM)
-  return 'cudnn' if fused else 'xla'
+  dtype = jnp.dtype(dtype)
+  if backend == 'gpu' and dtype in _CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= _CUDNN_MAX_HEAD_DIM:
+    return 'cudnn'
+  return 'xla'
+
+
+def _splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, interpret: bool) -> jax.Array:
+  """q, k, v [B, T, heads, head_dim] -> [B, T, heads, head_dim] through the Pallas splash kernel.
+
+  The rows are padded with zeros to a multiple of the kernel's 128-row block. Segment ids keep the padding out: the
+  real rows are segment 0 and attend only to real rows, the padding is segment 1 (it attends to itself, so no row
+  is left with nothing to attend to). `interpret` runs the kernel as ordinary jax ops (any backend, slowly).
+  """
+  _, length, heads, head_dim = q.shape
+  padded = length + -length % _PALLAS_BLOCK
+  padding = ((0, 0), (0, padded - length), (0, 0), (0, 0))
+  # The kernel takes [heads, T, head_dim] per example and applies no 1/sqrt(d) scale: scale the queries.
+  q = q * jnp.asarray(head_dim**-0.5, q.dtype)
+  q, k, v = (jnp.pad(x, padding).transpose(0, 2, 1, 3) for x in (q, k, v))
+  mask = splash.CausalMask((padded, padded)) if causal else splash.FullMask((padded, padded))
+  kernel = splash.make_splash_mha_single_device(splash.MultiHeadMask([mask] * heads), interpret=interpret)
+  segments = (jnp.arange(padded) >= length).astype(jnp.int32)
+  segment_ids = splash.SegmentIds(q=segments, kv=segments)
+  out = jax.vmap(lambda q, k, v: kernel(q, k, v, segment_ids=segment_ids))(q, k, v)
+  return out.transpose(0, 2, 1, 3)[:, :length]
+
+
+def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool) -> jax.Array:
+  """q, k, v [B, T, heads, head_dim] -> [B, T, heads, head_dim] through the splash kernel: compiled for a TPU,
+  interpreted when the program is lowered for the CPU (which platform is known only at lowering: an ahead-of-time
+  compile for a TPU topology traces on a CPU host).
+
+  Under a mesh (`jax.set_mesh`) the kernel runs per device on its rows of the batch (`shard_map`): XLA cannot
+  partition a Pallas call (the TPU compile stops with 'Mosaic kernels cannot be automatically partitioned').
+  """
+  def attend(q, k, v):
+    return jax.lax.platform_dependent(q, k, v, tpu=lambda *qkv: _splash_attention(*qkv, causal, False),
+                                      cpu=lambda *qkv: _splash_attention(*qkv, causal, True))
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return attend(q, k, v)
+  shards = math.prod(mesh.shape[axis] for axis in BATCH_AXES)
+  spec = P(BATCH_AXES) if q.shape[0] % shards == 0 else P()  # an odd batch: every device computes all of it
+  # check_vma=False: the splash kernel's output shapes carry no varying-axes annotation, which the check requires.
+  return jax.shard_map(attend, in_specs=(spec,) * 3, out_specs=spec, check_vma=False)(q, k, v)
 
 
 def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route: str,
@@ -81,10 +141,13 @@ def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route
 
   route 'xla': the T rows as they are. 'padded' / 'cudnn': the rows padded with zeros to a multiple of
   `pad_multiple`, and T passed as every example's query and key length, which masks the padding (cuDNN's padding
-  mask, no bias tensor); the padded rows are then dropped. The same values as 'xla' up to rounding.
+  mask, no bias tensor); the padded rows are then dropped. 'pallas': `pallas_attention`, padded to its own 128-row
+  blocks (`pad_multiple` is not used). The same values as 'xla' up to rounding.
   """
   if route == 'xla':
     return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+  if route == 'pallas':
+    return pallas_attention(q, k, v, causal)
   batch, length = q.shape[:2]
   padding = ((0, 0), (0, -length % pad_multiple), (0, 0), (0, 0))
   lengths = jnp.full((batch,), length, jnp.int32)

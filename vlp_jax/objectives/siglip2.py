@@ -389,19 +389,18 @@ class Siglip2Objective(SiglipObjective):
 
   def decoder_features(self, params: dict, image_tokens: jax.Array, batch: dict) -> dict:
     """image_tokens [B, N, w] and the batch's task rows ('locca_*' [B, T, L], [B, T]) -> DECODER_FEATURES, each
-    [B, T] float32. One decoder pass per task, each rematerialised (see the module docstring: memory)."""
+    [B, T] float32. One decoder pass per task, each rematerialised (see the module docstring: memory), as one loop
+    over the tasks (`lax.map`): the compiler sees one decoder, not one per task."""
     decoder = self.decoder()
 
     @jax.checkpoint
-    def one_task(decoder_params, tokens, inputs, targets, loss_mask, parallel):
+    def one_task(task: dict) -> tuple[jax.Array, jax.Array, jax.Array]:
       """[B, L] rows of one task -> ([B] mean cross-entropy, [B] target count, [B] correct argmax count)."""
-      logits = decoder.apply({'params': decoder_params}, tokens, inputs, parallel)  # [B, L, V]
-      nll, count = captioning.sequence_nll(logits, targets, loss_mask)
-      return nll, count, captioning.correct_tokens(logits, targets, loss_mask)
-    per_task = [one_task(params[DECODER], image_tokens, batch['locca_inputs'][:, t], batch['locca_targets'][:, t],
-                         batch['locca_loss_mask'][:, t], batch['locca_parallel'][:, t])
-                for t in range(batch['locca_inputs'].shape[1])]
-    nll, count, correct = (jnp.stack(column, axis=1) for column in zip(*per_task))
+      logits = decoder.apply({'params': params[DECODER]}, image_tokens, task['inputs'], task['parallel'])  # [B, L, V]
+      nll, count = captioning.sequence_nll(logits, task['targets'], task['loss_mask'])
+      return nll, count, captioning.correct_tokens(logits, task['targets'], task['loss_mask'])
+    tasks = {key: jnp.moveaxis(batch[f'locca_{key}'], 1, 0) for key in ('inputs', 'targets', 'loss_mask', 'parallel')}
+    nll, count, correct = (column.T for column in jax.lax.map(one_task, tasks))  # each [T, B] -> [B, T]
     return dict(zip(DECODER_FEATURES, (nll, count, correct, batch['locca_parallel'].astype(jnp.float32))))
 
   def _sigmoid_features(self, params, model_state, batch, rng, train):

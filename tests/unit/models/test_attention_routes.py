@@ -1,15 +1,20 @@
 """config.model.attention: the padded program cuDNN gets (rows padded to a multiple of 64, true lengths passed), run
 through XLA on the CPU, equals today's unpadded attention and a naive numpy reference, in values and gradients, in a
-block and in the whole CLIP model; 'auto' resolves per platform, dtype and head width, and leaves CPU programs as
-they were."""
+block and in the whole CLIP model; the Pallas splash kernel (route 'pallas', run in Pallas' interpret mode on the CPU)
+equals 'xla' too, and compiles for a TPU topology; 'auto' resolves per platform, dtype and head width, and leaves CPU
+programs as they were."""
+import importlib.util
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+from benchmarks import aot
 from support import assert_close_at_scale, jit_init, random_tokens
-from vlp_jax import models
+from vlp_jax import models, parallel
 from vlp_jax.config import base_config, validate
 from vlp_jax.errors import ConfigError
 from vlp_jax.models.transformer import BlockStack, MultiHeadAttention, attention_route, self_attention
@@ -39,9 +44,12 @@ def _numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) 
 
 
 def _values_and_grads(route: str, q, k, v, cotangent, causal: bool):
-  """(attention output, its vector-Jacobian product with `cotangent` wrt (q, k, v)) on `route`."""
-  out, vjp = jax.vjp(lambda *qkv: self_attention(*qkv, causal, route, 64), q, k, v)
-  return out, vjp(cotangent)
+  """(attention output, its vector-Jacobian product with `cotangent` wrt (q, k, v)) on `route`, jitted."""
+  def run(q, k, v, cotangent):
+    out, vjp = jax.vjp(lambda *qkv: self_attention(*qkv, causal, route, 64), q, k, v)
+    return out, vjp(cotangent)
+
+  return jax.jit(run)(q, k, v, cotangent)
 
 
 @pytest.mark.parametrize('case', CASES)
@@ -56,6 +64,52 @@ def test_padded_attention_equals_xla_and_a_numpy_reference(case):
   np.testing.assert_allclose(got, _numpy_attention(q, k, v, causal), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('case', CASES)
+def test_pallas_attention_equals_xla_in_interpret_mode(case):
+  """The splash kernel, interpreted on the CPU in fp32: rows padded to 128 (197 -> 256, 77 -> 128), the padding kept
+  out by segment ids, causal for the text rows."""
+  length, causal = CASES[case]
+  q, k, v, cotangent = _qkv_and_cotangent(length, seed=1)
+  want, want_grads = _values_and_grads('xla', q, k, v, cotangent, causal)
+  got, got_grads = _values_and_grads('pallas', q, k, v, cotangent, causal)
+  assert got.shape == (BATCH, length, HEADS, HEAD_DIM)
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+  chex.assert_trees_all_close(got_grads, want_grads, rtol=1e-5, atol=1e-5)
+
+
+def test_pallas_attention_under_a_mesh_runs_per_device_rows():
+  """Under `jax.set_mesh` the kernel runs on each device's rows of the batch (shard_map), with the same values; a
+  batch the devices do not divide is computed whole on each."""
+  length, causal = CASES['text']
+  q, k, v, _ = _qkv_and_cotangent(length, seed=2)
+  want = self_attention(q, k, v, causal, 'xla')
+  mesh = parallel.make_mesh(1, jax.devices()[:2])
+  attend = jax.jit(lambda q, k, v: self_attention(q, k, v, causal, 'pallas'))
+  with jax.set_mesh(mesh):
+    sharded = attend(*(jax.device_put(x, NamedSharding(mesh, P(parallel.BATCH_AXES))) for x in (q, k, v)))
+    odd = attend(q[:1], k[:1], v[:1])
+  chex.assert_trees_all_close(sharded, want, rtol=1e-5, atol=1e-5)
+  chex.assert_trees_all_close(odd, want[:1], rtol=1e-5, atol=1e-5)
+  assert sharded.sharding.spec == P(parallel.BATCH_AXES)
+
+
+@pytest.mark.slow  # libtpu compiles the forward and backward kernels: about 5 s
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                    reason='libtpu is not installed (pip install -e ".[tpu]")')
+@pytest.mark.parametrize('case', CASES)
+def test_pallas_attention_compiles_for_a_tpu_topology(case):
+  """The gradient of bf16 attention with ViT-B's 12 heads of 64, its batch split over the 4 chips of a v5e:2x2 that
+  libtpu describes without a TPU: the TPU kernels (Mosaic custom calls), not the interpreted ones, are compiled."""
+  length, causal = CASES[case]
+  mesh = parallel.make_mesh(1, aot.tpu_devices('v5e:2x2'))
+  x = jax.ShapeDtypeStruct((8, length, 12, 64), jnp.bfloat16, sharding=NamedSharding(mesh, P(parallel.BATCH_AXES)))
+  loss = lambda q, k, v: jnp.sum(self_attention(q, k, v, causal, 'pallas').astype(jnp.float32) ** 2)
+  with jax.set_mesh(mesh):
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x).compile().as_text()
+  assert hlo.count('custom_call_target="tpu_custom_call"') == 3  # the forward, dq and dkv kernels
+  assert 'all-gather' not in hlo  # each chip attends over its own rows
+
+
 def test_padding_is_masked_by_the_true_length():
   """The lengths are what keeps the zero rows out: the same padded rows without them give other values (so the
   equalities above test the mask, not only the slicing)."""
@@ -68,7 +122,10 @@ def test_padding_is_masked_by_the_true_length():
 
 @pytest.mark.parametrize('requested,dtype,head_dim,backend,want', [
     ('auto', jnp.bfloat16, 64, 'cpu', 'xla'),
-    ('auto', jnp.bfloat16, 64, 'tpu', 'xla'),
+    ('auto', jnp.bfloat16, 64, 'tpu', 'xla'),  # 'pallas' only when asked for: no TPU has timed it
+    ('auto', jnp.float32, 72, 'tpu', 'xla'),
+    ('pallas', jnp.bfloat16, 64, 'tpu', 'pallas'),
+    ('pallas', jnp.float32, 64, 'cpu', 'pallas'),  # interpret mode, for tests
     ('auto', jnp.bfloat16, 64, 'gpu', 'cudnn'),
     ('auto', jnp.float16, 64, 'gpu', 'cudnn'),
     ('auto', jnp.float32, 64, 'gpu', 'xla'),
@@ -86,8 +143,11 @@ def test_attention_route_resolves_each_case(requested, dtype, head_dim, backend,
 
 
 def test_a_bad_attention_option_names_the_key():
-  with pytest.raises(ConfigError, match=r"config.model.attention='flash'.*\['auto', 'xla', 'padded', 'cudnn'\]"):
+  valid = r"\['auto', 'xla', 'padded', 'cudnn', 'pallas'\]"
+  with pytest.raises(ConfigError, match=r"config.model.attention='flash'.*" + valid):
     attention_route('flash', jnp.float32, 64, 'gpu')
+  with pytest.raises(ConfigError, match=r"config.model.attention='pallas' runs TPU kernels.*on a GPU use 'cudnn'"):
+    attention_route('pallas', jnp.bfloat16, 64, 'gpu')
   with pytest.raises(ConfigError, match=r"config.model.attention='flash'"):
     BlockStack(attention='flash')
   with pytest.raises(ConfigError, match='config.model.attention_pad_multiple must be a positive integer'):
