@@ -87,23 +87,35 @@ def inject_save_fault(save):
   return save_then_kill
 
 
-def run_job(workdir, log_dir, data_cache, fault=''):
-  """`launch/local.py` with 2 processes x 1 device on the micro config, running this module when `fault` is set.
-  Returns (launcher exit code, [process 0's output + the launcher's, process 1's log], seconds from the fault to the
-  launcher's exit or None)."""
+def start_job(workdir, log_dir, data_cache, fault=''):
+  """Start `launch/local.py` with 2 processes x 1 device on the micro config, running this module when `fault` is
+  set; `finish_job` waits for it."""
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache, FAULT: fault,
          'PYTHONPATH': os.pathsep.join([os.path.dirname(__file__), os.path.dirname(MICRO_CONFIG)])}
   env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS  # the launcher gives each process its own device
   module = ['--module=test_host_faults'] if fault else []
-  result = subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
-       f'--log_dir={log_dir}', '--timeout=500', '--grace=10', *module, '--', f'--config={MICRO_CONFIG}',
-       f'--workdir={workdir}', *(f'--config.{key}={value}' for key, value in OVERRIDES.items())],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=560)
+  os.makedirs(log_dir, exist_ok=True)
+  with open(os.path.join(log_dir, 'launcher.log'), 'w') as output:  # a file, not a pipe nobody reads meanwhile
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, 'launch', 'local.py'), '--processes=2', '--devices_per_process=1',
+         f'--log_dir={log_dir}', '--timeout=500', '--grace=10', *module, '--', f'--config={MICRO_CONFIG}',
+         f'--workdir={workdir}', *(f'--config.{key}={value}' for key, value in OVERRIDES.items())],
+        cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+
+def finish_job(job, log_dir):
+  """(launcher exit code, [process 0's output + the launcher's, process 1's log], seconds from the fault to the
+  launcher's exit or None) of a job from `start_job`."""
+  job.wait(timeout=560)
   ended = time.time()
-  logs = [result.stdout + result.stderr, open(os.path.join(log_dir, 'process_1.log')).read()]
+  logs = [open(os.path.join(log_dir, 'launcher.log')).read(), open(os.path.join(log_dir, 'process_1.log')).read()]
   faulted = re.search(r'FAULT \w+ at step \d+, time ([\d.]+)', logs[0] + logs[1])
-  return result.returncode, logs, (ended - float(faulted.group(1))) if faulted else None
+  return job.returncode, logs, (ended - float(faulted.group(1))) if faulted else None
+
+
+def run_job(workdir, log_dir, data_cache, fault=''):
+  """`start_job` and `finish_job`: one job run to its end."""
+  return finish_job(start_job(workdir, log_dir, data_cache, fault), log_dir)
 
 
 def process_codes(logs):
@@ -122,20 +134,15 @@ def complete_steps(workdir):
   return steps
 
 
-@pytest.fixture(scope='module')
-def uninterrupted(data_cache, tmp_path_factory):
-  """The final parameters of the run without faults."""
-  workdir = tmp_path_factory.mktemp('uninterrupted')
-  code, logs, _ = run_job(str(workdir / 'run'), str(workdir / 'logs'), data_cache)
-  assert code == 0, logs[0][-3000:] + logs[1][-3000:]
-  return load_variables(str(workdir / 'run'))[0]
-
-
 @pytest.mark.slow
 def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the_restart_is_exact(
-    uninterrupted, data_cache, tmp_path):
+    data_cache, tmp_path, request):
   workdir = str(tmp_path / 'run')
   timings = {}
+  # The run without faults, to compare the last restart with, trains beside the chain: it uses the CPU the chain
+  # leaves idle while it waits for its timeouts. A failure on the way stops it (SIGTERM: the launcher stops both).
+  reference = start_job(str(tmp_path / 'uninterrupted'), str(tmp_path / 'logs_uninterrupted'), data_cache)
+  request.addfinalizer(lambda: reference.poll() is None and (reference.terminate(), reference.wait(timeout=60)))
 
   # SIGKILL of process 1 (not the coordinator) just after its asynchronous save of step 4 has returned, orbax still
   # writing: process 0 sees the next collective fail, names process 1 and exits 76 at once, without waiting in jax's
@@ -197,7 +204,9 @@ def test_a_lost_hung_or_interrupted_process_stops_the_job_fast_and_named_and_the
   # The last restart ends where the uninterrupted run did, bit for bit.
   code, logs, _ = run_job(workdir, str(tmp_path / 'logs_end'), data_cache)
   assert code == 0 and f'Resumed from step {stopped}' in logs[0], logs[0][-3000:]
-  chex.assert_trees_all_equal(load_variables(workdir)[0], uninterrupted)
+  code, reference_logs, _ = finish_job(reference, str(tmp_path / 'logs_uninterrupted'))
+  assert code == 0, reference_logs[0][-3000:] + reference_logs[1][-3000:]
+  chex.assert_trees_all_equal(load_variables(workdir)[0], load_variables(str(tmp_path / 'uninterrupted'))[0])
   print('fault -> every process out after (s):', {k: round(v, 1) for k, v in timings.items()})
 
 
