@@ -6,7 +6,7 @@ step alone, and the time to save and restore the run's checkpoint.
 
 1. Writes `--shards` img2dataset tars (`KEY.jpg`, `KEY.txt`) of `--side` px natural-photo JPEGs (quality 90, random
    crops of scikit-learn's two photographs: benchmarks/common.photo_jpeg) with the embedded dataset's captions, one shard
-   per process in parallel; reused when present.
+   per process (in parallel when there are several shards and cores); reused when present.
 2. Trains `--steps` steps with `vlp_jax.training.loop.train_and_evaluate` from those shards (data.name='webdataset',
    grain with `--workers` worker processes; CLIP, the preset's image size, no eval sets) and reads the trainer's own
    figures from metrics.jsonl: samples/s per logged interval (the compile step excluded), the fraction of the host's

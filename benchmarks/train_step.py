@@ -56,8 +56,9 @@ _REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block
 _SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one scanned layer.")
 _PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image patches dropped in training (FLIP); '
                                      'several are timed in alternating rounds.')
-_ATTENTIONS = flags.DEFINE_list('attention', ['auto'], "Attention routes (config.model.attention: 'xla', 'cudnn', "
-                                 "'padded', 'auto'); several are timed in alternating rounds, as --patch_dropout's.")
+_ATTENTIONS = flags.DEFINE_list('attention', ['auto'], "Attention routes (config.model.attention: 'auto', 'xla', "
+                                 "'padded', 'cudnn', 'pallas'); several are timed in alternating rounds, as "
+                                 "--patch_dropout's.")
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Alternating timing rounds over the variants of one setting.')
 _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model's shapes (embed_dim, the towers' "
                                     'sizes) replace the preset\'s, keeping its name: tests/support.py gives the test '
