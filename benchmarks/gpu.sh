@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU speed figures of benchmarks/RESULTS.md, in one run on one NVIDIA GPU (docs/scaling.md, "Measuring a GPU"):
 #   bash benchmarks/gpu.sh [--dry_run] [--budget_s=SECONDS] [results folder] [stages]
-# results folder: default benchmarks/results/gpu/<date>; stages: default all, in this order (by what they decide):
+# results folder: default benchmarks/results/gpu/<date>; stages: default all but levers (the dry run: all), in this
+# order (by what they decide):
 #   b16: train_step.py, a ViT-B/16 CLIP step in bf16 (fp32 parameters, optimizer state and loss math) at batch 256,
 #     each attention route (XLA's unfused attention, cuDNN's fused kernel on padded rows) in alternating rounds,
 #     against the bf16 matmul peak measured in the same process (`utilisation`) and the published peak (`mfu`).
@@ -12,7 +13,12 @@
 #     the host's cores, against its own step alone; checkpoint save and restore times.
 #   so400m: train_step.py, a SigLIP So400m/14 step (sigmoid loss) in bf16 at batch 256.
 #   l14: train_step.py, a ViT-L/14 CLIP step in bf16 at batch 256.
-# The stages after b16 use the attention route that b16 found fastest.
+#   levers (not in the default list; about 7 minutes): the ViT-B/16 step's speed levers, each against its own
+#     reference in one run: patch dropout and remat (alternating rounds in one process), batch 256/512/1024, XLA's
+#     GPU flags (xla_flags.py: a process per flag set, alternating rounds; Triton GEMMs stay off, see below), and the
+#     input pipeline with 4 workers instead of the host's cores less two (end_to_end.py).
+# The stages after b16 use the attention route that b16 found fastest. vs_open_clip also profiles 5 steps of each
+# side (GPU kernel time by op kind, the GPU's idle time, the costliest kernels).
 #
 # Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
 # stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
@@ -29,8 +35,9 @@ for arg in "$@"; do
   esac
 done
 out=${positional[0]:-benchmarks/results/gpu/$(date +%F)}
-all_stages="b16 vs_open_clip end_to_end so400m l14"
-stages=${positional[1]:-$all_stages}
+default_stages="b16 vs_open_clip end_to_end so400m l14"
+all_stages="$default_stages levers"
+stages=${positional[1]:-$( (( dry )) && echo "$all_stages" || echo "$default_stages")}
 for name in $stages; do
   [[ " $all_stages " == *" $name "* ]] || { echo "unknown stage '$name'; stages: $all_stages" >&2; exit 2; }
 done
@@ -78,16 +85,26 @@ print(max(timed, key=lambda r: r['samples_per_sec'])['attention'] if timed else 
 EOF
 }
 
+# XLA's GPU flags the levers stage times, each against the default (on top of the Triton setting below)
+xla_levers=(--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_command_buffer= --xla_gpu_enable_cublaslt=true)
+
 if (( dry )); then
   # The CPU, the micro shapes, one step: every stage's code path, with the routes the CPU can run.
   export JAX_PLATFORMS=cpu
   micro=(--model_config=tests/support.py)
   b16=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --batch_size=8 --attention=xla,padded --rounds=2 --steps=1
        --warmup=0 --peak_size=256)
-  vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1 --warmup=0)
+  vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1
+      --warmup=0 --profile=1)
   e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
   big=("${micro[@]}" --batch_size=8 --steps=1 --warmup=0 --peak_size=256)
+  lever=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --steps=1 --warmup=0 --peak_size=256)
+  # each lever's code path once, on programs the b16 stage compiled where it can (the workers lever is end_to_end.py
+  # again, which its own stage runs)
+  lever_dropouts=0.5 lever_remats=true lever_batches=8 lever_rounds=1 lever_workers=
+  # one run with every lever flag: XLA stops at a flag it does not know, so a typo fails here
+  xla_variants=(--variant=default "--variant=${xla_levers[*]}")
 else
   # XLA's Triton GEMM autotuning off: cuBLAS takes the matmuls, and the step compiles in a fraction of the time
   # (with it on, a ViT-B/16 step had not compiled after 130 s on an H200).
@@ -96,9 +113,13 @@ else
   # one compilation cache for every stage's processes: a program compiled once is not compiled again
   export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/vlp_jax_gpu_cache}
   b16=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --attention=xla,cudnn --rounds=3 --steps=10 --warmup=3)
-  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2)
+  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2 --profile=5)
   e2e=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --steps=60 --log_every=10)
   big=(--batch_size=256 --steps=5 --warmup=2)
+  lever=(--model=ViT-B-16 --precision=bf16 --steps=10 --warmup=3)
+  lever_dropouts=0,0.5 lever_remats=false,true lever_batches=256,512,1024 lever_rounds=3 lever_workers=4
+  xla_variants=(--variant=default)
+  for flag in "${xla_levers[@]}"; do xla_variants+=("--variant=$flag"); done
 fi
 
 for name in $stages; do
@@ -112,6 +133,18 @@ for name in $stages; do
               --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
     l14) stage l14 100 python3 benchmarks/train_step.py --model=ViT-L-14 --precision=bf16 "${big[@]}" \
            --attention="$(fastest_route)" ;;
+    levers)
+      route=$(fastest_route)
+      stage levers_variants 150 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=${lever_batches%%,*} \
+        --patch_dropout=$lever_dropouts --remat=$lever_remats --rounds=$lever_rounds --attention="$route"
+      stage levers_batch 120 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
+        --attention="$route"
+      stage levers_xla 200 python3 benchmarks/xla_flags.py --rounds=$(( lever_rounds < 2 ? 1 : 2 )) \
+        "${xla_variants[@]}" --run_timeout=120 -- "${lever[@]}" --batch_size=${lever_batches%%,*} --attention="$route"
+      if [[ -n $lever_workers ]]; then
+        stage levers_workers 120 python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
+          --attention="$route"
+      fi ;;
   esac
 done
 echo "== done in $(( SECONDS - started ))s; rows in $out"

@@ -13,9 +13,9 @@ the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --sc
 block (XLA counts the layer loop's body once). It also has the compiled step's peak memory per device (arguments +
 outputs + temporaries) and the process's peak RSS.
 
---patch_dropout takes several fractions (`--patch_dropout=0,0.5`) and --attention several routes
-(`--attention=xla,cudnn`, config.model.attention): the variants of each setting are compiled first,
-then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
+--patch_dropout takes several fractions (`--patch_dropout=0,0.5`), --attention several routes
+(`--attention=xla,cudnn`, config.model.attention) and --remat both settings (`--remat=false,true`): the variants of
+each setting are compiled first, then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
 first variant's, round by round (`speedup_vs_first`: the median of the per-round ratios, with min and max), so a
 comparison holds while the machine's speed drifts.
 
@@ -52,7 +52,8 @@ _PRECISIONS = flags.DEFINE_list('precision', ['fp32'], 'fp32 and/or bf16 (the mo
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps.')
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compiling.')
 _PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Side of the peak matmul (0: 2048 on CPU, 8192 on GPU).')
-_REMAT = flags.DEFINE_bool('remat', False, 'Rematerialise each transformer block.')
+_REMATS = flags.DEFINE_list('remat', ['false'], "Rematerialise each transformer block: 'false' and/or 'true'; "
+                            "several are timed in alternating rounds, as --patch_dropout's.")
 _SCAN = flags.DEFINE_bool('scan_layers', False, "Run each tower's blocks as one scanned layer.")
 _PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image patches dropped in training (FLIP); '
                                      'several are timed in alternating rounds.')
@@ -97,7 +98,8 @@ def available_memory_bytes() -> int | None:
   return int(psutil.virtual_memory().available)
 
 
-def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, attention: str):
+def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, attention: str,
+            remat: bool):
   """Compile one variant's step. Returns (row, step): the row so far (compile time, memory, FLOPs) and a function
   that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
   import jax
@@ -109,7 +111,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.flops import device_flops
   from vlp_jax.training.step import train_step
-  config = build_config(model, batch_size, objective, precision, _REMAT.value, patch_dropout, _SCAN.value, attention)
+  config = build_config(model, batch_size, objective, precision, remat, patch_dropout, _SCAN.value, attention)
   if _MODEL_CONFIG.value:
     config = with_model_shapes(config, _MODEL_CONFIG.value)
   net = models.build_model(config.model)
@@ -129,12 +131,13 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   memory = compiled_memory(compiled)
   available = available_memory_bytes()
   row = {'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-         'remat': _REMAT.value, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout, 'attention': attention,
+         'remat': remat, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout, 'attention': attention,
          'device': device.device_kind, 'platform': device.platform,
-         'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes']}
+         'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes'],
+         'xla_flags': os.environ.get('XLA_FLAGS', '').strip()}
   if device.platform == 'cpu' and available and memory['peak_bytes'] > 0.9 * available:
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
-                              'are free; try a smaller --batch_size or --remat'}, None
+                              'are free; try a smaller --batch_size or --remat=true'}, None
   flops = device_flops(traced, compiled, device.platform, 1)
   counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: XLA counts the layer loop's body once
   if counter is not None and flops and device.platform != 'gpu':
@@ -167,18 +170,19 @@ def timed_row(row: dict, seconds: float, peak: dict) -> dict:
   }
 
 
-def measure_variants(model: str, batch_size: int, objective: str, precision: str, variants: list[tuple[float, str]],
+def measure_variants(model: str, batch_size: int, objective: str, precision: str,
+                     variants: list[tuple[float, str, bool]],
                      peak: dict, rounds: int) -> list[dict]:
-  """One row per (patch dropout, attention route) variant of a setting: all compiled first, then timed in `rounds`
+  """One row per (patch dropout, attention route, remat) variant of a setting: all compiled first, then timed in `rounds`
   alternating rounds (each round the median of --steps steps per variant). A row's step time is the median over
   rounds; rows after the first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
   prepared = []
-  for fraction, attention in variants:
+  for fraction, attention, remat in variants:
     try:
-      prepared.append(prepare(model, batch_size, objective, precision, fraction, attention))
+      prepared.append(prepare(model, batch_size, objective, precision, fraction, attention, remat))
     except Exception as error:  # noqa: BLE001 -- a route the backend refuses (cuDNN's limits): say so, time the rest
       prepared.append(({'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-                        'patch_dropout': fraction, 'attention': attention,
+                        'patch_dropout': fraction, 'attention': attention, 'remat': remat,
                         'failed': f'{type(error).__name__}: {str(error)[:2000]}'}, None))
   runnable = [i for i, (_, step) in enumerate(prepared) if step is not None]
   per_round = {i: [] for i in runnable}
@@ -196,13 +200,22 @@ def measure_variants(model: str, batch_size: int, objective: str, precision: str
       ratios = [first / mine for first, mine in zip(per_round[0], per_round[i])]
       result['speedup_vs_first'] = {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3),
                                     'max': round(max(ratios), 3), 'first_patch_dropout': variants[0][0],
-                                    'first_attention': variants[0][1]}
+                                    'first_attention': variants[0][1], 'first_remat': variants[0][2]}
     rows.append(result)
   return rows
 
 
+def parse_remats(values: list[str]) -> list[bool]:
+  """--remat's values ('false', 'true') as booleans; anything else raises ValueError naming it."""
+  for value in values:
+    if value.lower() not in ('true', 'false'):
+      raise ValueError(f"--remat has '{value}'; expected 'false' and/or 'true' (comma separated)")
+  return [value.lower() == 'true' for value in values]
+
+
 def main(argv):
   del argv
+  remats = parse_remats(_REMATS.value)
   import jax
   import jax.numpy as jnp
   on_gpu = jax.devices()[0].platform == 'gpu'
@@ -212,7 +225,7 @@ def main(argv):
     for batch_size in (int(b) for b in _BATCHES.value):
       for objective in _OBJECTIVES.value:
         for precision in _PRECISIONS.value:
-          variants = [(float(f), a) for f in _PATCH_DROPOUTS.value for a in _ATTENTIONS.value]
+          variants = [(float(f), a, r) for f in _PATCH_DROPOUTS.value for a in _ATTENTIONS.value for r in remats]
           for row in measure_variants(model, batch_size, objective, precision, variants, peak, _ROUNDS.value):
             print(json.dumps(row), flush=True)
 

@@ -293,9 +293,11 @@ def turn(step, warmup: int, steps: int) -> list[float]:
   return seconds
 
 
-def profile(worker: str, step, steps: int) -> dict:
-  kinds, top = (jax_op_profile if worker == 'jax' else torch_op_profile)(step, steps)
-  return {'kinds': kinds, 'top': top}
+def profile(worker: str, step, steps: int, on_gpu: bool) -> dict:
+  """{'kinds': {kind: ms per step}, 'top': the costliest ops, 'clock': 'device' (GPU kernel time, which leaves out
+  the GPU's idle gaps) or 'thread' (CPU time)}."""
+  kinds, top = (jax_op_profile if worker == 'jax' else torch_op_profile)(step, steps, on_gpu)
+  return {'kinds': kinds, 'top': top, 'clock': 'device' if on_gpu else 'thread'}
 
 
 def serve(worker: str, spec: dict) -> None:
@@ -315,7 +317,7 @@ def serve(worker: str, spec: dict) -> None:
     if command == 'time':
       reply = {'seconds': turn(step, FLAGS.warmup, int(count))}
     else:
-      reply = profile(worker, step, int(count))
+      reply = profile(worker, step, int(count), spec.get('device') == 'gpu')
     channel.write(json.dumps(reply) + '\n')
 
 
@@ -364,9 +366,43 @@ def torch_op_kind(name: str, in_optimizer: bool) -> str:
   return KINDS[5]
 
 
-def jax_op_profile(step, steps: int) -> tuple[dict, list]:
-  """({kind: ms per step of thread time}, the 10 costliest ops as (ms per step, HLO op, model-code path))."""
+def device_kernel_kind(name: str) -> str:
+  """The kind of a GPU kernel from its name: torch's kernels (cuBLAS, flash attention, inductor's fused Triton
+  kernels, which name the ops they fuse), and jax's where the profile names no HLO op."""
+  name = name.lower()
+  if any(k in name for k in ('adam', 'multi_tensor', 'foreach', 'cross_entropy', 'nll_loss', 'log_softmax')):
+    return KINDS[7]
+  if any(k in name for k in ('flash', 'fmha', 'sdpa', 'attention', 'softmax')):
+    return KINDS[1]
+  if any(k in name for k in ('gemm', 'xmma', 'cutlass', 'nvjet', 'cublas', 'convolution')):
+    return KINDS[0]
+  if 'gelu' in name:
+    return KINDS[2]
+  if 'layer_norm' in name or 'layernorm' in name:
+    return KINDS[3]
+  if any(k in name for k in ('embedding', 'index_select', 'indexing_backward')):
+    return KINDS[4]
+  if any(k in name for k in ('copy', 'transpose', 'clone', 'memcpy', 'memset', 'cat_')):
+    return KINDS[6]
+  return KINDS[5]
+
+
+def sum_by_kind(times: list[tuple[str, str, float]], steps: int) -> tuple[dict, list]:
+  """times: (op, kind, milliseconds) of every profiled event over `steps` steps -> ({kind: ms per step}, the 10
+  costliest ops as (ms per step, op, kind))."""
   import collections
+  kinds, by_op, kind_of = collections.Counter(), collections.Counter(), {}
+  for op, kind, ms in times:
+    kinds[kind] += ms / steps
+    by_op[op] += ms / steps
+    kind_of[op] = kind
+  return dict(kinds), [(round(ms, 2), op, kind_of[op]) for op, ms in by_op.most_common(10)]
+
+
+def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
+  """({kind: ms per step}, the 10 costliest ops as (ms per step, HLO op, model-code path or kind)). On a CPU the
+  time is the ops' thread time; on a GPU the kernels' time on the device (the planes named /device:GPU, their
+  stream lines), each kernel by the HLO op the profile names, else by its own name."""
   import glob
   import re
   import tempfile
@@ -380,28 +416,46 @@ def jax_op_profile(step, steps: int) -> tuple[dict, list]:
       step()
     jax.profiler.stop_trace()
     data = ProfileData.from_file(glob.glob(f'{trace_dir}/**/*.xplane.pb', recursive=True)[0])
-  by_op = collections.Counter()
-  for plane in data.planes:
-    for line in plane.lines:
-      for event in line.events:
-        op = dict(event.stats).get('hlo_op')
-        if op:
-          by_op[op] += event.duration_ns / 1e6 / steps
-  kinds = collections.Counter()
-  for op, ms in by_op.items():
-    kinds[jax_op_kind(origin.get(op, ''))] += ms
-  return dict(kinds), [(round(ms, 2), op, origin.get(op, '')) for op, ms in by_op.most_common(10)]
+  times = []
+  if on_gpu:
+    for plane in (p for p in data.planes if p.name.startswith('/device:GPU')):
+      # the kernels as they ran on the streams; other lines (if any) summarise the same time again
+      lines = [line for line in plane.lines if line.name.startswith('Stream')] or list(plane.lines)
+      for line in lines:
+        for event in line.events:
+          op = dict(event.stats).get('hlo_op')
+          kind = jax_op_kind(origin.get(op, '')) if op else device_kernel_kind(event.name)
+          times.append((op or event.name, kind, event.duration_ns / 1e6))
+  else:
+    for plane in data.planes:
+      for line in plane.lines:
+        for event in line.events:
+          op = dict(event.stats).get('hlo_op')
+          if op:
+            times.append((op, jax_op_kind(origin.get(op, '')), event.duration_ns / 1e6))
+  kinds, top = sum_by_kind(times, steps)
+  return kinds, [(ms, op, origin.get(op, kind)) for ms, op, kind in top]
 
 
-def torch_op_profile(step, steps: int) -> tuple[dict, list]:
-  """({kind: ms per step of self time on the calling thread}, the 10 costliest aten ops as (ms per step, op,
-  input shapes)). Torch runs one op at a time, each spread over its intra-op threads, so self times sum to the
-  step's wall time."""
+def torch_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
+  """({kind: ms per step}, the 10 costliest ops). On a CPU: self time of the aten ops on the calling thread (torch
+  runs one op at a time, each spread over its intra-op threads, so self times sum to the step's wall time), the top
+  as (ms per step, op, input shapes). On a GPU: the kernels' time on the device (from the profiler's trace), the top
+  as (ms per step, kernel, kind)."""
   import collections
+  import tempfile
   import torch
-  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+  activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
+  with torch.profiler.profile(activities=activities, record_shapes=not on_gpu) as prof:
     for _ in range(steps):
       step()
+  if on_gpu:
+    with tempfile.TemporaryDirectory() as trace_dir:
+      prof.export_chrome_trace(f'{trace_dir}/trace.json')
+      with open(f'{trace_dir}/trace.json') as trace:
+        events = json.load(trace)['traceEvents']
+    return sum_by_kind([(e['name'], device_kernel_kind(e['name']), e['dur'] / 1e3) for e in events
+                        if e.get('cat') in ('kernel', 'gpu_memcpy', 'gpu_memset')], steps)
   kinds, by_op = collections.Counter(), collections.Counter()
   for event in prof.events():
     parent, in_optimizer = event.cpu_parent, False
@@ -415,17 +469,23 @@ def torch_op_profile(step, steps: int) -> tuple[dict, list]:
   return dict(kinds), [(round(ms, 2), name, shapes) for (name, shapes), ms in by_op.most_common(10)]
 
 
-def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_step_ms: float) -> str:
-  """Markdown: each op kind's time per step on both sides, as profiled and scaled by its share to the step's
-  unprofiled wall time. The scaling makes the sides comparable: vlp_jax's profile is thread time (its two worker
-  threads run ops side by side), torch's is self time on the calling thread with the profiler's per-op overhead."""
+def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_step_ms: float,
+                  device_clock: bool = False) -> str:
+  """Markdown: each op kind's time per step on both sides. On a CPU (thread time) the profiled times are scaled by
+  their share to the step's unprofiled wall time, which makes the sides comparable: vlp_jax's profile is thread time
+  (its worker threads run ops side by side), torch's is self time on the calling thread with the profiler's per-op
+  overhead. On a GPU (device_clock) the kernels' time is already wall time on the device, so it is not scaled, and a
+  last row says how long the GPU ran no kernel in the unprofiled step (launch gaps, the host's own work)."""
   jax_total, torch_total = sum(jax_kinds.values()), sum(torch_kinds.values())
+  jax_scale, torch_scale = (1.0, 1.0) if device_clock else (jax_step_ms / jax_total, torch_step_ms / torch_total)
   lines = ['| op kind | vlp_jax profiled ms/step (share) | vlp_jax wall ms | open_clip profiled ms/step (share) | '
            'open_clip wall ms |', '|---|---|---|---|---|']
   for kind in KINDS:
     j, t = jax_kinds.get(kind, 0.0), torch_kinds.get(kind, 0.0)
-    lines.append(f'| {kind} | {j:.1f} ({j / jax_total:.0%}) | {j / jax_total * jax_step_ms:.1f} | '
-                 f'{t:.1f} ({t / torch_total:.0%}) | {t / torch_total * torch_step_ms:.1f} |')
+    lines.append(f'| {kind} | {j:.1f} ({j / jax_total:.0%}) | {j * jax_scale:.1f} | '
+                 f'{t:.1f} ({t / torch_total:.0%}) | {t * torch_scale:.1f} |')
+  if device_clock:
+    lines.append(f'| GPU idle: no kernel running | | {jax_step_ms - jax_total:.1f} | | {torch_step_ms - torch_total:.1f} |')
   lines.append(f'| **step** | {jax_total:.1f} | {jax_step_ms:.1f} | {torch_total:.1f} | {torch_step_ms:.1f} |')
   return '\n'.join(lines)
 
@@ -434,14 +494,14 @@ class LocalSide:
   """One side in this process (--isolated=false)."""
 
   def __init__(self, worker: str, spec: dict, retained: bool):
-    self.worker = worker
+    self.worker, self.on_gpu = worker, spec.get('device') == 'gpu'
     self.step, self.ready = build_side(worker, spec, retained)
 
   def turn(self, steps: int) -> list[float]:
     return turn(self.step, FLAGS.warmup, steps)
 
   def profile(self, steps: int) -> dict:
-    return profile(self.worker, self.step, steps)
+    return profile(self.worker, self.step, steps, self.on_gpu)
 
   def close(self) -> None:
     pass
@@ -540,13 +600,17 @@ def check_same_work(name: str, ready: dict) -> None:
 
 def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None:
   jax_profile, torch_profile = sides['vlp_jax'].profile(FLAGS.profile), sides['open_clip'].profile(FLAGS.profile)
-  print(f'\n{name}, batch {batch_size}, {FLAGS.profile} profiled steps per side:\n')
+  device_clock = jax_profile['clock'] == 'device'
+  print(f"\n{name}, batch {batch_size}, {FLAGS.profile} profiled steps per side "
+        f"({'GPU kernel time' if device_clock else 'CPU thread time'}):\n")
   step_ms = {side: 1e3 * batch_size / result[f'{side}_samples_per_sec'] for side in SIDES}
-  print(profile_table(jax_profile['kinds'], torch_profile['kinds'], step_ms['vlp_jax'], step_ms['open_clip']))
-  print('\nvlp_jax costliest ops (thread ms/step, HLO op, model code):')
+  print(profile_table(jax_profile['kinds'], torch_profile['kinds'], step_ms['vlp_jax'], step_ms['open_clip'],
+                      device_clock))
+  print('\nvlp_jax costliest ops (ms/step, HLO op, model code):')
   for row in jax_profile['top']:
     print('  ', *row)
-  print('open_clip costliest ops (ms/step, aten op, input shapes):')
+  print('open_clip costliest ' + ('kernels (ms/step, kernel, kind):' if device_clock else
+                                  'ops (ms/step, aten op, input shapes):'))
   for row in torch_profile['top']:
     print('  ', *row)
   print(flush=True)

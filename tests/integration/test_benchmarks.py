@@ -126,7 +126,12 @@ def _jsonl(path) -> list[dict]:
     return [json.loads(line) for line in f if line.startswith('{')]
 
 
-@pytest.mark.slow  # every stage of the GPU script on the CPU: five processes, micro shapes
+# the XLA flags gpu.sh's levers stage times (its xla_levers), each a flag name XLA must know
+XLA_LEVERS = ('--xla_gpu_enable_latency_hiding_scheduler=true', '--xla_gpu_enable_command_buffer=',
+              '--xla_gpu_enable_cublaslt=true')
+
+
+@pytest.mark.slow  # every stage of the GPU script on the CPU: ten processes, micro shapes
 def test_gpu_script_dry_run(tmp_path, data_cache):
   """`bash benchmarks/gpu.sh --dry_run` runs every stage, each writing its JSON rows, so no GPU minute is lost to a
   typo; the rows carry what RESULTS.md reports."""
@@ -137,7 +142,7 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
-  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'l14'):
+  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'l14', 'levers_variants', 'levers_batch', 'levers_xla'):
     assert f'== {name} exit 0' in result.stdout, (name, result.stdout[-3000:], result.stderr[-3000:])
   assert 'jax' in (out / 'environment.txt').read_text()
 
@@ -165,6 +170,10 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   if sys.platform == 'linux':  # the trainer's malloc on the vlp_jax side only
     assert jax_side['malloc'].startswith('one arena')
   assert torch_side['malloc'].startswith('glibc defaults') and torch_side['torch_threads'] >= 1
+  # and its profile: where each side's step time goes, by op kind, side by side
+  profile = (out / 'vs_open_clip.jsonl').read_text()
+  assert '| op kind | vlp_jax profiled ms/step' in profile and '| **step** |' in profile
+  assert 'vlp_jax costliest ops' in profile and 'open_clip costliest ops' in profile
 
   # end_to_end: the trainer read every step's batch from the JPEG tars; its rate against its step alone
   (row,) = _jsonl(out / 'end_to_end.jsonl')
@@ -184,6 +193,19 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
     assert 'failed' not in row, row
     assert row['objective'] == objective and row['samples_per_sec'] > 0 and row['attention'] == route
 
+  # levers: patch dropout with remat, a batch size, and a process per XLA flag set (every lever flag at once: XLA
+  # stops at a flag it does not know), each on the route b16 chose
+  (row,) = _jsonl(out / 'levers_variants.jsonl')
+  assert (row['patch_dropout'], row['remat'], row['attention'], row['samples_per_sec'] > 0) == (0.5, True, route, True)
+  (row,) = _jsonl(out / 'levers_batch.jsonl')
+  assert row['batch_size'] == 8 and row['samples_per_sec'] > 0
+  rows = _jsonl(out / 'levers_xla.jsonl')
+  runs, summary = rows[:2], rows[2:]
+  assert [r['xla_flags_variant'] for r in runs] == ['default', ' '.join(XLA_LEVERS)]
+  assert all(r['samples_per_sec'] > 0 for r in runs) and runs[1]['xla_flags'].endswith(' '.join(XLA_LEVERS))
+  assert [s['xla_flags_variant'] for s in summary] == ['default', ' '.join(XLA_LEVERS)]
+  assert summary[1]['ratio_vs_first']['median'] == round(runs[1]['samples_per_sec'] / runs[0]['samples_per_sec'], 3)
+
 
 def test_gpu_script_refuses_an_unknown_stage_or_option(tmp_path):
   script = os.path.join(ROOT, 'benchmarks', 'gpu.sh')
@@ -191,3 +213,20 @@ def test_gpu_script_refuses_an_unknown_stage_or_option(tmp_path):
                          (['--dryrun'], "unknown option '--dryrun'")):
     result = subprocess.run(['bash', script, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and expected in result.stderr
+
+
+def test_xla_flag_rounds_alternate_and_each_variant_is_compared_within_its_round():
+  """benchmarks/xla_flags.py: the order reverses every round; a variant's ratio is taken against the first variant's
+  run of the same round, and a failed run has no rate to compare."""
+  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+  from xla_flags import round_order, summarise
+  assert round_order(['a', 'b', 'c'], 0) == ['a', 'b', 'c'] and round_order(['a', 'b', 'c'], 1) == ['c', 'b', 'a']
+  rows = [{'xla_flags_variant': 'default', 'round': 0, 'index': 0, 'samples_per_sec': 100.0},
+          {'xla_flags_variant': '--x', 'round': 0, 'index': 0, 'samples_per_sec': 110.0},
+          {'xla_flags_variant': '--x', 'round': 1, 'index': 0, 'samples_per_sec': 99.0},
+          {'xla_flags_variant': 'default', 'round': 1, 'index': 0, 'samples_per_sec': 90.0},
+          {'xla_flags_variant': '--y', 'round': 0, 'index': 0, 'failed': 'exit 1: Unknown flag'}]
+  default, x = summarise(rows, ['default', '--x', '--y'])
+  assert (default['samples_per_sec_median'], 'ratio_vs_first' in default) == (95.0, False)
+  assert x['round_samples_per_sec'] == [110.0, 99.0] and x['samples_per_sec_median'] == 104.5
+  assert x['ratio_vs_first'] == {'median': 1.1, 'min': 1.1, 'max': 1.1, 'first': 'default'}

@@ -44,3 +44,33 @@ def test_vs_open_clip_rejects_a_bad_row():
   for bad in ('tiny', 'ViT-Q-7:32', 'tiny:0', 'tiny:x'):
     with pytest.raises(ValueError, match='--rows'):
       parse_rows([bad])
+
+
+def test_gpu_kernels_are_sorted_into_the_profiles_kinds():
+  """On a GPU both profiles are kernel times; torch's kernels (and jax's that name no HLO op) go by their names."""
+  from benchmarks.vs_open_clip import KINDS, device_kernel_kind, sum_by_kind
+  expected = {
+      'nvjet_tst_128x256_64x4_2x1_v_bz_TNT': KINDS[0], 'sm90_xmma_gemm_bf16bf16_bf16f32': KINDS[0],
+      'pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>': KINDS[1],
+      'cudnn_generated_fort_native_sdpa_sm90_flash_fprop': KINDS[1],
+      'triton_poi_fused_gelu_gelu_backward_7': KINDS[2], 'triton_red_fused_native_layer_norm_12': KINDS[3],
+      'void at::native::indexing_backward_kernel<float>': KINDS[4],
+      'triton_per_fused__log_softmax_nll_loss_3': KINDS[7],
+      'void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>': KINDS[7],
+      'Memcpy DtoD (Device -> Device)': KINDS[6], 'triton_poi_fused_add_mul_5': KINDS[5],
+  }
+  assert {name: device_kernel_kind(name) for name in expected} == expected
+  kinds, top = sum_by_kind([('gemm_a', KINDS[0], 6.0), ('gemm_a', KINDS[0], 2.0), ('add', KINDS[5], 1.0)], steps=2)
+  assert kinds == {KINDS[0]: 4.0, KINDS[5]: 0.5}
+  assert top == [(4.0, 'gemm_a', KINDS[0]), (0.5, 'add', KINDS[5])]
+
+
+def test_profile_table_on_a_gpu_shows_the_idle_time_and_does_not_rescale():
+  from benchmarks.vs_open_clip import KINDS, profile_table
+  jax_kinds, torch_kinds = {KINDS[0]: 60.0, KINDS[1]: 20.0}, {KINDS[0]: 70.0, KINDS[1]: 10.0}
+  gpu = profile_table(jax_kinds, torch_kinds, 90.0, 100.0, device_clock=True).splitlines()
+  assert gpu[2].split('|')[3].strip() == '60.0' and gpu[2].split('|')[5].strip() == '70.0'
+  assert [cell.strip() for cell in gpu[-2].split('|')[1:-1]] == ['GPU idle: no kernel running', '', '10.0', '',
+                                                                  '20.0']
+  cpu = profile_table(jax_kinds, torch_kinds, 90.0, 100.0).splitlines()
+  assert cpu[2].split('|')[3].strip() == f'{60 / 80 * 90:.1f}' and not any('idle' in line for line in cpu)
