@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU speed figures of benchmarks/RESULTS.md, in one run on one NVIDIA GPU (docs/scaling.md, "Measuring a GPU"):
 #   bash benchmarks/gpu.sh [--dry_run] [--budget_s=SECONDS] [results folder] [stages]
-# results folder: default benchmarks/results/gpu/<date>; stages: default all but levers (the dry run: all), in this
-# order (by what they decide):
+# results folder: default benchmarks/results/gpu/<date>; stages: default the first five, in this order (by what
+# they decide; the dry run: all):
 #   b16: train_step.py, a ViT-B/16 CLIP step in bf16 (fp32 parameters, optimizer state and loss math) at batch 256,
 #     each attention route (XLA's unfused attention, cuDNN's fused kernel on padded rows) in alternating rounds,
 #     against the bf16 matmul peak measured in the same process (`utilisation`) and the published peak (`mfu`).
@@ -13,16 +13,18 @@
 #     the host's cores, against its own step alone; checkpoint save and restore times.
 #   so400m: train_step.py, a SigLIP So400m/14 step (sigmoid loss) in bf16 at batch 256.
 #   l14: train_step.py, a ViT-L/14 CLIP step in bf16 at batch 256.
-#   levers (not in the default list; about 7 minutes): the ViT-B/16 step's speed levers, each against its own
-#     reference in one run: patch dropout and remat (alternating rounds in one process), batch 256/512/1024, XLA's
-#     GPU flags (xla_flags.py: a process per flag set, alternating rounds; Triton GEMMs stay off, see below), and the
-#     input pipeline with 4 workers instead of the host's cores less two (end_to_end.py).
-# The stages after b16 use the attention route that b16 found fastest. vs_open_clip also profiles 5 steps of each
-# side (GPU kernel time by op kind, the GPU's idle time, the costliest kernels).
+# Named only (each compiles afresh; `levers` names the four levers_* stages, about 13 minutes on a fresh machine):
+#   profile: vs_open_clip.py profiling 5 steps of each side: GPU kernel time by op kind, the GPU's idle time, the
+#     costliest kernels. XLA's command buffers are off here, since a CUDA graph hides which HLO op each kernel runs.
+#   levers_variants: patch dropout 0.5 and remat against neither, alternating rounds in one process.
+#   levers_batch: batch 256, 512 and 1024.
+#   levers_xla: xla_flags.py, a process per XLA flag set (xla_levers below) in alternating rounds.
+#   levers_workers: end_to_end.py with 4 grain workers instead of the host's cores less two.
+# The stages after b16 use the attention route that b16 found fastest; the levers use the ViT-B/16 step at batch 256.
 #
 # Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
 # stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
-# open_clip_torch. --dry_run runs every stage with the test suite's micro shapes on the CPU (about two minutes), so that
+# open_clip_torch. --dry_run runs every stage with the test suite's micro shapes on the CPU (about four minutes), so that
 # no GPU minute is lost to a typo (tests/integration/test_benchmarks.py runs it).
 set -u
 dry=0 budget=0 positional=()
@@ -36,10 +38,14 @@ for arg in "$@"; do
 done
 out=${positional[0]:-benchmarks/results/gpu/$(date +%F)}
 default_stages="b16 vs_open_clip end_to_end so400m l14"
-all_stages="$default_stages levers"
+lever_stages="levers_variants levers_batch levers_xla levers_workers"
+all_stages="$default_stages profile $lever_stages"
 stages=${positional[1]:-$( (( dry )) && echo "$all_stages" || echo "$default_stages")}
+stages=${stages//levers_/LEVER_}  # 'levers' names every lever stage
+stages=${stages//levers/$lever_stages}
+stages=${stages//LEVER_/levers_}
 for name in $stages; do
-  [[ " $all_stages " == *" $name "* ]] || { echo "unknown stage '$name'; stages: $all_stages" >&2; exit 2; }
+  [[ " $all_stages " == *" $name "* ]] || { echo "unknown stage '$name'; stages: $all_stages, levers" >&2; exit 2; }
 done
 logs=${GPU_SH_LOGS:-$out}  # where each stage's stderr goes (<name>.log)
 mkdir -p "$out" "$logs"
@@ -86,7 +92,8 @@ EOF
 }
 
 # XLA's GPU flags the levers stage times, each against the default (on top of the Triton setting below)
-xla_levers=(--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_command_buffer= --xla_gpu_enable_cublaslt=true)
+no_command_buffers=--xla_gpu_enable_command_buffer=
+xla_levers=(--xla_gpu_enable_latency_hiding_scheduler=true $no_command_buffers --xla_gpu_enable_cublaslt=true)
 
 if (( dry )); then
   # The CPU, the micro shapes, one step: every stage's code path, with the routes the CPU can run.
@@ -94,8 +101,11 @@ if (( dry )); then
   micro=(--model_config=tests/support.py)
   b16=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --batch_size=8 --attention=xla,padded --rounds=2 --steps=1
        --warmup=0 --peak_size=256)
+  # the vs_open_clip stage profiles too (the profile stage is the same script with --profile, run separately on a
+  # GPU only because there its XLA flags differ)
   vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1
       --warmup=0 --profile=1)
+  profiled=
   e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
   big=("${micro[@]}" --batch_size=8 --steps=1 --warmup=0 --peak_size=256)
@@ -104,7 +114,7 @@ if (( dry )); then
   # again, which its own stage runs)
   lever_dropouts=0.5 lever_remats=true lever_batches=8 lever_rounds=1 lever_workers=
   # one run with every lever flag: XLA stops at a flag it does not know, so a typo fails here
-  xla_variants=(--variant=default "--variant=${xla_levers[*]}")
+  xla_variants=("--variant=${xla_levers[*]}")
 else
   # XLA's Triton GEMM autotuning off: cuBLAS takes the matmuls, and the step compiles in a fraction of the time
   # (with it on, a ViT-B/16 step had not compiled after 130 s on an H200).
@@ -113,7 +123,8 @@ else
   # one compilation cache for every stage's processes: a program compiled once is not compiled again
   export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/vlp_jax_gpu_cache}
   b16=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --attention=xla,cudnn --rounds=3 --steps=10 --warmup=3)
-  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2 --profile=5)
+  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2)
+  profiled=5
   e2e=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --steps=60 --log_every=10)
   big=(--batch_size=256 --steps=5 --warmup=2)
   lever=(--model=ViT-B-16 --precision=bf16 --steps=10 --warmup=3)
@@ -133,17 +144,27 @@ for name in $stages; do
               --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
     l14) stage l14 100 python3 benchmarks/train_step.py --model=ViT-L-14 --precision=bf16 "${big[@]}" \
            --attention="$(fastest_route)" ;;
-    levers)
-      route=$(fastest_route)
-      stage levers_variants 150 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=${lever_batches%%,*} \
-        --patch_dropout=$lever_dropouts --remat=$lever_remats --rounds=$lever_rounds --attention="$route"
-      stage levers_batch 120 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
-        --attention="$route"
-      stage levers_xla 200 python3 benchmarks/xla_flags.py --rounds=$(( lever_rounds < 2 ? 1 : 2 )) \
-        "${xla_variants[@]}" --run_timeout=120 -- "${lever[@]}" --batch_size=${lever_batches%%,*} --attention="$route"
+    profile)
+      if [[ -n $profiled ]]; then
+        stage profile 170 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
+          python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled --attention="$(fastest_route)"
+      else
+        echo "== profile skipped in the dry run: the vs_open_clip stage profiled"
+      fi ;;
+    levers_variants) stage levers_variants 240 python3 benchmarks/train_step.py "${lever[@]}" \
+                       --batch_size=${lever_batches%%,*} --patch_dropout=$lever_dropouts --remat=$lever_remats \
+                       --rounds=$lever_rounds --attention="$(fastest_route)" ;;
+    levers_batch) stage levers_batch 200 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
+                    --attention="$(fastest_route)" ;;
+    levers_xla) stage levers_xla 300 python3 benchmarks/xla_flags.py --rounds=$(( lever_rounds < 2 ? 1 : 2 )) \
+                  "${xla_variants[@]}" --run_timeout=150 -- "${lever[@]}" --batch_size=${lever_batches%%,*} \
+                  --attention="$(fastest_route)" ;;
+    levers_workers)
       if [[ -n $lever_workers ]]; then
-        stage levers_workers 120 python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
-          --attention="$route"
+        stage levers_workers 150 python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
+          --attention="$(fastest_route)"
+      else
+        echo "== levers_workers skipped in the dry run: end_to_end's stage runs the same script"
       fi ;;
   esac
 done
