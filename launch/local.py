@@ -7,8 +7,9 @@ python launch/local.py --processes=2 --devices_per_process=4 -- --config=configs
 Everything after `--` goes to `python -m vlp_jax.main` (or --module). Process 0 prints to this terminal; the others
 write `process_<i>.log` under --log_dir (default: a new temporary directory, printed at the start). Every process is
 watched: when one fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds; after a retryable code,
-75-77, they first get --grace seconds to stop by themselves), the failed logs' tails
-are printed and the first failing exit code is returned, as the shell gives it (a death by signal N is 128 + N).
+75-77, they first get --grace seconds to stop by themselves; a stopped process, SIGSTOP, is SIGKILLed at once), the
+failed logs' tails are printed and the first failing exit code is returned, as the shell gives it (a death by signal
+N is 128 + N).
 """
 from __future__ import annotations
 
@@ -58,15 +59,28 @@ def first_failure(codes: list[int | None], failed_at: dict[int, float]) -> tuple
 RETRYABLE = (75, 76, 77)  # vlp_jax/errors.py: the other processes stop by themselves (a preemption or a lost peer)
 
 
+def is_stopped(pid: int) -> bool:
+  """Whether the process is stopped (SIGSTOP, SIGTSTP; state T or t in /proc/<pid>/stat): it can neither exit by
+  itself nor act on a SIGTERM until continued. False where /proc cannot say (not Linux, already gone)."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] in ('T', 't')
+  except (OSError, IndexError):
+    return False
+
+
 def stop(procs: list[subprocess.Popen], grace: float, wait_first: bool = False) -> None:
   """SIGTERM to every process still running (each checkpoints and exits 75, or is already on its way out); SIGKILL
   to those still there after `grace` seconds. `wait_first`: first give them `grace` seconds to exit by themselves
-  (a signal would cut short their own way out)."""
+  (a signal would cut short their own way out). A stopped process gets SIGKILL at once: waiting for it is futile."""
+  running = lambda: [p for p in procs if p.poll() is None]  # noqa: E731
   deadline = time.time() + grace
-  while wait_first and time.time() < deadline and any(p.poll() is None for p in procs):
+  while wait_first and time.time() < deadline and any(not is_stopped(p.pid) for p in running()):
     time.sleep(0.1)
-  for p in procs:
-    if p.poll() is None:
+  for p in running():
+    if is_stopped(p.pid):
+      p.kill()
+    else:
       p.send_signal(signal.SIGTERM)
   deadline = time.time() + grace
   for p in procs:

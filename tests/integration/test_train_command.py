@@ -19,7 +19,10 @@ MICRO_FLAGS = [
     '--config.model.vision.layers=1', '--config.model.vision.heads=2', '--config.model.text.width=32',
     '--config.model.text.layers=1', '--config.model.text.heads=2', '--config.model.text.context_length=16',
     '--config.data.synthetic.num_train=64', '--config.data.synthetic.num_val=16',
-    '--config.data.synthetic.num_test=32', '--config.optim.warmup_steps=1']
+    '--config.data.synthetic.num_test=32', '--config.optim.warmup_steps=1',
+    # The evaluation the contract names (CONTRACT_EVAL, on the synthetic set): each other set or task of the config
+    # would compile and run in every run too.
+    "--config.eval.datasets=('synthetic',)", "--config.eval.tasks=('zeroshot', 'retrieval', 'affinity')"]
 CONTRACT_EVAL = ('zeroshot_top1', 'zeroshot_top5', 'zeroshot_chance', 'i2t_r1', 'i2t_r5', 'i2t_r10', 't2i_r1',
                  't2i_r5', 't2i_r10', 'affinity_consistency')
 
