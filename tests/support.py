@@ -404,9 +404,16 @@ def wait_for_step(process, workdir: str, step: int, timeout: float = 240) -> int
 
 def tensorboard_events(workdir: str):
   """Every event in the workdir's TensorBoard files (in file-name order), read with the TFRecord framing and
-  tensorboardX's Event proto."""
+  tensorboardX's Event proto; each record's masked CRC-32Cs checked with tensorboardX's own CRC code, as
+  TensorBoard's reader checks them."""
   import struct
+  from tensorboardX.crc32c import crc32c
   from tensorboardX.proto import event_pb2
+
+  def masked(data):
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
   for name in sorted(os.listdir(workdir)):
     if not name.startswith('events.out.tfevents'):
       continue
@@ -414,6 +421,10 @@ def tensorboard_events(workdir: str):
       data = f.read()
     offset = 0
     while offset < len(data):
-      (length,) = struct.unpack('<Q', data[offset:offset + 8])
-      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      header = data[offset:offset + 8]
+      (length,) = struct.unpack('<Q', header)
+      record = data[offset + 12:offset + 12 + length]
+      assert struct.unpack('<I', data[offset + 8:offset + 12])[0] == masked(header), (name, offset)
+      assert struct.unpack('<I', data[offset + 12 + length:offset + 16 + length])[0] == masked(record), (name, offset)
+      yield event_pb2.Event.FromString(record)
       offset += 12 + length + 4

@@ -11,6 +11,7 @@ Every backend gets the same scalars (`write`) and images (`write_images`: name -
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -19,9 +20,10 @@ from typing import Any, Protocol
 
 import jax
 import ml_collections
-import numpy as np
+from PIL import Image
 
 from vlp_jax import errors
+from vlp_jax.training import event_file
 
 WANDB_RUN_ID_FILE = 'wandb_run_id'
 
@@ -58,24 +60,38 @@ class JsonLines:
 
 
 class TensorBoard:
-  """Scalars and images as TensorBoard events in the workdir."""
+  """Scalars and images as TensorBoard events in the workdir (`event_file`)."""
 
   def __init__(self, workdir: str):
-    from tensorboardX import SummaryWriter
-    self._tb = SummaryWriter(workdir, flush_secs=10)
+    self._events = event_file.EventFileWriter(workdir)
 
   def scalars(self, step: int, metrics: dict[str, float]) -> None:
+    now = time.time()
     for name, value in metrics.items():
-      self._tb.add_scalar(name, value, step)
+      self._events.write(event_file.scalar_event(now, step, name, float(value)))
 
   def images(self, step: int, paths: dict[str, str]) -> None:
-    from PIL import Image
     for name, path in paths.items():
-      with Image.open(path) as image:
-        self._tb.add_image(name, np.asarray(image.convert('RGB')), step, dataformats='HWC')
+      png, (width, height), channels = png_for_tensorboard(path)
+      self._events.write(event_file.image_event(time.time(), step, name, png, height, width, channels))
 
   def close(self) -> None:
-    self._tb.close()
+    self._events.close()
+
+
+def png_for_tensorboard(path: str) -> tuple[bytes, tuple[int, int], int]:
+  """(PNG bytes, (width, height), channels) of the image at `path`: a grey, RGB or RGBA PNG as it is, anything else
+  converted to an RGB PNG."""
+  with Image.open(path) as image:
+    if image.format == 'PNG' and image.mode in _CHANNELS:
+      with open(path, 'rb') as f:
+        return f.read(), image.size, _CHANNELS[image.mode]
+    buffer = io.BytesIO()
+    image.convert('RGB').save(buffer, format='PNG')
+    return buffer.getvalue(), image.size, 3
+
+
+_CHANNELS = {'L': 1, 'RGB': 3, 'RGBA': 4}
 
 
 def import_wandb(project: str):
