@@ -2,7 +2,7 @@
 # The GPU speed figures of benchmarks/RESULTS.md, in one run on one NVIDIA GPU (docs/scaling.md, "Measuring a GPU"):
 #   bash benchmarks/gpu.sh [--dry_run] [--budget_s=SECONDS] [results folder] [stages]
 # results folder: default benchmarks/results/gpu/<date>; stages: default the first five, in this order (by what
-# they decide; the dry run: all):
+# they decide; the dry run: every stage):
 #   b16: train_step.py, a ViT-B/16 CLIP step in bf16 (fp32 parameters, optimizer state and loss math) at batch 256,
 #     each attention route (XLA's unfused attention, cuDNN's fused kernel on padded rows) in alternating rounds,
 #     against the bf16 matmul peak measured in the same process (`utilisation`) and the published peak (`mfu`).
@@ -24,8 +24,9 @@
 #
 # Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
 # stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
-# open_clip_torch. --dry_run runs every stage with the test suite's micro shapes on the CPU (about four minutes), so that
-# no GPU minute is lost to a typo (tests/integration/test_benchmarks.py runs it).
+# open_clip_torch. --dry_run runs every stage's code with the test suite's micro shapes on the CPU (about three
+# minutes; the stages that only rerun another's script with other flags say so), so that no GPU minute is lost to a
+# typo (tests/integration/test_benchmarks.py runs it).
 set -u
 dry=0 budget=0 positional=()
 for arg in "$@"; do
@@ -109,10 +110,12 @@ if (( dry )); then
   e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
   big=("${micro[@]}" --batch_size=8 --steps=1 --warmup=0 --peak_size=256)
-  lever=(--model=ViT-B-16 "${micro[@]}" --precision=bf16 --steps=1 --warmup=0 --peak_size=256)
-  # each lever's code path once, on programs the b16 stage compiled where it can (the workers lever is end_to_end.py
-  # again, which its own stage runs)
-  lever_dropouts=0.5 lever_remats=true lever_batches=8 lever_rounds=1 lever_workers=
+  # CLIP with the SaCo term here, so that a term's way through train_step.py runs too
+  lever=(--model=ViT-B-16 "${micro[@]}" --objective=saco --precision=bf16 --steps=1 --warmup=0 --peak_size=256)
+  # each lever's code path once (remat with both patch-dropout variants, timed in alternating rounds); the batch and
+  # workers levers are train_step.py and end_to_end.py again with another --batch_size or --workers, which the b16
+  # and end_to_end stages run
+  lever_batch=8 lever_dropouts=0,0.5 lever_remats=true lever_batches= lever_rounds=2 xla_rounds=1 lever_workers=
   # one run with every lever flag: XLA stops at a flag it does not know, so a typo fails here
   xla_variants=("--variant=${xla_levers[*]}")
 else
@@ -128,7 +131,8 @@ else
   e2e=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --steps=60 --log_every=10)
   big=(--batch_size=256 --steps=5 --warmup=2)
   lever=(--model=ViT-B-16 --precision=bf16 --steps=10 --warmup=3)
-  lever_dropouts=0,0.5 lever_remats=false,true lever_batches=256,512,1024 lever_rounds=3 lever_workers=4
+  lever_batch=256 lever_dropouts=0,0.5 lever_remats=false,true lever_batches=256,512,1024 lever_rounds=3 xla_rounds=2
+  lever_workers=4
   xla_variants=(--variant=default)
   for flag in "${xla_levers[@]}"; do xla_variants+=("--variant=$flag"); done
 fi
@@ -152,12 +156,17 @@ for name in $stages; do
         echo "== profile skipped in the dry run: the vs_open_clip stage profiled"
       fi ;;
     levers_variants) stage levers_variants 240 python3 benchmarks/train_step.py "${lever[@]}" \
-                       --batch_size=${lever_batches%%,*} --patch_dropout=$lever_dropouts --remat=$lever_remats \
+                       --batch_size=$lever_batch --patch_dropout=$lever_dropouts --remat=$lever_remats \
                        --rounds=$lever_rounds --attention="$(fastest_route)" ;;
-    levers_batch) stage levers_batch 200 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
-                    --attention="$(fastest_route)" ;;
-    levers_xla) stage levers_xla 300 python3 benchmarks/xla_flags.py --rounds=$(( lever_rounds < 2 ? 1 : 2 )) \
-                  "${xla_variants[@]}" --run_timeout=150 -- "${lever[@]}" --batch_size=${lever_batches%%,*} \
+    levers_batch)
+      if [[ -n $lever_batches ]]; then
+        stage levers_batch 200 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
+          --attention="$(fastest_route)"
+      else
+        echo "== levers_batch skipped in the dry run: the b16 stage runs the same script"
+      fi ;;
+    levers_xla) stage levers_xla 300 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
+                  "${xla_variants[@]}" --run_timeout=150 -- "${lever[@]}" --batch_size=$lever_batch \
                   --attention="$(fastest_route)" ;;
     levers_workers)
       if [[ -n $lever_workers ]]; then

@@ -488,7 +488,8 @@ def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_
     lines.append(f'| {kind} | {j:.1f} ({j / jax_total:.0%}) | {j * jax_scale:.1f} | '
                  f'{t:.1f} ({t / torch_total:.0%}) | {t * torch_scale:.1f} |')
   if device_clock:
-    lines.append(f'| GPU idle: no kernel running | | {jax_step_ms - jax_total:.1f} | | {torch_step_ms - torch_total:.1f} |')
+    idle = (jax_step_ms - jax_total, torch_step_ms - torch_total)
+    lines.append(f'| GPU idle: no kernel running | | {idle[0]:.1f} | | {idle[1]:.1f} |')
   lines.append(f'| **step** | {jax_total:.1f} | {jax_step_ms:.1f} | {torch_total:.1f} | {torch_step_ms:.1f} |')
   return '\n'.join(lines)
 
