@@ -7,7 +7,8 @@ python launch/local.py --processes=2 --devices_per_process=4 -- --config=configs
 Everything after `--` goes to `python -m vlp_jax.main` (or --module). Process 0 prints to this terminal; the others
 write `process_<i>.log` under --log_dir (default: a new temporary directory, printed at the start). Every process is
 watched: when one fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds; after a retryable code,
-75-77, they first get --grace seconds to stop by themselves; a stopped process, SIGSTOP, is SIGKILLed at once), the
+75-77, or a death by signal, they first get --grace seconds to stop by themselves; a stopped process, SIGSTOP, is
+SIGKILLed at once), the
 failed logs' tails are printed and the first failing exit code is returned, as the shell gives it (a death by signal
 N is 128 + N).
 """
@@ -57,6 +58,14 @@ def first_failure(codes: list[int | None], failed_at: dict[int, float]) -> tuple
 
 
 RETRYABLE = (75, 76, 77)  # vlp_jax/errors.py: the other processes stop by themselves (a preemption or a lost peer)
+
+
+def others_stop_by_themselves(code: int) -> bool:
+  """Whether, after a process's shell exit `code`, the others stop by themselves and so get --grace seconds first:
+  after a retryable code, and after a death by signal (a lost process: their next collective or their peer monitor
+  notices and names it, exit 76). A SIGTERM from here at that moment would start a checkpoint at jax's preemption
+  sync point, whose barrier the lost process can no longer reach: jax then aborts the process instead."""
+  return code in RETRYABLE or code > 128
 
 
 def is_stopped(pid: int) -> bool:
@@ -140,14 +149,14 @@ def launch(args: list[str], processes: int, devices_per_process: int, module: st
       print(f'process {failure[0]} exited with {failure[1]}; stopping the others' if failure[0] >= 0 else
             'timed out; stopping every process', file=sys.stderr, flush=True)
   finally:
-    stop(procs, grace, wait_first=bool(failure) and failure[1] in RETRYABLE)
+    stop(procs, grace, wait_first=bool(failure) and failure[0] >= 0 and others_stop_by_themselves(failure[1]))
     for sig, handler in previous.items():
       signal.signal(sig, handler)
     for log in logs:
       if log:
         log.close()
   codes = [shell_code(p.returncode) for p in procs]
-  print(f'exit codes: ' + ', '.join(f'process {i}: {c}' for i, c in enumerate(codes)), file=sys.stderr, flush=True)
+  print('exit codes: ' + ', '.join(f'process {i}: {c}' for i, c in enumerate(codes)), file=sys.stderr, flush=True)
   code = failure[1] if failure else 0
   if code:
     for i in range(1, processes):

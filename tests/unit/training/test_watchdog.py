@@ -248,6 +248,13 @@ def test_the_local_launcher_notices_any_process_and_stops_the_others(tmp_path, m
   assert code == 3 and time.time() - began < 20  # process 0, the first polled, runs on
 
 
+def test_the_others_stop_by_themselves_after_a_retryable_code_or_a_lost_process():
+  # a lost process (SIGKILL 137, SIGSEGV 139, SIGABRT 134) is noticed and named by the others (76); a usage error or a
+  # crash with a code of its own is not, and neither is the launcher's timeout (124)
+  assert [code for code in (0, 1, 2, 3, 75, 76, 77, 124, 134, 137, 139) if local.others_stop_by_themselves(code)] == [
+      75, 76, 77, 134, 137, 139]
+
+
 def _fake_tool(tmp_path, name, codes):
   """An executable `name` on a PATH of its own that prints the exit-code line of the next of `codes` per call."""
   (tmp_path / 'codes').write_text('\n'.join(map(str, codes)) + '\n')
