@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import statistics
 import tempfile
 
 import numpy as np
@@ -24,6 +25,17 @@ def compiled_memory(compiled) -> dict[str, int]:
 
 
 PRECISIONS = {'fp32': 'float32', 'bf16': 'bfloat16'}
+
+
+def alternating_order(items, round_index: int) -> list:
+  """`items` in the order of round `round_index`: as given in even rounds, reversed in odd ones (A B, B A, ...), so
+  that the machine's drift hits every item alike."""
+  return list(items) if round_index % 2 == 0 else list(items)[::-1]
+
+
+def ratio_range(ratios: list[float]) -> dict[str, float]:
+  """The per-round ratios of two variants summarised: {'median', 'min', 'max'}, to 3 decimals."""
+  return {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3), 'max': round(max(ratios), 3)}
 
 
 def build_config(model: str, batch_size: int, objective: str, precision: str, remat: bool, patch_dropout: float = 0.0,

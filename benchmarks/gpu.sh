@@ -80,6 +80,12 @@ stage() {  # stage <name> <seconds> <command...>: run within its limit and the b
   echo "== $name exit $? after $(( SECONDS - started ))s in all"
 }
 
+stage_if() {  # stage_if <setting> <why the dry run skips it> <name> <seconds> <command...>: stage, or say why not
+  local setting=$1 why=$2
+  shift 2
+  if [[ -n $setting ]]; then stage "$@"; else echo "== $1 skipped in the dry run: $why"; fi
+}
+
 fastest_route() {  # the attention route of b16's fastest row ('auto' when b16 has no timed row)
   python3 - "$out/b16.jsonl" <<'EOF'
 import json, sys
@@ -148,33 +154,22 @@ for name in $stages; do
               --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
     l14) stage l14 100 python3 benchmarks/train_step.py --model=ViT-L-14 --precision=bf16 "${big[@]}" \
            --attention="$(fastest_route)" ;;
-    profile)
-      if [[ -n $profiled ]]; then
-        stage profile 170 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
-          python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled --attention="$(fastest_route)"
-      else
-        echo "== profile skipped in the dry run: the vs_open_clip stage profiled"
-      fi ;;
+    profile) stage_if "$profiled" "the vs_open_clip stage profiled" profile 170 \
+               env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
+               python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled \
+               --attention="$(fastest_route)" ;;
     levers_variants) stage levers_variants 240 python3 benchmarks/train_step.py "${lever[@]}" \
                        --batch_size=$lever_batch --patch_dropout=$lever_dropouts --remat=$lever_remats \
                        --rounds=$lever_rounds --attention="$(fastest_route)" ;;
-    levers_batch)
-      if [[ -n $lever_batches ]]; then
-        stage levers_batch 200 python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
-          --attention="$(fastest_route)"
-      else
-        echo "== levers_batch skipped in the dry run: the b16 stage runs the same script"
-      fi ;;
+    levers_batch) stage_if "$lever_batches" "the b16 stage runs the same script" levers_batch 200 \
+                    python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
+                    --attention="$(fastest_route)" ;;
     levers_xla) stage levers_xla 300 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
                   "${xla_variants[@]}" --run_timeout=150 -- "${lever[@]}" --batch_size=$lever_batch \
                   --attention="$(fastest_route)" ;;
-    levers_workers)
-      if [[ -n $lever_workers ]]; then
-        stage levers_workers 150 python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
-          --attention="$(fastest_route)"
-      else
-        echo "== levers_workers skipped in the dry run: end_to_end's stage runs the same script"
-      fi ;;
+    levers_workers) stage_if "$lever_workers" "end_to_end's stage runs the same script" levers_workers 150 \
+                      python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
+                      --attention="$(fastest_route)" ;;
   esac
 done
 echo "== done in $(( SECONDS - started ))s; rows in $out"

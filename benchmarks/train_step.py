@@ -45,6 +45,8 @@ allocator.retain_freed_memory()
 
 from absl import app, flags  # noqa: E402
 
+from benchmarks.common import ratio_range  # noqa: E402
+
 _MODELS = flags.DEFINE_list('model', ['ViT-B-32'], 'Model presets (vlp_jax.models.PRESETS).')
 _BATCHES = flags.DEFINE_list('batch_size', ['32'], 'Global batch sizes.')
 _OBJECTIVES = flags.DEFINE_list('objective', ['clip'], 'Objectives (or the term saco).')
@@ -198,8 +200,7 @@ def measure_variants(model: str, batch_size: int, objective: str, precision: str
     result['round_step_seconds'] = [round(t, 6) for t in per_round[i]]  # to the microsecond: ratios of them stay exact
     if i and 0 in per_round:
       ratios = [first / mine for first, mine in zip(per_round[0], per_round[i])]
-      result['speedup_vs_first'] = {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3),
-                                    'max': round(max(ratios), 3), 'first_patch_dropout': variants[0][0],
+      result['speedup_vs_first'] = {**ratio_range(ratios), 'first_patch_dropout': variants[0][0],
                                     'first_attention': variants[0][1], 'first_remat': variants[0][2]}
     rows.append(result)
   return rows

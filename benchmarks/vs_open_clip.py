@@ -55,6 +55,8 @@ os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 from absl import app, flags  # noqa: E402
 
+from benchmarks.common import alternating_order  # noqa: E402
+
 FLAGS = flags.FLAGS
 SIDES = ('vlp_jax', 'open_clip')  # the names in the output; the workers are 'jax' and 'torch'
 WORKERS = {'vlp_jax': 'jax', 'open_clip': 'torch'}
@@ -569,7 +571,7 @@ def start_sides(spec: dict, retained: bool) -> dict:
 
 def round_order(index: int) -> tuple[str, str]:
   """vlp_jax first in even rounds, open_clip first in odd ones: ABBA ABBA ..."""
-  return SIDES if index % 2 == 0 else SIDES[::-1]
+  return tuple(alternating_order(SIDES, index))
 
 
 def time_rounds(sides: dict, rounds: int, steps: int, batch_size: int) -> dict:

@@ -22,20 +22,18 @@ import statistics
 import subprocess
 import sys
 
-from absl import app, flags
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+from benchmarks.common import alternating_order, ratio_range  # noqa: E402
 TRAIN_STEP = os.path.join(ROOT, 'benchmarks', 'train_step.py')
 
 _VARIANTS = flags.DEFINE_multi_string('variant', ['default'], "XLA flags appended to $XLA_FLAGS for one variant "
                                       "(repeat the flag for several; 'default': none). The first is the reference.")
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Alternating rounds; each runs every variant once.', lower_bound=1)
 _RUN_TIMEOUT = flags.DEFINE_integer('run_timeout', 300, 'Seconds one run of train_step.py may take.', lower_bound=1)
-
-
-def round_order(variants: list[str], round_index: int) -> list[str]:
-  """The variants in the order of round `round_index`: as given in even rounds, reversed in odd ones."""
-  return list(variants) if round_index % 2 == 0 else list(variants)[::-1]
 
 
 def summarise(rows: list[dict], variants: list[str]) -> list[dict]:
@@ -54,8 +52,7 @@ def summarise(rows: list[dict], variants: list[str]) -> list[dict]:
       ratios = [timed[variant, index, k] / timed[variants[0], index, k] for k in rounds
                 if (variants[0], index, k) in timed]
       if variant != variants[0] and ratios:
-        line['ratio_vs_first'] = {'median': round(statistics.median(ratios), 3), 'min': round(min(ratios), 3),
-                                  'max': round(max(ratios), 3), 'first': variants[0]}
+        line['ratio_vs_first'] = {**ratio_range(ratios), 'first': variants[0]}
       out.append(line)
   return out
 
@@ -85,7 +82,7 @@ def main(argv):
     raise app.UsageError(f'--variant is given twice with the same flags: {variants}')
   rows = []
   for round_index in range(_ROUNDS.value):
-    for variant in round_order(variants, round_index):
+    for variant in alternating_order(variants, round_index):
       for row in run_variant(variant, round_index, step_args):
         rows.append(row)
         print(json.dumps(row), flush=True)

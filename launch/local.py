@@ -8,9 +8,8 @@ Everything after `--` goes to `python -m vlp_jax.main` (or --module). Process 0 
 write `process_<i>.log` under --log_dir (default: a new temporary directory, printed at the start). Every process is
 watched: when one fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds; after a retryable code,
 75-77, or a death by signal, they first get --grace seconds to stop by themselves; a stopped process, SIGSTOP, is
-SIGKILLed at once), the
-failed logs' tails are printed and the first failing exit code is returned, as the shell gives it (a death by signal
-N is 128 + N).
+SIGKILLed at once), the failed logs' tails are printed and the first failing exit code is returned, as the shell
+gives it (a death by signal N is 128 + N).
 """
 from __future__ import annotations
 
@@ -82,11 +81,10 @@ def stop(procs: list[subprocess.Popen], grace: float, wait_first: bool = False) 
   """SIGTERM to every process still running (each checkpoints and exits 75, or is already on its way out); SIGKILL
   to those still there after `grace` seconds. `wait_first`: first give them `grace` seconds to exit by themselves
   (a signal would cut short their own way out). A stopped process gets SIGKILL at once: waiting for it is futile."""
-  running = lambda: [p for p in procs if p.poll() is None]  # noqa: E731
   deadline = time.time() + grace
-  while wait_first and time.time() < deadline and any(not is_stopped(p.pid) for p in running()):
+  while wait_first and time.time() < deadline and any(p.poll() is None and not is_stopped(p.pid) for p in procs):
     time.sleep(0.1)
-  for p in running():
+  for p in (p for p in procs if p.poll() is None):
     if is_stopped(p.pid):
       p.kill()
     else:

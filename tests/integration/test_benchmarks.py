@@ -198,8 +198,10 @@ def test_xla_flag_rounds_alternate_and_each_variant_is_compared_within_its_round
   """benchmarks/xla_flags.py: the order reverses every round; a variant's ratio is taken against the first variant's
   run of the same round, and a failed run has no rate to compare."""
   sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-  from xla_flags import round_order, summarise
-  assert round_order(['a', 'b', 'c'], 0) == ['a', 'b', 'c'] and round_order(['a', 'b', 'c'], 1) == ['c', 'b', 'a']
+  from benchmarks.common import alternating_order
+  from xla_flags import summarise
+  assert alternating_order(['a', 'b', 'c'], 0) == ['a', 'b', 'c']
+  assert alternating_order(['a', 'b', 'c'], 1) == ['c', 'b', 'a']
   rows = [{'xla_flags_variant': 'default', 'round': 0, 'index': 0, 'samples_per_sec': 100.0},
           {'xla_flags_variant': '--x', 'round': 0, 'index': 0, 'samples_per_sec': 110.0},
           {'xla_flags_variant': '--x', 'round': 1, 'index': 0, 'samples_per_sec': 99.0},
