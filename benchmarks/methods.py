@@ -80,6 +80,9 @@ COLUMNS = (
     ('synthetic/affinity_consistency', 'affinity consistency'),
     ('within_source/affinity_consistency', 'affinity consistency within a source'),
     ('synthetic/compositional_acc', 'compositional acc.'),
+    ('synthetic/segmentation_miou', 'segmentation mIoU'),
+    ('synthetic/referring_probe_acc50', 'referring Acc@0.5, frozen-feature probe'),
+    ('synthetic/referring_decoder_acc50', 'referring Acc@0.5, decoder'),
 )
 
 

@@ -9,6 +9,10 @@ on the same records without reading them (the regions are information SigLIP doe
 
 Scale adaptations (docs/evidence.md):
   - The renderer's boxes stand in for LocCa's detector; 32 coordinate bins per axis, one per pixel of a 32 px image.
+  - The decoder predicts only the text ids of the training records' captions and region descriptions (60 of CLIP's
+    49,408, plus end, padding and UNK; decoder_vocabulary='train_texts'): over the whole vocabulary its logits made a
+    step 28.5x a SigLIP step's FLOPs, and a compute-matched control hours of CPU per seed. Every training text is in
+    it, so the decoder's task is unchanged; only the softmax's normaliser leaves out ids the data never uses.
   - Size factor 0.25, the paper's for B (the smallest tower it trains; ours is far smaller): weights 0.25 and 0.0625.
   - Two local crops of 16 px (the paper: 8; DINO's 96 px for 224 px images) beside the 32 px global view: each crop
     is another tower pass on a 2-core CPU.
@@ -26,6 +30,10 @@ import os
 from vlp_jax.config import from_file
 
 LABEL = 'SigLIP 2'
+# What SigLIP 2 claims over SigLIP (its Tables 1-6): zero-shot and retrieval, then localisation (referring expressions
+# from frozen features, the same probe for both), dense features (segmentation) and the linear probe.
+METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/referring_probe_acc50',
+           'synthetic/segmentation_miou', 'synthetic/linear_probe_top1')
 CONTROL = 'siglip_regions'
 COMPUTE_CONTROL = 'siglip_compute'
 BASELINE = 'clip_regions'
@@ -44,5 +52,6 @@ def get_config():
       mask_ratio=0.5, head_hidden_dim=256, head_bottleneck_dim=64, head_prototypes=1024, shared_head=False,
       student_temp=0.1, teacher_temp=0.02, center_momentum=0.9,
       decoder_weight=1.0, decoder_tasks=('cap', 'aref', 'gcap'), decoder_parallel_prob=0.5, decoder_box_bins=32,
-      decoder_length=0, decoder_layers=0, decoder_loss_on_condition=True, decoder_normalize='sequence')
+      decoder_length=0, decoder_layers=0, decoder_loss_on_condition=True, decoder_normalize='sequence',
+      decoder_vocabulary='train_texts')
   return config

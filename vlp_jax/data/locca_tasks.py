@@ -9,9 +9,12 @@ The task token doubles as the start token: teacher forcing feeds the sequence wi
 without its first. The loss covers every predicted id after the task token (LocCa's default, which also teaches aref
 the description and gcap the box); with `loss_on_condition=False`, only what follows the [SEP] of aref and gcap.
 
-The decoder's output vocabulary (`LoccaLayout`) is the text tokenizer's ids, then the four special tokens
-(CAP, AREF, GCAP, SEP), then the `box_bins` coordinate tokens; its input vocabulary has one more id, MASK, the
-input of CapPa's parallel prediction (every input id replaced by MASK, attention not causal; models/locca.py).
+The decoder's output vocabulary (`LoccaLayout`) is the text ids, then the four special tokens (CAP, AREF, GCAP,
+SEP), then the `box_bins` coordinate tokens; its input vocabulary has one more id, MASK, the input of CapPa's parallel
+prediction (every input id replaced by MASK, attention not causal; models/locca.py). The text ids are the text
+tokenizer's, all of them (the papers'), or, as a scale adaptation, only those of a given list (`text_ids`: the ids
+the training texts use), each renumbered by its place in the list, and one UNK id for every other: a decoder over
+a 49k-token vocabulary is dozens of times a tiny model's step, almost all of it the logits.
 Dedicated coordinate tokens (not integers spelt with the text tokenizer, as LocCa's paper does) keep a box at
 exactly four ids whatever the tokenizer; LocCa reports the two about equal (digest ../shared/SIGLIP2.md §2).
 
@@ -21,6 +24,7 @@ Regions come from records.decode_regions: boxes as fractions of the image side. 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -39,12 +43,16 @@ REGION_TASK_OVERHEAD = 1 + BOX_TOKENS + 1 + 1
 class LoccaLayout:
   """Where each kind of id lies in the decoder's vocabulary, and the sequences' shape.
 
-  text_vocab_size: the text tokenizer's ids [0, text_vocab_size).
-  eos_id, pad_id: the tokenizer's end and padding ids (positions outside the loss mask hold pad_id).
+  text_vocab_size: the decoder's text ids [0, text_vocab_size).
+  eos_id, pad_id: the decoder's ids of the tokenizer's end and padding ids (positions outside the loss mask hold
+    pad_id).
   box_bins: coordinate bins per axis (LocCa quantises boxes; SIGLIP2.md §8 suggests a small grid for 32-px scenes,
     where a bin finer than a pixel says nothing more).
   length: L, the decoder's sequence length (inputs and targets alike).
   loss_on_condition: the loss also covers aref's description and gcap's box (LocCa's default).
+  text_ids: () when the decoder's text ids are the tokenizer's; else the tokenizer id of each decoder text id but
+    the last, which is UNK, the decoder's id of every tokenizer id not in the tuple (text_vocab_size =
+    len(text_ids) + 1).
   """
   text_vocab_size: int
   eos_id: int
@@ -52,6 +60,7 @@ class LoccaLayout:
   box_bins: int = 32
   length: int = 32
   loss_on_condition: bool = True
+  text_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.box_bins < 2:
@@ -60,6 +69,18 @@ class LoccaLayout:
       raise ConfigError(f'the LocCa decoder length {self.length} leaves no room for a region description: aref and '
                         f'gcap need {REGION_TASK_OVERHEAD} ids besides it; use a length of at least '
                         f'{REGION_TASK_OVERHEAD + 1}')
+
+  @functools.cached_property
+  def _decoder_id(self) -> dict[int, int]:
+    return {int(t): k for k, t in enumerate(self.text_ids)}
+
+  def text(self, tokenizer_ids: Sequence[int]) -> list[int]:
+    """Tokenizer ids -> the decoder's text ids: the same ids, or with `text_ids` each one's index there (UNK,
+    len(text_ids), for one not there)."""
+    if not self.text_ids:
+      return [int(t) for t in tokenizer_ids]
+    unknown = len(self.text_ids)
+    return [self._decoder_id.get(int(t), unknown) for t in tokenizer_ids]
 
   def token(self, special: str) -> int:
     """The id of a special token (SPECIAL_TOKENS)."""
@@ -84,10 +105,20 @@ class LoccaLayout:
     return self.output_vocab_size + 1
 
 
-def tokenizer_layout(tokenizer, box_bins: int = 32, length: int = 32, loss_on_condition: bool = True) -> LoccaLayout:
-  """The layout over a text tokenizer's ids (`vocab_size`, `eot_token`, `pad_token`: data/tokenizer.py's)."""
-  return LoccaLayout(text_vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eot_token, pad_id=tokenizer.pad_token,
-                     box_bins=box_bins, length=length, loss_on_condition=loss_on_condition)
+def tokenizer_layout(tokenizer, box_bins: int = 32, length: int = 32, loss_on_condition: bool = True,
+                     text_ids: Sequence[int] = ()) -> LoccaLayout:
+  """The layout over a text tokenizer's ids (`vocab_size`, `eot_token`, `pad_token`: data/tokenizer.py's): all of
+  them, or, given `text_ids`, those ids and the end and padding ids (sorted; an UNK id for the rest)."""
+  if not len(text_ids):
+    return LoccaLayout(text_vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eot_token, pad_id=tokenizer.pad_token,
+                       box_bins=box_bins, length=length, loss_on_condition=loss_on_condition)
+  kept = tuple(sorted({int(t) for t in text_ids} | {int(tokenizer.eot_token), int(tokenizer.pad_token)}))
+  if kept[0] < 0 or kept[-1] >= tokenizer.vocab_size:
+    raise ValueError(f'decoder text ids must be ids of the tokenizer, in [0, {tokenizer.vocab_size}); got '
+                     f'{kept[0]} to {kept[-1]}')
+  return LoccaLayout(text_vocab_size=len(kept) + 1, eos_id=kept.index(int(tokenizer.eot_token)),
+                     pad_id=kept.index(int(tokenizer.pad_token)), box_bins=box_bins, length=length,
+                     loss_on_condition=loss_on_condition, text_ids=kept)
 
 
 def quantize_box(box: np.ndarray, bins: int) -> np.ndarray:
@@ -172,8 +203,9 @@ def example_arrays(caption: str, regions: Regions | None, rng: np.random.Generat
 
   aref and gcap each read one region drawn uniformly from `regions` (independently); without regions their rows
   are empty (`empty_row`): such an example trains captioning only. `encode`: text -> token ids without start, end
-  or padding (a tokenizer's `encode`). The draws: the parallel flag, then aref's region, then gcap's, each only
-  where its task is present, so that an example gives the same arrays whatever else the batch holds.
+  or padding (a tokenizer's `encode`), mapped to the decoder's text ids by `layout.text`. The draws: the parallel
+  flag, then aref's region, then gcap's, each only where its task is present, so that an example gives the same
+  arrays whatever else the batch holds.
   """
   unknown = [t for t in tasks if t not in TASKS]
   if unknown or not tasks:
@@ -183,14 +215,14 @@ def example_arrays(caption: str, regions: Regions | None, rng: np.random.Generat
   for task in tasks:
     if task == 'cap':
       parallel.append(bool(rng.random() < parallel_prob) if parallel_prob > 0 else False)
-      rows.append(teacher_forcing(*caption_sequence(encode(caption), layout), layout))
+      rows.append(teacher_forcing(*caption_sequence(layout.text(encode(caption)), layout), layout))
       continue
     parallel.append(False)
     if not has_regions:
       rows.append(empty_row(layout))
       continue
     k = int(rng.integers(len(regions.texts)))
-    box, text = regions.boxes[k], encode(regions.texts[k])
+    box, text = regions.boxes[k], layout.text(encode(regions.texts[k]))
     sequence = aref_sequence(text, box, layout) if task == 'aref' else gcap_sequence(box, text, layout)
     rows.append(teacher_forcing(*sequence, layout))
   inputs, targets, loss_mask = (np.stack(column) for column in zip(*rows))

@@ -16,6 +16,7 @@ Metrics: referring_{decoder,probe,chance}_{acc50,miou}.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import jax
@@ -73,7 +74,7 @@ def aref_prefixes(texts: Sequence[str], layout: locca_tasks.LoccaLayout, encode:
   inputs = np.full((len(texts), layout.length), layout.pad_id, np.int32)
   lengths = np.zeros(len(texts), np.int32)
   for m, text in enumerate(texts):
-    ids, condition = locca_tasks.aref_sequence(encode(text), np.zeros(4), layout)
+    ids, condition = locca_tasks.aref_sequence(layout.text(encode(text)), np.zeros(4), layout)
     inputs[m, :condition], lengths[m] = ids[:condition], condition
   return inputs, lengths
 
@@ -94,19 +95,22 @@ def greedy_box_bins(logits_fn: Callable[[jax.Array], jax.Array], inputs: jax.Arr
   return jnp.stack(chosen, axis=1)
 
 
-def decoder_layout(tokenizer, decoder: locca.LoccaDecoder) -> locca_tasks.LoccaLayout:
-  """The layout a trained decoder was built for: its output vocabulary beyond the tokenizer's ids and the special
+def decoder_layout(tokenizer, decoder: locca.LoccaDecoder, text_ids: Sequence[int] = ()) -> locca_tasks.LoccaLayout:
+  """The layout a trained decoder was built for, over the tokenizer's ids or, given the `text_ids` it was trained
+  with (its variables' locca.VOCABULARY_NAME), over those: its output vocabulary beyond the text ids and the special
   tokens holds the coordinate bins."""
-  bins = decoder.vocab_size - tokenizer.vocab_size - len(locca_tasks.SPECIAL_TOKENS)
-  return locca_tasks.tokenizer_layout(tokenizer, box_bins=bins, length=decoder.length)
+  layout = locca_tasks.tokenizer_layout(tokenizer, box_bins=2, length=decoder.length, text_ids=text_ids)
+  bins = decoder.vocab_size - layout.text_vocab_size - len(locca_tasks.SPECIAL_TOKENS)
+  return dataclasses.replace(layout, box_bins=bins)
 
 
-def decoder_boxes(encoder, decoder_params: dict, images: np.ndarray, image_index: np.ndarray, texts: list[str]
-                  ) -> np.ndarray:
-  """The decoder route's boxes [M, 4] (fractions) for the pairs (image_index [M], texts [M]) of `images`."""
+def decoder_boxes(encoder, decoder_params: dict, images: np.ndarray, image_index: np.ndarray, texts: list[str],
+                  text_ids: Sequence[int] = ()) -> np.ndarray:
+  """The decoder route's boxes [M, 4] (fractions) for the pairs (image_index [M], texts [M]) of `images`; `text_ids`:
+  the decoder's text vocabulary where it is not the tokenizer's (`decoder_layout`)."""
   model = encoder.model
   decoder = locca.decoder_from_params(model.text, decoder_params, model.act, model.dtype)
-  layout = decoder_layout(encoder.tokenizer, decoder)
+  layout = decoder_layout(encoder.tokenizer, decoder, text_ids)
   inputs, lengths = aref_prefixes(texts, layout, encoder.tokenizer.encode)
   tokens = encoder.image_tokens(images)  # [N, P, w]
   params = jax.device_get(decoder_params)
@@ -178,6 +182,8 @@ def referring(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
   results.update(box_scores(np.broadcast_to(mean_box, boxes.shape), boxes, 'chance'))
   decoder_params = encoder.variables['params'].get(locca.PARAMS_NAME)
   if decoder_params is not None:
-    results.update(box_scores(decoder_boxes(encoder, decoder_params, eval_set.images, image_index, texts), boxes,
-                              'decoder'))
+    vocabulary = encoder.variables.get(locca.VOCABULARY_NAME)
+    text_ids = () if vocabulary is None else np.asarray(jax.device_get(vocabulary['text_ids'])).tolist()
+    results.update(box_scores(decoder_boxes(encoder, decoder_params, eval_set.images, image_index, texts, text_ids),
+                              boxes, 'decoder'))
   return results

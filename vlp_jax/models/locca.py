@@ -31,6 +31,9 @@ from vlp_jax.models.transformer import LN_EPS, Mlp, layer_norm
 # Where an objective keeps the decoder's parameters (a top-level entry of its params), so that evaluators find them;
 # weight export keeps only the towers' entries and so drops it.
 PARAMS_NAME = 'locca_decoder'
+# Where a decoder over a part of the tokenizer's vocabulary keeps which part (data/locca_tasks.py `text_ids`): a
+# variables collection {'text_ids': [K] int32} beside 'params' (in training, an entry of the model state).
+VOCABULARY_NAME = 'locca_vocabulary'
 
 
 class MaskedSelfAttention(nn.Module):

@@ -13,12 +13,10 @@ from vlp_jax.objectives.base import OBJECTIVES, TERMS, Composite, Objective, Ter
 
 def build(config: ml_collections.ConfigDict, model) -> Objective:
   """The objective named by `config.objective.name`, bound to `model`, plus the terms in `config.objective.terms`.
-  A locked image tower (`config.optim.lock_image`) keeps its BatchNorm statistics (`freeze_image_batch_norm`); the
-  objective learns the run's length (`total_steps`)."""
+  The objective learns what it needs of the rest of the run config through `Objective.bind`."""
   objective_cls = OBJECTIVES.get(config.objective.name)
   objective = objective_cls(model, objective_cls.options(config.objective))
-  objective.freeze_image_batch_norm = bool(config.optim.get('lock_image', False))
-  objective.total_steps = int(config.total_steps)  # for objectives staged over the run (siglip2's switch)
+  objective.bind(config)
   terms = [TERMS.get(name)(with_defaults(TERMS.get(name).default_config(), config.objective.get(name, {})), config)
            for name in config.objective.terms]
   return Composite(objective, terms) if terms else objective

@@ -97,6 +97,13 @@ class Objective:
     self.model = model
     self.config = config
 
+  def bind(self, config: ml_collections.ConfigDict) -> None:
+    """What the objective reads of the whole run config (`objectives.build` calls it once): a locked image tower
+    (`config.optim.lock_image`) keeps its BatchNorm statistics, and the run's length (`total_steps`) is known to
+    objectives staged over it (siglip2's switch). Subclasses that read more extend it."""
+    self.freeze_image_batch_norm = bool(config.optim.get('lock_image', False))
+    self.total_steps = int(config.total_steps)
+
   @classmethod
   def default_config(cls) -> dict[str, Any]:
     """Options this objective accepts under `config.objective`, with their defaults (used to validate configs).
@@ -115,10 +122,11 @@ class Objective:
     """`config.objective` with every option it does not set taken from `default_config()`."""
     return with_defaults(cls.default_config(), objective_config)
 
-  # A locked image tower (config.optim.lock_image, set by `objectives.build`) runs its BatchNorm on the running
+  # A locked image tower (config.optim.lock_image, set by `bind`) runs its BatchNorm on the running
   # statistics and never updates them, as open_clip's FrozenBatchNorm2d (`freeze_batch_norm_2d`, its
   # --lock-image-freeze-bn-stats): training must not move any of a locked tower's variables.
   freeze_image_batch_norm = False
+  total_steps: int | None = None  # config.total_steps, set by `bind`
 
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).

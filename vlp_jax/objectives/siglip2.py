@@ -38,13 +38,17 @@ once, in the forward pass and in the backward pass (which recomputes them), neve
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
+from vlp_jax.data import formats as data_formats
 from vlp_jax.data import locca_tasks, transforms
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
@@ -66,6 +70,8 @@ DISTILL_HEAD, MASKED_HEAD, MASK_TOKEN = 'siglip2_distill_head', 'siglip2_masked_
 TEACHER, CENTERS, ACTIVE = 'siglip2_teacher', 'siglip2_centers', 'siglip2_active'  # model-state entries
 PATCH_EMBEDDING = 'conv1'  # the patch-embedding conv of every patch-based tower, under `visual/`
 DECODER = locca.PARAMS_NAME
+DECODER_VOCABULARIES = ('tokenizer', 'train_texts')
+VOCABULARY = locca.VOCABULARY_NAME  # model-state entry: {'text_ids': [K] int32}, with decoder_vocabulary 'train_texts'
 # The decoder's features: per sequence [B, T], its mean cross-entropy, target count, correct argmax count, whether
 # it is predicted in parallel.
 DECODER_FEATURES = ('decoder_nll', 'decoder_tokens', 'decoder_correct', 'decoder_parallel')
@@ -162,12 +168,28 @@ class Siglip2Views(ClipViews):
     return out
 
 
-def decoder_layout(options: Any, text: Any) -> locca_tasks.LoccaLayout:
-  """The decoder's vocabulary and sequence layout from the objective's options and config.model.text."""
+@functools.lru_cache(maxsize=4)
+def _split_text_ids(data_json: str, tokenizer: str, tokenizer_path: str) -> tuple[int, ...]:
+  data = ml_collections.ConfigDict(json.loads(data_json))
+  encode = cached_tokenizer(tokenizer, tokenizer_path).encode
+  return tuple(sorted({int(t) for text in data_formats.split_texts(data, 'train') for t in encode(text)}))
+
+
+def train_text_ids(config: Any) -> tuple[int, ...]:
+  """The sorted tokenizer ids (config.model.text's tokenizer) of every text of the training records: captions and
+  region descriptions (data.formats.split_texts). Read once per process and data config."""
+  return _split_text_ids(config.data.to_json(), **tokenizer_options(config.model.text))
+
+
+def decoder_layout(options: Any, config: Any) -> locca_tasks.LoccaLayout:
+  """The decoder's vocabulary and sequence layout from the objective's options and the run config (its text tower;
+  with decoder_vocabulary 'train_texts', the training data's text ids)."""
+  text = config.model.text
   tokenizer = cached_tokenizer(**tokenizer_options(text))
+  text_ids = train_text_ids(config) if options.decoder_vocabulary == 'train_texts' else ()
   return locca_tasks.tokenizer_layout(tokenizer, options.decoder_box_bins,
                                       options.decoder_length or text.context_length,
-                                      options.decoder_loss_on_condition)
+                                      options.decoder_loss_on_condition, text_ids)
 
 
 def _zeros_of(fn, *args) -> Any:
@@ -205,7 +227,11 @@ class Siglip2Objective(SiglipObjective):
             'decoder_length': 0,  # tokens per task sequence; 0 = config.model.text.context_length
             'decoder_layers': 0,  # 0 = half the text tower's (SigLIP 2)
             'decoder_loss_on_condition': True,  # the loss also covers aref's text and gcap's box (LocCa's default)
-            'decoder_normalize': 'sequence'}  # losses/captioning.py: 'sequence' (big_vision's) or 'token'
+            'decoder_normalize': 'sequence',  # losses/captioning.py: 'sequence' (big_vision's) or 'token'
+            # The text ids the decoder predicts: 'tokenizer' (all, the papers'), or 'train_texts', only those of the
+            # training records' captions and region descriptions plus UNK (read from the records at start; a scale
+            # adaptation for small data, where the logits over a 49k vocabulary would be most of a step).
+            'decoder_vocabulary': 'tokenizer'}
 
   @classmethod
   def validate(cls, options, config):
@@ -257,6 +283,9 @@ class Siglip2Objective(SiglipObjective):
     for key, low in (('decoder_box_bins', 2), ('decoder_length', 0), ('decoder_layers', 0)):
       if not isinstance(options[key], int) or isinstance(options[key], bool) or options[key] < low:
         raise ConfigError(f'config.objective.{key} must be an integer >= {low}, got {options[key]!r}')
+    if options.decoder_vocabulary not in DECODER_VOCABULARIES:
+      raise ConfigError(f"config.objective.decoder_vocabulary='{options.decoder_vocabulary}' is not one of "
+                        f'{list(DECODER_VOCABULARIES)}')
     if options.decoder_normalize not in captioning.NORMALIZATIONS:
       raise ConfigError(f"config.objective.decoder_normalize='{options.decoder_normalize}' is not one of "
                         f'{list(captioning.NORMALIZATIONS)}')
@@ -283,7 +312,7 @@ class Siglip2Objective(SiglipObjective):
                         global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
                         color_jitter=tuple(float(x) for x in c.crop_color_jitter),
                         grayscale_prob=float(c.crop_grayscale_prob),
-                        decoder_layout=decoder_layout(c, config.model.text) if c.decoder_weight else None,
+                        decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
                         decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob))
 
   # ------------------------------------------------------------------------------------------ what is on
@@ -300,8 +329,21 @@ class Siglip2Objective(SiglipObjective):
   def decoder_on(self) -> bool:
     return bool(self.config.decoder_weight)
 
+  def bind(self, config):
+    super().bind(config)
+    self.run_config = config  # for the decoder's layout, read when first needed (`layout`)
+
+  @functools.cached_property
+  def layout(self) -> locca_tasks.LoccaLayout:
+    """The decoder's (`decoder_layout`); only built when the decoder is on, so that evaluating a checkpoint never
+    reads the training data."""
+    if getattr(self, 'run_config', None) is None:
+      raise ValueError("objective 'siglip2' with its decoder needs the run config: build it with "
+                       'objectives.build(config, model)')
+    return decoder_layout(self.config, self.run_config)
+
   def decoder(self) -> locca.LoccaDecoder:
-    layout = decoder_layout(self.config, self.model.text)
+    layout = self.layout
     return locca.decoder_for_text_tower(self.model.text, layout.output_vocab_size, layout.length, self.model.act,
                                         self.config.decoder_layers, self.model.dtype)
 
@@ -344,6 +386,8 @@ class Siglip2Objective(SiglipObjective):
       decoder = self.decoder()
       params[DECODER] = decoder.init(jax.random.fold_in(rng, 3), jnp.zeros((1, 1, width)),
                                      jnp.zeros((1, 1, decoder.length), jnp.int32))['params']
+      if self.layout.text_ids:  # the decoder's text vocabulary, for evaluators (`eval_variants`) and checkpoints
+        model_state = {**model_state, VOCABULARY: {'text_ids': jnp.asarray(self.layout.text_ids, jnp.int32)}}
     if not self.uses_teacher:
       return params, model_state
     width = self.model.vision.width
@@ -355,6 +399,14 @@ class Siglip2Objective(SiglipObjective):
     centers = {loss: jnp.zeros((self.config.head_prototypes,), jnp.float32) for loss in self.head_names()}
     return params, {**model_state, TEACHER: jax.tree.map(jnp.array, self.teacher_params(params)), CENTERS: centers,
                     ACTIVE: jnp.int32(self.start_step <= 0)}
+
+  def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
+    """The base's variants, each with the decoder's text vocabulary (VOCABULARY) where it is not the tokenizer's,
+    so that the referring evaluator decodes with the ids the decoder was trained on."""
+    variants = super().eval_variants(params, model_state)
+    if VOCABULARY not in model_state:
+      return variants
+    return {prefix: {**variables, VOCABULARY: model_state[VOCABULARY]} for prefix, variables in variants.items()}
 
   # ------------------------------------------------------------------------------------------ the step
 

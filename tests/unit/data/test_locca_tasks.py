@@ -29,6 +29,26 @@ def test_layout_over_a_tokenizer_keeps_its_end_and_padding_ids():
   assert layout.output_vocab_size == tokenizer.vocab_size + len(locca_tasks.SPECIAL_TOKENS) + 8
 
 
+def test_layout_over_part_of_a_tokenizer_renumbers_its_ids_and_maps_the_rest_to_unk():
+  tokenizer = default_tokenizer()
+  red, circle = tokenizer.encode('red circle')
+  layout = locca_tasks.tokenizer_layout(tokenizer, box_bins=8, length=20, text_ids=[circle, red, red])
+  # Sorted, with the end and padding ids added; UNK after them, then the special and coordinate tokens.
+  want = sorted({red, circle, tokenizer.eot_token, tokenizer.pad_token})
+  assert layout.text_ids == tuple(want) and layout.text_vocab_size == len(want) + 1
+  assert (layout.eos_id, layout.pad_id) == (want.index(tokenizer.eot_token), want.index(tokenizer.pad_token))
+  assert layout.output_vocab_size == len(want) + 1 + len(locca_tasks.SPECIAL_TOKENS) + 8
+  unk = len(want)
+  assert layout.text(tokenizer.encode('a red circle')) == [unk, want.index(red), want.index(circle)]
+  rows = locca_tasks.example_arrays('red square', None, np.random.default_rng(0), layout, tokenizer.encode, ('cap',))
+  np.testing.assert_array_equal(rows['locca_targets'][0, :3], [want.index(red), unk, layout.eos_id])
+  assert rows['locca_inputs'].max() < layout.output_vocab_size
+  full = locca_tasks.tokenizer_layout(tokenizer, box_bins=8, length=20)
+  assert full.text([red, circle]) == [red, circle] and full.text_ids == ()
+  with pytest.raises(ValueError, match='ids of the tokenizer'):
+    locca_tasks.tokenizer_layout(tokenizer, text_ids=[tokenizer.vocab_size])
+
+
 def test_caption_rows():
   inputs, targets, mask = locca_tasks.teacher_forcing(*locca_tasks.caption_sequence([3, 4, 5], LAYOUT), LAYOUT)
   np.testing.assert_array_equal(inputs, [10, 3, 4, 5, 0, 0, 0, 0, 0, 0])

@@ -96,6 +96,19 @@ def test_decoder_route_reads_the_decoder_from_its_parameters():
   assert locca.decoder_from_params(text, params, 'gelu').layers == 1  # its own depth, not half the tower's
 
 
+def test_decoder_route_over_part_of_the_vocabulary_reads_the_text_ids_it_was_trained_with():
+  """A decoder over TinyTokenizer's ids 2 and 5 ('b', 'e'), with its end 9 and padding 0: decoder text ids pad 0,
+  'b' 1, 'e' 2, eos 3, UNK 4, then CAP 5 .. SEP 8, then the 8 bins from 9 (read off the decoder's width); a letter
+  outside the vocabulary ('h') is UNK in the description."""
+  tokenizer = TinyTokenizer()
+  layout = referring.decoder_layout(tokenizer, locca.LoccaDecoder(16, 2, 1, vocab_size=5 + 4 + 8, length=12),
+                                    text_ids=[0, 2, 5, 9])
+  assert (layout.text_vocab_size, layout.first_coordinate, layout.box_bins, layout.eos_id) == (5, 9, 8, 3)
+  inputs, lengths = referring.aref_prefixes(['b', 'e', 'h'], layout, tokenizer.encode)
+  np.testing.assert_array_equal(inputs[:, :3], [[6, 1, 8], [6, 2, 8], [6, 4, 8]])  # [AREF] text [SEP]
+  np.testing.assert_array_equal(lengths, [3, 3, 3])
+
+
 def test_probe_recovers_boxes_from_features_that_linearly_encode_them():
   rng = np.random.default_rng(0)
   corner = rng.uniform(0.0, 0.6, (300, 2))

@@ -21,8 +21,9 @@ from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.losses.captioning import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
 from vlp_jax.objectives.base import IMAGE_TOWER, example_rngs, tower_rngs
-from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, DECODER, MASK_TOKEN, TEACHER, mask_token_interceptor,
-                                        masked_patch_count, masked_patches)
+from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, DECODER, MASK_TOKEN, TEACHER, VOCABULARY,
+                                        mask_token_interceptor, masked_patch_count, masked_patches, train_text_ids)
 from vlp_jax.training import optim
 from vlp_jax.training.step import compile_train_step
 
@@ -235,6 +236,39 @@ def test_decoder_rows_come_last_and_records_without_regions_train_captioning_onl
   np.testing.assert_array_equal(no_region_tokens[:, 1:], 0)  # aref and gcap rows masked out
   np.testing.assert_array_equal(no_region_tokens[:, 0], tokens[:, 0])  # the same captions
   assert 'locca_inputs' not in without
+
+
+def test_decoder_over_the_training_texts_predicts_their_ids_and_keeps_them_in_its_state(data_cache):
+  """decoder_vocabulary='train_texts': the text ids of every caption and region description of the training records,
+  the reference read from the generator itself (not from the shards); no training row meets UNK; the decoder's
+  width follows; the ids travel in the model state and in every evaluation variant."""
+  config = _with_decoder(_siglip2(micro_config(data_cache), distill_weight=0.0, masked_weight=0.0),
+                         decoder_vocabulary='train_texts')
+  validate(config)
+  spec, tokenizer = synthetic.spec_from_config(config.data), default_tokenizer()
+  want = set()
+  for source in spec.sources:
+    for i in range(spec.num_train):
+      example = synthetic.make_example(spec.seed, 'train', source, i, spec.resolution, regions=True)
+      want.update(t for text in (example['caption'], *(r['text'] for r in example['regions']))
+                  for t in tokenizer.encode(text))
+  assert train_text_ids(config) == tuple(sorted(want))
+  objective = objectives.build(config, models.build_model(config.model))
+  layout = objective.layout
+  assert layout.text_ids == tuple(sorted(want | {tokenizer.eot_token, tokenizer.pad_token}))
+  unk = layout.text_vocab_size - 1
+  batch = _examples(config, 8, regions=True)
+  targets = batch['locca_targets'][batch['locca_loss_mask'] > 0]
+  assert targets.max() < layout.output_vocab_size and not (targets == unk).any()
+  params, state = jax.eval_shape(objective.init_variables, jax.random.key(0))
+  assert params[DECODER]['logits']['kernel'].shape[-1] == layout.output_vocab_size < 100
+  assert state[VOCABULARY]['text_ids'].shape == (len(layout.text_ids),)
+  text_ids = jnp.asarray(layout.text_ids, jnp.int32)
+  for variables in objective.eval_variants({}, {VOCABULARY: {'text_ids': text_ids}}).values():
+    np.testing.assert_array_equal(variables[VOCABULARY]['text_ids'], layout.text_ids)
+  off = _with_decoder(_siglip2(micro_config(data_cache), distill_weight=0.0, masked_weight=0.0))
+  full = objectives.build(off, models.build_model(off.model))
+  assert full.layout.text_ids == () and VOCABULARY not in jax.eval_shape(full.init_variables, jax.random.key(0))[1]
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import grain
 import ml_collections
 
-from vlp_jax.data import mixing, pipeline
+from vlp_jax.data import mixing, pipeline, records
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.data.shards import ShardRecords
 from vlp_jax.registry import Registry
@@ -109,6 +109,30 @@ def train_paths(data: ml_collections.ConfigDict) -> list[str]:
 def split_paths(data: ml_collections.ConfigDict, split: str) -> list[str]:
   """The shards of a split of the configured data."""
   return data_format(data).split_paths(split)
+
+
+def split_texts(data: ml_collections.ConfigDict, split: str) -> list[str]:
+  """Every text of a split's records, in record order: each record's caption (`config.data.caption_field`), then its
+  region descriptions. A record that cannot be read, or whose regions are malformed, gives none, as training skips
+  it. Reads every record once (images stay encoded): for data small enough to scan at start-up, such as the
+  embedded dataset (the decoder's vocabulary of objectives/siglip2.py)."""
+  fmt = data_format(data)
+  paths = fmt.split_paths(split)
+  shards = fmt.records_reader(paths, fmt.shard_sources(paths), paths)(paths, list(range(len(paths))))
+  texts = []
+  chunk = 1024
+  for start in range(0, len(shards), chunk):
+    for _, record in shards.__getitems__(list(range(start, min(start + chunk, len(shards))))):
+      try:
+        example = record if isinstance(record, dict) else records.deserialize(record)
+        if 'bad' in example:
+          continue
+        regions = records.decode_regions(example['regions']) if example.get('regions') is not None else None
+      except records.BadRecordError:
+        continue
+      texts.append(str(example.get(data.caption_field) or ''))
+      texts.extend(regions.texts if regions is not None else ())
+  return texts
 
 
 def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grain.transforms.RandomMap, *, seed: int,
