@@ -3,7 +3,7 @@
 costs much more, a compute-matched control on the embedded dataset under one budget, over the development seeds and
 the held-out seeds, and tabulate the paired differences and the held-out verdict (docs/evidence.md).
 
-python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,4,5] [--jobs=1] [--workdir=/tmp/vlp_methods]
+python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,11,12,13] [--jobs=1] [--workdir=/tmp/vlp_methods]
                              [--output=table.md] [--notrain] [--memory]
 
 --methods takes run names, groups of them (GROUPS below: 'table', 'table_saco', 'table_zerovl', ...) or 'all'; a
@@ -54,6 +54,8 @@ import sys
 import threading
 import time
 
+import scipy.stats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -63,7 +65,10 @@ TEACHER_SEED_OFFSET = 1000
 NEVER = 10**9  # an eval interval no run reaches: the loop still evaluates at its last step
 METADATA = ('LABEL', 'BASELINE', 'CONTROL', 'COMPUTE_CONTROL', 'AFTER', 'TEACHER', 'METRICS')  # a config's constants
 DEV_SEEDS = (0, 1, 2)  # the only seeds a choice of setting may look at (docs/evidence.md)
-HELD_OUT_SEEDS = (4, 5)  # never used to choose anything: the verdict is read on them alone
+# Declared in docs/evidence.md on 2026-11-27, before any run of them: never used to choose anything. (4 and 5, the
+# earlier held-out seeds, had been trained and reported before the rules; they are no longer held out.)
+HELD_OUT_SEEDS = (11, 12, 13)
+CONFIDENCE = 0.95  # of the paired t-interval a verdict is read on
 RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 RESULTS_BEGIN = '<!-- methods table: written by benchmarks/methods.py --update_results -->'
 RESULTS_END = '<!-- end of methods table -->'
@@ -331,6 +336,8 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
     write_row(store, row)
     return row
   resumed = has_checkpoint(workdir)  # its wall time then covers only the rest of the run
+  # A workdir holding the final checkpoint only evaluates: that row says nothing of this code's training.
+  evaluation_only = resumed and latest_checkpoint_step(workdir) >= run_config(root, name, seed, steps).total_steps
   began = time.time()
   result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True,
                           env=run_env(root))
@@ -338,7 +345,8 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
          'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:]),
-         'commit': code_commit(), 'jobs': jobs, **({'resumed': True} if resumed else {})}
+         'commit': code_commit(), 'jobs': jobs, **({'resumed': True} if resumed else {}),
+         **({'evaluation_only': True} if evaluation_only else {})}
   with open(done, 'w') as f:
     json.dump(row, f)
   write_row(store, row)
@@ -365,10 +373,16 @@ def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, ste
   return train(root, name, seed, steps, lock, eval_every, store, jobs)
 
 
+def latest_checkpoint_step(workdir: str) -> int:
+  """The step of the latest finished checkpoint in `workdir`, -1 without one."""
+  directory = os.path.join(workdir, 'checkpoints')
+  steps = [int(entry) for entry in os.listdir(directory) if entry.isdigit()] if os.path.isdir(directory) else []
+  return max(steps, default=-1)
+
+
 def has_checkpoint(workdir: str) -> bool:
   """Whether `workdir` holds a checkpoint (a continued run or a SaCo mimic starts from its run's)."""
-  directory = os.path.join(workdir, 'checkpoints')
-  return os.path.isdir(directory) and any(entry.isdigit() for entry in os.listdir(directory))
+  return latest_checkpoint_step(workdir) >= 0
 
 
 def write_row(store: str, row: dict) -> None:
@@ -446,19 +460,62 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
   return '\n'.join(lines)
 
 
-def verdict(differences: list[float], expected: int | None = None) -> str:
-  """'ahead' when the method is ahead of its control on every seed given, 'behind' when behind on every one, else
-  'level' (docs/evidence.md); 'not run' without seeds, and 'pending (k of n seeds)' while fewer than the `expected`
-  held-out seeds are in (a verdict is read on all of them, never on some)."""
+def paired_interval(differences: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+  """(mean, low, high): the mean of the paired differences (method − control, one per seed) and its two-sided
+  Student-t interval, mean ± t_{(1 + confidence) / 2, n - 1} * std / sqrt(n). Needs two differences or more."""
+  if len(differences) < 2:
+    raise ValueError(f'an interval needs at least 2 paired differences, got {len(differences)}')
+  mean, std = mean_std(differences)
+  half = float(scipy.stats.t.ppf((1 + confidence) / 2, len(differences) - 1)) * std / math.sqrt(len(differences))
+  return mean, mean - half, mean + half
+
+
+def verdict(differences: list[float], held_out: int | None = None, expected: int | None = None) -> str:
+  """The verdict on a method against its control from the paired differences of every seed of one commit
+  (docs/evidence.md): 'ahead' when the CONFIDENCE t-interval of their mean lies above zero, 'behind' when below,
+  else 'not distinguishable at this budget' (never "no effect": the interval says how large an effect it leaves
+  open). 'not run' without seeds; 'pending (k of n held-out seeds)' while fewer than the `expected` held-out seeds
+  are in (`held_out` of them are), so that a verdict is never read before its held-out seeds."""
   if not differences:
     return 'not run'
-  if expected is not None and len(differences) < expected:
-    return f'pending ({len(differences)} of {expected} seeds)'
-  if all(d > 0 for d in differences):
+  if expected is not None and (held_out or 0) < expected:
+    return f'pending ({held_out or 0} of {expected} held-out seeds)'
+  if len(differences) < 2:
+    return 'one seed: no interval'
+  _, low, high = paired_interval(differences)
+  if low > 0:
     return 'ahead'
-  if all(d < 0 for d in differences):
+  if high < 0:
     return 'behind'
-  return 'level'
+  return 'not distinguishable at this budget'
+
+
+def interval_cell(differences: list[float], key: str) -> str:
+  """'mean [low, high]' at the metric's precision (RSUM in percent), '-' with fewer than two differences."""
+  if len(differences) < 2:
+    return '-'
+  digits = 1 if key.endswith('rsum') else 3
+  mean, low, high = paired_interval(differences)
+  return f'{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]'
+
+
+def tabulated(rows: list[dict]) -> tuple[list[dict], list[str]]:
+  """The rows a table may read, and why each other one is left out: a row marked `evaluation_only` (its workdir
+  already held the final checkpoint: it evaluated a run trained by other, perhaps older, code) is not a training
+  run; retrain it from an empty workdir."""
+  kept, refused = [], []
+  for row in rows:
+    if row.get('evaluation_only'):
+      refused.append(f"{row['run']} seed {row['seed']}: evaluation only (its workdir held the final checkpoint); "
+                     'retrain it from an empty workdir')
+    else:
+      kept.append(row)
+  return kept, refused
+
+
+def commits_of(rows: list[dict]) -> list[str]:
+  """The distinct commits (`commit`, '' when unrecorded) that trained `rows`, sorted."""
+  return sorted({str(r.get('commit') or '') for r in rows})
 
 
 def _cell(values: list[float], key: str, signed: bool = False) -> str:
@@ -483,12 +540,15 @@ def _mean_of(rows: list[dict], field: str) -> float | None:
 
 def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS) -> str:
   """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
-  development seeds (mean ± std), their paired difference there, the difference on each held-out seed and the
-  verdict (`verdict`), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
+  development seeds (mean ± std), their paired difference there, the mean paired difference over every seed with
+  its t-interval, the difference on each held-out seed and the verdict (`verdict`; rows of several commits get
+  none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
   without its rows) and wall time of each side. A run with a COMPUTE_CONTROL gets a second block against it."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
-           'method − control', f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
+           'method − control, development seeds',
+           f'method − control, every seed: mean [{CONFIDENCE:.0%} t-interval]',
+           f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
            'training TFLOP, method / control', 'wall per run (median), method / control', 'regenerate']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for name, control in [(n, c) for n in names for c in dict.fromkeys(
@@ -497,14 +557,19 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
     both = lambda seeds: [s for s in seeds if (name, s) in by_key and (control, s) in by_key]  # noqa: E731
     dev, held = both(dev_seeds), both(held_out_seeds)
     mine, theirs = [by_key[(name, s)] for s in dev + held], [by_key[(control, s)] for s in dev + held]
+    commits = commits_of(mine + theirs)
     for k, key in enumerate(run.metrics):
       diff = lambda s: by_key[(name, s)][key] - by_key[(control, s)][key]  # noqa: E731
       held_cells = ', '.join(f'{diff(s):+.{1 if key.endswith("rsum") else 3}f}' for s in held) or '-'
+      every = [diff(s) for s in dev + held]
+      if len(commits) > 1:  # one commit's runs or none: code that changed between seeds is not one experiment
+        judged = f'mixed commits ({", ".join(c or "unrecorded" for c in commits)}): rerun at one'
+      else:
+        judged = verdict(every, len(held), len(held_out_seeds))
       cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
                _cell([by_key[(name, s)][key] for s in dev], key), _cell([by_key[(control, s)][key] for s in dev], key),
                _cell([diff(s) for s in dev], key, signed=True) + f' ({sum(diff(s) > 0 for s in dev)}/{len(dev)})',
-               held_cells, ('**{}**' if k == 0 else '{}').format(verdict([diff(s) for s in held],
-                                                                          len(held_out_seeds)))]
+               interval_cell(every, key), held_cells, ('**{}**' if k == 0 else '{}').format(judged)]
       if k == 0:
         flops = [_mean_of(side, 'train_flops') for side in (mine, theirs)]
         if run.teacher and flops[0]:  # the teacher's training is part of the method's compute
@@ -609,6 +674,9 @@ def main(argv):
                                              FLAGS.eval_every, FLAGS.store, FLAGS.jobs)
         futures[(name, seed)] = pool.submit(job, name, seed)
     rows = [row for f in futures.values() if (row := f.result()) is not None]
+  rows, refused = tabulated(rows)
+  for reason in refused:
+    print(f'Left out of the tables: {reason}', flush=True)
   memory = {}
   if FLAGS.memory:
     for name in names:

@@ -1,8 +1,6 @@
 """The compute-matched control of SigLIP 2: siglip_regions trained for as many FLOPs as configs/siglip2_shapes.py.
-XLA counts 69.52 GFLOPs in SigLIP 2's step (its decoder over the training texts' ids; the late losses' branch, which
-XLA counts at every step, included) and 25.95 in SigLIP's, 2.679x, so 400 steps of SigLIP 2 cost 1072 of SigLIP.
-(Before the decoder's vocabulary was cut to the training texts' ids, SigLIP 2's step was 739.4 GFLOPs, 28.50x.)
-Each file F measured on CPU by
+XLA counts 69.52 GFLOPs in SigLIP 2's step (the late losses' branch, counted at every step, included) and 25.95 in
+SigLIP's, 2.679x, so 400 steps of SigLIP 2 cost 1072 of SigLIP. Each file F measured on CPU by
 python -c "import benchmarks.methods as m, vlp_jax.config as c; print(m.step_flops(c.from_file(F)))"
 """
 import os

@@ -3,7 +3,9 @@
 import ast
 import json
 import os
+import subprocess
 
+import numpy as np
 import pytest
 
 from benchmarks import methods
@@ -183,44 +185,88 @@ def test_paired_table_subtracts_the_controls_of_the_same_seed():
   assert lines[5].split('|')[3].strip() == '-'  # a metric the rows do not have
 
 
-def test_verdict_is_read_on_every_held_out_seed():
-  assert methods.verdict([0.1, 0.02]) == 'ahead'
-  assert methods.verdict([-0.1, -0.02]) == 'behind'
-  assert methods.verdict([0.1, -0.02]) == methods.verdict([0.0, 0.3]) == 'level'
+def test_paired_interval_is_students_t_interval():
+  # n = 3, mean 2, sample std 1; t_{0.975, 2} = 4.302653 (statistical tables), so the half-width is 4.302653 / sqrt(3).
+  mean, low, high = methods.paired_interval([1.0, 2.0, 3.0])
+  assert mean == 2.0 and np.isclose(high - mean, 4.302653 / np.sqrt(3), rtol=1e-6) and np.isclose(mean - low, high - mean)
+  # n = 5 with t_{0.975, 4} = 2.776445.
+  d = np.array([0.03, -0.01, 0.05, 0.02, 0.04])
+  _, low, high = methods.paired_interval(list(d))
+  assert np.isclose(high - d.mean(), 2.776445 * d.std(ddof=1) / np.sqrt(5), rtol=1e-6)
+  with pytest.raises(ValueError, match='at least 2'):
+    methods.paired_interval([0.1])
+
+
+def test_verdict_is_an_interval_read_only_with_every_held_out_seed():
+  assert methods.verdict([0.10, 0.11, 0.09, 0.12, 0.10], held_out=3, expected=3) == 'ahead'
+  assert methods.verdict([-0.10, -0.11, -0.09], held_out=3, expected=3) == 'behind'
+  # Ahead on every seed, but too few and too spread for the interval to exclude zero: not a verdict of "ahead".
+  assert methods.verdict([0.01, 0.30], held_out=2, expected=2) == 'not distinguishable at this budget'
+  assert methods.verdict([0.1, -0.02, 0.05], held_out=3, expected=3) == 'not distinguishable at this budget'
   assert methods.verdict([]) == 'not run'
-  # Read on all the held-out seeds or not at all: one seed of two gives no verdict.
-  assert methods.verdict([0.1], expected=2) == 'pending (1 of 2 seeds)'
-  assert methods.verdict([0.1, 0.02], expected=2) == 'ahead'
+  assert methods.verdict([0.1, 0.2, 0.1, 0.2], held_out=1, expected=3) == 'pending (1 of 3 held-out seeds)'
+  assert methods.verdict([0.1]) == 'one seed: no interval'
+  assert methods.interval_cell([1.0, 2.0, 3.0], 'synthetic/zeroshot_top1') == '+2.000 [-0.484, +4.484]'
+  assert methods.interval_cell([0.1], 'synthetic/zeroshot_top1') == '-'
 
 
 def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metrics():
   rows = []
   for seed in methods.DEV_SEEDS + methods.HELD_OUT_SEEDS:
     for run, r1, flops in (('clip_text_pool', 0.2, 1e13), ('clip_text_pool_compute', 0.25, 3e13),
-                           ('cosmos', 0.2 + 0.01 * (seed + 1), 3e13)):
-      rows.append({'run': run, 'seed': seed, 'synthetic/mean_r1': r1 + (seed == 5) * 0.1 * (run != 'cosmos'),
+                           ('cosmos', 0.2 + 0.01 * (seed % 10 + 1), 3e13)):
+      rows.append({'run': run, 'seed': seed, 'synthetic/mean_r1': r1 + (seed == 13) * 0.1 * (run != 'cosmos'),
                    'synthetic/zeroshot_top1': 0.5, 'synthetic_long/mean_r1': 0.1, 'train_flops': flops,
-                   'wall_seconds': 100.0, 'jobs': 1})
+                   'wall_seconds': 100.0, 'jobs': 1, 'commit': 'abc1234'})
   lines = methods.headline_table(rows, ['clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
   assert len(lines) == 2 + 2 * len(methods.RUNS['cosmos'].metrics)  # against the control, then compute-matched
   first = [cell.strip() for cell in lines[2].split('|')[1:-1]]
   assert first[:3] == ['COSMOS (`cosmos`)', '`clip_text_pool`', 'mean R@1, short captions']
   assert first[5] == '+0.020 ± 0.010 (3/3)'  # seeds 0-2: +0.01, +0.02, +0.03
-  assert first[6] == '+0.050, -0.040' and first[7] == '**level**'  # seed 4 ahead, seed 5 behind
-  assert first[8] == '30 / 10 (3.00x)' and first[10] == '`--methods=cosmos`'
+  # Every seed: +0.01, +0.02, +0.03 (0-2), +0.02, +0.03 (11, 12), -0.06 (13): the interval holds zero.
+  every = [0.01, 0.02, 0.03, 0.02, 0.03, -0.06]
+  assert first[6] == methods.interval_cell(every, 'synthetic/mean_r1') and first[6].startswith('+0.008 [')
+  assert first[7] == '+0.020, +0.030, -0.060' and first[8] == '**not distinguishable at this budget**'
+  assert first[9] == '30 / 10 (3.00x)' and first[11] == '`--methods=cosmos`'
   compute = [cell.strip() for cell in lines[2 + len(methods.RUNS['cosmos'].metrics)].split('|')[1:-1]]
-  assert compute[1] == '`clip_text_pool_compute`' and compute[7] == '**level**' and compute[8].endswith('(1.00x)')
-  assert [cell.strip() for cell in lines[3].split('|')[1:-1]][7] == 'level'  # zero-shot: level on both seeds
+  assert compute[1] == '`clip_text_pool_compute`' and compute[9].endswith('(1.00x)')
+  zero_shot = [cell.strip() for cell in lines[3].split('|')[1:-1]]
+  assert zero_shot[6] == '+0.000 [+0.000, +0.000]' and zero_shot[8] == 'not distinguishable at this budget'
+  # A held-out seed missing: no verdict yet. Runs of two commits: none at all.
+  partial = [r for r in rows if not (r['run'] == 'cosmos' and r['seed'] == 13)]
+  assert methods.headline_table(partial, ['clip_text_pool', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+      '**pending (2 of 3 held-out seeds)**'
+  mixed = [{**r, 'commit': 'def5678'} if r['seed'] == 0 and r['run'] == 'cosmos' else r for r in rows]
+  assert methods.headline_table(mixed, ['clip_text_pool', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+      '**mixed commits (abc1234, def5678): rerun at one**'
+
+
+def test_a_row_that_only_evaluated_a_finished_workdir_is_refused(tmp_path, monkeypatch):
+  """A workdir that already holds the final checkpoint (trained by other code) gives an evaluation-only row, which
+  the tables leave out; a workdir with an earlier checkpoint resumes a real run."""
+  import threading
+  monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: subprocess.CompletedProcess(a, 0, '', ''))
+  monkeypatch.setattr(methods, 'final_metrics', lambda workdir: {'synthetic/zeroshot_top1': 0.5})
+  total = methods.run_config(str(tmp_path), 'clip', 0, None).total_steps
+  (tmp_path / 'clip' / 'seed0' / 'checkpoints' / str(total)).mkdir(parents=True)
+  (tmp_path / 'clip' / 'seed1' / 'checkpoints' / str(total // 2)).mkdir(parents=True)
+  finished = methods.train(str(tmp_path), 'clip', 0, None, threading.Lock())
+  resumed = methods.train(str(tmp_path), 'clip', 1, None, threading.Lock())
+  assert finished['evaluation_only'] and finished['resumed']
+  assert resumed['resumed'] and 'evaluation_only' not in resumed
+  kept, refused = methods.tabulated([finished, resumed])
+  assert kept == [resumed] and len(refused) == 1 and 'clip seed 0: evaluation only' in refused[0]
+  assert methods.latest_checkpoint_step(str(tmp_path / 'clip' / 'seed1')) == total // 2
 
 
 def test_a_teachers_training_counts_as_its_methods_compute():
   rows = [{'run': run, 'seed': seed, **{key: 0.5 for key in methods.RUNS['saco_mimic'].metrics}, 'train_flops': flops}
-          for run, seed, flops in (('saco_mimic', 4, 12e12), ('clip_mimic_compute', 4, 22e12),
-                                   ('clip_teacher', 4 + methods.TEACHER_SEED_OFFSET, 10e12))]
+          for run, seed, flops in (('saco_mimic', 11, 12e12), ('clip_mimic_compute', 11, 22e12),
+                                   ('clip_teacher', 11 + methods.TEACHER_SEED_OFFSET, 10e12))]
   line = methods.headline_table(rows, ['clip_mimic_compute', 'saco_mimic']).splitlines()[-4]
-  assert [cell.strip() for cell in line.split('|')[1:-1]][8] == '22 / 22 (1.00x)'
+  assert [cell.strip() for cell in line.split('|')[1:-1]][9] == '22 / 22 (1.00x)'
   without_teacher = methods.headline_table(rows[:2], ['clip_mimic_compute', 'saco_mimic']).splitlines()[-4]
-  assert [cell.strip() for cell in without_teacher.split('|')[1:-1]][8] == '- / 22'
+  assert [cell.strip() for cell in without_teacher.split('|')[1:-1]][9] == '- / 22'
 
 
 def test_a_stored_run_is_not_trained_again(tmp_path, monkeypatch):
