@@ -12,6 +12,11 @@ A.9's image augmentation (RandomResizedCrop of 60-100% area and AutoAugment; con
 is left out, as for every method's image-text pair on the 32 px scenes: AutoAugment's colour operations (solarize,
 posterize, colour, invert) change the colour that names half of each class, and the crop cuts out the named object.
 
+A departure that does not apply to the control alike: ZeroVL's paper starts from pre-trained towers (an ImageNet
+ViT-B/16 and BERT-Base, appendix A.9), and this recipe trains from scratch, as every method of the table does. The
+paper does not test single-source batches from random weights; here they stalled at initialisation on captions that
+do not repeat too (RESULTS_ARCHIVE.md, "methods that work, part 7").
+
 python -m vlp_jax.main --config=configs/zerovl_shapes.py --workdir=/tmp/zerovl
 """
 import math
