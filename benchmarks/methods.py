@@ -407,7 +407,7 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
   """Markdown: one line per run name, mean +- std over its seeds for every column, wall time, step time vs CLIP."""
   by_name = {name: [r for r in rows if r['run'] == name] for name in names}
   base = by_name.get('clip') or next(iter(by_name.values()))
-  base_rate = sum(r['samples_per_sec'] for r in base) / len(base)
+  base_rate = _mean_of(base, 'samples_per_sec')
   heads = [h for _, h in COLUMNS] + ['wall per run (median)', 'step time vs CLIP'] + (['step memory vs CLIP'] if memory else [])
   lines = ['| run | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name, runs in by_name.items():
@@ -418,9 +418,9 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
       values = [r[key] for r in runs if r.get(key) is not None]
       digits = 1 if key.endswith('rsum') else 3  # RSUM is in percent
       cells.append(f'{mean_std(values)[0]:.{digits}f} ± {mean_std(values)[1]:.{digits}f}' if values else '-')
-    rate = sum(r['samples_per_sec'] for r in runs) / len(runs)
+    rate = _mean_of(runs, 'samples_per_sec')
     wall = _mean_of(runs, 'wall_seconds')
-    cells += [f'{wall:.0f} s' if wall else '-', f'{base_rate / rate:.2f}x']
+    cells += [f'{wall:.0f} s' if wall else '-', f'{base_rate / rate:.2f}x' if rate and base_rate else '-']
     if memory:
       cells.append(f"{memory[name] / memory.get('clip', memory[name]):.2f}x" if name in memory else '-')
     seeds = ','.join(str(r['seed']) for r in runs)
@@ -528,12 +528,13 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
 
 
 def _mean_of(rows: list[dict], field: str) -> float | None:
-  """The mean of `field` over `rows`, or None. For wall times, the median of the runs trained alone and from the
-  start, leaving out those marked `contended` (other work shared the machine); the median keeps an unmarked one
-  from moving the figure."""
+  """The mean of `field` over `rows`, or None. For wall times and speeds, the median of the runs trained alone and
+  from the start, leaving out those marked `contended` (other work shared the machine); the median keeps an
+  unmarked one from moving the figure. None when no run is clean: a speed from a shared CPU is not reported."""
   clean = lambda r: r.get('jobs') == 1 and not r.get('resumed') and not r.get('contended')  # noqa: E731
-  values = [r[field] for r in rows if r.get(field) is not None and (field != 'wall_seconds' or clean(r))]
-  if field == 'wall_seconds' and values:
+  timed = field in ('wall_seconds', 'samples_per_sec')
+  values = [r[field] for r in rows if r.get(field) is not None and (not timed or clean(r))]
+  if timed and values:
     return statistics.median(values)
   return sum(values) / len(values) if values else None
 

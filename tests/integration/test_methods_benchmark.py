@@ -167,6 +167,9 @@ def test_final_metrics_and_the_table(tmp_path):
   assert '0.300 ± 0.141' in line  # zero-shot mean and sample std of 0.2 and 0.4
   assert '0.300 ± 0.141' in line.split('|')[3]  # mean R@1: 0.2 and 0.4
   assert 'seeds 0,1' in line and '1.00x' in line
+  # Speeds only from runs trained alone: with both runs of a shared CPU, no step time.
+  shared = methods.table([{**r, 'jobs': 2} for r in rows], ['clip'], {}).splitlines()[2]
+  assert shared.split('|')[-2].strip() == '-' and shared.split('|')[-3].strip() == '-'
 
 
 def test_paired_table_subtracts_the_controls_of_the_same_seed():
