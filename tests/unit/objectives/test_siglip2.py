@@ -348,7 +348,8 @@ def test_shapes_config_stages_the_recipe():
   validate(config)
   options = objectives.OBJECTIVES.get('siglip2').options(config.objective)
   assert options.distill_start_fraction == 0.8 and options.mask_ratio == 0.5
-  assert (options.size_factor * options.distill_weight, options.size_factor * options.masked_weight) == (0.25, 0.0625)
+  # The masked-prediction weight is the paper's; the self-distillation weight was chosen on development seeds.
+  assert (options.size_factor * options.distill_weight, options.size_factor * options.masked_weight) == (0.05, 0.0625)
 
 
 # ------------------------------------------------------------------------------ training: the switch, accumulation
