@@ -270,6 +270,13 @@ def _cache_file(cache_dir: str, path: str, fields: Fields) -> str:
   return os.path.join(cache_dir, 'webdataset_index', digest[:2], digest + '.npz')
 
 
+# numpy parses each .npy header with ast.literal_eval, and CPython 3.11's ast module keeps its recursion depth in
+# state shared by threads (python/cpython#106905): `index_shards` threads reading cached indexes at once made a
+# training process fail with "SystemError: AST constructor recursion depth mismatch". The reads are small; one at a
+# time costs nothing next to indexing a shard, which stays parallel.
+CACHED_INDEX_READ = threading.Lock()
+
+
 def load_index(path: str, fields: Fields, cache_dir: str = '') -> ShardIndex:
   """One shard's index, from the cache when the shard is unchanged (same path, size and mtime); raises OSError when
   the shard cannot be opened."""
@@ -278,7 +285,7 @@ def load_index(path: str, fields: Fields, cache_dir: str = '') -> ShardIndex:
                   'files, as img2dataset writes them: decompress it first')
   cached = _cache_file(cache_dir, path, fields) if cache_dir else ''
   if cached and os.path.exists(cached):
-    with np.load(cached) as data:
+    with CACHED_INDEX_READ, np.load(cached) as data:
       return ShardIndex(data['rows'], data['keys'], str(data['truncation']))
   index = _index_shard(path, fields)
   if cached:

@@ -91,6 +91,25 @@ def test_the_index_is_cached_and_rebuilt_when_the_shard_changes(tmp_path):
   assert len(webdataset.load_index(path, fields, cache)[1]) == 5 != len(keys)
 
 
+def test_cached_indexes_are_read_one_thread_at_a_time(tmp_path, monkeypatch):
+  """numpy parses .npy headers with ast, which CPython 3.11 does not make safe across threads (a training process
+  died of "AST constructor recursion depth mismatch"): every cached index read by `index_shards`' threads happens
+  under webdataset.CACHED_INDEX_READ."""
+  paths = write_webdataset(str(tmp_path), {'web': 6}, samples_per_shard=2, broken=False)['web']
+  cache = str(tmp_path / 'cache')
+  first = webdataset.index_shards(paths, cache_dir=cache)  # builds and caches every index
+  reads, load = [], np.load
+
+  def checked_load(*args, **kwargs):
+    reads.append(webdataset.CACHED_INDEX_READ.locked())
+    return load(*args, **kwargs)
+  monkeypatch.setattr(webdataset.np, 'load', checked_load)
+  again = webdataset.index_shards(paths, cache_dir=cache, num_threads=6)
+  assert reads == [True] * 6
+  for path in paths:
+    np.testing.assert_array_equal(again.by_path[path].rows, first.by_path[path].rows)
+
+
 def test_unreadable_shards_are_left_out_and_named_unless_too_many(tmp_path, capsys):
   good = write_webdataset(str(tmp_path), {'web': 3}, samples_per_shard=2, broken=False)['web']
   gz = tmp_path / 'web' / 'packed.tar'
