@@ -116,8 +116,9 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
-  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'l14', 'levers_variants', 'levers_xla'):
+  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'levers_variants', 'levers_xla'):
     assert f'== {name} exit 0' in result.stdout, (name, result.stdout[-3000:], result.stderr[-3000:])
+  assert '== l14 skipped in the dry run' in result.stdout
   assert 'jax' in (out / 'environment.txt').read_text()
 
   # b16: both attention routes the CPU runs, timed in the same alternating rounds
@@ -161,11 +162,10 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   assert row['checkpoint_bytes'] > 1e6  # the micro model's parameters and AdamW state
   assert len(list((out / 'end_to_end_data').glob('tars-*/*.tar'))) == 1
 
-  # the larger models: a SigLIP step (sigmoid loss, its tokenizer) and an L/14 step, each timed
-  for name, objective in (('so400m', 'siglip'), ('l14', 'clip')):
-    (row,) = _jsonl(out / f'{name}.jsonl')
-    assert 'failed' not in row, row
-    assert row['objective'] == objective and row['samples_per_sec'] > 0 and row['attention'] == route
+  # the larger models: a SigLIP step (sigmoid loss, its tokenizer), timed (l14's CLIP step is b16's at micro shapes)
+  (row,) = _jsonl(out / 'so400m.jsonl')
+  assert 'failed' not in row, row
+  assert row['objective'] == 'siglip' and row['samples_per_sec'] > 0 and row['attention'] == route
 
   # levers: patch dropout under remat, in alternating rounds, and a run under every lever flag at once (XLA stops at
   # a flag it does not know), each on the route b16 chose
