@@ -335,9 +335,10 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
       row = json.load(f)
     write_row(store, row)
     return row
-  resumed = has_checkpoint(workdir)  # its wall time then covers only the rest of the run
+  start = latest_checkpoint_step(workdir)
+  resumed = start >= 0  # its wall time then covers only the rest of the run
   # A workdir holding the final checkpoint only evaluates: that row says nothing of this code's training.
-  evaluation_only = resumed and latest_checkpoint_step(workdir) >= run_config(root, name, seed, steps).total_steps
+  evaluation_only = resumed and start >= run_config(root, name, seed, steps).total_steps
   began = time.time()
   result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True,
                           env=run_env(root))

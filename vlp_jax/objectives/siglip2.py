@@ -199,7 +199,7 @@ def _zeros_of(fn, *args) -> Any:
 
 @OBJECTIVES.register('siglip2')
 class Siglip2Objective(SiglipObjective):
-  total_steps: int | None = None  # set by objectives.build from config.total_steps
+  run_config: Any = None  # the whole run config, set by `bind` (the decoder's layout reads its data config)
 
   @classmethod
   def default_config(cls):
@@ -331,13 +331,13 @@ class Siglip2Objective(SiglipObjective):
 
   def bind(self, config):
     super().bind(config)
-    self.run_config = config  # for the decoder's layout, read when first needed (`layout`)
+    self.run_config = config
 
   @functools.cached_property
   def layout(self) -> locca_tasks.LoccaLayout:
     """The decoder's (`decoder_layout`); only built when the decoder is on, so that evaluating a checkpoint never
     reads the training data."""
-    if getattr(self, 'run_config', None) is None:
+    if self.run_config is None:
       raise ValueError("objective 'siglip2' with its decoder needs the run config: build it with "
                        'objectives.build(config, model)')
     return decoder_layout(self.config, self.run_config)
