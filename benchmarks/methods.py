@@ -22,7 +22,8 @@ file; a file's own, never inherited from the config it loads):
   METRICS          the metrics its paper reports ('set/metric' keys of COLUMNS), declared before any run; the first
                    decides the verdict. Only runs with METRICS get a row in the headline table.
   CONTROL          the run it is compared with, seed by seed (default: BASELINE)
-  COMPUTE_CONTROL  the control trained for as many FLOPs as this run, compared with the same way
+  COMPUTE_CONTROL  the control (a name, or a tuple of names) trained for as many FLOPs as this run, compared with the
+                   same way
   BASELINE         the CLIP run of the same data and budget that the paired table also subtracts (default 'clip')
   AFTER            the run (same seed) whose final checkpoint initialises this one (continue pre-training)
   TEACHER          the run whose checkpoint, trained with seed + 1000, is SaCo's frozen mimic teacher
@@ -107,7 +108,8 @@ class Run:
   control: str | None = None  # the run it is compared with, seed by seed, in the paired table (default: baseline)
   baseline: str = 'clip'  # the CLIP of the same data and budget, which every paired row also subtracts
   metrics: tuple[str, ...] = ()
-  compute_control: str | None = None  # the control trained for as many FLOPs as this run (docs/evidence.md, rule 1)
+  # the controls trained for as many FLOPs as this run (docs/evidence.md, rule 1)
+  compute_controls: tuple[str, ...] = ()
 
 
 def config_path(name: str, root: str = ROOT) -> str:
@@ -135,6 +137,11 @@ def read_run(path: str, root: str = ROOT) -> Run:
                            'the file)') from None
   if not isinstance(found.get('LABEL'), str):
     raise ValueError(f"{path}: no LABEL = '...' (the run's heading in the tables of benchmarks/methods.py)")
+  if 'COMPUTE_CONTROL' in found:  # one name or a tuple of them
+    value = found.pop('COMPUTE_CONTROL')
+    found['COMPUTE_CONTROLS'] = (value,) if isinstance(value, str) else value
+    if not (isinstance(value, (str, tuple)) and all(isinstance(v, str) for v in found['COMPUTE_CONTROLS'])):
+      raise ValueError(f'{path}: COMPUTE_CONTROL must be a run name or a tuple of them, got {value!r}')
   if 'METRICS' in found:
     unknown = [m for m in found['METRICS'] if m not in dict(COLUMNS)]
     if unknown or not isinstance(found['METRICS'], tuple):
@@ -154,10 +161,12 @@ def discover(root: str = ROOT) -> dict[str, Run]:
     raise ValueError(f'runs {both} are both configs/<name>_shapes.py and configs/experiments/<name>.py: rename one')
   runs = {name: read_run(config_path(name, root), root) for name in shipped + experiments}
   for name, run in runs.items():
-    for field in ('baseline', 'control', 'compute_control', 'after', 'teacher'):
-      other = getattr(run, field)
-      if other is not None and other not in runs:
-        raise ValueError(f"{run.config}: {field.upper()} = '{other}' is not a run; runs: {sorted(runs)}")
+    for field in ('baseline', 'control', 'compute_controls', 'after', 'teacher'):
+      value = getattr(run, field)
+      for other in value if isinstance(value, tuple) else (value,):
+        if other is not None and other not in runs:
+          raise ValueError(f"{run.config}: {field.upper().rstrip('S')} names '{other}', which is not a run; runs: "
+                           f'{sorted(runs)}')
   return runs
 
 
@@ -165,10 +174,11 @@ RUNS: dict[str, Run] = discover()
 
 GROUPS = {
     # each method with its control, its mechanism ablations and, where it costs much more, a compute-matched control
-    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'clip_mimic_compute', 'clip_continue',
-                   'saco_continue'),
+    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'saco_mimic_only',
+                   'clip_mimic_compute', 'clip_continue', 'saco_continue'),
     'table_slip': ('clip', 'slip', 'clip_slip_compute'),
-    'table_cosmos': ('clip_text_pool', 'cosmos', 'cosmos_no_distill', 'clip_text_pool_compute'),
+    'table_cosmos': ('clip_text_pool', 'clip_text_pool_augment_ema', 'cosmos', 'cosmos_no_distill',
+                     'clip_text_pool_compute', 'clip_cosmos_compute'),
     'table_zerovl': ('clip_zerovl_temperature', 'zerovl', 'zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'),
     'table_siglip2': ('clip_regions', 'siglip_regions', 'siglip2', 'siglip2_decoder_only', 'siglip2_distill_only',
                       'siglip2_masked_only', 'siglip2_captions_only', 'siglip2_shuffled_boxes', 'siglip_compute'),
@@ -214,7 +224,7 @@ def expand(names: list[str]) -> list[str]:
       raise ValueError(f"--methods has '{name}'; valid runs: {sorted(RUNS)}, groups: {sorted(GROUPS)}, 'all'")
     run = RUNS[name]
     # (a TEACHER is trained with seed + TEACHER_SEED_OFFSET by main, not as a row of the requested seeds)
-    for needed in (run.after, run.baseline, run.control, run.compute_control):
+    for needed in (run.after, run.baseline, run.control, *run.compute_controls):
       if needed and needed != name:
         add(needed)
     out.append(name)
@@ -443,7 +453,7 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
     spec = RUNS[name]
     if name in ('clip', 'clip_teacher') or not any(r['run'] == name for r in rows):
       continue
-    for control in dict.fromkeys((spec.baseline, spec.control or spec.baseline, spec.compute_control)):
+    for control in dict.fromkeys((spec.baseline, spec.control or spec.baseline, *spec.compute_controls)):
       if control is None or control == name:
         continue
       seeds = sorted(seed for (run, seed) in by_key if run == name and (control, seed) in by_key)
@@ -545,7 +555,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   development seeds (mean ± std), their paired difference there, the mean paired difference over every seed with
   its t-interval, the difference on each held-out seed and the verdict (`verdict`; rows of several commits get
   none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
-  without its rows) and wall time of each side. A run with a COMPUTE_CONTROL gets a second block against it."""
+  without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
            'method − control, development seeds',
@@ -554,7 +564,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
            'training TFLOP, method / control', 'wall per run (median), method / control', 'regenerate']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for name, control in [(n, c) for n in names for c in dict.fromkeys(
-      (RUNS[n].control or RUNS[n].baseline, RUNS[n].compute_control)) if c and c != n and RUNS[n].metrics]:
+      (RUNS[n].control or RUNS[n].baseline, *RUNS[n].compute_controls)) if c and c != n and RUNS[n].metrics]:
     run = RUNS[name]
     both = lambda seeds: [s for s in seeds if (name, s) in by_key and (control, s) in by_key]  # noqa: E731
     dev, held = both(dev_seeds), both(held_out_seeds)

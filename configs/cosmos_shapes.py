@@ -4,9 +4,12 @@ and a local one (one sentence) drawn from a text pool of the long caption's sent
 authors' code adds the raw caption), the cross-attention module and L_clip + L_cosmos at equal weight. Evaluation
 uses the student's [cls] and [eot] embeddings, as the paper does (the teacher is logged as eval/<set>/teacher_*).
 
-Its control is CLIP on the same images and the same text pool, configs/experiments/clip_text_pool.py (the paper's
-CLIP baseline also trains on the long captions); `clip_text_pool_compute` is that CLIP trained for as many FLOPs, and
-`cosmos_no_distill` is this recipe without L_cosmos. Scale adaptations (docs/evidence.md):
+Its control is the paper's CLIP baseline (COSMOS Tab. 5, 19, 20): CLIP on the same images and text pool with COSMOS's
+image augmentations and an EMA of the weights, configs/experiments/clip_text_pool_augment_ema.py. Its compute-matched
+controls are CLIP on the text pool (`clip_text_pool_compute`) and plain CLIP on the short captions
+(`clip_cosmos_compute`), each trained for as many FLOPs. `clip_text_pool` is CLIP on the text pool without
+augmentation or EMA (Tab. 5 row 1), and `cosmos_no_distill` this recipe without L_cosmos. Scale adaptations
+(docs/evidence.md):
   - The global image views are the whole image (the paper: RandomResizedCrop 0.4-1), as for every method's image-text
     pair on the 32 px scenes and as its control sees it; DINO's flips, colour jitter, blur and solarisation stay.
   - One local image crop (16 px) and one local text crop (16 tokens) instead of 6 + 6 (96 px, 77 tokens): each crop
@@ -21,8 +24,8 @@ import os
 from vlp_jax.config import from_file
 
 LABEL = 'COSMOS'  # benchmarks/methods.py, run `cosmos`
-CONTROL = 'clip_text_pool'
-COMPUTE_CONTROL = 'clip_text_pool_compute'
+CONTROL = 'clip_text_pool_augment_ema'
+COMPUTE_CONTROL = ('clip_text_pool_compute', 'clip_cosmos_compute')
 METRICS = ('synthetic/mean_r1', 'synthetic/zeroshot_top1', 'synthetic_long/mean_r1')  # retrieval, then zero-shot
 
 

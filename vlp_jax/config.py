@@ -110,7 +110,8 @@ def _data_config() -> ml_collections.ConfigDict:
       'cache_dir': '',  # where the embedded dataset is generated ('' = $VLP_JAX_CACHE or ~/.cache/vlp_jax)
       'caption_field': 'caption',
       # The image view of CLIP-style objectives (ClipViews, objectives/views.py): () = resize and centre crop, or
-      # a RandomResizedCrop area range such as (0.9, 1.0) (open_clip); then 'none' | 'randaugment' | 'autoaugment'.
+      # a RandomResizedCrop area range such as (0.9, 1.0) (open_clip); then 'none' | 'randaugment' | 'autoaugment'
+      # | 'dino' (one of DINO's global-view augmentations: COSMOS's CLIP baseline).
       'crop_scale': (),
       'augment': 'none',
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key

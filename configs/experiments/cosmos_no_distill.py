@@ -1,12 +1,13 @@
 """COSMOS's mechanism ablation: configs/cosmos_shapes.py without the cross-modal self-distillation L_cosmos (weight
-0), i.e. the multi-crop CLIP term alone on COSMOS's crops and text pool. Versus COSMOS and its control clip_text_pool.
+0), i.e. the multi-crop CLIP term alone on COSMOS's crops and text pool, with its EMA. Versus COSMOS and COSMOS's
+control clip_text_pool_augment_ema (one augmented view, an EMA): what the crops add without the distillation.
 """
 import os
 
 from vlp_jax.config import from_file
 
 LABEL = 'COSMOS without L_cosmos (multi-crop CLIP on its crops)'
-CONTROL = 'clip_text_pool'
+CONTROL = 'clip_text_pool_augment_ema'
 METRICS = ('synthetic/mean_r1', 'synthetic/zeroshot_top1', 'synthetic_long/mean_r1')
 
 

@@ -17,7 +17,9 @@ def test_expand_puts_dependencies_first_and_rejects_unknown_names():
   assert methods.expand(['saco_continue']) == ['clip', 'clip_continue', 'saco_continue']  # its start and its control
   # its teacher trains with another seed, not as a row
   assert methods.expand(['saco_mimic', 'clip']) == ['clip', 'clip_mimic_compute', 'saco_mimic']
-  assert methods.expand(['cosmos']) == ['clip', 'clip_text_pool', 'clip_text_pool_compute', 'cosmos']
+  # its control, then each of its compute-matched controls (COMPUTE_CONTROL may name several)
+  assert methods.expand(['cosmos']) == ['clip', 'clip_text_pool_augment_ema', 'clip_text_pool_compute',
+                                        'clip_cosmos_compute', 'cosmos']
   table = methods.expand(['table'])
   assert table.index('clip') < table.index('saco_continue') and len(table) == len(set(table))
   with pytest.raises(ValueError, match='valid runs'):
@@ -73,7 +75,7 @@ def test_runs_are_compared_only_with_clips_and_controls_of_the_same_data_and_bud
   the same AFTER run), except a compute-matched control, whose budget is its method's FLOPs."""
   from vlp_jax.config import from_file
   configs = {name: from_file(os.path.join(ROOT, run.config)) for name, run in methods.RUNS.items()}
-  compute_matched = {run.compute_control for run in methods.RUNS.values()} - {None}  # their budget is the FLOPs'
+  compute_matched = {c for run in methods.RUNS.values() for c in run.compute_controls}  # their budget is the FLOPs'
   for name, run in methods.RUNS.items():
     for other in (run.baseline, run.control, run.after, run.teacher):
       assert other is None or other in methods.RUNS, (name, other)
@@ -100,6 +102,25 @@ def test_every_experiment_file_says_what_it_is_in_a_short_docstring():
       assert doc and 2 <= len(doc.splitlines()) <= 5, name
 
 
+def _flat(tree: dict, prefix: str = '') -> dict:
+  return {k: v for key, value in tree.items()
+          for k, v in (_flat(value, f'{prefix}{key}.') if isinstance(value, dict) else {f'{prefix}{key}': value}).items()}
+
+
+def test_cosmos_baseline_and_saco_mimic_alone_change_only_their_keys():
+  """COSMOS's baseline is its text-pool CLIP with the augmentation and the EMA, and nothing else; the mimic alone is
+  saco_mimic with SaCo's term weighed 0, and nothing else."""
+  from vlp_jax.config import from_file
+  flat = lambda name: _flat(from_file(os.path.join(ROOT, methods.RUNS[name].config)).to_dict())  # noqa: E731
+  diff = lambda a, b: {k: (flat(a).get(k), flat(b).get(k)) for k in flat(a) | flat(b)  # noqa: E731
+                       if flat(a).get(k) != flat(b).get(k)}
+  assert diff('clip_text_pool', 'clip_text_pool_augment_ema') == {'data.augment': ('none', 'dino'),
+                                                                  'ema.decay': (0.0, 0.99)}
+  assert diff('saco_mimic', 'saco_mimic_only') == {'objective.saco.alpha': (5.0, 0.0)}
+  assert diff('clip', 'clip_cosmos_compute') == {'total_steps': (400, 1355)}
+  assert methods.RUNS['cosmos'].control == 'clip_text_pool_augment_ema'
+
+
 def test_discover_rejects_a_run_without_a_label_an_unknown_name_and_a_name_in_two_places(tmp_path):
   experiments = tmp_path / 'configs' / 'experiments'
   experiments.mkdir(parents=True)
@@ -109,7 +130,19 @@ def test_discover_rejects_a_run_without_a_label_an_unknown_name_and_a_name_in_tw
   assert runs['wide'] == methods.Run('configs/experiments/wide.py', 'Wide', control='clip')
   assert runs['clip'].config == 'configs/clip_shapes.py' and runs['clip'].baseline == 'clip'
   (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCONTROL = 'clip_wide'\n")
-  with pytest.raises(ValueError, match="CONTROL = 'clip_wide' is not a run"):
+  with pytest.raises(ValueError, match="CONTROL names 'clip_wide', which is not a run"):
+    methods.discover(str(tmp_path))
+  # COMPUTE_CONTROL: one run or a tuple of runs, each of which must exist
+  (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCOMPUTE_CONTROL = 'clip'\n")
+  assert methods.discover(str(tmp_path))['wide'].compute_controls == ('clip',)
+  (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCOMPUTE_CONTROL = ('clip', 'clip_long')\n")
+  with pytest.raises(ValueError, match="COMPUTE_CONTROL names 'clip_long', which is not a run"):
+    methods.discover(str(tmp_path))
+  (experiments / 'clip_long.py').write_text("LABEL = 'CLIP, longer'\n")
+  assert methods.discover(str(tmp_path))['wide'].compute_controls == ('clip', 'clip_long')
+  (experiments / 'clip_long.py').unlink()
+  (experiments / 'wide.py').write_text("LABEL = 'Wide'\nCOMPUTE_CONTROL = 3\n")
+  with pytest.raises(ValueError, match='COMPUTE_CONTROL must be a run name or a tuple of them'):
     methods.discover(str(tmp_path))
   (experiments / 'wide.py').write_text("LABEL = 'Wide ' + 'net'\n")
   with pytest.raises(ValueError, match='LABEL must be a literal'):
@@ -175,16 +208,16 @@ def test_final_metrics_and_the_table(tmp_path):
 def test_paired_table_subtracts_the_controls_of_the_same_seed():
   def row(run, seed, zeroshot):
     return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot}
-  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_text_pool', 0, 0.1), row('clip_text_pool', 1, 0.3),
+  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_text_pool_augment_ema', 0, 0.1), row('clip_text_pool_augment_ema', 1, 0.3),
           row('clip_text_pool_compute', 1, 0.35), row('cosmos', 0, 0.15), row('cosmos', 1, 0.5),
           row('cosmos', 2, 0.9)]  # seed 2 has no control: left out
-  lines = methods.paired_table(rows, ['clip', 'clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
+  lines = methods.paired_table(rows, ['clip', 'clip_text_pool_augment_ema', 'clip_text_pool_compute', 'cosmos']).splitlines()
   heads = [line.split('|')[1].strip() for line in lines[2:]]
-  assert heads == ['`clip_text_pool` − `clip` (seeds 0,1)', '`clip_text_pool_compute` − `clip` (seeds 1)',
-                   '`cosmos` − `clip` (seeds 0,1)', '`cosmos` − `clip_text_pool` (seeds 0,1)',
+  assert heads == ['`clip_text_pool_augment_ema` − `clip` (seeds 0,1)', '`clip_text_pool_compute` − `clip` (seeds 1)',
+                   '`cosmos` − `clip` (seeds 0,1)', '`cosmos` − `clip_text_pool_augment_ema` (seeds 0,1)',
                    '`cosmos` − `clip_text_pool_compute` (seeds 1)']
   assert lines[4].split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # cosmos - clip: -0.05 and +0.1
-  assert lines[5].split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # cosmos - clip_text_pool: 0.05 and 0.2
+  assert lines[5].split('|')[2].strip() == '+0.125 ± 0.106 (2/2)'  # cosmos - clip_text_pool_augment_ema: 0.05 and 0.2
   assert lines[5].split('|')[3].strip() == '-'  # a metric the rows do not have
 
 
@@ -216,15 +249,17 @@ def test_verdict_is_an_interval_read_only_with_every_held_out_seed():
 def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metrics():
   rows = []
   for seed in methods.DEV_SEEDS + methods.HELD_OUT_SEEDS:
-    for run, r1, flops in (('clip_text_pool', 0.2, 1e13), ('clip_text_pool_compute', 0.25, 3e13),
-                           ('cosmos', 0.2 + 0.01 * (seed % 10 + 1), 3e13)):
+    for run, r1, flops in (('clip_text_pool_augment_ema', 0.2, 1e13), ('clip_text_pool_compute', 0.25, 3e13),
+                           ('clip_cosmos_compute', 0.3, 3e13), ('cosmos', 0.2 + 0.01 * (seed % 10 + 1), 3e13)):
       rows.append({'run': run, 'seed': seed, 'synthetic/mean_r1': r1 + (seed == 13) * 0.1 * (run != 'cosmos'),
                    'synthetic/zeroshot_top1': 0.5, 'synthetic_long/mean_r1': 0.1, 'train_flops': flops,
                    'wall_seconds': 100.0, 'jobs': 1, 'commit': 'abc1234'})
-  lines = methods.headline_table(rows, ['clip_text_pool', 'clip_text_pool_compute', 'cosmos']).splitlines()
-  assert len(lines) == 2 + 2 * len(methods.RUNS['cosmos'].metrics)  # against the control, then compute-matched
+  lines = methods.headline_table(rows, ['clip_text_pool_augment_ema', 'clip_text_pool_compute', 'clip_cosmos_compute',
+                                        'cosmos']).splitlines()
+  # against the control, then against each compute-matched control
+  assert len(lines) == 2 + 3 * len(methods.RUNS['cosmos'].metrics)
   first = [cell.strip() for cell in lines[2].split('|')[1:-1]]
-  assert first[:3] == ['COSMOS (`cosmos`)', '`clip_text_pool`', 'mean R@1, short captions']
+  assert first[:3] == ['COSMOS (`cosmos`)', '`clip_text_pool_augment_ema`', 'mean R@1, short captions']
   assert first[5] == '+0.020 ± 0.010 (3/3)'  # seeds 0-2: +0.01, +0.02, +0.03
   # Every seed: +0.01, +0.02, +0.03 (0-2), +0.02, +0.03 (11, 12), -0.06 (13): the interval holds zero.
   every = [0.01, 0.02, 0.03, 0.02, 0.03, -0.06]
@@ -233,14 +268,16 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
   assert first[9] == '30 / 10 (3.00x)' and first[11] == '`--methods=cosmos`'
   compute = [cell.strip() for cell in lines[2 + len(methods.RUNS['cosmos'].metrics)].split('|')[1:-1]]
   assert compute[1] == '`clip_text_pool_compute`' and compute[9].endswith('(1.00x)')
+  plain = [cell.strip() for cell in lines[2 + 2 * len(methods.RUNS['cosmos'].metrics)].split('|')[1:-1]]
+  assert plain[1] == '`clip_cosmos_compute`' and plain[5] == '-0.080 ± 0.010 (0/3)'
   zero_shot = [cell.strip() for cell in lines[3].split('|')[1:-1]]
   assert zero_shot[6] == '+0.000 [+0.000, +0.000]' and zero_shot[8] == 'not distinguishable at this budget'
   # A held-out seed missing: no verdict yet. Runs of two commits: none at all.
   partial = [r for r in rows if not (r['run'] == 'cosmos' and r['seed'] == 13)]
-  assert methods.headline_table(partial, ['clip_text_pool', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+  assert methods.headline_table(partial, ['clip_text_pool_augment_ema', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
       '**pending (2 of 3 held-out seeds)**'
   mixed = [{**r, 'commit': 'def5678'} if r['seed'] == 0 and r['run'] == 'cosmos' else r for r in rows]
-  assert methods.headline_table(mixed, ['clip_text_pool', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+  assert methods.headline_table(mixed, ['clip_text_pool_augment_ema', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
       '**mixed commits (abc1234, def5678): rerun at one**'
 
 
@@ -306,12 +343,13 @@ def test_compute_matched_controls_train_for_the_flops_their_method_was_measured_
 
   checked = 0
   for name, run in methods.RUNS.items():
-    if not run.compute_control or flops(name) is None or flops(run.compute_control) is None:
-      continue
-    spent = flops(name) + (flops('clip_teacher') if run.teacher else 0.0)
-    step = flops(run.compute_control) / load(run.compute_control).total_steps
-    assert load(run.compute_control).total_steps == round(spent / step), (name, spent / step)
-    checked += 1
+    for control in run.compute_controls:
+      if flops(name) is None or flops(control) is None:
+        continue
+      spent = flops(name) + (flops('clip_teacher') if run.teacher else 0.0)
+      step = flops(control) / load(control).total_steps
+      assert load(control).total_steps == round(spent / step), (name, control, spent / step)
+      checked += 1
   assert checked >= 2  # SLIP and COSMOS are stored; SaCo's mimic once it is
 
 

@@ -343,3 +343,4 @@ def auto_augment(image: np.ndarray, rng: np.random.Generator, policy: str = 'ima
 AUGMENTATIONS: Registry[Augmentation] = Registry('augmentation', 'data.augment')
 AUGMENTATIONS.add('randaugment', rand_augment)
 AUGMENTATIONS.add('autoaugment', auto_augment)
+AUGMENTATIONS.add('dino', transforms.dino_global_view)  # COSMOS's CLIP baseline (data/transforms.py)

@@ -202,6 +202,35 @@ def horizontal_flip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5)
   return np.ascontiguousarray(image[:, ::-1])
 
 
+def dino_augment(crop: np.ndarray, rng: np.random.Generator, jitter: tuple[float, float, float, float],
+                 grayscale_prob: float, blur_p: float, solarize_p: float) -> np.ndarray:
+  """DINO's augmentation of one crop [s, s, 3] uint8: flip, colour jitter (p 0.8; brightness, contrast, saturation,
+  hue), grayscale, blur (p `blur_p`), solarisation (p `solarize_p`), drawn in that order from `rng` (COSMOS's crops,
+  SigLIP 2's self-distillation views, `dino_global_view`)."""
+  crop = horizontal_flip(crop, rng)
+  if rng.random() < 0.8:
+    brightness, contrast, saturation, hue = jitter
+    crop = color_jitter(crop, rng, brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
+  crop = random_grayscale(crop, rng, p=grayscale_prob)
+  crop = gaussian_blur(crop, rng, p=blur_p)
+  return solarize(crop, rng, p=solarize_p)
+
+
+# DINO's two global views differ in their blur and solarisation probabilities: (blur_p, solarize_p) of each.
+DINO_GLOBAL_VIEWS = ((1.0, 0.0), (0.1, 0.2))
+
+
+def dino_global_view(image: np.ndarray, rng: np.random.Generator,
+                     jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1),
+                     grayscale_p: float = 0.2) -> np.ndarray:
+  """[H, W, 3] uint8 -> the same shape: the augmentation of one of DINO's two global views (`DINO_GLOBAL_VIEWS`),
+  each with probability 1/2, so that one view per example meets the augmentations COSMOS's two global views meet,
+  in the same proportions (config.data.augment='dino': the image augmentation of COSMOS's CLIP baseline). The crop
+  is not part of it (config.data.crop_scale)."""
+  blur_p, solarize_p = DINO_GLOBAL_VIEWS[int(rng.integers(len(DINO_GLOBAL_VIEWS)))]
+  return dino_augment(image, rng, jitter, grayscale_p, blur_p, solarize_p)
+
+
 def noisy_gradient(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
   """-> [height, width, 3] float: a vertical gradient between two uniform random colours plus Gaussian pixel noise
   (sd 18), unclipped. The embedded web scenes' background (data/synthetic.py) and `random_background`'s."""

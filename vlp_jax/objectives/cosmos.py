@@ -56,20 +56,6 @@ def tower_params(params: dict) -> dict:
   return {k: v for k, v in params.items() if k not in _OWN_PARAMS}
 
 
-def dino_augment(crop: np.ndarray, rng: np.random.Generator, color_jitter: tuple[float, float, float, float],
-                 grayscale_prob: float, blur_p: float, solarize_p: float) -> np.ndarray:
-  """DINO's augmentation of one crop [s, s, 3] uint8: flip, colour jitter (p 0.8; brightness, contrast, saturation,
-  hue), grayscale, blur (p `blur_p`), solarisation (p `solarize_p`), drawn in that order from `rng` (COSMOS's crops,
-  SigLIP 2's self-distillation views)."""
-  crop = transforms.horizontal_flip(crop, rng)
-  if rng.random() < 0.8:
-    brightness, contrast, saturation, hue = color_jitter
-    crop = transforms.color_jitter(crop, rng, brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
-  crop = transforms.random_grayscale(crop, rng, p=grayscale_prob)
-  crop = transforms.gaussian_blur(crop, rng, p=blur_p)
-  return transforms.solarize(crop, rng, p=solarize_p)
-
-
 @dataclasses.dataclass
 class CosmosViews(grain.transforms.RandomMap):
   """Multi-crop image views (DINO recipe) and text crops, independently sampled.
@@ -99,7 +85,7 @@ class CosmosViews(grain.transforms.RandomMap):
     cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
 
   def _augment(self, crop: np.ndarray, rng: np.random.Generator, blur_p: float, solarize_p: float) -> np.ndarray:
-    return dino_augment(crop, rng, self.color_jitter, self.grayscale_prob, blur_p, solarize_p)
+    return transforms.dino_augment(crop, rng, self.color_jitter, self.grayscale_prob, blur_p, solarize_p)
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']

@@ -59,7 +59,7 @@ from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
 from vlp_jax.objectives.base import OBJECTIVES, example_rngs, tower_rngs
-from vlp_jax.objectives.cosmos import CosmosObjective, dino_augment, ema_update
+from vlp_jax.objectives.cosmos import CosmosObjective, ema_update
 from vlp_jax.objectives.siglip import SiglipObjective
 from vlp_jax.objectives.views import ClipViews
 
@@ -155,7 +155,7 @@ class Siglip2Views(ClipViews):
 
     def view(size, scale, blur_p):
       crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
-      return dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
+      return transforms.dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
     if self.num_global:
       out['global_view'] = view(self.image_size, self.global_scale, 1.0)
     if self.num_local:

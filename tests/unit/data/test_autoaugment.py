@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from vlp_jax.data import autoaugment
+from vlp_jax.data import autoaugment, transforms
 
 ALL_OPS = autoaugment.RAND_AUGMENT_OPS + ('Invert',)
 SIGNED_OPS = ('ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'Rotate', 'Brightness', 'Color', 'Contrast', 'Sharpness')
@@ -436,5 +436,6 @@ def test_bad_arguments_are_rejected():
 def test_registry():
   assert autoaugment.AUGMENTATIONS.get('randaugment') is autoaugment.rand_augment
   assert autoaugment.AUGMENTATIONS.get('autoaugment') is autoaugment.auto_augment
+  assert autoaugment.AUGMENTATIONS.get('dino') is transforms.dino_global_view
   with pytest.raises(ValueError, match="'randaugment', 'autoaugment'"):
     autoaugment.AUGMENTATIONS.get('trivialaugment')

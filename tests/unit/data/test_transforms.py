@@ -25,6 +25,7 @@ RANDOM_OPS = {
     'solarize': lambda x, rng: transforms.solarize(x, rng, p=0.5),
     'horizontal_flip': lambda x, rng: transforms.horizontal_flip(x, rng),
     'simclr_view': lambda x, rng: transforms.simclr_view(x, 24, rng),
+    'dino_global_view': transforms.dino_global_view,
 }
 
 
@@ -137,6 +138,26 @@ def test_simclr_view_keeps_colours_without_hue_jitter_and_grayscale():
     moved.append(np.abs(_hues(slip) - want).max() if slip.std(axis=-1).max() > 0 else 1.0)  # grey: no hue
   assert max(kept) < 0.04  # brightness, contrast, saturation keep the hue, but for clipping at 0 and 255
   assert sum(m > 0.05 for m in moved) >= 20  # about 0.8 x 3/4 jittered by more than 0.05 of a turn, plus greys
+
+
+def test_dino_global_view_is_either_of_dinos_global_views_half_the_time():
+  """One view per example meets DINO's first global view's augmentation (always blurred, never solarised) or the
+  second's (blurred with p 0.1, solarised with p 0.2), each half the time (config.data.augment='dino')."""
+  image, picks = _image(3), []
+  for seed in range(60):
+    reference_rng = _rng(seed)
+    pick = int(reference_rng.integers(2))
+    blur_p, solarize_p = ((1.0, 0.0), (0.1, 0.2))[pick]  # DINO's recipe (Caron et al. 2021), written out
+    want = transforms.dino_augment(image, reference_rng, (0.4, 0.4, 0.2, 0.1), 0.2, blur_p, solarize_p)
+    np.testing.assert_array_equal(transforms.dino_global_view(image, _rng(seed)), want)
+    picks.append(pick)
+  assert 15 <= sum(picks) <= 45
+  # Observed through the pixels alone: a flat grey of 200 without colour jitter or grayscale is changed only by
+  # solarisation (to 55), which only the second recipe applies: in 0.5 * 0.2 of the views.
+  grey = np.full((8, 8, 3), 200, np.uint8)
+  solarised = [transforms.dino_global_view(grey, _rng(seed), jitter=(0, 0, 0, 0), grayscale_p=0.0)[0, 0, 0] == 55
+               for seed in range(1000)]
+  assert 0.07 < np.mean(solarised) < 0.13
 
 
 def test_random_background_keeps_the_objects_and_replaces_the_rest():
