@@ -4,7 +4,11 @@ costs much more, a compute-matched control on the embedded dataset under one bud
 the held-out seeds, and tabulate the paired differences and the held-out verdict (docs/evidence.md).
 
 python benchmarks/methods.py [--methods=table] [--seeds=0,1,2,11,12,13] [--jobs=1] [--workdir=/tmp/vlp_methods]
-                             [--output=table.md] [--notrain] [--memory]
+                             [--output=table.md] [--notrain] [--memory] [--budget=1] [--nocompute_controls]
+
+The second budget (docs/evidence.md): `--methods=table_budget --budget=4 --seeds=11,12,13 --nocompute_controls`
+trains the headline methods and their controls for 4x their configs' steps (compute-matched controls and teachers
+scale with them, so they stay matched), in a workdir, a store and a block of RESULTS.md of their own (`_x4`).
 
 --methods takes run names, groups of them (GROUPS below: 'table', 'table_saco', 'table_zerovl', ...) or 'all'; a
 run brings its control, compute-matched control, continued run and teacher along, so `--methods=NAME` regenerates
@@ -45,6 +49,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import dataclasses
+import functools
 import glob
 import json
 import math
@@ -69,10 +74,25 @@ DEV_SEEDS = (0, 1, 2)  # the only seeds a choice of setting may look at (docs/ev
 # Declared in docs/evidence.md on 2026-11-27, before any run of them: never used to choose anything. (4 and 5, the
 # earlier held-out seeds, had been trained and reported before the rules; they are no longer held out.)
 HELD_OUT_SEEDS = (11, 12, 13)
+SECOND_BUDGET = 4  # the table's second budget, fixed before its runs (docs/evidence.md): 4x every run's steps
 CONFIDENCE = 0.95  # of the paired t-interval a verdict is read on
 RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 RESULTS_BEGIN = '<!-- methods table: written by benchmarks/methods.py --update_results -->'
 RESULTS_END = '<!-- end of methods table -->'
+
+
+def results_markers(budget: int = 1) -> tuple[str, str]:
+  """The lines of RESULTS.md between which `--update_results` writes the tables of `budget`."""
+  if budget == 1:
+    return RESULTS_BEGIN, RESULTS_END
+  return (f'<!-- methods table x{budget}: written by benchmarks/methods.py --update_results --budget={budget} -->',
+          f'<!-- end of methods table x{budget} -->')
+
+
+def of_budget(path: str, budget: int = 1) -> str:
+  """A workdir or store of the runs of `budget`: `path` itself for the first, `path`_x<budget> for another ('' stays
+  '': no store)."""
+  return path if budget == 1 or not path else f'{path.rstrip(os.sep)}_x{budget}'
 STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
 
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
@@ -185,6 +205,8 @@ GROUPS = {
 }
 # speed levers of the pod configs, each against CLIP at equal steps (not part of the methods table)
 GROUPS['speed'] = ('clip', 'clip_bf16', 'clip_patch_dropout')
+# the second budget's rows (docs/evidence.md): each headline method with its control
+GROUPS['table_budget'] = ('clip', 'saco', 'slip', 'cosmos', 'zerovl')
 GROUPS['table'] = tuple(dict.fromkeys(name for group in ('saco', 'slip', 'cosmos', 'zerovl')
                                         for name in GROUPS[f'table_{group}']))
 
@@ -210,11 +232,16 @@ def define_flags() -> None:
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
   flags.DEFINE_integer('eval_every', 0, 'Evaluate every N steps as well as at the end (0: at the end only, which '
                        'the table reads; the configs evaluate every 100 steps for their curves).')
+  flags.DEFINE_integer('budget', 1, f'Train every from-scratch run for this many times its steps ({SECOND_BUDGET}: the '
+                       "table's second budget), in --workdir_x<budget>, --store_x<budget> and its own block of "
+                       'RESULTS.md.', lower_bound=1)
+  flags.DEFINE_bool('compute_controls', True, "Bring each run's compute-matched controls along (the second budget "
+                    'runs without them).')
 
 
-def expand(names: list[str]) -> list[str]:
+def expand(names: list[str], compute_controls: bool = True) -> list[str]:
   """Run and group names -> run names, in order, without repeats, each after the runs it starts from or is compared
-  with."""
+  with (its compute-matched controls too, unless `compute_controls` is false)."""
   out: list[str] = []
 
   def add(name: str) -> None:
@@ -224,7 +251,7 @@ def expand(names: list[str]) -> list[str]:
       raise ValueError(f"--methods has '{name}'; valid runs: {sorted(RUNS)}, groups: {sorted(GROUPS)}, 'all'")
     run = RUNS[name]
     # (a TEACHER is trained with seed + TEACHER_SEED_OFFSET by main, not as a row of the requested seeds)
-    for needed in (run.after, run.baseline, run.control, *run.compute_controls):
+    for needed in (run.after, run.baseline, run.control, *(run.compute_controls if compute_controls else ())):
       if needed and needed != name:
         add(needed)
     out.append(name)
@@ -239,32 +266,43 @@ def run_dir(workdir: str, name: str, seed: int) -> str:
   return os.path.join(workdir, name, f'seed{seed}')
 
 
-def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0) -> dict:
+@functools.lru_cache(maxsize=None)
+def config_steps(name: str) -> int:
+  """total_steps of run `name`'s config file."""
+  from vlp_jax.config import from_file
+  return from_file(os.path.join(ROOT, RUNS[name].config)).total_steps
+
+
+def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1) -> dict:
   """What the runner sets beside run `name`'s config file ('a.b' -> value): the seed, the eval interval (0: at the
-  end only), the checkpoint of the run it continues, --steps for a from-scratch run, the teacher's checkpoint."""
+  end only), the checkpoint of the run it continues, --steps for a from-scratch run (else `budget` times its
+  config's steps, when that is not 1), the teacher's checkpoint."""
   run = RUNS[name]
   out = {'seed': seed, 'eval.every_steps': eval_every or NEVER}
-  if run.after:
+  if run.after:  # a continue phase keeps its own (short) budget
     out['init.checkpoint'] = run_dir(workdir, run.after, seed)
-  elif steps:  # a continue phase keeps its own (short) budget
+  elif steps:
     out['total_steps'] = steps
+  elif budget != 1:  # compute-matched controls and teachers scale too, so they stay matched
+    out['total_steps'] = budget * config_steps(name)
   if run.teacher:
     out['objective.saco.teacher_checkpoint'] = run_dir(workdir, run.teacher, seed + TEACHER_SEED_OFFSET)
   return out
 
 
-def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0) -> list[str]:
+def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1) -> list[str]:
   """The `python -m vlp_jax.main` command line of run `name` with `seed`; eval_every 0 evaluates at the end only."""
   return [sys.executable, '-m', 'vlp_jax.main', f'--config={RUNS[name].config}',
           f'--workdir={run_dir(workdir, name, seed)}',
-          *(f'--config.{key}={value}' for key, value in runner_flags(workdir, name, seed, steps, eval_every).items())]
+          *(f'--config.{key}={value}'
+            for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget).items())]
 
 
-def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0):
+def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1):
   """The config that command() trains: the file's, with the runner's flags."""
   from vlp_jax.config import from_file
   config = from_file(os.path.join(ROOT, RUNS[name].config))
-  for key, value in runner_flags(workdir, name, seed, steps, eval_every).items():
+  for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget).items():
     *path, leaf = key.split('.')
     node = config
     for part in path:
@@ -333,7 +371,7 @@ def stored_row(store: str, name: str, seed: int) -> dict | None:
 
 
 def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0,
-          store: str = '', jobs: int = 1) -> dict:
+          store: str = '', jobs: int = 1, budget: int = 1) -> dict:
   """Train run `name` with `seed` in a subprocess (resuming its workdir) unless `store` already holds its row;
   return the row, written to `store` (when given) and to the workdir's run_result.json."""
   if store and (row := stored_row(store, name, seed)) is not None:
@@ -348,15 +386,15 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
   start = latest_checkpoint_step(workdir)
   resumed = start >= 0  # its wall time then covers only the rest of the run
   # A workdir holding the final checkpoint only evaluates: that row says nothing of this code's training.
-  evaluation_only = resumed and start >= run_config(root, name, seed, steps).total_steps
+  evaluation_only = resumed and start >= run_config(root, name, seed, steps, budget=budget).total_steps
   began = time.time()
-  result = subprocess.run(command(root, name, seed, steps, eval_every), cwd=ROOT, capture_output=True, text=True,
-                          env=run_env(root))
+  result = subprocess.run(command(root, name, seed, steps, eval_every, budget), cwd=ROOT, capture_output=True,
+                          text=True, env=run_env(root))
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
-         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every)[1:]),
-         'commit': code_commit(), 'jobs': jobs, **({'resumed': True} if resumed else {}),
+         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every, budget)[1:]),
+         'commit': code_commit(), 'jobs': jobs, 'budget': budget, **({'resumed': True} if resumed else {}),
          **({'evaluation_only': True} if evaluation_only else {})}
   with open(done, 'w') as f:
     json.dump(row, f)
@@ -367,7 +405,7 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
 
 
 def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, steps: int | None, lock: threading.Lock,
-                             eval_every: int = 0, store: str = '', jobs: int = 1) -> dict:
+                             eval_every: int = 0, store: str = '', jobs: int = 1, budget: int = 1) -> dict:
   """`train`, after the checkpoints of run `name`'s AFTER (same seed) and TEACHER (seed + 1000) are there.
 
   `futures` maps (run, seed) to the submitted job of each; AFTER and TEACHER were submitted earlier, so are running
@@ -380,8 +418,8 @@ def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, ste
     if needed:
       futures[(needed, needed_seed)].result()
       if not has_checkpoint(run_dir(root, needed, needed_seed)):
-        train(root, needed, needed_seed, steps, lock, eval_every, jobs=jobs)
-  return train(root, name, seed, steps, lock, eval_every, store, jobs)
+        train(root, needed, needed_seed, steps, lock, eval_every, jobs=jobs, budget=budget)
+  return train(root, name, seed, steps, lock, eval_every, store, jobs, budget)
 
 
 def latest_checkpoint_step(workdir: str) -> int:
@@ -635,40 +673,42 @@ def step_flops(config) -> float:
   return program_cost(compiled_step(config))['flops']
 
 
-def update_results(path: str, tables: str) -> None:
-  """Replace what lies between the RESULTS_BEGIN and RESULTS_END lines of the Markdown file `path` with `tables`;
+def update_results(path: str, tables: str, budget: int = 1) -> None:
+  """Replace what lies between the two lines of `results_markers(budget)` in the Markdown file `path` with `tables`;
   everything outside them stays. Raises ValueError, writing nothing, unless each marker is there exactly once."""
+  begin, end = results_markers(budget)
   with open(path) as f:
     text = f.read()
-  counts = {marker: text.count(marker) for marker in (RESULTS_BEGIN, RESULTS_END)}
-  if any(count != 1 for count in counts.values()) or text.index(RESULTS_BEGIN) > text.index(RESULTS_END):
-    raise ValueError(f'{path} must hold the line {RESULTS_BEGIN!r} once and, after it, {RESULTS_END!r} once '
-                     f'(found {counts[RESULTS_BEGIN]} and {counts[RESULTS_END]}); nothing was written')
-  head, rest = text.split(RESULTS_BEGIN)
-  tail = rest.split(RESULTS_END)[1]
+  counts = {marker: text.count(marker) for marker in (begin, end)}
+  if any(count != 1 for count in counts.values()) or text.index(begin) > text.index(end):
+    raise ValueError(f'{path} must hold the line {begin!r} once and, after it, {end!r} once '
+                     f'(found {counts[begin]} and {counts[end]}); nothing was written')
+  head, rest = text.split(begin)
+  tail = rest.split(end)[1]
   with open(path + '.tmp', 'w') as f:
-    f.write(f'{head}{RESULTS_BEGIN}\n\n{tables.strip()}\n\n{RESULTS_END}{tail}')
+    f.write(f'{head}{begin}\n\n{tables.strip()}\n\n{end}{tail}')
   os.replace(path + '.tmp', path)
 
 
 def main(argv):
   del argv
-  names = expand(FLAGS.methods)
+  names = expand(FLAGS.methods, FLAGS.compute_controls)
   seeds = [int(s) for s in FLAGS.seeds]
-  root, steps = FLAGS.workdir, FLAGS.steps
+  budget = FLAGS.budget
+  root, steps, store = of_budget(FLAGS.workdir, budget), FLAGS.steps, of_budget(FLAGS.store, budget)
   lock = threading.Lock()
   began = time.time()
   futures: dict[tuple[str, int], concurrent.futures.Future] = {}
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(FLAGS.jobs, 1)) as pool:
 
     def job(name: str, seed: int) -> dict:
-      return train_with_prerequisites(root, name, seed, futures, steps, lock, FLAGS.eval_every, FLAGS.store,
-                                      FLAGS.jobs)
+      return train_with_prerequisites(root, name, seed, futures, steps, lock, FLAGS.eval_every, store, FLAGS.jobs,
+                                      budget)
 
     def stored(name: str, seed: int) -> dict | None:
-      row = stored_row(FLAGS.store, name, seed) if FLAGS.store else None
+      row = stored_row(store, name, seed) if store else None
       if row is None and not FLAGS.train:
-        print(f'{name} seed {seed}: not in {FLAGS.store}', flush=True)
+        print(f'{name} seed {seed}: not in {store}', flush=True)
       return row
 
     for seed in seeds:
@@ -683,7 +723,7 @@ def main(argv):
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           if teacher not in futures:
             futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock,
-                                             FLAGS.eval_every, FLAGS.store, FLAGS.jobs)
+                                             FLAGS.eval_every, store, FLAGS.jobs, budget)
         futures[(name, seed)] = pool.submit(job, name, seed)
     rows = [row for f in futures.values() if (row := f.result()) is not None]
   rows, refused = tabulated(rows)
@@ -692,12 +732,12 @@ def main(argv):
   memory = {}
   if FLAGS.memory:
     for name in names:
-      memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps))
+      memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps, budget=budget))
   markdown = (headline_table(rows, names) + '\n\nEvery run, mean ± std over its seeds:\n\n' + table(rows, names, memory)
               + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names))
   footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, ' + (
       f'{FLAGS.jobs} at a time: {(time.time() - began) / 60:.1f} min wall.' if FLAGS.train
-      else f'tabulated from {os.path.relpath(FLAGS.store, ROOT)} (--notrain).'))
+      else f'tabulated from {os.path.relpath(store, ROOT)} (--notrain).'))
   print('\n' + markdown + footer)
   if FLAGS.output:
     with open(FLAGS.output, 'w') as f:
@@ -706,7 +746,8 @@ def main(argv):
     seeds_held = ','.join(map(str, seeds))
     update_results(RESULTS_MD, headline_table(rows, names) + '\n\n<details><summary>Every run, mean ± std over its '
                    'seeds, and every run against its controls seed by seed</summary>\n\n' + table(rows, names, memory)
-                   + '\n\n' + paired_table(rows, names) + f'\n\n</details>\n\n{len(rows)} runs, seeds {seeds_held}.')
+                   + '\n\n' + paired_table(rows, names) + f'\n\n</details>\n\n{len(rows)} runs, seeds {seeds_held}'
+                   + (f', {budget}x the configs\' steps.' if budget != 1 else '.'), budget)
     print(f'Wrote the tables into {os.path.relpath(RESULTS_MD, ROOT)}.')
 
 

@@ -412,3 +412,31 @@ def test_update_results_replaces_only_the_marked_block(tmp_path):
     with pytest.raises(ValueError, match='nothing was written'):
       methods.update_results(str(path), 'table')
     assert path.read_text() == broken
+
+
+def test_the_second_budget_scales_every_from_scratch_run_and_keeps_its_own_store_and_block(tmp_path):
+  """--budget=4: each from-scratch run trains 4x its config's steps (a compute-matched control too, so it stays
+  matched), a continue phase keeps its own; the runs, their rows and their tables go to places of their own."""
+  assert methods.runner_flags('/w', 'clip', 11, None, budget=methods.SECOND_BUDGET)['total_steps'] == 1600
+  assert methods.runner_flags('/w', 'clip_text_pool_compute', 11, None, budget=4)['total_steps'] == 4 * 1355
+  assert 'total_steps' not in methods.runner_flags('/w', 'clip', 11, None)  # the first budget: the config's own
+  continued = methods.runner_flags('/w_x4', 'saco_continue', 11, None, budget=4)
+  assert 'total_steps' not in continued and continued['init.checkpoint'] == '/w_x4/clip/seed11'
+  assert methods.run_config('/w', 'saco', 11, None, budget=4).total_steps == 1600
+  assert '--config.total_steps=1600' in methods.command('/w', 'cosmos', 11, None, budget=4)
+  assert (methods.of_budget('/tmp/m', 1), methods.of_budget('/tmp/m/', 4), methods.of_budget('', 4)) == (
+      '/tmp/m', '/tmp/m_x4', '')
+  # its rows: each headline method and its control, without the compute-matched controls
+  assert methods.expand(['table_budget'], compute_controls=False) == [
+      'clip', 'saco', 'slip', 'clip_text_pool_augment_ema', 'cosmos', 'clip_zerovl_temperature', 'zerovl']
+  assert 'clip_slip_compute' in methods.expand(['table_budget'])
+  # its tables between markers of their own: the first budget's block stays as it was
+  first, second = methods.results_markers(1), methods.results_markers(4)
+  assert first == (methods.RESULTS_BEGIN, methods.RESULTS_END) and '--budget=4' in second[0] and 'x4' in second[1]
+  path = tmp_path / 'RESULTS.md'
+  path.write_text(f'{first[0]}\nfirst\n{first[1]}\n{second[0]}\nold\n{second[1]}\n')
+  methods.update_results(str(path), 'long runs', budget=4)
+  assert path.read_text() == f'{first[0]}\nfirst\n{first[1]}\n{second[0]}\n\nlong runs\n\n{second[1]}\n'
+  with open(methods.RESULTS_MD) as f:  # the repository's RESULTS.md holds both blocks once
+    text = f.read()
+  assert all(text.count(marker) == 1 for marker in first + second)
