@@ -194,7 +194,7 @@ RUNS: dict[str, Run] = discover()
 
 GROUPS = {
     # each method with its control, its mechanism ablations and, where it costs much more, a compute-matched control
-    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'saco_mimic_only',
+    'table_saco': ('clip', 'saco', 'saco_no_ramp', 'saco_masking', 'saco_mimic', 'saco_mimic_only', 'saco_constant',
                    'clip_mimic_compute', 'clip_continue', 'saco_continue'),
     'table_slip': ('clip', 'slip', 'clip_slip_compute'),
     'table_cosmos': ('clip_text_pool', 'clip_text_pool_augment_ema', 'cosmos', 'cosmos_no_distill',

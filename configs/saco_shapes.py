@@ -1,9 +1,9 @@
 """CLIP + SaCo from scratch on the embedded dataset with the tiny model: SaCo's affinity consistency loss (Eq. 5-6)
 with the one remedy for training from scratch that needs no teacher, the incremental alpha (alpha grows linearly from
 0 to 5 over the whole run), and without the pseudo-affinity mimic. This is not Algorithm 1 as the supplementary
-writes it (a constant alpha beside the mimic of a frozen teacher), which has no small-scale run here: `saco_mimic`
-adds the mimic to this ramp, `saco_no_ramp` takes the constant alpha without the mimic. The same data, budget, seed
-and optimizer as configs/clip_shapes.py, its control.
+writes it (a constant alpha beside the mimic of a frozen teacher): that is `saco_constant`; `saco_mimic` adds the
+mimic to this ramp, `saco_no_ramp` takes the constant alpha without the mimic. The same data, budget, seed and
+optimizer as configs/clip_shapes.py, its control.
 
 The affinity distance is the mean over the B x B entries ('mean'), not the literal sum of the pseudocode: the paper's
 Figure 3b plots "the SaCo loss of Eq. 5" at the scale of the per-entry mean, and alpha = 5 on the sum would weigh the

@@ -109,7 +109,7 @@ def _flat(tree: dict, prefix: str = '') -> dict:
 
 def test_cosmos_baseline_and_saco_mimic_alone_change_only_their_keys():
   """COSMOS's baseline is its text-pool CLIP with the augmentation and the EMA, and nothing else; the mimic alone is
-  saco_mimic with SaCo's term weighed 0, and nothing else."""
+  saco_mimic with SaCo's term weighed 0, and Algorithm 1 saco_mimic with a constant alpha, and nothing else."""
   from vlp_jax.config import from_file
   flat = lambda name: _flat(from_file(os.path.join(ROOT, methods.RUNS[name].config)).to_dict())  # noqa: E731
   diff = lambda a, b: {k: (flat(a).get(k), flat(b).get(k)) for k in flat(a) | flat(b)  # noqa: E731
@@ -117,6 +117,7 @@ def test_cosmos_baseline_and_saco_mimic_alone_change_only_their_keys():
   assert diff('clip_text_pool', 'clip_text_pool_augment_ema') == {'data.augment': ('none', 'dino'),
                                                                   'ema.decay': (0.0, 0.99)}
   assert diff('saco_mimic', 'saco_mimic_only') == {'objective.saco.alpha': (5.0, 0.0)}
+  assert diff('saco_mimic', 'saco_constant') == {'objective.saco.ramp': ('linear', 'constant')}
   assert diff('clip', 'clip_cosmos_compute') == {'total_steps': (400, 1355)}
   assert methods.RUNS['cosmos'].control == 'clip_text_pool_augment_ema'
 
