@@ -104,7 +104,8 @@ def test_every_experiment_file_says_what_it_is_in_a_short_docstring():
 
 def _flat(tree: dict, prefix: str = '') -> dict:
   return {k: v for key, value in tree.items()
-          for k, v in (_flat(value, f'{prefix}{key}.') if isinstance(value, dict) else {f'{prefix}{key}': value}).items()}
+          for k, v in (_flat(value, f'{prefix}{key}.') if isinstance(value, dict)
+                       else {f'{prefix}{key}': value}).items()}
 
 
 def test_cosmos_baseline_and_saco_mimic_alone_change_only_their_keys():
@@ -209,12 +210,15 @@ def test_final_metrics_and_the_table(tmp_path):
 def test_paired_table_subtracts_the_controls_of_the_same_seed():
   def row(run, seed, zeroshot):
     return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot}
-  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_text_pool_augment_ema', 0, 0.1), row('clip_text_pool_augment_ema', 1, 0.3),
+  rows = [row('clip', 0, 0.2), row('clip', 1, 0.4), row('clip_text_pool_augment_ema', 0, 0.1),
+          row('clip_text_pool_augment_ema', 1, 0.3),
           row('clip_text_pool_compute', 1, 0.35), row('cosmos', 0, 0.15), row('cosmos', 1, 0.5),
           row('cosmos', 2, 0.9)]  # seed 2 has no control: left out
-  lines = methods.paired_table(rows, ['clip', 'clip_text_pool_augment_ema', 'clip_text_pool_compute', 'cosmos']).splitlines()
+  lines = methods.paired_table(
+      rows, ['clip', 'clip_text_pool_augment_ema', 'clip_text_pool_compute', 'cosmos']).splitlines()
   heads = [line.split('|')[1].strip() for line in lines[2:]]
-  assert heads == ['`clip_text_pool_augment_ema` − `clip` (seeds 0,1)', '`clip_text_pool_compute` − `clip` (seeds 1)',
+  assert heads == ['`clip_text_pool_augment_ema` − `clip` (seeds 0,1)',
+                   '`clip_text_pool_compute` − `clip` (seeds 1)',
                    '`cosmos` − `clip` (seeds 0,1)', '`cosmos` − `clip_text_pool_augment_ema` (seeds 0,1)',
                    '`cosmos` − `clip_text_pool_compute` (seeds 1)']
   assert lines[4].split('|')[2].strip() == '+0.025 ± 0.106 (1/2)'  # cosmos - clip: -0.05 and +0.1
@@ -275,10 +279,11 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
   assert zero_shot[6] == '+0.000 [+0.000, +0.000]' and zero_shot[8] == 'not distinguishable at this budget'
   # A held-out seed missing: no verdict yet. Runs of two commits: none at all.
   partial = [r for r in rows if not (r['run'] == 'cosmos' and r['seed'] == 13)]
-  assert methods.headline_table(partial, ['clip_text_pool_augment_ema', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+  control = 'clip_text_pool_augment_ema'
+  assert methods.headline_table(partial, [control, 'cosmos']).splitlines()[2].split('|')[9].strip() == \
       '**pending (2 of 3 held-out seeds)**'
   mixed = [{**r, 'commit': 'def5678'} if r['seed'] == 0 and r['run'] == 'cosmos' else r for r in rows]
-  assert methods.headline_table(mixed, ['clip_text_pool_augment_ema', 'cosmos']).splitlines()[2].split('|')[9].strip() == \
+  assert methods.headline_table(mixed, [control, 'cosmos']).splitlines()[2].split('|')[9].strip() == \
       '**mixed commits (abc1234, def5678): rerun at one**'
 
 

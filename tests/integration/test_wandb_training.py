@@ -4,12 +4,14 @@ flattened config, in one W&B run across the resume. Skips without wandb (`pip in
 import glob
 import os
 
+import numpy as np
 import pytest
 
 from vlp_jax.training import loop
 from vlp_jax.training.writer import read_metrics
 
-from wandb_support import needs_wandb, offline_wandb, same_value, tensorboard_scalars_and_images, wandb_runs  # noqa: F401
+from wandb_support import (needs_wandb, offline_wandb, same_value,  # noqa: F401 (offline_wandb: a fixture)
+                           tensorboard_scalars_and_images, wandb_runs)
 
 
 @needs_wandb
@@ -43,7 +45,6 @@ def test_wandb_gets_the_tensorboard_scalars_at_the_same_steps_across_a_resume(mi
   assert {step for _, step in tb_scalars} == {2, 3, 4, 6}  # log_every_steps=2, eval every 3, and the last step
   assert {'train/loss', 'train/learning_rate', 'perf/samples_per_sec', 'eval/synthetic/zeroshot_top1'} <= {
       name for name, _ in tb_scalars}
-  import numpy as np
   for key, value in wandb_scalars.items():  # TensorBoard keeps float32
     assert same_value(float(np.float32(value)), tb_scalars[key]), (key, value, tb_scalars[key])
   from_jsonl = {(k, r['step']): v for r in read_metrics(str(workdir)) for k, v in r.items() if k not in ('step',
