@@ -110,8 +110,8 @@ if (( dry )); then
        --warmup=0 --peak_size=256)
   # the vs_open_clip stage profiles too (the profile stage is the same script with --profile, run separately on a
   # GPU only because there its XLA flags differ)
-  vs=(--rows=tiny:8 --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager --rounds=2 --steps=1
-      --warmup=0 --profile=1)
+  vs=(--rows=tiny:8 "${micro[@]}" --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager
+      --rounds=2 --steps=1 --warmup=0 --profile=1)
   profiled=
   e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")

@@ -65,6 +65,9 @@ WORKERS = {'vlp_jax': 'jax', 'open_clip': 'torch'}
 def define_flags() -> None:
   """Only when run as a script, so that tests can import the functions beside other modules' flags."""
   flags.DEFINE_list('rows', ['tiny:128', 'ViT-B-32:32'], 'Model preset:global batch pairs.')
+  flags.DEFINE_string('model_config', '', "A config file whose model's shapes (embed_dim, the towers' image_size, "
+                      "patch_size, width, layers, heads, context_length) replace each preset's, on both sides "
+                      "('': the presets'; the GPU script's dry run uses the tests' micro shapes).")
   flags.DEFINE_integer('rounds', 6, 'Rounds; each times one turn of each side, in the order of the round (even: '
                        'vlp_jax first, odd: open_clip first).', lower_bound=1)
   flags.DEFINE_integer('steps', 5, 'Timed steps per side and round.', lower_bound=1)
@@ -131,15 +134,22 @@ def resolve_device(device: str) -> str:
   return 'gpu' if jax.default_backend() == 'gpu' else 'cpu'
 
 
-def row_spec(name: str, batch_size: int, precision: str, device: str = 'cpu', torch_compile: str = '',
-             attention: str = 'auto') -> dict:
-  """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax.
-  device: 'cpu' or 'gpu', for both sides; torch_compile: torch.compile's backend ('' = eager PyTorch)."""
-  from benchmarks.common import build_config
+def spec_config(name: str, batch_size: int, precision: str, attention: str = 'auto', model_config: str = ''):
+  """The vlp_jax config of a row: the preset `name`, with the shapes of the config file `model_config` if given."""
+  from benchmarks.common import build_config, with_model_shapes
   config = build_config(name, batch_size, 'clip', precision, remat=False, attention=attention)
+  return with_model_shapes(config, model_config) if model_config else config
+
+
+def row_spec(name: str, batch_size: int, precision: str, device: str = 'cpu', torch_compile: str = '',
+             attention: str = 'auto', model_config: str = '') -> dict:
+  """Everything either side needs to build its step, as JSON: the torch worker gets it without importing vlp_jax.
+  device: 'cpu' or 'gpu', for both sides; torch_compile: torch.compile's backend ('' = eager PyTorch);
+  model_config: a config file whose model shapes replace the preset's ('': none)."""
+  config = spec_config(name, batch_size, precision, attention, model_config)
   o, m = config.optim, config.model
   return {'model': name, 'batch_size': batch_size, 'precision': precision, 'device': device,
-          'torch_compile': torch_compile, 'attention': attention,
+          'torch_compile': torch_compile, 'attention': attention, 'model_config': model_config,
           'open_clip': open_clip_config(m.to_dict()),
           'optim': {'lr': o.lr, 'betas': [o.b1, o.b2], 'eps': o.eps, 'weight_decay': o.weight_decay},
           'image_size': m.vision.image_size, 'context_length': m.text.context_length, 'vocab_size': m.text.vocab_size}
@@ -170,13 +180,12 @@ def batch_digest(batch: dict) -> str:
 def jax_side(spec: dict):
   """(a function running one vlp_jax train step (blocking) on `shared_batch`, the parameter count)."""
   import jax
-  from benchmarks.common import build_config
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import compile_train_step
-  config = build_config(spec['model'], spec['batch_size'], 'clip', spec['precision'], remat=False,
-                        attention=spec.get('attention', 'auto'))
+  config = spec_config(spec['model'], spec['batch_size'], spec['precision'], spec.get('attention', 'auto'),
+                       spec.get('model_config', ''))
   objective = objectives.build(config, models.build_model(config.model))
   tx = optim.make_optimizer(config.optim, config.total_steps)
   mesh = parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1])
@@ -626,7 +635,7 @@ def run_row(name: str, batch_size: int, retained: bool) -> bool:
   """Time (and profile) one row and print its JSON line; False when open_clip is not there (the line says why).
   retained: whether this process has the trainer's malloc (in-process mode)."""
   spec = row_spec(name, batch_size, FLAGS.precision, resolve_device(FLAGS.device),
-                  FLAGS.torch_compile_backend if FLAGS.torch_compile else '', FLAGS.attention)
+                  FLAGS.torch_compile_backend if FLAGS.torch_compile else '', FLAGS.attention, FLAGS.model_config)
   sides = start_sides(spec, retained)
   try:
     ready = {side: sides[side].ready for side in SIDES}
@@ -642,6 +651,7 @@ def run_row(name: str, batch_size: int, retained: bool) -> bool:
     print(json.dumps({
         'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
         'device': spec['device'], 'torch_compile': spec['torch_compile'] or False, 'attention': FLAGS.attention,
+        **({'model_config': FLAGS.model_config} if FLAGS.model_config else {}),
         'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'rounds': FLAGS.rounds,
         'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'parameters': ready['vlp_jax']['parameters'],
         'batch_digest': ready['vlp_jax']['batch_digest'],

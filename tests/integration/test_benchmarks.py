@@ -1,11 +1,15 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
 from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, jit_init
+import jax
 import pytest
 import json
 import os
 import subprocess
 import sys
+
+from benchmarks.vs_open_clip import spec_config
+from vlp_jax import models, objectives
 
 CONFIG = MICRO_CONFIG
 
@@ -135,7 +139,12 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   (row,) = _jsonl(out / 'vs_open_clip.jsonl')
   if 'skipped' in row:
     pytest.skip(row['skipped'])
-  assert (row['model'], row['batch_size'], row['parameters'], row['mode']) == ('tiny', 8, 7_974_913, 'isolated')
+  # the tiny preset with the micro shapes, on both sides (the parent checks that their parameter counts agree)
+  config = spec_config('tiny', 8, 'fp32', model_config=MICRO_CONFIG)
+  init = objectives.build(config, models.build_model(config.model)).init_variables
+  parameters = sum(leaf.size for leaf in jax.tree.leaves(jax.eval_shape(init, jax.random.key(0))[0]))
+  assert (row['model'], row['batch_size'], row['parameters'], row['mode']) == ('tiny', 8, parameters, 'isolated')
+  assert row['model_config'] == 'tests/support.py' and parameters < 7_974_913  # not the preset's own shapes
   assert (row['torch_compile'], row['attention']) == ('eager', route)
   assert row['vlp_jax_samples_per_sec'] > 0 and row['open_clip_samples_per_sec'] > 0 and row['ratio'] > 0
   assert (row['rounds'], row['steps'], len(row['pair_ratios'])) == (2, 1, 2)
