@@ -79,6 +79,7 @@ CONFIDENCE = 0.95  # of the paired t-interval a verdict is read on
 RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 RESULTS_BEGIN = '<!-- methods table: written by benchmarks/methods.py --update_results -->'
 RESULTS_END = '<!-- end of methods table -->'
+STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
 
 
 def results_markers(budget: int = 1) -> tuple[str, str]:
@@ -93,7 +94,7 @@ def of_budget(path: str, budget: int = 1) -> str:
   """A workdir or store of the runs of `budget`: `path` itself for the first, `path`_x<budget> for another ('' stays
   '': no store)."""
   return path if budget == 1 or not path else f'{path.rstrip(os.sep)}_x{budget}'
-STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
+
 
 # The columns: (metric key as 'eval set/metric', heading). Mean R@1 averages I2T and T2I.
 COLUMNS = (

@@ -89,9 +89,9 @@ class CosmosViews(grain.transforms.RandomMap):
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     image = example['image']
-    # DINO: the first global view is always blurred, the second rarely but may be solarised.
+    # DINO: the first global view is always blurred, the second (and any after it) rarely but may be solarised.
     global_views = [self._augment(transforms.random_resized_crop(image, self.image_size, self.global_scale, rng),
-                                  rng, blur_p=1.0 if i == 0 else 0.1, solarize_p=0.0 if i == 0 else 0.2)
+                                  rng, *transforms.DINO_GLOBAL_VIEWS[min(i, 1)])
                     for i in range(self.num_global)]
     local_views = [self._augment(transforms.random_resized_crop(image, self.local_size, self.local_scale, rng),
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
