@@ -1,6 +1,6 @@
 """Test setup: 8 virtual CPU devices (set before jax is imported), the repository and tests/ on the path (for
-`support`, the helpers the tests share), the micro config fixture, and a stochastic image tower for the tests of
-tower randomness."""
+`support`, the helpers the tests share), the micro config fixture, a stochastic image tower for the tests of
+tower randomness, the slow tests first, and `--compile-report=DIR` (tests/compile_report.py)."""
 import atexit
 import os
 import shutil
@@ -29,8 +29,26 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from compile_report import CompileReport  # noqa: E402
 from support import micro_config  # noqa: E402
 from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows  # noqa: E402
+
+
+def pytest_addoption(parser):
+  parser.addoption('--compile-report', metavar='DIR', default='',
+                   help="append each test's CPU seconds and jax compile events to DIR/<pid>.jsonl "
+                        '(tests/compile_report.py; summary: python tools/summarize_compile_report.py DIR)')
+
+
+def pytest_configure(config):
+  if config.getoption('--compile-report'):
+    config.pluginmanager.register(CompileReport(config.getoption('--compile-report')), 'compile_report')
+
+
+def pytest_collection_modifyitems(items):
+  """The slow tests first (a stable sort, so each group keeps its order): with two workers, a long test left for the
+  end keeps one worker busy while the other idles; the quick ones fill the end instead."""
+  items.sort(key=lambda item: item.get_closest_marker('slow') is None)
 
 
 @pytest.fixture(scope='session')
