@@ -1,6 +1,7 @@
 """vlp_jax/cli/allocator.py (set by the train command, not by `import vlp_jax`): the temporaries of a compiled
 function, freed and allocated again on every call from XLA's
 worker threads, are reused instead of being mapped and page-faulted afresh."""
+import json
 import os
 import subprocess
 import sys
@@ -37,7 +38,6 @@ PROBE = textwrap.dedent("""
 
 
 def probe(env_extra: dict) -> dict:
-  import json
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu', **env_extra}
   out = subprocess.run([sys.executable, '-c', PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]

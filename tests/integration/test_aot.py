@@ -3,7 +3,7 @@ import importlib.util
 
 import pytest
 
-from benchmarks import aot
+from benchmarks import aot, aot_table
 
 
 def test_collective_bytes_and_bxb_arrays_read_hlo_text():
@@ -59,7 +59,6 @@ def test_micro_config_compiles_for_v5e_2x2(micro):
 
 
 def test_aot_table_renders_a_fitting_and_a_refused_row():
-  from benchmarks import aot_table
   fits = {'config': 'clip_cc3m', 'topology': 'v5e:4x4', 'chips': 16, 'model': 'ViT-B-32', 'dtype': 'bfloat16',
           'global_batch': 2048, 'micro_batch': None, 'scan_layers': True, 'remat': 'nothing_saveable',
           'hbm_per_chip': {'arguments_gib': 1.709, 'temporaries_gib': 1.48, 'total_gib': 3.19, 'fraction_of_chip': 0.2,

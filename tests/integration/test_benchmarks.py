@@ -2,12 +2,14 @@
 timings here)."""
 from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, jit_init
 import jax
+import numpy as np
 import pytest
 import json
 import os
 import subprocess
 import sys
 
+from benchmarks.common import alternating_order
 from benchmarks.vs_open_clip import spec_config
 from vlp_jax import models, objectives
 
@@ -61,11 +63,8 @@ def test_data_benchmark(tmp_path):
 def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
   """benchmarks/batch_spread.py: a batch of one pair repeated has identical embeddings (cosine 1), no logit spread
   and the chance loss ln B; a batch of different pairs has less than cosine 1 and some spread."""
-  import jax
-  import numpy as np
   sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
   from batch_spread import batch_statistics
-  from vlp_jax import models, objectives
   objective = objectives.build(micro, models.build_model(micro.model))
   params, state = jit_init(objective.init_variables)(jax.random.key(0))  # eager init compiles op by op
   rng = np.random.default_rng(0)
@@ -83,7 +82,6 @@ def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
 def test_background_shift_is_zero_for_unmoved_features_and_one_for_another_scene():
   """benchmarks/background_cue.py: features that ignore the new background give 0; features of unrelated images
   give about 1 (as far apart as two different scenes); the features' norms do not matter."""
-  import numpy as np
   sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
   from background_cue import background_shift, parse_runs
   rng = np.random.default_rng(0)
@@ -207,7 +205,6 @@ def test_xla_flag_rounds_alternate_and_each_variant_is_compared_within_its_round
   """benchmarks/xla_flags.py: the order reverses every round; a variant's ratio is taken against the first variant's
   run of the same round, and a failed run has no rate to compare."""
   sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-  from benchmarks.common import alternating_order
   from xla_flags import summarise
   assert alternating_order(['a', 'b', 'c'], 0) == ['a', 'b', 'c']
   assert alternating_order(['a', 'b', 'c'], 1) == ['c', 'b', 'a']

@@ -17,11 +17,13 @@ from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
 from support import ROOT
-from vlp_jax.data import records
+from vlp_jax.data import records, synthetic
 from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.cli import common
 from vlp_jax.cli import convert as convert_command
 from vlp_jax.data.ingest import convert
+from vlp_jax.training.loop import train_and_evaluate
+from vlp_jax.training.writer import read_metrics
 
 REPO = ROOT
 PNG_MAGIC, JPEG_MAGIC = b'\x89PNG', b'\xff\xd8'
@@ -411,9 +413,6 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, capsys):
 @pytest.mark.slow
 def test_img2dataset_output_to_training(tmp_path, micro):
   """The README's path: webdataset tars as img2dataset writes them -> convert -> train on the shards."""
-  from vlp_jax.data import synthetic
-  from vlp_jax.training.loop import train_and_evaluate
-  from vlp_jax.training.writer import read_metrics
   members = []
   for i in range(40):
     example = synthetic.make_example(0, 'train', 'web', i, 16)

@@ -1,6 +1,11 @@
 """The embed CLI (contract), dataset-split embedding, and continue pre-training from an imported checkpoint."""
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
+from PIL import Image
 import pytest
 
 from support import FAST_COMPILE_XLA_FLAGS, ROOT
@@ -66,7 +71,6 @@ def test_embed_rejects_bad_pixels(checkpoint, tmp_path, pixels, message):
 
 def _write_images(folder):
   """Three images of other sizes than the model's: a wide JPEG, a tall PNG and a greyscale PNG."""
-  from PIL import Image
   rng = np.random.default_rng(1)
   folder.mkdir()
   Image.fromarray(rng.integers(0, 256, (23, 40, 3), np.uint8)).save(folder / 'a.jpg', quality=90)
@@ -79,7 +83,6 @@ def _write_images(folder):
 def _preprocessed_by_hand(path, size):
   """[size, size, 3]: RGB, bicubic resize of the shorter side to `size` (the longer one truncated, as torchvision
   and transformers do), centre crop, /255, OpenAI CLIP's mean and std."""
-  from PIL import Image
   image = Image.open(path).convert('RGB')
   width, height = image.size
   short = min(width, height)
@@ -154,9 +157,6 @@ def test_continue_pretraining_rejects_a_mismatched_model(micro, checkpoint, tmp_
 
 
 def test_embed_cli_contract(checkpoint, tmp_path):
-  import os
-  import subprocess
-  import sys
   root = ROOT
   (tmp_path / 't.txt').write_text('a red circle\na blue star\n')
   np.save(tmp_path / 'x.npy', np.zeros((3, 16, 16, 3), np.float32))

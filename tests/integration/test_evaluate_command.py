@@ -6,7 +6,9 @@ import shutil
 import subprocess
 import sys
 
-from support import FAST_COMPILE_XLA_FLAGS, ROOT
+from support import FAST_COMPILE_XLA_FLAGS, ROOT, micro_config
+import numpy as np
+from PIL import Image
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -27,7 +29,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope='module')
 def trained(data_cache, tmp_path_factory):
   """A workdir whose only checkpoint (step 3) was evaluated during training."""
-  from support import micro_config
   config = micro_config(data_cache)
   config.total_steps = 3
   config.eval.tasks = ('zeroshot', 'retrieval', 'affinity', 'compositional')
@@ -141,7 +142,6 @@ def test_cli_config_override_of_an_unknown_eval_set_exits_2_naming_the_choices(t
 
 def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_defaults(trained, tmp_path):
   """Keys added to the config since a checkpoint was written must not make it unreadable."""
-  import shutil
   old = tmp_path / 'old' / 'checkpoints' / '3'
   shutil.copytree(os.path.join(trained, 'checkpoints', '3'), old)
   saved = json.loads((old / 'config' / 'metadata').read_text())
@@ -156,8 +156,6 @@ def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_default
 
 def _benchmark_files(root):
   """A two-category SugarCrepe directory (with its images) and a two-group Winoground directory."""
-  import numpy as np
-  from PIL import Image
   rng = np.random.default_rng(0)
   (root / 'coco').mkdir()
   (root / 'sugarcrepe').mkdir()

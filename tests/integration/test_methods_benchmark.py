@@ -1,14 +1,20 @@
 """benchmarks/methods.py: runs are config files, which runs a request expands to, their command lines, and the mean
 +- std table."""
 import ast
+import concurrent.futures
 import json
 import os
 import subprocess
+import threading
 
+from absl import flags
+from ml_collections import config_flags
 import numpy as np
 import pytest
 
+from benchmarks import batch_duplicates as dup
 from benchmarks import methods
+from vlp_jax.config import from_file, validate
 
 ROOT = methods.ROOT
 
@@ -40,8 +46,6 @@ def test_a_run_name_is_its_config_file():
 
 def _flag_config(argv):
   """The config the `--config` flag of vlp_jax.main parses `argv` (its arguments after the module) to."""
-  from absl import flags
-  from ml_collections import config_flags
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values, lock_config=False,
                                   accept_new_attributes=True, sys_argv=['main', *argv])  # as define_config_flag
@@ -54,7 +58,6 @@ def _flag_config(argv):
 def test_every_run_trains_its_file_with_only_the_runner_flags_and_validates(monkeypatch, steps, eval_every):
   """What each subprocess trains: its command line, parsed as vlp_jax.main parses it, is the file's config with the
   runner's own flags (seed, eval interval, --steps, the checkpoints of AFTER and TEACHER), and it validates."""
-  from vlp_jax.config import validate
   monkeypatch.chdir(ROOT)  # the runner starts its subprocesses here; --config is relative to it
   for name, run in methods.RUNS.items():
     cmd = methods.command('/w', name, 3, steps, eval_every)
@@ -73,7 +76,6 @@ def test_runs_are_compared_only_with_clips_and_controls_of_the_same_data_and_bud
   """Every name a run file or a group gives is a run; a run's BASELINE is a CLIP, and its BASELINE and CONTROL train
   on the same embedded data as it, for as many steps when they start the same way (both from scratch, or both from
   the same AFTER run), except a compute-matched control, whose budget is its method's FLOPs."""
-  from vlp_jax.config import from_file
   configs = {name: from_file(os.path.join(ROOT, run.config)) for name, run in methods.RUNS.items()}
   compute_matched = {c for run in methods.RUNS.values() for c in run.compute_controls}  # their budget is the FLOPs'
   for name, run in methods.RUNS.items():
@@ -111,7 +113,6 @@ def _flat(tree: dict, prefix: str = '') -> dict:
 def test_cosmos_baseline_and_saco_mimic_alone_change_only_their_keys():
   """COSMOS's baseline is its text-pool CLIP with the augmentation and the EMA, and nothing else; the mimic alone is
   saco_mimic with SaCo's term weighed 0, and Algorithm 1 saco_mimic with a constant alpha, and nothing else."""
-  from vlp_jax.config import from_file
   flat = lambda name: _flat(from_file(os.path.join(ROOT, methods.RUNS[name].config)).to_dict())  # noqa: E731
   diff = lambda a, b: {k: (flat(a).get(k), flat(b).get(k)) for k in flat(a) | flat(b)  # noqa: E731
                        if flat(a).get(k) != flat(b).get(k)}
@@ -290,7 +291,6 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
 def test_a_row_that_only_evaluated_a_finished_workdir_is_refused(tmp_path, monkeypatch):
   """A workdir that already holds the final checkpoint (trained by other code) gives an evaluation-only row, which
   the tables leave out; a workdir with an earlier checkpoint resumes a real run."""
-  import threading
   monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: subprocess.CompletedProcess(a, 0, '', ''))
   monkeypatch.setattr(methods, 'final_metrics', lambda workdir: {'synthetic/zeroshot_top1': 0.5})
   total = methods.run_config(str(tmp_path), 'clip', 0, None).total_steps
@@ -316,7 +316,6 @@ def test_a_teachers_training_counts_as_its_methods_compute():
 
 
 def test_a_stored_run_is_not_trained_again(tmp_path, monkeypatch):
-  import threading
   row = {'run': 'clip', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
   methods.write_row(str(tmp_path / 'store'), row)
   monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: pytest.fail('a stored run was trained again'))
@@ -338,7 +337,6 @@ def test_metrics_must_name_columns(tmp_path):
 def test_compute_matched_controls_train_for_the_flops_their_method_was_measured_at():
   """Each compute-matched control's budget is its method's training FLOPs (plus its TEACHER's training), as XLA
   counted them in the stored runs, over the FLOPs of one of its own steps (to a step)."""
-  from vlp_jax.config import from_file
   load = lambda name: from_file(os.path.join(ROOT, methods.RUNS[name].config))  # noqa: E731
 
   def flops(name: str) -> float | None:
@@ -360,7 +358,6 @@ def test_compute_matched_controls_train_for_the_flops_their_method_was_measured_
 
 
 def test_batch_duplicates_counts_rows_that_share_a_caption():
-  from benchmarks import batch_duplicates as dup
   assert dup.duplicated_fraction(['a', 'b', 'a', 'c']) == 0.5
   assert dup.duplicated_fraction(['a', 'b']) == 0.0
   pools = {'a': [f'a {i}' for i in range(100)], 'b': [f'b {i}' for i in range(100)],
@@ -385,8 +382,6 @@ def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path
 
 def test_a_stored_run_needs_no_checkpoint_of_its_start_or_teacher(tmp_path, monkeypatch):
   """A stored row is the run's result: its AFTER and TEACHER are not trained again for their checkpoints."""
-  import concurrent.futures
-  import threading
   store = str(tmp_path / 'store')
   row = {'run': 'saco_mimic', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
   methods.write_row(store, row)

@@ -11,10 +11,12 @@ import time
 import chex
 import jax
 import numpy as np
+from safetensors.numpy import save_file
 from support import MICRO_CONFIG, ROOT, wait_for_step
 import pytest
 
 from vlp_jax import parallel
+from vlp_jax.cli import weights
 from vlp_jax.data import formats
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import Checkpointer
@@ -197,8 +199,6 @@ class _Payload:  # an arbitrary object: loading it would need unpickling code
 
 
 def test_bad_weight_files_give_a_clear_error_and_run_nothing(tmp_path, capsys):
-  from safetensors.numpy import save_file
-  from vlp_jax.cli import weights
   good = tmp_path / 'model.safetensors'
   save_file({'logit_scale': np.zeros((), np.float32), 'positional_embedding': np.zeros((77, 512), np.float32)},
             str(good))

@@ -10,7 +10,9 @@ from support import FAST_COMPILE_XLA_FLAGS, ROOT, tensorboard_events
 import pytest
 
 from vlp_jax import errors
+from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.cli import convert, embed, evaluate, weights
+from vlp_jax.training.checkpoint import load_config
 
 
 MICRO_FLAGS = [
@@ -64,8 +66,6 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   assert not [d for d in os.listdir(workdir / 'checkpoints') if 'tmp' in d]
   assert (workdir / 'curves.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   # The checkpoint alone rebuilds the model.
-  from vlp_jax.training.checkpoint import load_config
-  from vlp_jax.checkpoint_files import load_variables
   config = load_config(str(step_dir))
   assert config.model.vision.width == 32 and config.total_steps == 4
   params = load_variables(str(step_dir))[0]

@@ -1,10 +1,14 @@
 """benchmarks/vs_open_clip.py: both sides train the same network on the same batch, each in its own process by
 default, in alternating order (its figures are measured by hand, not asserted on timings here)."""
 from support import ROOT
+import numpy as np
 import pytest
 import sys
 
 sys.path.insert(0, ROOT)
+from benchmarks.vs_open_clip import (  # noqa: E402
+    KINDS, batch_digest, device_kernel_kind, parse_rows, profile_table, round_order, shared_batch, sum_by_kind,
+    summary)
 
 
 # The subprocess run of the script (both sides on one batch, isolated workers, alternating rounds) is the
@@ -12,12 +16,10 @@ sys.path.insert(0, ROOT)
 
 
 def test_rows_alternate_which_side_goes_first():
-  from benchmarks.vs_open_clip import round_order
   assert [round_order(i) for i in range(4)] == [('vlp_jax', 'open_clip'), ('open_clip', 'vlp_jax')] * 2
 
 
 def test_summary_pairs_each_round_of_the_two_sides():
-  from benchmarks.vs_open_clip import summary
   result = summary({'vlp_jax': [10.0, 30.0, 20.0], 'open_clip': [20.0, 10.0, 20.0]})
   assert result['ratio'] == 1.0  # medians 20 and 20
   assert result['pair_ratios'] == [0.5, 3.0, 1.0]
@@ -25,8 +27,6 @@ def test_summary_pairs_each_round_of_the_two_sides():
 
 
 def test_shared_batch_is_the_same_arrays_with_the_tokenizer_layout():
-  import numpy as np
-  from benchmarks.vs_open_clip import batch_digest, shared_batch
   spec = {'batch_size': 3, 'image_size': 8, 'context_length': 10, 'vocab_size': 100}
   batch = shared_batch(spec)
   assert batch['image'].shape == (3, 8, 8, 3) and batch['image'].dtype == np.float32
@@ -39,7 +39,6 @@ def test_shared_batch_is_the_same_arrays_with_the_tokenizer_layout():
 
 
 def test_vs_open_clip_rejects_a_bad_row():
-  from benchmarks.vs_open_clip import parse_rows
   assert parse_rows(['tiny:128', 'ViT-B-32:32']) == [('tiny', 128), ('ViT-B-32', 32)]
   for bad in ('tiny', 'ViT-Q-7:32', 'tiny:0', 'tiny:x'):
     with pytest.raises(ValueError, match='--rows'):
@@ -48,7 +47,6 @@ def test_vs_open_clip_rejects_a_bad_row():
 
 def test_gpu_kernels_are_sorted_into_the_profiles_kinds():
   """On a GPU both profiles are kernel times; torch's kernels (and jax's that name no HLO op) go by their names."""
-  from benchmarks.vs_open_clip import KINDS, device_kernel_kind, sum_by_kind
   expected = {
       'nvjet_tst_128x256_64x4_2x1_v_bz_TNT': KINDS[0], 'sm90_xmma_gemm_bf16bf16_bf16f32': KINDS[0],
       'pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>': KINDS[1],
@@ -66,7 +64,6 @@ def test_gpu_kernels_are_sorted_into_the_profiles_kinds():
 
 
 def test_profile_table_on_a_gpu_shows_the_idle_time_and_does_not_rescale():
-  from benchmarks.vs_open_clip import KINDS, profile_table
   jax_kinds, torch_kinds = {KINDS[0]: 60.0, KINDS[1]: 20.0}, {KINDS[0]: 70.0, KINDS[1]: 10.0}
   gpu = profile_table(jax_kinds, torch_kinds, 90.0, 100.0, device_clock=True).splitlines()
   assert gpu[2].split('|')[3].strip() == '60.0' and gpu[2].split('|')[5].strip() == '70.0'

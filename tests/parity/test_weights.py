@@ -5,20 +5,25 @@ tests/integration/test_weights_command.py."""
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
+from PIL import Image
 import pytest
 
 from vlp_jax import errors, models
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.config import base_config
+from vlp_jax.data.tokenizer import SentencePieceTokenizer, default_tokenizer
+from vlp_jax.inference import preprocess_image
 from vlp_jax.interchange import export_weights, import_weights, save_checkpoint
 from vlp_jax.models import interchange
 from vlp_jax.models.interchange import WeightsError
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.checkpoint_files import load_variables
 
-from support import import_open_clip_module
+from support import ROOT, import_open_clip_module
 
 CAPTIONS = ['a photo of a cat', 'Ünïcödé & <b>HTML</b> caption!!', '', 'a diagram ' * 40]
 PARITY_ATOL = 1e-4
@@ -195,7 +200,6 @@ def test_hf_parity_and_export(tmp_path, monkeypatch):
 
 
 def _full_config(model_config):
-  from vlp_jax.config import base_config
   config = base_config()
   config.model = model_config
   return config
@@ -499,8 +503,6 @@ def test_hf_tokenizer_files_give_our_ids(tmp_path):
 def test_hf_export_loads_with_clip_processor(tmp_path):
   torch = pytest.importorskip('torch', reason='torch is needed to run the exported transformers model')
   transformers = pytest.importorskip('transformers', reason='transformers is needed to load the export')
-  from PIL import Image
-  from vlp_jax.inference import preprocess_image
   config = _micro_config()
   ckpt, params, state = _clip_checkpoint(tmp_path, config)
   folder = export_weights('hf', ckpt, str(tmp_path / 'hf'))
@@ -549,9 +551,6 @@ def test_open_clip_export_of_any_shape_loads_with_open_clip(tmp_path):
   pytest.importorskip('torch', reason='torch is needed to run open_clip')
   if importlib.util.find_spec('open_clip') is None:
     pytest.skip('open_clip_torch is not installed')
-  import subprocess
-  import sys
-  from support import ROOT
   vit = _micro_config()
   resnet = models.preset('RN50', embed_dim=16, act='quick_gelu')
   resnet.vision.update(image_size=32, width=8, heads=4, stages=(1, 1, 1, 1))
@@ -598,9 +597,6 @@ def test_exported_files_respect_the_umask(tmp_path):
 def test_siglip_hf_export_carries_its_sentencepiece_tokenizer(tmp_path, capsys):
   transformers = pytest.importorskip('transformers', reason='transformers is needed to load the export')
   sentencepiece = pytest.importorskip('sentencepiece', reason='sentencepiece is needed to train a tokenizer')
-  from PIL import Image
-  from vlp_jax.data.tokenizer import SentencePieceTokenizer
-  from vlp_jax.inference import preprocess_image
   rng = np.random.default_rng(0)
   words = 'a an the of photo drawing red green blue circle square on in with'.split()
   sentencepiece.SentencePieceTrainer.train(

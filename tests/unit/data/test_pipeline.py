@@ -1,5 +1,6 @@
 """The grain pipeline: batch layout, exact resumption from the iterator state, per-process slicing, and processes
 that read their own shards (data.shards_by_process)."""
+import jax
 import pytest
 import numpy as np
 
@@ -7,6 +8,7 @@ from vlp_jax.objectives.views import ClipViews
 from vlp_jax.data import formats
 from vlp_jax.data import image_ops
 from vlp_jax.data import pipeline
+from vlp_jax.data import records, synthetic
 
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shards=False, mixing='mixed'):
@@ -28,7 +30,6 @@ def test_batches_have_model_ready_arrays(micro):
 
 
 def test_uint8_images_are_normalised_on_the_device_as_on_the_host(micro):
-  import jax
   batch, _ = pipeline.pop_status(next(_iterator(micro)))  # the status fields stay on the host
   on_device = jax.jit(image_ops.images_to_float)(batch)
   assert on_device['image'].dtype == np.float32 and on_device['text'].dtype == np.int32
@@ -97,7 +98,6 @@ def test_worker_processes_give_the_same_batches_and_resume(micro):
 
 
 def test_clip_views_random_crop_and_randaugment_are_seeded_per_example():
-  from vlp_jax.data import records, synthetic
   example = pipeline.DecodeRecord().map(records.serialize(synthetic.make_example(0, 'train', 'studio', 3, 32)))
   centre = ClipViews(24, 16)
   augmented = ClipViews(24, 16, crop_scale=(0.3, 0.6), augment='randaugment')

@@ -19,9 +19,12 @@ import numpy as np
 import pytest
 import sentencepiece
 
+from vlp_jax import parallel
 from vlp_jax.data.tokenizer import (SentencePieceTokenizer, canonicalize_text, default_tokenizer,
                                     tokenizer_for)
 from vlp_jax.errors import ConfigError
+from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.inference import LoadedModel
 from vlp_jax.objectives.base import OBJECTIVES
 from vlp_jax.objectives.cosmos import CosmosViews
 from vlp_jax.objectives.slip import SlipViews
@@ -323,9 +326,6 @@ def test_objectives_that_need_bpe_ids_refuse_another_tokenizer(micro, spiece_mod
 
 
 def test_encoder_and_loaded_model_tokenize_with_the_model_tokenizer(micro, spiece_model):
-  from vlp_jax import parallel
-  from vlp_jax.evaluation.encoder import Encoder
-  from vlp_jax.inference import LoadedModel
   config = _siglip_text(micro, spiece_model)
   captions = ['a photo of a cat', 'two dogs']
   want = SentencePieceTokenizer(spiece_model)(captions, context_length=16)

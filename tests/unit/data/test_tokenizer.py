@@ -6,7 +6,9 @@ SimpleTokenizer (see tools/make_tokenizer_golden.py); open_clip is not needed he
 
 from __future__ import annotations
 
+import gzip
 import html
+import importlib.resources
 import json
 import pathlib
 import pickle
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from support import TEST_DATA
+from vlp_jax.data import tokenizer as m
 from vlp_jax.data.tokenizer import Tokenizer, clean_text, default_tokenizer
 
 GOLDEN_PATH = pathlib.Path(TEST_DATA) / "tokenizer_golden.json"
@@ -111,9 +114,6 @@ def test_custom_context_length(tok):
 
 
 def test_custom_vocab_path(tmp_path, tok):
-  import gzip
-  import importlib.resources
-
   raw = importlib.resources.files("vlp_jax.data").joinpath("assets", "bpe_simple_vocab_16e6.txt.gz").read_bytes()
   plain = tmp_path / "vocab.txt"
   plain.write_bytes(gzip.decompress(raw))
@@ -223,8 +223,6 @@ def test_clean_text_fast_path_matches_full_pipeline():
 
 
 def test_ascii_pretokenizer_matches_unicode_pattern():
-  from vlp_jax.data import tokenizer as m
-
   rng = random.Random(99)
   alphabet = [chr(c) for c in range(128)] + ["'s", "'LL", "<start_of_text>", "&amp;"]
   for _ in range(3000):

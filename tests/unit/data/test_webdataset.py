@@ -1,5 +1,6 @@
 """webdataset tar shards read as they are (data/webdataset.py): shard patterns, the member index and its cache,
 samples read by offset equal to what was written, bad samples named by reason, unreadable shards left out."""
+import concurrent.futures
 import os
 import pickle
 
@@ -171,7 +172,6 @@ def test_resampled_shards_draw_with_replacement_and_resume_anywhere(tmp_path):
 
 def test_reader_threads_reading_one_shard_at_once_get_their_own_samples(tmp_path):
   # grain reads with several threads; a shared file position would hand one thread's bytes to another.
-  import concurrent.futures
   path = write_webdataset(str(tmp_path), {'web': 1}, samples_per_shard=40, side=32, broken=False)['web'][0]
   data = webdataset.TarShardRecords([path])
   want = [data[i][1] for i in range(len(data))]

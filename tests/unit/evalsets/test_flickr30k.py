@@ -10,6 +10,7 @@ from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.data import image_ops, records
 from vlp_jax.evalsets import flickr30k
+from vlp_jax.evaluation import EVALUATORS
 
 # (split, number of sentences) per image, in file order; one test image has 6 sentences (the protocol keeps 5)
 ENTRIES = (('train', 5), ('test', 5), ('val', 5), ('test', 6), ('restval', 5), ('test', 5), ('train', 5))
@@ -62,7 +63,6 @@ def test_images_folder_and_all_captions(tmp_path):
 def test_retrieval_evaluates_the_captions_of_each_image(tmp_path, micro):
   """An encoder that embeds a caption as the one-hot of its image's number gets perfect recall; one that ignores
   the text gets what a random ranking gives."""
-  from vlp_jax.evaluation import EVALUATORS
   micro.data.flickr30k_dir = _write(str(tmp_path))
   eval_set = evalsets.load_eval_set('flickr30k', micro.data, 'test', 16)
   assert EVALUATORS.get('retrieval').applies(eval_set) and not EVALUATORS.get('zeroshot').applies(eval_set)

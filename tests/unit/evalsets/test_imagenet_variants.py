@@ -2,6 +2,7 @@
 imagenet_sketch), read without TensorFlow from tiny datasets prepared with the real names, versions, configs and
 features of the tfds builders (tensorflow_datasets/datasets/<name>/<name>_dataset_builder.py), as test_tfds.py does.
 """
+import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -9,11 +10,12 @@ import tensorflow_datasets as tfds
 from test_tfds import _builder, _encode  # the fake-builder machinery of the existing tfds tests
 from vlp_jax import errors
 from vlp_jax import evalsets
+from vlp_jax import models, parallel
 from vlp_jax.data import class_names
 from vlp_jax.data import tfds as tfds_sets
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets import tfds as tfds_eval_sets
-from vlp_jax.evaluation import zeroshot
+from vlp_jax.evaluation import EVALUATORS, Encoder, run_evaluations, zeroshot
 
 LABELS_FILE = tfds.core.tfds_path('datasets/imagenet2012/labels.txt')  # imagenet_common.label_names_file()
 WNIDS = tfds.core.tfds_path('datasets/imagenet2012/labels.txt').read_text().split()
@@ -186,7 +188,6 @@ def test_real_scoring_counts_any_real_label_and_skips_images_without_one():
 def test_real_zeroshot_evaluator_scores_against_the_label_sets(data_dir, micro):
   """Through the zero-shot evaluator: an encoder whose top-1 is the image's original label; ReaL counts the image
   whose real labels leave the original one out (original 5, real [7]) a miss, skips the one without any."""
-  from vlp_jax.evaluation import EVALUATORS
   micro.data.tfds_dir = data_dir
   eval_set = evalsets.load_eval_set('imagenet2012_real', micro.data, 'test', 16)
 
@@ -201,9 +202,6 @@ def test_real_zeroshot_evaluator_scores_against_the_label_sets(data_dir, micro):
 
 @pytest.mark.slow
 def test_zeroshot_runs_end_to_end_on_imagenet_r_with_a_tiny_model(data_dir, micro):
-  from vlp_jax import models, parallel
-  from vlp_jax.evaluation import Encoder, run_evaluations
-  import jax
   micro.data.tfds_dir = data_dir
   micro.eval.datasets = ('imagenet_r',)
   (eval_set,) = evalsets.load_eval_sets(micro)

@@ -11,6 +11,7 @@ import io
 import json
 
 import grain
+import jax
 import numpy as np
 from PIL import Image
 import pytest
@@ -19,14 +20,17 @@ import tensorflow_datasets as tfds
 from vlp_jax.objectives import views
 from vlp_jax import errors
 from vlp_jax import evalsets
+from vlp_jax import models, parallel
 from vlp_jax.data.formats import train_paths
 from vlp_jax.data import image_ops
+from vlp_jax.data import mixing
 from vlp_jax.data import pipeline
 from vlp_jax.data import tfds as tfds_sets
 from vlp_jax.data import class_names
 from vlp_jax.evalsets import prompts as templates
 from vlp_jax.evalsets import tfds as tfds_eval_sets
-from vlp_jax.evaluation import with_templates
+from vlp_jax.evalsets.streamed import StreamedImages
+from vlp_jax.evaluation import EVALUATORS, Encoder, linear_probe, run_evaluations, with_templates
 
 CIFAR10_NAMES = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck']
 CIFAR100_NAMES = ['apple', 'aquarium_fish', 'baby', 'maple_tree', 'sweet_pepper']  # the first and some of the 100
@@ -150,7 +154,6 @@ def test_table_names_the_datasets_and_their_eval_splits():
 def test_pets_report_mean_per_class_accuracy(prepared, micro):
   """A class set where the protocol reads mean-per-class accuracy: a model that calls every image an Abyssinian
   gets top-1 4/6 on the imbalanced fake split, but mean-per-class 1/3."""
-  from vlp_jax.evaluation import EVALUATORS
   data_dir, _ = prepared
   micro.data.tfds_dir = data_dir
   eval_set = evalsets.load_eval_set('oxford_iiit_pet', micro.data, 'test', 16)
@@ -255,10 +258,6 @@ def test_max_examples_keeps_the_first_examples(prepared):
 def test_sets_above_the_memory_limit_are_streamed_with_the_same_results(prepared, micro):
   """Above memory_limit_bytes the images are decoded as they are read, chunk by chunk; every evaluator gives the
   same numbers as on the in-memory images."""
-  from vlp_jax import models, parallel
-  from vlp_jax.evalsets.streamed import StreamedImages
-  from vlp_jax.evaluation import Encoder, run_evaluations
-  import jax
   data_dir, _ = prepared
   limit = 2 * 16 * 16 * 3 * 4  # two 16x16 float32 images
   for name in ('cifar10', 'coco_captions'):
@@ -350,9 +349,6 @@ def test_to_example_accepts_tfds_decoded_examples():
 @pytest.mark.slow
 def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
   """Through the config: data.tfds_dir, eval.datasets and the runner; CIFAR gets zero-shot, COCO retrieval."""
-  from vlp_jax import models, parallel
-  from vlp_jax.evaluation import Encoder, run_evaluations
-  import jax
   data_dir, _ = prepared
   micro.data.tfds_dir, micro.data.eval_max_examples = data_dir, 5
   sets = [evalsets.load_eval_set(name, micro.data, 'test', 16) for name in ('cifar10', 'coco_captions')]
@@ -371,7 +367,6 @@ def test_configured_tfds_eval_sets_run_the_tasks_that_apply(prepared, micro):
 def test_linear_probe_fits_on_the_train_split(prepared, micro):
   """With linear_probe among the tasks, a class set brings the first data.probe_train_examples of its train split
   (all with 0); the probe then fits on those and scores on the eval split."""
-  from vlp_jax.evaluation import EVALUATORS, linear_probe
   data_dir, written = prepared
   micro.data.tfds_dir = data_dir
   micro.eval.datasets, micro.eval.tasks = ('cifar100',), ('zeroshot', 'linear_probe')
@@ -396,7 +391,6 @@ def test_linear_probe_fits_on_the_train_split(prepared, micro):
 
 def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, micro, tmp_path):
   """config.data.path lists sources; 'tfds:cifar10:test' is written once as shards of our schema."""
-  from vlp_jax.data import mixing
   data_dir, written = prepared
   micro.data.update(name='array_record', path='synthetic, tfds:cifar10:test', tfds_dir=data_dir,
                     cache_dir=str(tmp_path))

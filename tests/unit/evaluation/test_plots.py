@@ -3,6 +3,7 @@ maps, each written as a valid PNG; then everything that applies to the embedded 
 import dataclasses
 import os
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,12 +12,17 @@ from PIL import Image
 from matplotlib.markers import MarkerStyle
 from scipy import stats
 
+from support import micro_config
+from vlp_jax import evalsets, models, objectives, parallel
 from vlp_jax.data import synthetic
 from vlp_jax.data.image_ops import denormalize_image, normalize_image
+from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.evaluation import plots
-from vlp_jax.objectives.base import example_rngs
+from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.objectives.base import example_rngs, tower_variables
 from vlp_jax.evaluation.affinity import affinity_consistency, per_query_affinity_consistency
 from vlp_jax.models.cross_attention import CrossAttention
+from vlp_jax.models.transformer import LN_EPS
 
 # The tests marked slow run t-SNE, compile a model or need the micro COSMOS (module fixtures): the quick loop leaves
 # them out. The figure tests read what is drawn off the matplotlib figure, before it is saved.
@@ -205,7 +211,6 @@ def test_plot_retrieval_examples(tmp_path):
 
 @pytest.mark.slow
 def test_plot_cross_attention_and_token_strings(tmp_path):
-  from vlp_jax.data.tokenizer import default_tokenizer
   tokens = default_tokenizer()(['a red circle on white!', 'wow !!'], context_length=16)
   strings = [plots.token_strings(row) for row in tokens]
   assert strings[0] == ['<sot>', 'a', 'red', 'circle', 'on', 'white', '!', '<eot>']
@@ -227,8 +232,6 @@ def test_plot_cross_attention_and_token_strings(tmp_path):
 
 @pytest.mark.slow
 def test_cross_attention_weights_leave_the_output_unchanged():
-  import flax.linen as nn
-  from vlp_jax.models.transformer import LN_EPS
   query = jax.random.normal(jax.random.key(0), (2, 3, 16))
   tokens = jax.random.normal(jax.random.key(1), (2, 5, 8))
   mask = jnp.array([[True, True, True, False, False], [True] * 5])
@@ -256,11 +259,6 @@ def test_cross_attention_weights_leave_the_output_unchanged():
 def cosmos(data_cache):
   """One micro COSMOS (student parameters, model state, objective), an Encoder of its towers and the embedded
   validation set."""
-  from support import micro_config
-  from vlp_jax import models, objectives, parallel
-  from vlp_jax import evalsets
-  from vlp_jax.evaluation.encoder import Encoder
-  from vlp_jax.objectives.base import tower_variables
   config = micro_config(data_cache)
   config.objective.update(name='cosmos', num_local_crops=1, num_local_texts=1, local_crop_size=8,
                           local_text_context_length=8, cross_attention_heads=4)
@@ -274,7 +272,6 @@ def cosmos(data_cache):
 
 @pytest.mark.slow
 def test_cross_attention_maps_are_those_of_the_cosmos_features(cosmos):
-  from vlp_jax.data.tokenizer import default_tokenizer
   config, objective, params, state, _, eval_set = cosmos
   images = eval_set.images[:4]
   tokens = default_tokenizer()(eval_set.captions[:4], context_length=config.model.text.context_length)
@@ -324,7 +321,6 @@ def test_write_eval_plots_on_the_embedded_eval_set(cosmos, tmp_path):
 
 @pytest.mark.slow
 def test_write_cross_attention_plot(cosmos, tmp_path):
-  from vlp_jax import objectives
   config, objective, params, state, _, eval_set = cosmos
   path = plots.write_cross_attention_plot(objective, params, state, eval_set, str(tmp_path), num_examples=4)
   assert path == str(tmp_path / 'synthetic_cross_attention.png')
@@ -343,9 +339,6 @@ def test_write_cross_attention_plot(cosmos, tmp_path):
 def test_encoder_embeds_a_caption_list_once_per_variables(cosmos):
   """Retrieval and affinity consistency ask for the same captions: the memo embeds them once, and forgets them when
   the encoder gets new variables."""
-  from vlp_jax import parallel
-  from vlp_jax.evaluation.encoder import Encoder
-  from vlp_jax.objectives.base import tower_variables
   config, objective, params, state, _, eval_set = cosmos
   encoder = Encoder(objective.model, tower_variables(params, state), parallel.make_mesh(), batch_size=16,
                     context_length=config.model.text.context_length)

@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vlp_jax import models, parallel
+from vlp_jax.data import image_ops, records, synthetic
 from vlp_jax.evalsets.compositional import sugarcrepe_eval_set
 from vlp_jax.evaluation import compositional as comp
 from vlp_jax.evaluation import segmentation as seg
+from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.objectives.base import tower_variables
 
 
 def _unit(x):
@@ -253,7 +257,6 @@ def test_per_category_and_winoground_evaluators_against_naive_loops():
 
 
 def test_load_sugarcrepe(tmp_path):
-  from vlp_jax.data import image_ops
   colours = {'a.png': (255, 0, 0), 'b.png': (0, 0, 255)}
   for name, colour in colours.items():
     Image.fromarray(np.full((8, 12, 3), colour, np.uint8)).save(tmp_path / name)
@@ -293,11 +296,6 @@ def test_load_sugarcrepe(tmp_path):
 
 @pytest.mark.slow
 def test_evaluators_through_micro_model(micro):
-  from vlp_jax import models, parallel
-  from vlp_jax.data import image_ops, records, synthetic
-  from vlp_jax.evaluation.encoder import Encoder
-  from vlp_jax.objectives.base import tower_variables
-
   model = models.build_model(micro.model)
   params, model_state = jax.jit(lambda rng: models.init_variables(model, rng))(jax.random.key(0))  # eager: 3x slower
   variables = tower_variables(params, model_state)

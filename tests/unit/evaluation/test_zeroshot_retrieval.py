@@ -4,8 +4,10 @@ import itertools
 import numpy as np
 import pytest
 
+from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.retrieval import random_ranking_recall, retrieval_chance, retrieval_metrics, text_groups
 from vlp_jax.evaluation.zeroshot import class_embeddings, topk_accuracy, zeroshot_metrics
+from vlp_jax.losses.saco import affinity_consistency as in_batch
 
 
 def _unit(x):
@@ -67,7 +69,6 @@ def test_zeroshot_with_template_averaging():
 
 
 def test_affinity_consistency_against_pearson():
-  from vlp_jax.evaluation.affinity import affinity_consistency
   rng = np.random.default_rng(3)
   images = _unit(rng.normal(size=(30, 6)))
   texts = _unit(images + 0.5 * rng.normal(size=(30, 6)))
@@ -82,8 +83,6 @@ def test_affinity_consistency_against_pearson():
 def test_affinity_consistency_of_unrelated_embeddings_is_near_zero():
   """SaCo compares a query with the OTHER samples: the pair's own SI_ii = ST_ii = 1 must not count. With it, two
   independent sets of 128 embeddings would score about 0.33."""
-  from vlp_jax.evaluation.affinity import affinity_consistency
-  from vlp_jax.losses.saco import affinity_consistency as in_batch
   rng = np.random.default_rng(0)
   images, texts = _unit(rng.normal(size=(128, 64))), _unit(rng.normal(size=(128, 64)))
   assert abs(affinity_consistency(images, texts)) < 0.03

@@ -1,4 +1,6 @@
 """Model layout (OpenAI names), sizes, causal text masking, EOT pooling and positional-embedding interpolation."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +8,7 @@ import pytest
 
 from support import assert_close_at_scale, jit_init
 from vlp_jax import models
-from vlp_jax.models.transformer import ACTIVATIONS
+from vlp_jax.models.transformer import ACTIVATIONS, exact_gelu
 
 
 def _flat_names(params):
@@ -90,8 +92,6 @@ def test_unknown_preset():
 
 
 def test_exact_gelu_matches_the_erf_definition():
-  import math
-  from vlp_jax.models.transformer import exact_gelu
   x = np.linspace(-12, 12, 4001)
   want = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
   # atol: in float32, 1 + erf(x / sqrt 2) cancels below x = -5 (as in torch's CPU kernel, the same formula).

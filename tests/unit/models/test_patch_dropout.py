@@ -11,7 +11,7 @@ import pytest
 
 from support import accumulated_loss_and_grads, assert_close_at_scale, objective_batch
 from vlp_jax import models, objectives, parallel
-from vlp_jax.config import ConfigError, validate
+from vlp_jax.config import ConfigError, base_config, validate, with_current_defaults
 from vlp_jax.models.vit import PATCH_DROPOUT_SITE, kept_patch_count, kept_patch_indices
 from vlp_jax.objectives.base import example_rngs
 
@@ -164,7 +164,6 @@ def test_zero_rate_is_the_old_deterministic_path(towers):
 
 
 def test_config_validation_and_old_configs():
-  from vlp_jax.config import base_config, with_current_defaults
   config = base_config()
   assert config.model.vision.patch_dropout == 0.0
   assert models.preset('ViT-B-16').vision.patch_dropout == 0.0 and models.preset('RN50').vision.patch_dropout == 0.0

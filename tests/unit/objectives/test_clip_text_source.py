@@ -16,6 +16,7 @@ from vlp_jax.data.image_ops import resize_image
 from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.data.text_crops import FirstGlobalCrop
 from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.objectives import cosmos
 from vlp_jax.objectives.views import ClipViews
 
 
@@ -62,7 +63,6 @@ def test_text_crops_text_is_what_cosmos_draws_for_its_first_global_crop(micro, m
                                                                          max_sentences):
   """For the same example and generator state, CLIP's text is COSMOS's first global text crop: COSMOS's views are
   run with a spy that records the state its text sampler starts from, and CLIP's views are given that state."""
-  from vlp_jax.objectives import cosmos
   cosmos_config, clip_config = micro.copy_and_resolve_references(), micro
   cosmos_config.objective.update(name='cosmos', num_local_crops=1, local_crop_size=8)
   clip_config.objective.text_source = 'text_crops'

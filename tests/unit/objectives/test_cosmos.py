@@ -1,5 +1,6 @@
 """COSMOS: the loss against a naive numpy reference, the EMA teacher, the zero-initialised cross-attention special
 case, multi-crop views, and training identically on 8 devices and on 1."""
+import colorsys
 import os
 
 import pytest
@@ -157,11 +158,6 @@ def test_trains_identically_on_eight_devices_and_one_and_moves_the_teacher(micro
 
 
 def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
-  import colorsys
-
-  import pytest
-
-
   orange = np.broadcast_to(np.array([250, 127, 14], np.uint8), (16, 16, 3)).copy()
   example = {'image': orange, 'caption': 'an orange square', 'long_caption': 'There is an orange square.',
              'label': 0, 'key': 'k', 'source': 'studio'}
@@ -186,7 +182,6 @@ def test_crop_colour_options_keep_the_colours_of_the_embedded_classes(micro):
   config.objective.crop_color_jitter = (0.4, 0.4, 0.2, 0.0)
   config.objective.crop_grayscale_prob = 0.0
   assert hue_errors(config).max() < 0.04  # up to clipping at 0 and 255
-  from vlp_jax.config import ConfigError, validate
   validate(config)
   config.objective.crop_grayscale_prob = 1.5
   with pytest.raises(ConfigError, match='config.objective.crop_grayscale_prob'):

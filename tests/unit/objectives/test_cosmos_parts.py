@@ -1,4 +1,7 @@
 """COSMOS building blocks: text crops from long captions and the cross-attention module."""
+import collections
+import random
+
 import pytest
 import jax
 import jax.numpy as jnp
@@ -85,8 +88,6 @@ def naive_authors_local_crops(pool, count, rand):
 def test_local_text_crops_are_drawn_without_replacement_like_the_authors(size):
   """Six local crops from a pool of `size` sentences: distinct while the pool lasts, else every sentence floor or ceil
   of 6 / size times; the multiset of crops has the distribution of the authors' sampler."""
-  import collections
-  import random
   pool = [f'S{i} sentence.' for i in range(size)]
   caption = ' '.join(pool)
   rng, rand, trials = np.random.default_rng(0), random.Random(0), 3000

@@ -8,6 +8,9 @@ import pytest
 from support import initial_state, run_steps
 from vlp_jax import parallel
 from vlp_jax.training import optim
+from vlp_jax.training.flops import program_cost
+from vlp_jax.training.progress import Progress
+from vlp_jax.training.step import CompiledStep
 
 
 def _resnet(config):
@@ -82,13 +85,11 @@ def test_param_sharding_rule():
 
 
 def test_program_cost_counts_the_flops_of_a_matmul():
-  from vlp_jax.training.flops import program_cost
   a, b = jnp.ones((8, 16)), jnp.ones((16, 4))
   assert program_cost(jax.jit(jnp.dot).lower(a, b).compile())['flops'] == 2 * 8 * 16 * 4
 
 
 def test_compiled_step_runs_the_program_it_compiled_and_scales_its_flops_by_micro_batches():
-  from vlp_jax.training.step import CompiledStep
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   jitted = jax.jit(lambda state, batch, rng: (state @ batch, {}))
   state, batch = jnp.ones((8, 16)), jnp.ones((16, 4))
@@ -101,7 +102,6 @@ def test_compiled_step_runs_the_program_it_compiled_and_scales_its_flops_by_micr
 
 
 def test_progress_reports_the_steps_flops_and_the_tflops_per_device():
-  from vlp_jax.training.progress import Progress
   progress = Progress(total_steps=10, batch_size=4, start_step=0, device_flops=2e12, devices=8)
   progress.last_time -= 2.0  # two seconds for the steps below
   logged = progress.tick(4)
@@ -111,7 +111,6 @@ def test_progress_reports_the_steps_flops_and_the_tflops_per_device():
 
 
 def test_compiled_step_compiles_again_for_a_batch_of_other_types():
-  from vlp_jax.training.step import CompiledStep
   step = CompiledStep(jax.jit(lambda state, batch, rng: (state + batch['x'].astype(jnp.float32).sum(), {})),
                       parallel.make_mesh(1, jax.devices()[:1]))
   assert float(step(jnp.float32(1), {'x': jnp.ones(3, jnp.uint8)}, jax.random.key(0))[0]) == 4.0

@@ -3,6 +3,7 @@ figures (training/progress.py), its override config.log.peak_device_tflops, and 
 table."""
 import pytest
 
+from benchmarks import aot
 from vlp_jax import config as config_lib
 from vlp_jax import hardware
 from vlp_jax.errors import ConfigError
@@ -82,7 +83,6 @@ def test_peak_device_tflops_is_validated():
 
 
 def test_aot_reads_the_same_chip_figures():
-  from benchmarks import aot
   assert sorted(aot.CHIPS) == ['v4', 'v5e', 'v5p', 'v6e']
   assert aot.chip_of('v5e:4x4') == {'chip': 'v5e', 'chips': 16, 'hbm_gib': 16, 'bf16_flops': 197e12,
                                     'hbm_bytes_per_sec': 819e9}
