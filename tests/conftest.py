@@ -1,6 +1,6 @@
 """Test setup: 8 virtual CPU devices (set before jax is imported), the repository and tests/ on the path (for
 `support`, the helpers the tests share), the micro config fixture, a stochastic image tower for the tests of
-tower randomness, the slow tests first, and `--compile-report=DIR` (tests/compile_report.py)."""
+tower randomness, and `--compile-report=DIR` (tests/compile_report.py)."""
 import atexit
 import os
 import shutil
@@ -43,14 +43,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
   if config.getoption('--compile-report'):
     config.pluginmanager.register(CompileReport(config.getoption('--compile-report')), 'compile_report')
-
-
-def pytest_collection_modifyitems(items):
-  """The modules with slow tests first, each module's tests together and in order (a module-scoped fixture is set up
-  once): with two workers, a long test left for the end keeps one worker busy while the other idles; modules of
-  quick tests fill the end instead."""
-  slow_modules = {item.module.__name__ for item in items if item.get_closest_marker('slow') is not None}
-  items.sort(key=lambda item: item.module.__name__ not in slow_modules)
 
 
 @pytest.fixture(scope='session')
