@@ -110,9 +110,11 @@ def reference_ids(reference, captions, context_length: int) -> np.ndarray:
 def tokenizer_json(spiece_model, siglip_reference, tmp_path_factory) -> str:
   """A tokenizer.json converted from the model by transformers' generic SentencePiece converter (it has no SigLIP
   converter of its own, so `convert_slow_tokenizer` refuses SiglipTokenizer)."""
-  from transformers import convert_slow_tokenizer
+  # the class from its module: `from transformers import convert_slow_tokenizer` gives the module or, once another
+  # test has imported it through transformers' lazy namespace, the function of the same name
+  from transformers.convert_slow_tokenizer import SpmConverter
   try:
-    converted = convert_slow_tokenizer.SpmConverter(siglip_reference).converted()
+    converted = SpmConverter(siglip_reference).converted()
   except Exception as error:  # noqa: BLE001 - any failure to build it offline
     pytest.skip(f'transformers cannot convert the SentencePiece model into a tokenizer.json offline: {error!r}')
   path = tmp_path_factory.mktemp('siglip_json') / 'tokenizer.json'
