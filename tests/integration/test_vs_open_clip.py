@@ -1,12 +1,9 @@
 """benchmarks/vs_open_clip.py: both sides train the same network on the same batch, each in its own process by
 default, in alternating order (its figures are measured by hand, not asserted on timings here)."""
-from support import ROOT
 import numpy as np
 import pytest
-import sys
 
-sys.path.insert(0, ROOT)
-from benchmarks.vs_open_clip import (  # noqa: E402
+from benchmarks.vs_open_clip import (
     KINDS, batch_digest, device_kernel_kind, parse_rows, profile_table, round_order, shared_batch, sum_by_kind,
     summary)
 
