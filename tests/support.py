@@ -24,16 +24,12 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)  # the repository
 MICRO_CONFIG = os.path.join(TESTS, 'support.py')  # this file, as a config file
 TEST_DATA = os.path.join(TESTS, 'data')
-# XLA options for a faster CPU compile, both measured in benchmarks/RESULTS.md: LLVM at optimisation level 0, and
-# XLA's classic elemental emitters for fusions instead of the newer fusion emitters. Lowered micro train steps compile
-# in about a third of the CPU time of level 1 (CLIP 1.3-2.3 s against 4.1-5.7, COSMOS 4.3-5.0 against 13.4-14.5),
-# and the suite took 23% less CPU. Unoptimised code runs slower (a data-parallel micro step on 8 devices 0.94 CPU s
-# against 0.22), which costs the tests that train tens of steps, but less than the compiles save. Two programs that
-# differ can round differently at level 0 where levels 1 and 2 (XLA's default) agree bit for bit: a test that
-# claims such an equality compiles its programs at level 1 (`compiled_step(..., compiler_options=OPTIMISED)`).
-# Tests that start a command as a user runs it (one CPU device) set XLA_FLAGS to these alone.
-FAST_COMPILE_XLA_FLAGS = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
-OPTIMISED = {'xla_backend_optimization_level': 1}  # compiler options: LLVM optimises (see above)
+# XLA options for a faster CPU compile, the same values (every equality and parity test passes either way): LLVM at
+# optimisation level 1, and XLA's classic elemental emitters for fusions instead of the newer fusion emitters,
+# which halved the compile time of a micro train step (5.8 -> 2.7-3.4 CPU s) and cut a third of the CPU time of
+# the unit tests of training and objectives (983 -> 691 s). Tests that start a command as a user runs it (one CPU
+# device) set XLA_FLAGS to these alone.
+FAST_COMPILE_XLA_FLAGS = '--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false'
 
 
 def micro_config(cache_dir: str):
@@ -98,9 +94,12 @@ def build_objective(config):
 
 
 def jit_init(fn):
-  """`jax.jit(fn)` for an initialiser: an eager init compiles a program per operation, slowly for convolutions."""
+  """`jax.jit(fn)` for an initialiser, with LLVM at optimisation level 1: XLA's CPU default spends about a second on
+  each threefry draw, one per parameter (most of a ResNet init's 10 s compile); level 1 compiles in a third of the
+  time, to the same bits (checked on the micro ViT, ResNet, SLIP, COSMOS, scanned and locked states; level 0 rounds
+  erfinv differently)."""
   import jax
-  return jax.jit(fn)
+  return jax.jit(fn, compiler_options={'xla_backend_optimization_level': 1})
 
 
 def initial_state(config):
@@ -113,9 +112,9 @@ def initial_state(config):
       jax.random.key(0)))
 
 
-def compiled_step(config, mesh, state=None, compiler_options=None):
+def compiled_step(config, mesh, state=None):
   """(the compiled train step, the state placed on `mesh`); the step accumulates gradients and keeps the EMA of the
-  weights as the config says (config.accumulation, config.ema); `compiler_options` (XLA's) for its program alone."""
+  weights as the config says (config.accumulation, config.ema)."""
   import jax
   from vlp_jax import parallel
   from vlp_jax.objectives.accumulation import num_micro_batches
@@ -125,7 +124,7 @@ def compiled_step(config, mesh, state=None, compiler_options=None):
   shardings = parallel.tree_shardings(state, mesh, min_size=config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)
   return compile_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config),
-                            ema_decay=config.ema.decay, compiler_options=compiler_options), state
+                            ema_decay=config.ema.decay), state
 
 
 def random_batches(config, n):

@@ -45,17 +45,15 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
 
 
 def jit_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
-                   mode: str = 'none', num_micro: int = 1, ema_decay: float = 0.0,
-                   compiler_options: dict[str, Any] | None = None):
+                   mode: str = 'none', num_micro: int = 1, ema_decay: float = 0.0):
   """The jitted step with explicit shardings: the state as given (replicated or fsdp), the batch split over every
   device, metrics replicated; the input state is donated. Call, lower or compile it under `jax.set_mesh(mesh)`
-  (benchmarks/aot.py lowers it for TPU topologies without running it). `compiler_options`: XLA's options for this
-  program alone, over those of $XLA_FLAGS (e.g. {'xla_backend_optimization_level': 2})."""
+  (benchmarks/aot.py lowers it for TPU topologies without running it)."""
   return jax.jit(
       lambda state, batch, rng: train_step(objective, tx, state, batch, rng, mode, num_micro, ema_decay),
       in_shardings=(state_shardings, parallel.batch_sharding(mesh), parallel.replicated(mesh)),
       out_shardings=(state_shardings, parallel.replicated(mesh)),
-      donate_argnums=0, compiler_options=compiler_options)
+      donate_argnums=0)
 
 
 def check_memory(needed: int | None, mesh: Mesh) -> None:
@@ -135,9 +133,8 @@ class UnrolledFlops:
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
                        mode: str = 'none', num_micro: int = 1, unrolled_flops: UnrolledFlops | None = None,
-                       ema_decay: float = 0.0, compiler_options: dict[str, Any] | None = None) -> CompiledStep:
+                       ema_decay: float = 0.0) -> CompiledStep:
   """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`; a scanned
   model passes `unrolled_flops`)."""
-  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro, ema_decay,
-                                     compiler_options), mesh,
+  return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro, ema_decay), mesh,
                       num_micro if mode != 'none' else 1, unrolled_flops)
