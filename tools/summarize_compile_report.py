@@ -19,8 +19,10 @@ COLUMNS = ('cpu_s', 'trace_s', 'lower_s', 'compile_s', 'compiles', 'cache_hits',
 
 def read_rows(directory: str) -> list[dict]:
   """Every row of DIR/*.jsonl; SystemExit naming DIR when it holds none."""
-  rows = [json.loads(line) for path in sorted(glob.glob(os.path.join(directory, '*.jsonl')))
-          for line in open(path) if line.strip()]
+  rows = []
+  for path in sorted(glob.glob(os.path.join(directory, '*.jsonl'))):
+    with open(path) as f:
+      rows += [json.loads(line) for line in f if line.strip()]
   if not rows:
     raise SystemExit(f'{directory}: no rows (*.jsonl); run python -m pytest --compile-report={directory} first')
   return rows
@@ -48,7 +50,6 @@ def table_row(name: str, sums: collections.Counter) -> str:
   """One markdown row: seconds to a tenth, counts whole."""
   cells = (f'{sums[k]:.1f}' if k.endswith('_s') else f'{sums[k]}' for k in COLUMNS)
   return f'| {name} | {sums["tests"]} | ' + ' | '.join(cells) + ' |'
-
 
 
 def main(argv: list[str]) -> None:
