@@ -112,7 +112,10 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   """`bash benchmarks/gpu.sh --dry_run` runs every stage, each writing its JSON rows, so no GPU minute is lost to a
   typo; the rows carry what RESULTS.md reports."""
   pytest.importorskip('torch', reason='the vs_open_clip stage needs torch')
-  env = {**os.environ, 'VLP_JAX_CACHE': data_cache, 'XLA_FLAGS': FAST_COMPILE_XLA_FLAGS}
+  # Unoptimised XLA (as the unit tests, conftest.UNOPTIMISED_FOLDERS): the dry run checks the rows each stage writes,
+  # not their speeds, and its stages compile many programs to run each a few times (81 -> 58 CPU-s alone).
+  env = {**os.environ, 'VLP_JAX_CACHE': data_cache, 'XLA_FLAGS': FAST_COMPILE_XLA_FLAGS,
+         'JAX_DISABLE_MOST_OPTIMIZATIONS': '1'}
   env.pop('VLP_JAX_MALLOC', None)
   out = tmp_path / 'gpu'
   result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,

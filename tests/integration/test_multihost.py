@@ -4,7 +4,7 @@ shards drawn with replacement (data.resampled), read by both processes: each rea
 as from ArrayRecord (whose process blocks tests/unit/data/test_pipeline.py checks). With data.shards_by_process each
 process reads its own shards instead (drawn with replacement there too), and two processes resume from a checkpoint
 exactly."""
-from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, write_webdataset
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, key_biases, without_key_biases, write_webdataset
 import pytest
 import os
 import shutil
@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import chex
-import jax
 import numpy as np
 
 from vlp_jax.checkpoint_files import load_variables
@@ -20,23 +19,6 @@ from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 
 CONFIG = MICRO_CONFIG
-
-
-def _key_biases(params):
-  """[(path, the key part [w:2w] of an attention's packed in_proj bias [3w])] of every attention in `params`."""
-  flat = jax.tree_util.tree_flatten_with_path(params)[0]
-  return [(jax.tree_util.keystr(path), np.asarray(leaf)[leaf.shape[-1] // 3:2 * leaf.shape[-1] // 3])
-          for path, leaf in flat if jax.tree_util.keystr(path).endswith("['in_proj']['bias']")]
-
-
-def _without_key_biases(params):
-  def zero_keys(path, leaf):
-    leaf = np.array(leaf)
-    if jax.tree_util.keystr(path).endswith("['in_proj']['bias']"):
-      width = leaf.shape[-1] // 3
-      leaf[..., width:2 * width] = 0
-    return leaf
-  return jax.tree_util.tree_map_with_path(zero_keys, params)
 
 
 @pytest.mark.slow
@@ -75,9 +57,9 @@ def test_two_processes_train_like_one(micro, data_cache, tmp_path):
   # compared for staying at that noise, every other parameter to rounding.
   multi_params, single_params = load_variables(str(multi))[0], load_variables(str(single))[0]
   for params in (multi_params, single_params):
-    for path, bias in _key_biases(params):
+    for path, bias in key_biases(params):
       assert np.abs(bias).max() < 1e-4, path
-  chex.assert_trees_all_close(_without_key_biases(multi_params), _without_key_biases(single_params), rtol=1e-5,
+  chex.assert_trees_all_close(without_key_biases(multi_params), without_key_biases(single_params), rtol=1e-5,
                               atol=2e-5)
   # Process 0 alone writes the metrics; the losses and eval results match the single process's.
   single_records, multi_records = list(read_metrics(str(single))), list(read_metrics(str(multi)))
