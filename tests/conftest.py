@@ -30,7 +30,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 from compile_report import CompileReport  # noqa: E402
-from support import micro_config  # noqa: E402
+from support import micro_config, set_unoptimised_compiles  # noqa: E402
 from vlp_jax.models.towers import VISION_TOWERS, fold_in_rows  # noqa: E402
 
 
@@ -41,8 +41,6 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-  config.addinivalue_line('markers', 'optimised_compile: compile as a user\'s run does, with XLA\'s optimisations '
-                          '(for a unit or parity test whose check needs them; see UNOPTIMISED_FOLDERS)')
   if config.getoption('--compile-report'):
     config.pluginmanager.register(CompileReport(config.getoption('--compile-report')), 'compile_report')
 
@@ -50,26 +48,17 @@ def pytest_configure(config):
 # The unit and parity tests compile many programs and run each a few times, so XLA's optimisations cost them more than
 # they save: with jax_disable_most_optimizations (LLVM at level 0 without its expensive passes) the three costliest
 # unit files took 123 CPU-s instead of 197, all passing. The integration tests train tens of steps, as users do, and
-# keep the optimised code (at level 0 their steps ran up to 4x slower). A test whose check needs the optimised code
-# (two programs that must round alike) is marked `optimised_compile`, or its fixture uses support.optimised_compiles.
+# keep the optimised code (at level 0 their steps ran up to 4x slower). Where a unit test compares the bits of two
+# programs that round alike only when optimised, its fixture compiles them under support.optimised_compiles.
 UNOPTIMISED_FOLDERS = ('unit', 'parity')
-
-
-def compiles_unoptimised(item) -> bool:
-  folder = os.path.relpath(str(item.path), _TESTS).split(os.sep)[0]
-  return folder in UNOPTIMISED_FOLDERS and item.get_closest_marker('optimised_compile') is None
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
   """Each test's setup, call and teardown (module fixtures it is the first to need included) under its folder's
   compile setting."""
-  previous = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', compiles_unoptimised(item))
-  try:
-    yield
-  finally:
-    jax.config.update('jax_disable_most_optimizations', previous)
+  set_unoptimised_compiles(os.path.relpath(str(item.path), _TESTS).split(os.sep)[0] in UNOPTIMISED_FOLDERS)
+  yield
 
 
 @pytest.fixture(scope='session')

@@ -59,17 +59,29 @@ def get_config():
   return micro_config(os.environ.get('VLP_JAX_CACHE', ''))
 
 
+def set_unoptimised_compiles(unoptimised: bool) -> None:
+  """Compile without XLA's optimisations (jax_disable_most_optimizations) or with them, from now on in this process.
+  On a change it drops jax's in-memory executables: the setting is not part of their cache keys, so an op run eagerly
+  (an initialiser's erf_inv, say) would otherwise reuse code compiled under the other setting, which rounds
+  differently, and a test's result would depend on which tests its worker ran before. The persistent cache keys
+  on the setting, so a switch back loads programs instead of compiling them."""
+  import jax
+  if jax.config.read('jax_disable_most_optimizations') != unoptimised:
+    jax.clear_caches()
+    jax.config.update('jax_disable_most_optimizations', unoptimised)
+
+
 @contextlib.contextmanager
 def optimised_compiles():
   """XLA's optimisations on inside the block, whatever the test's folder compiles with (conftest.UNOPTIMISED_FOLDERS):
   for programs whose bits a test compares with another program's."""
   import jax
   previous = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', False)
+  set_unoptimised_compiles(False)
   try:
     yield
   finally:
-    jax.config.update('jax_disable_most_optimizations', previous)
+    set_unoptimised_compiles(previous)
 
 
 # ------------------------------------------------------------------------------------------ numpy references
