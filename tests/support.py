@@ -210,7 +210,7 @@ def key_biases(params) -> list[tuple[str, np.ndarray]]:
           for path, leaf in flat if jax.tree_util.keystr(path).endswith(_PACKED_ATTENTION_BIAS)]
 
 
-def without_key_biases(params):
+def _without_key_biases(params):
   """`params` on the host with the key part of every packed attention bias zeroed."""
   import jax
 
@@ -231,7 +231,7 @@ def assert_trained_params_close(got, want, rtol=1e-4, atol=2e-5):
   AMD EPYC, jax 0.10.2). atol: Adam also moves other near-zero-gradient entries by a share of lr; 2e-5 is still far
   below what one wrong step (~lr = 5e-4 per entry) changes."""
   import chex
-  chex.assert_trees_all_close(without_key_biases(got), without_key_biases(want), rtol=rtol, atol=atol)
+  chex.assert_trees_all_close(_without_key_biases(got), _without_key_biases(want), rtol=rtol, atol=atol)
 
 
 def random_tokens(rng: np.random.Generator, size: tuple[int, ...], length: int, eot: int) -> np.ndarray:
