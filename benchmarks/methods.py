@@ -208,7 +208,7 @@ GROUPS = {
 GROUPS['speed'] = ('clip', 'clip_bf16', 'clip_patch_dropout')
 # the second budget's rows (docs/evidence.md): each headline method with its control
 GROUPS['table_budget'] = ('clip', 'saco', 'slip', 'cosmos', 'zerovl')
-GROUPS['table'] = tuple(dict.fromkeys(name for group in ('saco', 'slip', 'cosmos', 'zerovl')
+GROUPS['table'] = tuple(dict.fromkeys(name for group in ('saco', 'slip', 'cosmos', 'zerovl', 'siglip2')
                                         for name in GROUPS[f'table_{group}']))
 
 SOURCE_SETS = ('synthetic_studio', 'synthetic_web', 'synthetic_sketch')  # averaged into 'within_source'

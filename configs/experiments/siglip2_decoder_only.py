@@ -8,6 +8,9 @@ import os
 from vlp_jax.config import from_file
 
 LABEL = 'SigLIP 2 without SILC and TIPS (sigmoid + decoder)'
+# the recipe's metrics (configs/siglip2_shapes.py), declared before this ablation's runs
+METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/referring_probe_acc50',
+           'synthetic/segmentation_miou', 'synthetic/linear_probe_top1')
 CONTROL = 'siglip_regions'
 BASELINE = 'clip_regions'
 
