@@ -40,9 +40,10 @@ benchmarks/results/methods/<run>/seed<S>.json, which is kept in git: a run found
 interrupted table resumes (an unfinished run resumes from its checkpoint in WORKDIR), and `--notrain` tabulates what
 the store holds.
 
-Prints one JSON line per finished run, then the Markdown tables (also written to --output): the headline (method
-against control on the paper's metrics, development seeds mean ± std, held-out differences and verdict, compute),
-every run's mean ± std, and every run against its controls seed by seed.
+Prints how many runs are stored and to train, then a line per finished run (its wall time, its headline metric and
+the time the rest should take, from the stored runs' median walls), then the Markdown tables (also written to
+--output): the headline (method against control on the paper's metrics, development seeds mean ± std, held-out
+differences and verdict, compute), every run's mean ± std, and every run against its controls seed by seed.
 """
 from __future__ import annotations
 
@@ -371,7 +372,7 @@ def stored_row(store: str, name: str, seed: int) -> dict | None:
     return json.load(f)
 
 
-def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lock, eval_every: int = 0,
+def train(root: str, name: str, seed: int, steps: int | None, eval_every: int = 0,
           store: str = '', jobs: int = 1, budget: int = 1) -> dict:
   """Train run `name` with `seed` in a subprocess (resuming its workdir) unless `store` already holds its row;
   return the row, written to `store` (when given) and to the workdir's run_result.json."""
@@ -400,12 +401,67 @@ def train(root: str, name: str, seed: int, steps: int | None, lock: threading.Lo
   with open(done, 'w') as f:
     json.dump(row, f)
   write_row(store, row)
-  with lock:
-    print(json.dumps(row), flush=True)
   return row
 
 
-def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, steps: int | None, lock: threading.Lock,
+def remaining_seconds(remaining: list[str], rows: list[dict], jobs: int = 1) -> float | None:
+  """The wall time of the runs `remaining` (a run name per seed still to train) at `jobs` at a time: each run's median
+  wall over its `rows` trained from the start (not resumed), else the median over all such rows; None without any."""
+  walls: dict[str, list[float]] = {}
+  for row in rows:
+    if not row.get('resumed') and not row.get('evaluation_only') and row.get('wall_seconds'):
+      walls.setdefault(row['run'], []).append(row['wall_seconds'])
+  if not walls:
+    return None
+  overall = statistics.median(w for run_walls in walls.values() for w in run_walls)
+  return sum(statistics.median(walls[name]) if name in walls else overall for name in remaining) / max(jobs, 1)
+
+
+def progress_line(row: dict, done: int, total: int, left: float | None) -> str:
+  """'[done/total] run seed S: wall s, headline metric; the time left' for a run just trained."""
+  metrics = RUNS[row['run']].metrics
+  headline = (f', {dict(COLUMNS)[metrics[0]]} {row[metrics[0]]:.3f}'
+              if metrics and isinstance(row.get(metrics[0]), (int, float)) else '')
+  eta = ('' if done == total else '; time left unknown' if left is None
+         else f'; about {left / 3600:.1f} h left' if left >= 3600 else f'; about {left / 60:.0f} min left')
+  return f"[{done}/{total}] {row['run']} seed {row['seed']}: {row['wall_seconds']:.0f} s{headline}{eta}"
+
+
+def planned_runs(names: list[str], seeds: list[int]) -> list[tuple[str, int]]:
+  """The (run, seed) pairs a table of runs `names` over `seeds` trains, each SaCo mimic teacher (seed + 1000) first."""
+  return list(dict.fromkeys(
+      key for seed in seeds for name in names
+      for key in ((RUNS[name].teacher, seed + TEACHER_SEED_OFFSET),) * bool(RUNS[name].teacher) + ((name, seed),)))
+
+
+class Progress:
+  """What an invocation has left to train (the `planned` runs `store` lacks), reported as each of them finishes."""
+
+  def __init__(self, planned: list[tuple[str, int]], store: str, jobs: int = 1):
+    self.stored = [row for key in planned if store and (row := stored_row(store, *key)) is not None]
+    done = {(row['run'], row['seed']) for row in self.stored}
+    self.todo = [key for key in planned if key not in done]
+    self.planned, self.jobs, self.trained = planned, jobs, []
+    self._lock = threading.Lock()
+
+  def first_line(self) -> str:
+    return (f'{len(self.planned) - len(self.todo)} of {len(self.planned)} runs stored; {len(self.todo)} to train, '
+            f'{self.jobs} at a time.')
+
+  def reported(self, row: dict) -> dict:
+    """Print `row`'s progress line if it is one of the runs to train (a stored row passes silently); return it."""
+    with self._lock:
+      if (row['run'], row['seed']) not in self.todo:
+        return row
+      self.trained.append(row)
+      done = {(r['run'], r['seed']) for r in self.trained}
+      left = remaining_seconds([name for name, seed in self.todo if (name, seed) not in done],
+                               self.stored + self.trained, self.jobs)
+      print(progress_line(row, len(self.trained), len(self.todo), left), flush=True)
+    return row
+
+
+def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, steps: int | None,
                              eval_every: int = 0, store: str = '', jobs: int = 1, budget: int = 1) -> dict:
   """`train`, after the checkpoints of run `name`'s AFTER (same seed) and TEACHER (seed + 1000) are there.
 
@@ -419,8 +475,8 @@ def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, ste
     if needed:
       futures[(needed, needed_seed)].result()
       if not has_checkpoint(run_dir(root, needed, needed_seed)):
-        train(root, needed, needed_seed, steps, lock, eval_every, jobs=jobs, budget=budget)
-  return train(root, name, seed, steps, lock, eval_every, store, jobs, budget)
+        train(root, needed, needed_seed, steps, eval_every, jobs=jobs, budget=budget)
+  return train(root, name, seed, steps, eval_every, store, jobs, budget)
 
 
 def latest_checkpoint_step(workdir: str) -> int:
@@ -697,14 +753,20 @@ def main(argv):
   seeds = [int(s) for s in FLAGS.seeds]
   budget = FLAGS.budget
   root, steps, store = of_budget(FLAGS.workdir, budget), FLAGS.steps, of_budget(FLAGS.store, budget)
-  lock = threading.Lock()
   began = time.time()
   futures: dict[tuple[str, int], concurrent.futures.Future] = {}
+  progress = Progress(planned_runs(names, seeds), store, FLAGS.jobs)
+  if FLAGS.train:
+    print(progress.first_line(), flush=True)
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(FLAGS.jobs, 1)) as pool:
 
     def job(name: str, seed: int) -> dict:
-      return train_with_prerequisites(root, name, seed, futures, steps, lock, FLAGS.eval_every, store, FLAGS.jobs,
-                                      budget)
+      row = train_with_prerequisites(root, name, seed, futures, steps, FLAGS.eval_every, store, FLAGS.jobs, budget)
+      return progress.reported(row)
+
+    def teacher_job(name: str, seed: int) -> dict:
+      row = train(root, name, seed, steps, FLAGS.eval_every, store, FLAGS.jobs, budget)
+      return progress.reported(row)
 
     def stored(name: str, seed: int) -> dict | None:
       row = stored_row(store, name, seed) if store else None
@@ -723,8 +785,7 @@ def main(argv):
         if RUNS[name].teacher:
           teacher = (RUNS[name].teacher, seed + TEACHER_SEED_OFFSET)
           if teacher not in futures:
-            futures[teacher] = pool.submit(train, root, teacher[0], teacher[1], steps, lock,
-                                             FLAGS.eval_every, store, FLAGS.jobs, budget)
+            futures[teacher] = pool.submit(teacher_job, *teacher)
         futures[(name, seed)] = pool.submit(job, name, seed)
     rows = [row for f in futures.values() if (row := f.result()) is not None]
   rows, refused = tabulated(rows)

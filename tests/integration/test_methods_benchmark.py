@@ -5,7 +5,6 @@ import concurrent.futures
 import json
 import os
 import subprocess
-import threading
 
 from absl import flags
 from ml_collections import config_flags
@@ -296,8 +295,8 @@ def test_a_row_that_only_evaluated_a_finished_workdir_is_refused(tmp_path, monke
   total = methods.run_config(str(tmp_path), 'clip', 0, None).total_steps
   (tmp_path / 'clip' / 'seed0' / 'checkpoints' / str(total)).mkdir(parents=True)
   (tmp_path / 'clip' / 'seed1' / 'checkpoints' / str(total // 2)).mkdir(parents=True)
-  finished = methods.train(str(tmp_path), 'clip', 0, None, threading.Lock())
-  resumed = methods.train(str(tmp_path), 'clip', 1, None, threading.Lock())
+  finished = methods.train(str(tmp_path), 'clip', 0, None)
+  resumed = methods.train(str(tmp_path), 'clip', 1, None)
   assert finished['evaluation_only'] and finished['resumed']
   assert resumed['resumed'] and 'evaluation_only' not in resumed
   kept, refused = methods.tabulated([finished, resumed])
@@ -319,7 +318,7 @@ def test_a_stored_run_is_not_trained_again(tmp_path, monkeypatch):
   row = {'run': 'clip', 'seed': 7, 'synthetic/zeroshot_top1': 0.5}
   methods.write_row(str(tmp_path / 'store'), row)
   monkeypatch.setattr(methods.subprocess, 'run', lambda *a, **k: pytest.fail('a stored run was trained again'))
-  assert methods.train(str(tmp_path / 'w'), 'clip', 7, None, threading.Lock(), store=str(tmp_path / 'store')) == row
+  assert methods.train(str(tmp_path / 'w'), 'clip', 7, None, store=str(tmp_path / 'store')) == row
   assert methods.stored_row(str(tmp_path / 'store'), 'clip', 8) is None
 
 
@@ -380,6 +379,35 @@ def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path
   assert methods.has_checkpoint(str(tmp_path))
 
 
+def test_time_left_comes_from_each_runs_median_wall_over_runs_trained_from_the_start():
+  rows = [{'run': 'clip', 'wall_seconds': w} for w in (80, 90, 400)] + [
+      {'run': 'cosmos', 'wall_seconds': 300}, {'run': 'cosmos', 'wall_seconds': 5, 'resumed': True},
+      {'run': 'slip', 'wall_seconds': 2, 'evaluation_only': True}]
+  # clip's median 90, cosmos's 300 (the resumed run is left out), slip has none: the median of all four, 195
+  assert methods.remaining_seconds(['clip', 'clip', 'cosmos', 'slip'], rows) == 90 + 90 + 300 + 195
+  assert methods.remaining_seconds(['clip', 'cosmos'], rows, jobs=2) == (90 + 300) / 2
+  assert methods.remaining_seconds(['clip'], [{'run': 'clip', 'wall_seconds': 3, 'resumed': True}]) is None
+  row = {'run': 'saco', 'seed': 11, 'wall_seconds': 81.4, 'synthetic/zeroshot_top1': 0.2634}
+  line = methods.progress_line(row, 3, 52, 2.0 * 3600)
+  assert line == '[3/52] saco seed 11: 81 s, zero-shot top-1 0.263; about 2.0 h left'
+  assert methods.progress_line(row, 3, 52, 600).endswith('; about 10 min left')
+  assert methods.progress_line({**row, 'run': 'clip'}, 52, 52, None) == '[52/52] clip seed 11: 81 s'  # no METRICS
+
+
+def test_progress_reports_each_run_it_trains_with_the_time_the_rest_should_take(tmp_path, capsys):
+  planned = methods.planned_runs(['saco_mimic'], [0, 1])
+  assert planned == [('clip_teacher', 1000), ('saco_mimic', 0), ('clip_teacher', 1001), ('saco_mimic', 1)]
+  store = str(tmp_path)
+  methods.write_row(store, {'run': 'clip_teacher', 'seed': 1000, 'wall_seconds': 80.0})
+  progress = methods.Progress(planned, store)
+  assert progress.first_line() == '1 of 4 runs stored; 3 to train, 1 at a time.'
+  stored = methods.stored_row(store, 'clip_teacher', 1000)
+  assert progress.reported(stored) is stored and capsys.readouterr().out == ''  # a stored run is not reported
+  progress.reported({'run': 'saco_mimic', 'seed': 0, 'wall_seconds': 200.0, 'synthetic/zeroshot_top1': 0.25})
+  # left: the teacher of seed 1 (the teacher's median, 80 s) and saco_mimic seed 1 (200 s)
+  assert capsys.readouterr().out == '[1/3] saco_mimic seed 0: 200 s, zero-shot top-1 0.250; about 5 min left\n'
+
+
 def test_a_stored_run_needs_no_checkpoint_of_its_start_or_teacher(tmp_path, monkeypatch):
   """A stored row is the run's result: its AFTER and TEACHER are not trained again for their checkpoints."""
   store = str(tmp_path / 'store')
@@ -389,13 +417,12 @@ def test_a_stored_run_needs_no_checkpoint_of_its_start_or_teacher(tmp_path, monk
   done = concurrent.futures.Future()
   done.set_result({'run': 'clip_teacher'})
   futures = {('clip_teacher', 1007): done}
-  assert methods.train_with_prerequisites(str(tmp_path / 'w'), 'saco_mimic', 7, futures, None, threading.Lock(),
-                                          store=store) == row
+  assert methods.train_with_prerequisites(str(tmp_path / 'w'), 'saco_mimic', 7, futures, None, store=store) == row
   # not stored: its teacher's checkpoint is missing, so the teacher is trained again before it
   trained = []
   monkeypatch.setattr(methods, 'train', lambda root, name, seed, *a, **k: trained.append((name, seed)) or {})
   methods.train_with_prerequisites(str(tmp_path / 'w'), 'saco_mimic', 8, {('clip_teacher', 1008): done}, None,
-                                   threading.Lock(), store=store)
+                                   store=store)
   assert trained == [('clip_teacher', 1008), ('saco_mimic', 8)]
 
 
