@@ -47,7 +47,9 @@ def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'siglip_shapes.py'))
   config.objective.name = 'siglip2'
   config.data.synthetic.regions = True  # the boxes and descriptions of the location tasks
-  config.eval.tasks = (*config.eval.tasks, 'referring')  # box prediction: the decoder's, a probe's and chance
+  # box prediction (the decoder's, a probe's and chance) and the decoder's own captions (CIDEr-D; added after the
+  # methods table's runs at 82f0844, whose rows were evaluated without it)
+  config.eval.tasks = (*config.eval.tasks, 'referring', 'captioning')
   config.objective.update(
       sigmoid_weight=1.0, distill_weight=0.2, masked_weight=0.25, size_factor=0.25,
       distill_start_fraction=0.8, ema_momentum=0.98,

@@ -1,8 +1,8 @@
 """Evaluation: `Encoder` (the one door to the model), the evaluators registered in `EVALUATORS` (base.py; one module
-each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe, referring), `run_evaluations`, which
-names their results `eval/<dataset>/<metric>`, `evaluate_variants`, which runs them for each set of variables to
-evaluate (the trained model, a teacher, an EMA of the weights), and `report_skipped_tasks`, which says once which
-evaluators do not apply to which set, and why."""
+each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe, referring, captioning),
+`run_evaluations`, which names their results `eval/<dataset>/<metric>`, `evaluate_variants`, which runs them for
+each set of variables to evaluate (the trained model, a teacher, an EMA of the weights), and `report_skipped_tasks`,
+which says once which evaluators do not apply to which set, and why."""
 from __future__ import annotations
 
 import dataclasses

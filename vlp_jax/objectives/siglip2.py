@@ -402,7 +402,7 @@ class Siglip2Objective(SiglipObjective):
 
   def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
     """The base's variants, each with the decoder's text vocabulary (VOCABULARY) where it is not the tokenizer's,
-    so that the referring evaluator decodes with the ids the decoder was trained on."""
+    so that the referring and captioning evaluators decode with the ids the decoder was trained on."""
     variants = super().eval_variants(params, model_state)
     if VOCABULARY not in model_state:
       return variants

@@ -350,6 +350,7 @@ def test_shapes_config_stages_the_recipe():
   assert options.distill_start_fraction == 0.8 and options.mask_ratio == 0.5
   # The masked-prediction weight is the paper's; the self-distillation weight was chosen on development seeds.
   assert (options.size_factor * options.distill_weight, options.size_factor * options.masked_weight) == (0.05, 0.0625)
+  assert {'referring', 'captioning'} <= set(config.eval.tasks)  # the decoder's boxes and captions are evaluated
 
 
 # ------------------------------------------------------------------------------ training: the switch, accumulation
