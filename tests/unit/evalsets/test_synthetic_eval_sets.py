@@ -22,7 +22,7 @@ def test_long_caption_set_pairs_the_same_images_with_their_long_captions(micro):
   assert long.captions == [r['long_caption'] for r in records]
   assert all(c.count('.') >= 2 for c in long.captions)  # multi-sentence
   tasks = [t for t in evaluation.EVALUATORS if evaluation.EVALUATORS.get(t).applies(long)]
-  assert sorted(tasks) == ['affinity', 'retrieval']
+  assert sorted(tasks) == ['affinity', 'captioning', 'retrieval']
 
 
 def test_linear_probe_fits_on_a_balanced_slice_of_the_train_split(micro):
@@ -50,7 +50,7 @@ def test_per_source_sets_split_the_test_split_by_source(micro):
   assert sum((p.captions for p in parts), []) == pooled.captions
   assert all(p.train_images is None for p in parts)
   applies = [t for t in evaluation.EVALUATORS if evaluation.EVALUATORS.get(t).applies(parts[0])]
-  assert sorted(applies) == ['affinity', 'retrieval']
+  assert sorted(applies) == ['affinity', 'captioning', 'retrieval']
   micro.data.synthetic.sources = ('studio',)
   try:
     evalsets.load_eval_set('synthetic_web', micro.data, 'test', 16)
