@@ -513,7 +513,8 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
   """Markdown: one line per run name, mean +- std over its seeds for every column, wall time, step time vs CLIP."""
   by_name = {name: [r for r in rows if r['run'] == name] for name in names}
   base = by_name.get('clip') or next(iter(by_name.values()))
-  base_rate = _mean_of(base, 'samples_per_sec')
+  machine = timing_machine(rows)
+  base_rate = _mean_of(base, 'samples_per_sec', machine)
   heads = [h for _, h in COLUMNS] + ['wall per run (median)', 'step time vs CLIP'] + (['step memory vs CLIP'] if memory else [])
   lines = ['| run | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name, runs in by_name.items():
@@ -524,8 +525,8 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
       values = [r[key] for r in runs if r.get(key) is not None]
       digits = 1 if key.endswith('rsum') else 3  # RSUM is in percent
       cells.append(f'{mean_std(values)[0]:.{digits}f} ± {mean_std(values)[1]:.{digits}f}' if values else '-')
-    rate = _mean_of(runs, 'samples_per_sec')
-    wall = _mean_of(runs, 'wall_seconds')
+    rate = _mean_of(runs, 'samples_per_sec', machine)
+    wall = _mean_of(runs, 'wall_seconds', machine)
     cells += [f'{wall:.0f} s' if wall else '-', f'{base_rate / rate:.2f}x' if rate and base_rate else '-']
     if memory:
       cells.append(f"{memory[name] / memory.get('clip', memory[name]):.2f}x" if name in memory else '-')
@@ -633,11 +634,20 @@ def _cell(values: list[float], key: str, signed: bool = False) -> str:
   return f'{mean:{"+" if signed else ""}.{digits}f} ± {std:.{digits}f}'
 
 
-def _mean_of(rows: list[dict], field: str) -> float | None:
+def timing_machine(rows: list[dict]) -> str | None:
+  """The machine (a row's 'machine', None where a row names none) most of `rows` ran on: the only one whose wall
+  times and speeds the tables compare, since a run's speed depends on the machine and not on its seed."""
+  machines = [r.get('machine') for r in rows]
+  return max(set(machines), key=machines.count) if machines else None
+
+
+def _mean_of(rows: list[dict], field: str, machine: str | None = None) -> float | None:
   """The mean of `field` over `rows`, or None. For wall times and speeds, the median of the runs trained alone and
-  from the start, leaving out those marked `contended` (other work shared the machine); the median keeps an
-  unmarked one from moving the figure. None when no run is clean: a speed from a shared CPU is not reported."""
-  clean = lambda r: r.get('jobs') == 1 and not r.get('resumed') and not r.get('contended')  # noqa: E731
+  from the start on `machine` (`timing_machine`), leaving out those marked `contended` (other work shared the
+  machine); the median keeps an unmarked one from moving the figure. None when no run is clean: a speed from a shared
+  CPU is not reported."""
+  clean = lambda r: (r.get('jobs') == 1 and not r.get('resumed') and not r.get('contended')  # noqa: E731
+                     and r.get('machine') == machine)
   timed = field in ('wall_seconds', 'samples_per_sec')
   values = [r[field] for r in rows if r.get(field) is not None and (not timed or clean(r))]
   if timed and values:
@@ -652,6 +662,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
   without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
   by_key = {(r['run'], r['seed']): r for r in rows}
+  machine = timing_machine(rows)
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
            'method − control, development seeds',
            f'method − control, every seed: mean [{CONFIDENCE:.0%} t-interval]',
@@ -683,7 +694,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
           teachers = [by_key[(run.teacher, s + TEACHER_SEED_OFFSET)] for s in dev + held
                       if (run.teacher, s + TEACHER_SEED_OFFSET) in by_key]
           flops[0] = flops[0] + _mean_of(teachers, 'train_flops') if teachers else None
-        walls = [_mean_of(side, 'wall_seconds') for side in (mine, theirs)]
+        walls = [_mean_of(side, 'wall_seconds', machine) for side in (mine, theirs)]
         cells += [' / '.join(f'{f / 1e12:.0f}' if f else '-' for f in flops)
                   + (f' ({flops[0] / flops[1]:.2f}x)' if all(flops) else ''),
                   ' / '.join(f'{w:.0f} s' if w else '-' for w in walls), f'`--methods={name}`']

@@ -372,6 +372,11 @@ def test_a_resumed_runs_wall_time_is_left_out_and_a_checkpoint_is_found(tmp_path
           {'wall_seconds': 20.0, 'jobs': 1, 'resumed': True}, {'wall_seconds': 500.0, 'jobs': 2}]
   assert methods._mean_of(rows, 'wall_seconds') == 120.0  # the median; resumed: half a run; jobs 2: a shared CPU
   assert methods._mean_of(rows, 'jobs') == 1.2
+  # wall times compare within one machine: the one most rows ran on
+  elsewhere = [{**r, 'machine': 'a'} for r in rows] + [{'wall_seconds': 40.0, 'jobs': 1, 'machine': 'b'}]
+  assert methods.timing_machine(elsewhere) == 'a' and methods.timing_machine(rows) is None
+  assert methods._mean_of(elsewhere, 'wall_seconds', 'a') == 120.0
+  assert methods._mean_of(elsewhere, 'wall_seconds', 'b') == 40.0
   assert not methods.has_checkpoint(str(tmp_path))
   (tmp_path / 'checkpoints' / 'tmp-1').mkdir(parents=True)
   assert not methods.has_checkpoint(str(tmp_path))  # a save that never finished
