@@ -55,6 +55,7 @@ import glob
 import json
 import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -348,6 +349,17 @@ def run_env(root: str) -> dict[str, str]:
   return {'JAX_COMPILATION_CACHE_DIR': os.path.join(root, 'jax_cache'), **os.environ}
 
 
+def machine_name() -> str:
+  """This machine as a row records it: '<cores>-core <CPU model>', '(AVX-512)' after it where the CPU has it."""
+  model, flags = platform.processor() or platform.machine(), ''
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      fields = dict(line.split(':', 1) for line in f.read().split('\n\n')[0].splitlines() if ':' in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    model, flags = fields.get('model name', model), fields.get('flags', '')
+  return f'{os.cpu_count()}-core {model}' + (' (AVX-512)' if 'avx512f' in flags.split() else '')
+
+
 def code_commit() -> str:
   """The commit the runs train (ROOT's HEAD, '+' when its tracked files differ from it), or '' outside git."""
   try:
@@ -396,7 +408,8 @@ def train(root: str, name: str, seed: int, steps: int | None, eval_every: int = 
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
          'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every, budget)[1:]),
-         'commit': code_commit(), 'jobs': jobs, 'budget': budget, **({'resumed': True} if resumed else {}),
+         'commit': code_commit(), 'machine': machine_name(), 'jobs': jobs, 'budget': budget,
+         **({'resumed': True} if resumed else {}),
          **({'evaluation_only': True} if evaluation_only else {})}
   with open(done, 'w') as f:
     json.dump(row, f)

@@ -299,6 +299,7 @@ def test_a_row_that_only_evaluated_a_finished_workdir_is_refused(tmp_path, monke
   resumed = methods.train(str(tmp_path), 'clip', 1, None)
   assert finished['evaluation_only'] and finished['resumed']
   assert resumed['resumed'] and 'evaluation_only' not in resumed
+  assert resumed['machine'] == methods.machine_name() and methods.machine_name().startswith(f'{os.cpu_count()}-core ')
   kept, refused = methods.tabulated([finished, resumed])
   assert kept == [resumed] and len(refused) == 1 and 'clip seed 0: evaluation only' in refused[0]
   assert methods.latest_checkpoint_step(str(tmp_path / 'clip' / 'seed1')) == total // 2
