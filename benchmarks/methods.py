@@ -63,6 +63,7 @@ import threading
 import time
 
 import scipy.stats
+from matplotlib.figure import Figure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -82,6 +83,11 @@ RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 RESULTS_BEGIN = '<!-- methods table: written by benchmarks/methods.py --update_results -->'
 RESULTS_END = '<!-- end of methods table -->'
 STORE = os.path.join(ROOT, 'benchmarks', 'results', 'methods')  # <run>/seed<S>.json per finished run, kept in git
+
+
+def verdict_plot_path(budget: int = 1) -> str:
+  """benchmarks/results/methods_verdicts[_x<budget>].png, the plot of the verdicts RESULTS.md shows."""
+  return os.path.join(ROOT, 'benchmarks', 'results', 'methods_verdicts' + (f'_x{budget}' if budget != 1 else '') + '.png')
 
 
 def results_markers(budget: int = 1) -> tuple[str, str]:
@@ -668,6 +674,67 @@ def _mean_of(rows: list[dict], field: str, machine: str | None = None) -> float 
   return sum(values) / len(values) if values else None
 
 
+def headline_pairs(names: list[str]) -> list[tuple[str, str]]:
+  """(method, control) for each run of `names` with METRICS: its CONTROL (else BASELINE), then each COMPUTE_CONTROL."""
+  return [(n, c) for n in names for c in dict.fromkeys((RUNS[n].control or RUNS[n].baseline, *RUNS[n].compute_controls))
+          if c and c != n and RUNS[n].metrics]
+
+
+def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS
+                    ) -> list[dict]:
+  """Per headline pair (`headline_pairs`) with seeds of both: its headline metric's paired differences (method −
+  control) on the development and held-out seeds and its verdict, as `verdict_figure` draws them."""
+  by_key = {(r['run'], r['seed']): r for r in rows}
+  entries = []
+  for name, control in headline_pairs(names):
+    key = RUNS[name].metrics[0]
+    diffs = {s: by_key[(name, s)][key] - by_key[(control, s)][key] for s in (*dev_seeds, *held_out_seeds)
+             if (name, s) in by_key and (control, s) in by_key and key in by_key[(name, s)]
+             and key in by_key[(control, s)]}
+    if not diffs:
+      continue
+    held = [diffs[s] for s in held_out_seeds if s in diffs]
+    every = list(diffs.values())
+    mixed = len(commits_of([by_key[(r, s)] for s in diffs for r in (name, control)])) > 1
+    entries.append({'method': name, 'control': control, 'metric': dict(COLUMNS)[key],
+                    'dev': [diffs[s] for s in dev_seeds if s in diffs], 'held_out': held,
+                    'interval': paired_interval(every) if len(every) > 1 else None,
+                    'verdict': 'mixed commits' if mixed else verdict(every, len(held), len(held_out_seeds))})
+  return entries
+
+
+VERDICT_COLOURS = {'ahead': 'tab:green', 'behind': 'tab:red', 'not distinguishable at this budget': 'tab:gray'}
+
+
+def verdict_figure(entries: list[dict], title: str = ''):
+  """A matplotlib Figure: a panel per headline metric, a line per method − control pair with the 95% t-interval of
+  the mean paired difference (coloured by verdict; pending ones pale), the development seeds' differences as open
+  circles and the held-out seeds' as filled triangles, and zero marked."""
+  metrics = list(dict.fromkeys(e['metric'] for e in entries))
+  counts = [sum(e['metric'] == m for e in entries) for m in metrics]
+  fig = Figure(figsize=(9, 0.9 + 0.42 * sum(counts) + 0.5 * len(metrics)))
+  axes = fig.subplots(len(metrics), 1, squeeze=False, gridspec_kw={'height_ratios': counts})[:, 0]
+  for ax, metric in zip(axes, metrics):
+    mine = [e for e in entries if e['metric'] == metric][::-1]  # the first at the top
+    for y, e in enumerate(mine):
+      colour = VERDICT_COLOURS.get(e['verdict'], 'tab:blue')
+      pale = e['verdict'] not in VERDICT_COLOURS
+      if e['interval']:
+        mean, low, high = e['interval']
+        ax.plot([low, high], [y, y], color=colour, alpha=0.45 if pale else 1.0, linewidth=2.5)
+        ax.plot([mean], [y], 'o', color=colour, markersize=6)
+      ax.plot(e['dev'], [y + 0.18] * len(e['dev']), 'o', mfc='none', mec='black', markersize=5)
+      ax.plot(e['held_out'], [y - 0.18] * len(e['held_out']), '^', color='black', markersize=5)
+    ax.axvline(0.0, color='black', linewidth=0.8)
+    ax.set_yticks(range(len(mine)), [f"{e['method']} − {e['control']}: {e['verdict']}" for e in mine], fontsize=8)
+    ax.set_ylim(-0.7, len(mine) - 0.3)
+    ax.set_xlabel(f'{metric}: method − control (95% t-interval over seeds; o development, ▲ held out)', fontsize=8)
+  if title:
+    fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  return fig
+
+
 def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS) -> str:
   """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
   development seeds (mean ± std), their paired difference there, the mean paired difference over every seed with
@@ -682,8 +749,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
            f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
            'training TFLOP, method / control', 'wall per run (median), method / control', 'regenerate']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
-  for name, control in [(n, c) for n in names for c in dict.fromkeys(
-      (RUNS[n].control or RUNS[n].baseline, *RUNS[n].compute_controls)) if c and c != n and RUNS[n].metrics]:
+  for name, control in headline_pairs(names):
     run = RUNS[name]
     both = lambda seeds: [s for s in seeds if (name, s) in by_key and (control, s) in by_key]  # noqa: E731
     dev, held = both(dev_seeds), both(held_out_seeds)
@@ -834,7 +900,13 @@ def main(argv):
                    'seeds, and every run against its controls seed by seed</summary>\n\n' + table(rows, names, memory)
                    + '\n\n' + paired_table(rows, names) + f'\n\n</details>\n\n{len(rows)} runs, seeds {seeds_held}'
                    + (f', {budget}x the configs\' steps.' if budget != 1 else '.'), budget)
-    print(f'Wrote the tables into {os.path.relpath(RESULTS_MD, ROOT)}.')
+    entries = verdict_entries(rows, names)
+    if entries:
+      figure = verdict_figure(entries, f'The methods table{f", {budget}x the steps" if budget != 1 else ""}: '
+                                       'each method against its controls on its headline metric')
+      figure.savefig(verdict_plot_path(budget), dpi=100, bbox_inches='tight')
+    print(f'Wrote the tables into {os.path.relpath(RESULTS_MD, ROOT)} and the plot into '
+          f'{os.path.relpath(verdict_plot_path(budget), ROOT)}.')
 
 
 if __name__ == '__main__':

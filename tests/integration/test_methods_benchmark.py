@@ -305,6 +305,24 @@ def test_a_row_that_only_evaluated_a_finished_workdir_is_refused(tmp_path, monke
   assert methods.latest_checkpoint_step(str(tmp_path / 'clip' / 'seed1')) == total // 2
 
 
+def test_the_verdict_plot_draws_each_headline_pair_with_its_interval_and_seeds():
+  key = methods.RUNS['slip'].metrics[0]
+  rows = [{'run': run, 'seed': seed, key: value, 'commit': 'c'}
+          for seed, (slip, clip) in {0: (0.30, 0.20), 1: (0.32, 0.20), 2: (0.28, 0.21), 11: (0.35, 0.22)}.items()
+          for run, value in (('slip', slip), ('clip', clip))]
+  entries = methods.verdict_entries(rows, ['clip', 'slip', 'clip_slip_compute'])
+  (entry,) = entries  # slip − clip; clip_slip_compute has no runs, and clip has no METRICS
+  assert (entry['method'], entry['control'], entry['metric']) == ('slip', 'clip', 'zero-shot top-1')
+  np.testing.assert_allclose(entry['dev'], [0.10, 0.12, 0.07])
+  np.testing.assert_allclose(entry['held_out'], [0.13])
+  np.testing.assert_allclose(entry['interval'], methods.paired_interval([0.10, 0.12, 0.07, 0.13]))
+  assert entry['verdict'] == 'pending (1 of 3 held-out seeds)'
+  figure = methods.verdict_figure(entries + [{**entry, 'metric': 'RSUM', 'verdict': 'behind'}])
+  assert len(figure.axes) == 2  # a panel per metric
+  labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+  assert labels == ['slip − clip: pending (1 of 3 held-out seeds)']
+
+
 def test_a_teachers_training_counts_as_its_methods_compute():
   rows = [{'run': run, 'seed': seed, **{key: 0.5 for key in methods.RUNS['saco_mimic'].metrics}, 'train_flops': flops}
           for run, seed, flops in (('saco_mimic', 11, 12e12), ('clip_mimic_compute', 11, 22e12),
