@@ -237,7 +237,8 @@ def define_flags() -> None:
   flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
   flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
   flags.DEFINE_bool('update_results', False, 'Also write the tables into benchmarks/RESULTS.md, between its '
-                    f'{RESULTS_BEGIN!r} and {RESULTS_END!r} lines (the text outside them is kept).')
+                    f'{RESULTS_BEGIN!r} and {RESULTS_END!r} lines (the text outside them is kept), and draw '
+                    'the verdicts into benchmarks/results/methods_verdicts.png.')
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
   flags.DEFINE_integer('eval_every', 0, 'Evaluate every N steps as well as at the end (0: at the end only, which '
                        'the table reads; the configs evaluate every 100 steps for their curves).')
