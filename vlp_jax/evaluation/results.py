@@ -14,7 +14,11 @@ CHANCE_OF = {'zeroshot_top1': 'zeroshot_chance', 'zeroshot_mean_per_class': 'zer
              'linear_probe_top1': 'linear_probe_chance', 'linear_probe_mean_per_class': 'linear_probe_chance',
              'compositional_acc': 'compositional_chance', 'i2t_r1': 'i2t_r1_chance', 't2i_r1': 't2i_r1_chance',
              'winoground_text': 'winoground_text_chance', 'winoground_image': 'winoground_image_chance',
-             'winoground_group': 'winoground_group_chance'}
+             'winoground_group': 'winoground_group_chance',
+             # referring.py's chance route (the mean train box) is the chance of both others
+             'referring_probe_acc50': 'referring_chance_acc50', 'referring_decoder_acc50': 'referring_chance_acc50',
+             'referring_probe_miou': 'referring_chance_miou', 'referring_decoder_miou': 'referring_chance_miou'}
+CHANCE_NAMES = frozenset(CHANCE_OF.values())
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -42,9 +46,14 @@ def chance_level(results: dict[str, float], name: str) -> float | None:
   return None
 
 
+def is_chance(name: str) -> bool:
+  """Whether the metric 'eval/<dataset>/<metric>' is a chance level (`<metric>_chance` or one of CHANCE_OF's)."""
+  return name.endswith('_chance') or any(name.endswith(f'/{c}') or name.endswith(f'_{c}') for c in CHANCE_NAMES)
+
+
 def scores(results: dict[str, float]) -> list[str]:
   """The eval metric names to show, sorted: every eval/* entry except the chance levels themselves."""
-  return sorted(n for n in results if n.startswith('eval/') and not n.endswith('_chance'))
+  return sorted(n for n in results if n.startswith('eval/') and not is_chance(n))
 
 
 def summary_lines(results: dict[str, float]) -> list[str]:

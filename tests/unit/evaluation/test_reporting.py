@@ -91,6 +91,13 @@ def test_each_score_has_the_chance_level_its_evaluator_reports():
       'eval/synthetic/ema_segmentation_miou_chance']
   assert chance_level(metrics, 'eval/synthetic/linear_probe_top1') == metrics['eval/synthetic/linear_probe_chance']
   assert chance_level(metrics, 'eval/synthetic/affinity_consistency') is None
+  # referring expressions: the chance route is the chance of the decoder's and the probe's boxes, not a score
+  referring = {'eval/synthetic/referring_probe_acc50': 0.4, 'eval/synthetic/referring_decoder_miou': 0.5,
+               'eval/synthetic/referring_chance_acc50': 0.1, 'eval/synthetic/referring_chance_miou': 0.2}
+  assert chance_level(referring, 'eval/synthetic/referring_probe_acc50') == 0.1
+  assert chance_level(referring, 'eval/synthetic/referring_decoder_miou') == 0.2
+  assert [line.split()[0] for line in summary_lines(referring)] == ['eval/synthetic/referring_decoder_miou',
+                                                                   'eval/synthetic/referring_probe_acc50']
 
 
 def test_end_summary_puts_chance_beside_each_score_and_says_where_the_checkpoint_is_and_what_next():
