@@ -28,7 +28,7 @@ import numpy as np
 from vlp_jax import parallel
 from vlp_jax.data import locca_tasks
 from vlp_jax.evaluation.base import evaluator
-from vlp_jax.evaluation.referring import DECODE_CHUNK, decoder_layout
+from vlp_jax.evaluation.referring import DECODE_CHUNK, decoder_text_ids, trained_decoder
 from vlp_jax.models import locca
 
 CIDER_ORDERS = 4
@@ -102,9 +102,7 @@ def greedy_caption_ids(logits_fn: Callable[[jax.Array], jax.Array], inputs: jax.
 def decoder_captions(encoder, decoder_params: dict, images: np.ndarray, text_ids: Sequence[int] = ()) -> list[str]:
   """The decoder's greedy caption of each image [N]: [CAP], then text ids (never padding) up to the end id or the
   decoder's length; `text_ids` as referring.decoder_layout takes them (UNK ids are left out of the text)."""
-  model = encoder.model
-  decoder = locca.decoder_from_params(model.text, decoder_params, model.act, model.dtype)
-  layout = decoder_layout(encoder.tokenizer, decoder, text_ids)
+  decoder, layout = trained_decoder(encoder, decoder_params, text_ids)
   allowed = np.zeros(decoder.vocab_size, bool)
   allowed[:layout.text_vocab_size] = True
   allowed[layout.pad_id] = False
@@ -157,9 +155,7 @@ def captioning(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
   if decoder_params is None:
     return {}
   references = image_references(eval_set.captions, eval_set.caption_image, len(eval_set.images))
-  vocabulary = encoder.variables.get(locca.VOCABULARY_NAME)
-  text_ids = () if vocabulary is None else np.asarray(jax.device_get(vocabulary['text_ids'])).tolist()
-  written = decoder_captions(encoder, decoder_params, eval_set.images, text_ids)
+  written = decoder_captions(encoder, decoder_params, eval_set.images, decoder_text_ids(encoder.variables))
   written, references = zip(*[(caption, refs) for caption, refs in zip(written, references) if refs])
   most_frequent = collections.Counter(eval_set.captions).most_common(1)[0][0]
   chance = caption_scores([most_frequent] * len(references), references)

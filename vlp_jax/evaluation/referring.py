@@ -104,13 +104,25 @@ def decoder_layout(tokenizer, decoder: locca.LoccaDecoder, text_ids: Sequence[in
   return dataclasses.replace(layout, box_bins=bins)
 
 
+def decoder_text_ids(variables: dict) -> list[int]:
+  """The text ids a decoder was trained over (its variables' locca.VOCABULARY_NAME); [] for the tokenizer's."""
+  vocabulary = variables.get(locca.VOCABULARY_NAME)
+  return [] if vocabulary is None else np.asarray(jax.device_get(vocabulary['text_ids'])).tolist()
+
+
+def trained_decoder(encoder, decoder_params: dict, text_ids: Sequence[int] = ()
+                    ) -> tuple[locca.LoccaDecoder, locca_tasks.LoccaLayout]:
+  """The decoder module of `decoder_params` (its depth read from them) and the layout it was trained with."""
+  model = encoder.model
+  decoder = locca.decoder_from_params(model.text, decoder_params, model.act, model.dtype)
+  return decoder, decoder_layout(encoder.tokenizer, decoder, text_ids)
+
+
 def decoder_boxes(encoder, decoder_params: dict, images: np.ndarray, image_index: np.ndarray, texts: list[str],
                   text_ids: Sequence[int] = ()) -> np.ndarray:
   """The decoder route's boxes [M, 4] (fractions) for the pairs (image_index [M], texts [M]) of `images`; `text_ids`:
   the decoder's text vocabulary where it is not the tokenizer's (`decoder_layout`)."""
-  model = encoder.model
-  decoder = locca.decoder_from_params(model.text, decoder_params, model.act, model.dtype)
-  layout = decoder_layout(encoder.tokenizer, decoder, text_ids)
+  decoder, layout = trained_decoder(encoder, decoder_params, text_ids)
   inputs, lengths = aref_prefixes(texts, layout, encoder.tokenizer.encode)
   tokens = encoder.image_tokens(images)  # [N, P, w]
   params = jax.device_get(decoder_params)
@@ -182,8 +194,6 @@ def referring(encoder, eval_set, image_emb: np.ndarray) -> dict[str, float]:
   results.update(box_scores(np.broadcast_to(mean_box, boxes.shape), boxes, 'chance'))
   decoder_params = encoder.variables['params'].get(locca.PARAMS_NAME)
   if decoder_params is not None:
-    vocabulary = encoder.variables.get(locca.VOCABULARY_NAME)
-    text_ids = () if vocabulary is None else np.asarray(jax.device_get(vocabulary['text_ids'])).tolist()
-    results.update(box_scores(decoder_boxes(encoder, decoder_params, eval_set.images, image_index, texts, text_ids),
-                              boxes, 'decoder'))
+    results.update(box_scores(decoder_boxes(encoder, decoder_params, eval_set.images, image_index, texts,
+                                            decoder_text_ids(encoder.variables)), boxes, 'decoder'))
   return results
