@@ -681,6 +681,18 @@ def headline_pairs(names: list[str]) -> list[tuple[str, str]]:
           if c and c != n and RUNS[n].metrics]
 
 
+def pair_seeds(by_key: dict, name: str, control: str, seeds) -> list[int]:
+  """The seeds of `seeds` where both run `name` and its `control` have a row (by_key: (run, seed) -> row)."""
+  return [s for s in seeds if (name, s) in by_key and (control, s) in by_key]
+
+
+def pair_verdict(every: list[float], held: int, commits: list[str], expected: int = len(HELD_OUT_SEEDS)) -> str:
+  """`verdict` of a pair's paired differences over every seed, none when its runs come from several commits."""
+  if len(commits) > 1:  # one commit's runs or none: code that changed between seeds is not one experiment
+    return f'mixed commits ({", ".join(c or "unrecorded" for c in commits)}): rerun at one'
+  return verdict(every, held, expected)
+
+
 def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS
                     ) -> list[dict]:
   """Per headline pair (`headline_pairs`) with seeds of both: its headline metric's paired differences (method −
@@ -689,18 +701,16 @@ def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, hel
   entries = []
   for name, control in headline_pairs(names):
     key = RUNS[name].metrics[0]
-    diffs = {s: by_key[(name, s)][key] - by_key[(control, s)][key] for s in (*dev_seeds, *held_out_seeds)
-             if (name, s) in by_key and (control, s) in by_key and key in by_key[(name, s)]
-             and key in by_key[(control, s)]}
-    if not diffs:
+    dev, held = pair_seeds(by_key, name, control, dev_seeds), pair_seeds(by_key, name, control, held_out_seeds)
+    if not dev + held:
       continue
-    held = [diffs[s] for s in held_out_seeds if s in diffs]
-    every = list(diffs.values())
-    mixed = len(commits_of([by_key[(r, s)] for s in diffs for r in (name, control)])) > 1
+    diff = {s: by_key[(name, s)][key] - by_key[(control, s)][key] for s in dev + held}
+    every = list(diff.values())
+    commits = commits_of([by_key[(r, s)] for s in dev + held for r in (name, control)])
     entries.append({'method': name, 'control': control, 'metric': dict(COLUMNS)[key],
-                    'dev': [diffs[s] for s in dev_seeds if s in diffs], 'held_out': held,
+                    'dev': [diff[s] for s in dev], 'held_out': [diff[s] for s in held],
                     'interval': paired_interval(every) if len(every) > 1 else None,
-                    'verdict': 'mixed commits' if mixed else verdict(every, len(held), len(held_out_seeds))})
+                    'verdict': pair_verdict(every, len(held), commits, len(held_out_seeds))})
   return entries
 
 
@@ -752,18 +762,14 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for name, control in headline_pairs(names):
     run = RUNS[name]
-    both = lambda seeds: [s for s in seeds if (name, s) in by_key and (control, s) in by_key]  # noqa: E731
-    dev, held = both(dev_seeds), both(held_out_seeds)
+    dev, held = pair_seeds(by_key, name, control, dev_seeds), pair_seeds(by_key, name, control, held_out_seeds)
     mine, theirs = [by_key[(name, s)] for s in dev + held], [by_key[(control, s)] for s in dev + held]
     commits = commits_of(mine + theirs)
     for k, key in enumerate(run.metrics):
       diff = lambda s: by_key[(name, s)][key] - by_key[(control, s)][key]  # noqa: E731
       held_cells = ', '.join(f'{diff(s):+.{1 if key.endswith("rsum") else 3}f}' for s in held) or '-'
       every = [diff(s) for s in dev + held]
-      if len(commits) > 1:  # one commit's runs or none: code that changed between seeds is not one experiment
-        judged = f'mixed commits ({", ".join(c or "unrecorded" for c in commits)}): rerun at one'
-      else:
-        judged = verdict(every, len(held), len(held_out_seeds))
+      judged = pair_verdict(every, len(held), commits, len(held_out_seeds))
       cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
                _cell([by_key[(name, s)][key] for s in dev], key), _cell([by_key[(control, s)][key] for s in dev], key),
                _cell([diff(s) for s in dev], key, signed=True) + f' ({sum(diff(s) > 0 for s in dev)}/{len(dev)})',
