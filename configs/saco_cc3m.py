@@ -2,9 +2,9 @@
 batch 2048, AdamW wd 0.2, lr 1e-4 -> 1e-3 over one epoch then cosine to 0, alpha = beta = 5 (Figure 6), with
 pseudo-affinity mimicking of a well-trained image encoder's embeddings (the remedy the supplementary finds best).
 Its small-scale analogue is configs/experiments/saco_constant.py. On the embedded dataset the constant alpha 5 with
-'mean' normalisation collapses without the mimic (`saco_no_ramp`). Beside the mimic it did not collapse on
-development seeds 0 and 1 (zero-shot 0.213 and 0.233; benchmarks/RESULTS.md, "SaCo with a constant alpha beside the
-mimic"). How it compares with CLIP is the table's to say.
+'mean' normalisation collapses without the mimic (the methods table's `saco_no_ramp` row: zero-shot near chance on
+every seed) and does not beside it (the `saco_constant` row, against `clip` and against the compute-matched
+`clip_mimic_compute`; benchmarks/RESULTS.md).
 
   # 1. the mimic targets: embed the training split once with a well-trained model (e.g. OpenAI's CLIP ViT-B/32)
   python -m vlp_jax.weights import --format=openai --model=ViT-B-32 --input=ViT-B-32.safetensors --output=/ckpt/b32

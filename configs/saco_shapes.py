@@ -7,7 +7,8 @@ optimizer as configs/clip_shapes.py, its control.
 
 The affinity distance is the mean over the B x B entries ('mean'), not the literal sum of the pseudocode: the paper's
 Figure 3b plots "the SaCo loss of Eq. 5" at the scale of the per-entry mean, and alpha = 5 on the sum would weigh the
-term B^2 times more (16384 at batch 128), leaving the contrastive loss no say. The mechanism ablations are in
+term B^2 times more (16384 at batch 128), leaving the contrastive loss no say (not measured at the table's commit;
+the one archived run of the sum went to chance: RESULTS_ARCHIVE.md, 2026-11-22, one seed, older code). The mechanism ablations are in
 configs/experiments/: alpha 5 from the first step (`saco_no_ramp`), hard sample-wise masking (`saco_masking`) and
 the pseudo-affinity mimic of a frozen CLIP teacher (`saco_mimic`, the paper's best from-scratch recipe, which needs
 a teacher: here a CLIP of the same budget trained with another seed, so its compute is twice the control's).

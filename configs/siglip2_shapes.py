@@ -24,8 +24,9 @@ Scale adaptations (docs/evidence.md):
     128-wide tower.
   - Teacher momentum 0.98 (COSMOS's 0.999 at batch 1k): the teacher lives for 80 steps, and at 0.999 it would stay
     the copy it started as.
-  - The crops keep their colours (no hue jitter, no grayscale): the embedded classes are named by colour and shape,
-    as configs/cosmos_shapes.py's docstring explains; DINO's flips, brightness, contrast, saturation and blur stay.
+  - The crops keep their colours (no hue jitter, no grayscale): the embedded classes are named by colour and shape
+    (docs/data.md), so a hue shift or grayscale changes a crop's class; DINO's flips, brightness, contrast,
+    saturation and blur stay.
 
 python -m vlp_jax.main --config=configs/siglip2_shapes.py --workdir=/tmp/siglip2
 """

@@ -5,7 +5,8 @@ The SimCLR views are the paper's: RandomResizedCrop 0.08-1, colour jitter (0.4, 
 grayscale with p 0.2, Gaussian blur with p 0.5 (SimCLR's kernel of a tenth of the side, 3 taps at 32 px) and a
 horizontal flip. Two scale adaptations (docs/evidence.md):
   - The CLIP view is the whole image, as for every method's image-text pair on the 32 px scenes and as its control
-    sees it (the paper: RandomResizedCrop 0.5-1; at 32 px a crop cuts out the object the caption names).
+    sees it (the paper: RandomResizedCrop 0.5-1; at 32 px a crop can cut out the object the caption names, a
+    reason from how the scenes are made, not measured at the table's commit).
   - The SimCLR head is scaled to the tiny model's width 128: an MLP of 512 and an output of 128 (the paper: 4096 and
     256 for a width of 768).
 Each step runs the image tower on three views; `clip_slip_compute` (configs/experiments/) is CLIP trained for as many

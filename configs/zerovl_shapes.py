@@ -10,12 +10,16 @@ batches, so that only ZeroVL's components differ; `zerovl_mixup`, `zerovl_single
 each add one component alone. One adaptation to the data, which applies to the control as well (docs/evidence.md):
 A.9's image augmentation (RandomResizedCrop of 60-100% area and AutoAugment; configs/zerovl_multisource.py has it)
 is left out, as for every method's image-text pair on the 32 px scenes: AutoAugment's colour operations (solarize,
-posterize, colour, invert) change the colour that names half of each class, and the crop cuts out the named object.
+posterize, colour, invert) change the colour that names half of each class, and the crop can cut out the named
+object (a reason from how the scenes are made, not measured at the table's commit).
 
 A departure that does not apply to the control alike: ZeroVL's paper starts from pre-trained towers (an ImageNet
 ViT-B/16 and BERT-Base, appendix A.9), and this recipe trains from scratch, as every method of the table does. The
-paper does not test single-source batches from random weights; here they stalled at initialisation on captions that
-do not repeat too (RESULTS_ARCHIVE.md, "methods that work, part 7").
+paper does not test single-source batches from random weights. From scratch here they end behind their control
+(the methods table's `zerovl_single_source` row in benchmarks/RESULTS.md). Why is not measured at the table's
+commit: its runs store end-of-run metrics only, on the repeating alt-text captions. An archived run (one seed, older
+code, non-repeating captions; RESULTS_ARCHIVE.md, "methods that work, part 7") kept its loss at chance for its first
+80 steps.
 
 python -m vlp_jax.main --config=configs/zerovl_shapes.py --workdir=/tmp/zerovl
 """
