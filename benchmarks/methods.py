@@ -245,6 +245,10 @@ def define_flags() -> None:
   flags.DEFINE_integer('budget', 1, f'Train every from-scratch run for this many times its steps ({SECOND_BUDGET}: the '
                        "table's second budget), in --workdir_x<budget>, --store_x<budget> and its own block of "
                        'RESULTS.md.', lower_bound=1)
+  flags.DEFINE_list('compare', [], 'Pairs run:other (e.g. cosmos:cosmos_no_distill): print, instead of the tables, '
+                    "each pair's mean paired difference over their shared seeds with its t-interval, for every "
+                    'column. For ablations that are not a headline pair: a description, not a verdict (its pair was '
+                    'not declared before the runs).')
   flags.DEFINE_bool('compute_controls', True, "Bring each run's compute-matched controls along (the second budget "
                     'runs without them).')
 
@@ -626,6 +630,39 @@ def interval_cell(differences: list[float], key: str) -> str:
   return f'{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]'
 
 
+def parse_pairs(specs: list[str]) -> list[tuple[str, str]]:
+  """'run:other' strings -> (run, other), each a known run; a clear error naming the bad entry otherwise."""
+  pairs = []
+  for spec in specs:
+    parts = spec.split(':')
+    if len(parts) != 2 or not all(parts):
+      raise ValueError(f'--compare: {spec!r} is not run:other')
+    unknown = [p for p in parts if p not in RUNS]
+    if unknown:
+      raise ValueError(f'--compare: unknown run {unknown[0]!r} in {spec!r}; runs: {sorted(RUNS)}')
+    pairs.append((parts[0], parts[1]))
+  return pairs
+
+
+def comparison_table(rows: list[dict], pairs: list[tuple[str, str]]) -> str:
+  """Markdown: per pair (run, other) and column, the mean of run − other over the seeds both have, with its
+  CONFIDENCE t-interval (`interval_cell`) and how many seeds run is ahead on; '-' below two seeds."""
+  by_key = {(r['run'], r['seed']): r for r in rows}
+  heads = [h for _, h in COLUMNS]
+  lines = ['| run − other (seeds) | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
+  for name, other in pairs:
+    seeds = sorted(seed for (run, seed) in by_key if run == name and (other, seed) in by_key)
+    cells = []
+    for key, _ in COLUMNS:
+      diffs = [by_key[(name, s)][key] - by_key[(other, s)][key] for s in seeds
+               if by_key[(name, s)].get(key) is not None and by_key[(other, s)].get(key) is not None]
+      cell = interval_cell(diffs, key)
+      cells.append(f'{cell} ({sum(d > 0 for d in diffs)}/{len(diffs)})' if cell != '-' else '-')
+    lines.append(f'| `{name}` − `{other}` ({",".join(map(str, seeds)) or "no shared seeds"}) | '
+                 + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def tabulated(rows: list[dict]) -> tuple[list[dict], list[str]]:
   """The rows a table may read, and why each other one is left out: a row marked `evaluation_only` (its workdir
   already held the final checkpoint: it evaluated a run trained by other, perhaps older, code) is not a training
@@ -846,7 +883,8 @@ def update_results(path: str, tables: str, budget: int = 1) -> None:
 
 def main(argv):
   del argv
-  names = expand(FLAGS.methods, FLAGS.compute_controls)
+  pairs = parse_pairs(FLAGS.compare)
+  names = expand(FLAGS.methods + [name for pair in pairs for name in pair], FLAGS.compute_controls)
   seeds = [int(s) for s in FLAGS.seeds]
   budget = FLAGS.budget
   root, steps, store = of_budget(FLAGS.workdir, budget), FLAGS.steps, of_budget(FLAGS.store, budget)
@@ -888,6 +926,9 @@ def main(argv):
   rows, refused = tabulated(rows)
   for reason in refused:
     print(f'Left out of the tables: {reason}', flush=True)
+  if pairs:
+    print('\n' + comparison_table(rows, pairs))
+    return
   memory = {}
   if FLAGS.memory:
     for name in names:

@@ -238,6 +238,30 @@ def test_paired_interval_is_students_t_interval():
     methods.paired_interval([0.1])
 
 
+def test_comparison_table_gives_each_pairs_interval_over_its_shared_seeds():
+  def row(run, seed, zeroshot, rsum=None):
+    return {'run': run, 'seed': seed, 'synthetic/zeroshot_top1': zeroshot,
+            **({'synthetic/rsum': rsum} if rsum is not None else {})}
+  rows = [row('cosmos', 0, 0.5, 100.0), row('cosmos', 1, 0.7, 120.0), row('cosmos', 2, 0.6, 90.0),
+          row('cosmos_no_distill', 0, 0.2, 80.0), row('cosmos_no_distill', 1, 0.3, 90.0),
+          row('cosmos_no_distill', 2, 0.4), row('cosmos_no_distill', 3, 0.1),  # seed 3: no cosmos run
+          row('saco', 0, 0.3)]
+  lines = methods.comparison_table(rows, [('cosmos', 'cosmos_no_distill'), ('saco', 'clip')]).splitlines()
+  cells = [c.strip() for c in lines[2].split('|')]
+  assert cells[1] == '`cosmos` − `cosmos_no_distill` (0,1,2)'
+  d = np.array([0.3, 0.4, 0.2])  # naive: mean ± t_{0.975, 2} * s / sqrt(3), t from statistical tables
+  half = 4.302653 * d.std(ddof=1) / np.sqrt(3)
+  assert cells[2] == f'{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] (3/3)'
+  assert cells[4] == '+25.0 [-38.5, +88.5] (2/2)'  # RSUM on the seeds that have it: 20, 30; t_{0.975, 1} = 12.706
+  assert cells[3] == '-'  # a column no row has
+  assert lines[3].split('|')[1].strip() == '`saco` − `clip` (no shared seeds)'
+  assert methods.parse_pairs(['cosmos:clip']) == [('cosmos', 'clip')]
+  with pytest.raises(ValueError, match="unknown run 'cosmo'"):
+    methods.parse_pairs(['cosmo:clip'])
+  with pytest.raises(ValueError, match='is not run:other'):
+    methods.parse_pairs(['cosmos'])
+
+
 def test_verdict_is_an_interval_read_only_with_every_held_out_seed():
   assert methods.verdict([0.10, 0.11, 0.09, 0.12, 0.10], held_out=3, expected=3) == 'ahead'
   assert methods.verdict([-0.10, -0.11, -0.09], held_out=3, expected=3) == 'behind'
