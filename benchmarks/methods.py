@@ -559,6 +559,18 @@ def table(rows: list[dict], names: list[str], memory: dict[str, float]) -> str:
   return '\n'.join(lines)
 
 
+def pair_seeds(by_key: dict, name: str, control: str, seeds) -> list[int]:
+  """The seeds of `seeds` where both run `name` and its `control` have a row (by_key: (run, seed) -> row)."""
+  return [s for s in seeds if (name, s) in by_key and (control, s) in by_key]
+
+
+def seed_differences(by_key: dict, name: str, other: str, seeds, key: str) -> list[float]:
+  """Metric `key` of run `name` minus that of `other`, seed by seed over `seeds` (both runs' rows in by_key),
+  leaving out the seeds where either row lacks the metric."""
+  return [by_key[(name, s)][key] - by_key[(other, s)][key] for s in seeds
+          if by_key[(name, s)].get(key) is not None and by_key[(other, s)].get(key) is not None]
+
+
 def paired_table(rows: list[dict], names: list[str]) -> str:
   """Markdown: each run minus its baseline CLIP (and minus its own control, where that is another run), seed by seed.
 
@@ -567,6 +579,7 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
   is the sharper comparison. Cells: mean ± std of the difference, then how many seeds the run is ahead on.
   """
   by_key = {(r['run'], r['seed']): r for r in rows}
+  all_seeds = sorted({r['seed'] for r in rows})
   heads = [h for _, h in COLUMNS]
   lines = ['| run − control | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name in names:
@@ -576,13 +589,12 @@ def paired_table(rows: list[dict], names: list[str]) -> str:
     for control in dict.fromkeys((spec.baseline, spec.control or spec.baseline, *spec.compute_controls)):
       if control is None or control == name:
         continue
-      seeds = sorted(seed for (run, seed) in by_key if run == name and (control, seed) in by_key)
+      seeds = pair_seeds(by_key, name, control, all_seeds)
       if not seeds:
         continue
       cells = []
       for key, _ in COLUMNS:
-        diffs = [by_key[(name, s)][key] - by_key[(control, s)][key] for s in seeds
-                 if by_key[(name, s)].get(key) is not None and by_key[(control, s)].get(key) is not None]
+        diffs = seed_differences(by_key, name, control, seeds, key)
         digits = 1 if key.endswith('rsum') else 3
         mean, std = mean_std(diffs) if diffs else (0.0, 0.0)
         ahead = sum(d > 0 for d in diffs)
@@ -648,14 +660,14 @@ def comparison_table(rows: list[dict], pairs: list[tuple[str, str]]) -> str:
   """Markdown: per pair (run, other) and column, the mean of run − other over the seeds both have, with its
   CONFIDENCE t-interval (`interval_cell`) and how many seeds run is ahead on; '-' below two seeds."""
   by_key = {(r['run'], r['seed']): r for r in rows}
+  all_seeds = sorted({r['seed'] for r in rows})
   heads = [h for _, h in COLUMNS]
   lines = ['| run − other (seeds) | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name, other in pairs:
-    seeds = sorted(seed for (run, seed) in by_key if run == name and (other, seed) in by_key)
+    seeds = pair_seeds(by_key, name, other, all_seeds)
     cells = []
     for key, _ in COLUMNS:
-      diffs = [by_key[(name, s)][key] - by_key[(other, s)][key] for s in seeds
-               if by_key[(name, s)].get(key) is not None and by_key[(other, s)].get(key) is not None]
+      diffs = seed_differences(by_key, name, other, seeds, key)
       cell = interval_cell(diffs, key)
       cells.append(f'{cell} ({sum(d > 0 for d in diffs)}/{len(diffs)})' if cell != '-' else '-')
     lines.append(f'| `{name}` − `{other}` ({",".join(map(str, seeds)) or "no shared seeds"}) | '
@@ -716,11 +728,6 @@ def headline_pairs(names: list[str]) -> list[tuple[str, str]]:
   """(method, control) for each run of `names` with METRICS: its CONTROL (else BASELINE), then each COMPUTE_CONTROL."""
   return [(n, c) for n in names for c in dict.fromkeys((RUNS[n].control or RUNS[n].baseline, *RUNS[n].compute_controls))
           if c and c != n and RUNS[n].metrics]
-
-
-def pair_seeds(by_key: dict, name: str, control: str, seeds) -> list[int]:
-  """The seeds of `seeds` where both run `name` and its `control` have a row (by_key: (run, seed) -> row)."""
-  return [s for s in seeds if (name, s) in by_key and (control, s) in by_key]
 
 
 def pair_verdict(every: list[float], held: int, commits: list[str], expected: int = len(HELD_OUT_SEEDS)) -> str:
