@@ -5,14 +5,17 @@ is this commit's, and each row records both.
 
 python benchmarks/evaluate_runs.py --methods=table_siglip2 --evals=captioning [--datasets=synthetic]
     [--seeds=0,1,2,11,12,13] [--workdir=/tmp/vlp_methods] [--store=benchmarks/results/methods]
-    [--output=benchmarks/results/evaluated/captioning] [--output_md=table.md]
+    [--output=benchmarks/results/evaluated/captioning] [--output_md=table.md] [--noevaluate]
+    [--compare=run:other,...]
 
 For each run (benchmarks/methods.py's names and groups) and seed whose workdir, WORKDIR/<run>/seed<S> as
 methods.py trains it, holds the run's final checkpoint: `python -m vlp_jax.evaluate --checkpoint=<workdir>
 --evals=... --datasets=...` in a subprocess, as a user runs it. Its metrics go to OUTPUT/<run>/seed<S>.json with the
 commit that evaluated and the one that trained (the methods store's row); a stored evaluation is not run again. A run
 without its final checkpoint is named and left out. Prints each run's mean ± std over its seeds, per metric, beside
-the metric's chance level.
+the metric's chance level. `--compare=run:other,...` adds, per pair and metric, the mean of run − other over the
+seeds both have with its 95% t-interval (benchmarks/methods.py's `--compare`); `--noevaluate` tabulates the stored
+evaluations only, so that a table read at a later commit never evaluates with that commit's code.
 """
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ def define_flags() -> None:
   flags.DEFINE_string('store', methods.STORE, "benchmarks/methods.py's store: each run's row, for its commit.")
   flags.DEFINE_string('output', '', 'Where each evaluation is kept (default: benchmarks/results/evaluated/<evals>).')
   flags.DEFINE_string('output_md', '', 'Also write the Markdown table to this file.')
+  flags.DEFINE_bool('evaluate', True, 'Evaluate the runs whose evaluation is not stored yet (--noevaluate: tabulate '
+                    'the stored ones only).')
+  flags.DEFINE_list('compare', [], 'Pairs run:other: the mean of run − other per metric over their shared seeds, '
+                    'with its t-interval.')
 
 
 def evaluation_command(workdir: str, evals: list[str], datasets: list[str], out_dir: str) -> list[str]:
@@ -71,9 +78,14 @@ def evaluate_run(name: str, seed: int, workdir: str, store: str, output: str, ev
   return row
 
 
+def metric_keys(rows: list[dict]) -> list[str]:
+  """The metrics ('set/metric' keys, chance levels left out) that any of `rows` holds, sorted."""
+  return sorted({key for row in rows for key in row if '/' in key and not key.endswith('_chance')})
+
+
 def metric_table(rows: list[dict], names: list[str]) -> str:
   """Markdown: a row per run with rows, a column per metric (its chance level, `<metric>_chance`, beside it)."""
-  metrics = sorted({key for row in rows for key in row if '/' in key and not key.endswith('_chance')})
+  metrics = metric_keys(rows)
   header = '| run | seeds | ' + ' | '.join(f'{m} (chance)' for m in metrics) + ' |'
   lines = [header, '|' + '---|' * (len(metrics) + 2)]
   for name in names:
@@ -95,26 +107,45 @@ def metric_table(rows: list[dict], names: list[str]) -> str:
   return '\n'.join(lines)
 
 
+def collect_rows(names: list[str], seeds: list[int], workdir: str, store: str, output: str, evals: list[str],
+                 datasets: list[str], evaluate: bool = True) -> list[dict]:
+  """Each run's evaluation row for each seed: stored in `output`, else evaluated now (`evaluate_run`) unless
+  `evaluate` is False; the runs without one are named and left out."""
+  rows = []
+  for seed in seeds:
+    for name in names:
+      if evaluate:
+        row = evaluate_run(name, seed, workdir, store, output, evals, datasets)
+        missing = f'no final checkpoint in {methods.run_dir(workdir, name, seed)} or no row in {store}'
+      else:
+        row, missing = methods.stored_row(output, name, seed), f'no stored evaluation in {output}'
+      print(f'{name} seed {seed}: ' + ('evaluated' if row is not None else f'{missing}; left out'), flush=True)
+      if row is not None:
+        rows.append(row)
+  return rows
+
+
+def comparison_table(rows: list[dict], pairs: list[tuple[str, str]]) -> str:
+  """Markdown: per pair (run, other) and metric of `rows`, run − other over their shared seeds with its t-interval
+  (benchmarks/methods.py's comparison table, over this evaluation's metrics)."""
+  return methods.comparison_table(rows, pairs, [(key, key) for key in metric_keys(rows)])
+
+
 def main(argv):
   del argv
-  names = methods.expand(FLAGS.methods)
+  pairs = methods.parse_pairs(FLAGS.compare)
+  names = list(dict.fromkeys([*methods.expand(FLAGS.methods), *(run for pair in pairs for run in pair)]))
   output = FLAGS.output or os.path.join(OUTPUT, '+'.join(FLAGS.evals))
-  rows = []
-  for seed in map(int, FLAGS.seeds):
-    for name in names:
-      row = evaluate_run(name, seed, FLAGS.workdir, FLAGS.store, output, FLAGS.evals, FLAGS.datasets)
-      if row is None:
-        print(f'{name} seed {seed}: no final checkpoint in {methods.run_dir(FLAGS.workdir, name, seed)} or no row '
-              f'in {FLAGS.store}; left out', flush=True)
-      else:
-        rows.append(row)
-        print(f'{name} seed {seed}: evaluated', flush=True)
+  rows = collect_rows(names, list(map(int, FLAGS.seeds)), FLAGS.workdir, FLAGS.store, output, FLAGS.evals,
+                      FLAGS.datasets, FLAGS.evaluate)
   if not rows:
     print('No run has both its final checkpoint and a stored row: nothing to tabulate.')
     return
   commits = sorted({(row['trained_commit'], row['commit']) for row in rows})
   markdown = (metric_table(rows, names) + f'\n\n{len(rows)} runs; trained at, evaluated at: '
               + ', '.join(f'{t}, {e}' for t, e in commits) + '.')
+  if pairs:
+    markdown += '\n\n' + comparison_table(rows, pairs)
   print('\n' + markdown)
   if FLAGS.output_md:
     with open(FLAGS.output_md, 'w') as f:

@@ -656,17 +656,18 @@ def parse_pairs(specs: list[str]) -> list[tuple[str, str]]:
   return pairs
 
 
-def comparison_table(rows: list[dict], pairs: list[tuple[str, str]]) -> str:
-  """Markdown: per pair (run, other) and column, the mean of run − other over the seeds both have, with its
-  CONFIDENCE t-interval (`interval_cell`) and how many seeds run is ahead on; '-' below two seeds."""
+def comparison_table(rows: list[dict], pairs: list[tuple[str, str]], columns=COLUMNS) -> str:
+  """Markdown: per pair (run, other) and column ((key, heading) pairs, the table's COLUMNS by default), the mean of
+  run − other over the seeds both have, with its CONFIDENCE t-interval (`interval_cell`) and how many seeds run is
+  ahead on; '-' below two seeds."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   all_seeds = sorted({r['seed'] for r in rows})
-  heads = [h for _, h in COLUMNS]
+  heads = [h for _, h in columns]
   lines = ['| run − other (seeds) | ' + ' | '.join(heads) + ' |', '|---' * (len(heads) + 1) + '|']
   for name, other in pairs:
     seeds = pair_seeds(by_key, name, other, all_seeds)
     cells = []
-    for key, _ in COLUMNS:
+    for key, _ in columns:
       diffs = seed_differences(by_key, name, other, seeds, key)
       cell = interval_cell(diffs, key)
       cells.append(f'{cell} ({sum(d > 0 for d in diffs)}/{len(diffs)})' if cell != '-' else '-')

@@ -4,6 +4,7 @@ of means beside chance."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 from benchmarks import evaluate_runs, methods
@@ -64,3 +65,32 @@ def test_the_table_gives_each_runs_mean_and_std_beside_chance():
       '| run | seeds | synthetic/captioning_cider (chance) |', '|---|---|---|',
       '| `siglip_regions` | 0 | - |',
       '| `siglip2` | 0,1 | 0.500 ± 0.141 (0.100) |']
+
+
+def test_noevaluate_reads_stored_evaluations_only(tmp_path, monkeypatch):
+  workdir, store, output = str(tmp_path / 'w'), str(tmp_path / 'store'), str(tmp_path / 'out')
+  for seed in (0, 1):  # both runs trained to the end, only seed 0 evaluated so far
+    os.makedirs(os.path.join(methods.run_dir(workdir, 'siglip2', seed), 'checkpoints',
+                             str(methods.config_steps('siglip2'))))
+    methods.write_row(store, {'run': 'siglip2', 'seed': seed, 'commit': '82f0844'})
+  methods.write_row(output, {'run': 'siglip2', 'seed': 0, 'synthetic/captioning_cider': 0.5})
+  calls = []
+  monkeypatch.setattr(evaluate_runs.subprocess, 'run', fake_evaluation(calls, 0.42))
+  monkeypatch.setattr(methods, 'code_commit', lambda: 'abc1234')
+  args = (['siglip2'], [0, 1], workdir, store, output, ['captioning'], ['synthetic'])
+  rows = evaluate_runs.collect_rows(*args, evaluate=False)
+  assert [r['seed'] for r in rows] == [0] and not calls  # seed 1 left out, nothing evaluated at this commit
+  rows = evaluate_runs.collect_rows(*args)
+  assert [(r['seed'], r['synthetic/captioning_cider']) for r in rows] == [(0, 0.5), (1, 0.42)] and len(calls) == 1
+
+
+def test_the_comparison_gives_each_pairs_interval_per_evaluated_metric():
+  rows = [{'run': run, 'seed': s, 'synthetic/captioning_cider': c, 'synthetic/captioning_cider_chance': 0.1}
+          for run, values in (('siglip2', (1.8, 1.6, 1.7)), ('siglip2_captions_only', (1.5, 1.4, 1.6)))
+          for s, c in zip((0, 1, 11), values)]
+  lines = evaluate_runs.comparison_table(rows, [('siglip2', 'siglip2_captions_only')]).splitlines()
+  assert lines[0] == '| run − other (seeds) | synthetic/captioning_cider |'  # chance levels are not compared
+  d = np.array([0.3, 0.2, 0.1])  # naive: mean ± t_{0.975, 2} * s / sqrt(3), t from statistical tables
+  half = 4.302653 * d.std(ddof=1) / np.sqrt(3)
+  assert lines[2] == (f'| `siglip2` − `siglip2_captions_only` (0,1,11) | '
+                      f'{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] (3/3) |')
