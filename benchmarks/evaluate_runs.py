@@ -139,7 +139,8 @@ def main(argv):
   rows = collect_rows(names, list(map(int, FLAGS.seeds)), FLAGS.workdir, FLAGS.store, output, FLAGS.evals,
                       FLAGS.datasets, FLAGS.evaluate)
   if not rows:
-    print('No run has both its final checkpoint and a stored row: nothing to tabulate.')
+    print('No run has both its final checkpoint and a stored row: nothing to tabulate.' if FLAGS.evaluate else
+          f'No stored evaluation in {output}: nothing to tabulate.')
     return
   commits = sorted({(row['trained_commit'], row['commit']) for row in rows})
   markdown = (metric_table(rows, names) + f'\n\n{len(rows)} runs; trained at, evaluated at: '
