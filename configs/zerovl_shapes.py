@@ -16,10 +16,11 @@ object (a reason from how the scenes are made, not measured at the table's commi
 A departure that does not apply to the control alike: ZeroVL's paper starts from pre-trained towers (an ImageNet
 ViT-B/16 and BERT-Base, appendix A.9), and this recipe trains from scratch, as every method of the table does. The
 paper does not test single-source batches from random weights. From scratch here they end behind their control
-(the methods table's `zerovl_single_source` row in benchmarks/RESULTS.md). Why is not measured at the table's
-commit: its runs store end-of-run metrics only, on the repeating alt-text captions. An archived run (one seed, older
-code, non-repeating captions; RESULTS_ARCHIVE.md, "methods that work, part 7") kept its loss at chance for its first
-80 steps.
+(the methods table's `zerovl_single_source` row in benchmarks/RESULTS.md), and at 4x the steps ZeroVL stays behind.
+What the table's runs show is a stall: ZeroVL's training loss stays near chance (ln 128) until step 160-320 of 400
+(160-680 of 1,600), as does that of single-source batches alone (140-220), while the control's leaves it within 40
+steps (benchmarks/RESULTS.md, the second budget's ZeroVL reading). Why single-source batches stall from random
+weights is not measured.
 
 python -m vlp_jax.main --config=configs/zerovl_shapes.py --workdir=/tmp/zerovl
 """
