@@ -18,8 +18,13 @@ a 49k-token vocabulary is dozens of times a tiny model's step, almost all of it 
 Dedicated coordinate tokens (not integers spelt with the text tokenizer, as LocCa's paper does) keep a box at
 exactly four ids whatever the tokenizer; LocCa reports the two about equal (digest ../shared/SIGLIP2.md §2).
 
-Regions come from records.decode_regions: boxes as fractions of the image side. Pure numpy; every random choice
-(which region each task reads, which caption rows predict in parallel) comes from the rng given.
+Regions come from records.decode_regions: boxes as fractions of the original image's sides. The decoder reads the
+image the views make of it (image_ops.resize_image: the shorter side resized, then the centre square), so the boxes
+go through the same geometry (`regions_in_view`): on a non-square image the centre crop cuts the longer side, and a
+box is re-expressed as fractions of what is kept. Random crops and augmentations (config.data.crop_scale,
+config.data.augment) move pixels the boxes cannot follow: `check_box_geometry` refuses them with location tasks.
+Pure numpy; every random choice (which region each task reads, which caption rows predict in parallel) comes from
+the rng given.
 """
 from __future__ import annotations
 
@@ -29,10 +34,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from vlp_jax.data.record_needs import RecordNeed
 from vlp_jax.data.records import Regions
 from vlp_jax.errors import ConfigError
 
 TASKS = ('cap', 'aref', 'gcap')
+LOCATION_TASKS = ('aref', 'gcap')  # the tasks that read a record's regions
+# A region keeps its description only while this much of its box stays in the view: a box mostly cropped away would
+# pair the description with a sliver of the object.
+MIN_VISIBLE_FRACTION = 0.5
 SPECIAL_TOKENS = ('cap', 'aref', 'gcap', 'sep')  # their ids follow the text vocabulary, in this order
 BOX_TOKENS = 4  # xmin, ymin, xmax, ymax
 # The ids aref and gcap spend besides their text: task token, box, separator, end.
@@ -119,6 +129,84 @@ def tokenizer_layout(tokenizer, box_bins: int = 32, length: int = 32, loss_on_co
   return LoccaLayout(text_vocab_size=len(kept) + 1, eos_id=kept.index(int(tokenizer.eot_token)),
                      pad_id=kept.index(int(tokenizer.pad_token)), box_bins=box_bins, length=length,
                      loss_on_condition=loss_on_condition, text_ids=kept)
+
+
+def location_tasks(tasks: Sequence[str]) -> list[str]:
+  """The tasks of `tasks` that read regions."""
+  return [t for t in tasks if t in LOCATION_TASKS]
+
+
+def regions_need(tasks: Sequence[str]) -> list[RecordNeed]:
+  """What the decoder tasks `tasks` need of the records (data/record_needs.py): regions, on at least some records,
+  when a location task is among them."""
+  location = location_tasks(tasks)
+  if not location:
+    return []
+  return [RecordNeed('regions', f'config.objective.decoder_tasks={tuple(tasks)}',
+                     f'the location tasks {location} train on regions (boxes with descriptions), and records '
+                     'without any run their decoder passes for nothing. Train on records with regions (docs/data.md), '
+                     "or drop those tasks: --config.objective.decoder_tasks=\"('cap',)\"", min_fraction=0.0)]
+
+
+def check_box_geometry(tasks: Sequence[str], data) -> None:
+  """ConfigError naming the key when the image views of `data` (config.data) move pixels in ways the boxes of the
+  location tasks among `tasks` cannot follow: a random resized crop (data.crop_scale) or an augmentation policy
+  (data.augment, whose shears, rotations and translations move the image)."""
+  location = location_tasks(tasks)
+  if not location:
+    return
+  if tuple(data.crop_scale):
+    raise ConfigError(f'config.data.crop_scale={tuple(data.crop_scale)} crops the image at random, and the boxes of '
+                      f'the location tasks {location} (config.objective.decoder_tasks) would no longer match it; '
+                      "use config.data.crop_scale=() (resize and centre crop), or decoder_tasks=('cap',)")
+  if data.augment != 'none':
+    raise ConfigError(f"config.data.augment='{data.augment}' moves the image's pixels, and the boxes of the location "
+                      f'tasks {location} (config.objective.decoder_tasks) would no longer match them; use '
+                      "config.data.augment='none', or decoder_tasks=('cap',)")
+
+
+def centre_crop_window(height: int, width: int, size: int) -> np.ndarray:
+  """The part of an [height, width] image that image_ops.resize_image(image, size) keeps (the shorter side resized
+  to `size`, the longer one truncated as it computes it, then the centre size x size) -> [4] float64 (xmin, ymin,
+  xmax, ymax) as fractions of the image's width and height."""
+  if (height, width) == (size, size):
+    return np.array([0.0, 0.0, 1.0, 1.0])
+  short = min(height, width)
+  new_h, new_w = int(size * height / short), int(size * width / short)
+  top, left = (new_h - size) // 2, (new_w - size) // 2
+  return np.array([left / new_w, top / new_h, (left + size) / new_w, (top + size) / new_h])
+
+
+def visible_fraction(boxes: np.ndarray, window: np.ndarray) -> np.ndarray:
+  """boxes [R, 4], window [4] (both xmin, ymin, xmax, ymax) -> [R]: the fraction of each box's extent inside the
+  window, per axis multiplied (a box of zero width counts as inside where its position is)."""
+  boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+  fraction = np.ones(len(boxes))
+  for low, high in ((0, 2), (1, 3)):
+    extent = boxes[:, high] - boxes[:, low]
+    overlap = np.minimum(boxes[:, high], window[high]) - np.maximum(boxes[:, low], window[low])
+    inside = (boxes[:, low] >= window[low]) & (boxes[:, high] <= window[high])
+    fraction *= np.where(extent > 0, np.clip(overlap, 0.0, None) / np.where(extent > 0, extent, 1.0), inside)
+  return fraction
+
+
+def boxes_in_window(boxes: np.ndarray, window: np.ndarray) -> np.ndarray:
+  """boxes [R, 4] as fractions of the image -> [R, 4] float32 as fractions of the window (the view), clipped to it."""
+  origin = np.asarray([window[0], window[1], window[0], window[1]], np.float64)
+  extent = np.asarray([window[2] - window[0], window[3] - window[1]] * 2, np.float64)
+  return np.clip((np.asarray(boxes, np.float64) - origin) / extent, 0.0, 1.0).astype(np.float32)
+
+
+def regions_in_view(regions: Regions | None, height: int, width: int, size: int) -> Regions | None:
+  """A record's regions (boxes as fractions of its [height, width] image) -> those of the image_ops.resize_image
+  view of `size` px, boxes as fractions of the view; regions with less than MIN_VISIBLE_FRACTION of their box in
+  the view are dropped. A square image keeps its regions as they are (the same arrays)."""
+  window = centre_crop_window(height, width, size)
+  if regions is None or not len(regions.texts) or np.array_equal(window, [0.0, 0.0, 1.0, 1.0]):
+    return regions
+  kept = np.flatnonzero(visible_fraction(regions.boxes, window) >= MIN_VISIBLE_FRACTION)
+  return Regions(boxes_in_window(regions.boxes[kept], window).reshape(len(kept), 4),
+                 tuple(regions.texts[k] for k in kept))
 
 
 def quantize_box(box: np.ndarray, bins: int) -> np.ndarray:

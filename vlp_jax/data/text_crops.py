@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from vlp_jax.data.record_needs import RecordNeed
+
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+')
 
 
@@ -36,6 +38,20 @@ def local_crops(sentences: list[str], rng: np.random.Generator, count: int) -> l
     return []
   order = np.concatenate([rng.permutation(len(sentences)) for _ in range(-(-count // len(sentences)))])
   return [sentences[i] for i in order[:count]]
+
+
+# Long captions may be missing from a few records (the converter leaves '' where its table has none); most must have
+# one, or most crops are the short caption again.
+LONG_CAPTION_MIN_FRACTION = 0.9
+
+
+def long_caption_need(needed_by: str) -> RecordNeed:
+  """What text crops need of the records: a long caption on (nearly) every one; `needed_by` names the setting."""
+  return RecordNeed('long_caption', needed_by,
+                    'its text crops are sentences of the long caption, and without one every crop is the short '
+                    'caption again. Convert the data with long captions (python -m vlp_jax.convert ... '
+                    '--long_captions=TABLE.json, docs/data.md; webdataset tars carry none)',
+                    LONG_CAPTION_MIN_FRACTION)
 
 
 def crop_pool(long_caption: str, caption: str, include_caption: bool = False) -> list[str]:

@@ -777,6 +777,19 @@ def tokenizer_for(text_config: Mapping[str, Any] | Any) -> Tokenizer | SentenceP
   return cached_tokenizer(options["tokenizer"], options["tokenizer_path"])
 
 
+def vocabulary_size(text_config: Mapping[str, Any] | Any) -> int:
+  """The number of ids the tokenizer of a model's text config (``config.model.text``) emits: its largest id + 1,
+    special tokens included. The text tower's embedding table (``config.model.text.vocab_size`` rows) must hold
+    them all.
+
+    Raises:
+        ConfigError (a ValueError), see :func:`cached_tokenizer`.
+    """
+  tokenizer = tokenizer_for(text_config)
+  specials = (getattr(tokenizer, "sot_token", None), tokenizer.eot_token, tokenizer.pad_token)
+  return max([tokenizer.vocab_size, *(int(t) + 1 for t in specials if t is not None)])
+
+
 def require_clip_bpe(text_config: Mapping[str, Any] | Any, what: str) -> None:
   """Raise ConfigError (a ValueError) when the model's tokenizer is not CLIP's
     BPE, which ``what`` (e.g. ``'config.objective.text_augment'``) needs: it

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.data.image_ops import images_to_float
+from vlp_jax.data.record_needs import RecordNeed
 from vlp_jax.data.tokenizer import tokenizer_options
 from vlp_jax.models import init_variables
 from vlp_jax.models.towers import fold_in_rows
@@ -116,6 +117,14 @@ class Objective:
   def validate(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
     """Raise ValueError naming the key when an option is invalid (called by config validation, before anything is
     built). `options` is `config.objective` completed with the defaults."""
+
+  @classmethod
+  def record_needs(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[RecordNeed]:
+    """The record fields these options read besides the image and the caption (data/record_needs.py), checked
+    against a sample of the training records before anything compiles (training/start_checks.py). `options` as
+    `validate`'s. Default: none."""
+    del options, config
+    return []
 
   @classmethod
   def options(cls, objective_config: Any) -> ml_collections.ConfigDict:
@@ -235,6 +244,13 @@ class Term:
   @classmethod
   def validate(cls, term_config: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
     """Raise ValueError naming the key when an option is invalid (called before anything is built)."""
+
+  @classmethod
+  def record_needs(cls, term_config: ml_collections.ConfigDict, config: ml_collections.ConfigDict
+                   ) -> list[RecordNeed]:
+    """As `Objective.record_needs`, for the term's options. Default: none."""
+    del term_config, config
+    return []
 
   def init_state(self) -> dict:
     """Non-trained variables the term keeps in the model state (e.g. a frozen teacher); merged at init."""

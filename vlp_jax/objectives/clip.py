@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from vlp_jax.data.text_crops import FirstGlobalCrop
+from vlp_jax.data.text_crops import FirstGlobalCrop, long_caption_need
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
 from vlp_jax.registry import check_choice
@@ -43,6 +43,13 @@ class ClipObjective(Objective):
     size = options.text_crop_max_sentences
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
       raise ValueError(f'config.objective.text_crop_max_sentences must be a positive integer, got {size!r}')
+
+  @classmethod
+  def record_needs(cls, options, config):
+    del config
+    if options.get('text_source', 'caption') != 'text_crops':
+      return []
+    return [long_caption_need("config.objective.text_source='text_crops'")]
 
   @classmethod
   def views(cls, config: ml_collections.ConfigDict):

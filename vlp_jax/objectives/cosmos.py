@@ -27,7 +27,7 @@ import numpy as np
 
 from vlp_jax.data import transforms
 from vlp_jax.data.pipeline import passthrough
-from vlp_jax.data.text_crops import text_crops
+from vlp_jax.data.text_crops import long_caption_need, text_crops
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize, pairwise_sym_nce
 from vlp_jax.models.cross_attention import CrossAttention
@@ -150,6 +150,12 @@ class CosmosObjective(Objective):
       raise ValueError(f'config.objective.distill_weight={options.distill_weight} must be >= 0')
     if not 0.0 <= options.ema_momentum <= 1.0:
       raise ValueError(f'config.objective.ema_momentum={options.ema_momentum} must be in [0, 1]')
+
+  @classmethod
+  def record_needs(cls, options, config):
+    # caption_first_global or caption_in_text_crops still crop the long caption: every setting needs it
+    del options, config
+    return [long_caption_need("config.objective.name='cosmos'")]
 
   uses_data_augment = False  # its views follow its own options
 

@@ -162,7 +162,9 @@ class Siglip2Views(ClipViews):
       out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
-      out.update(locca_tasks.example_arrays(example[self.caption_field], example.get('regions'), rng,
+      # the boxes follow the view's resize and centre crop (random crops and augmentation are refused with them)
+      regions = locca_tasks.regions_in_view(example.get('regions'), *image.shape[:2], self.image_size)
+      out.update(locca_tasks.example_arrays(example[self.caption_field], regions, rng,
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))
     return out
@@ -295,11 +297,17 @@ class Siglip2Objective(SiglipObjective):
     if length <= locca_tasks.REGION_TASK_OVERHEAD:
       raise ConfigError(f'config.objective.decoder_length={length} (0: config.model.text.context_length) leaves no '
                         f'room for a region description; use at least {locca_tasks.REGION_TASK_OVERHEAD + 1}')
+    locca_tasks.check_box_geometry(tasks, config.data)
     location = [t for t in tasks if t != 'cap']
     if location and config.data.name == 'synthetic' and not config.data.synthetic.regions:
       raise ConfigError(f'config.objective.decoder_tasks={tasks} has the location tasks {location}, but '
                         'config.data.synthetic.regions is False: the records have no regions to train them on. Set '
                         "config.data.synthetic.regions=True, or config.objective.decoder_tasks=('cap',)")
+
+  @classmethod
+  def record_needs(cls, options, config):
+    needs = super().record_needs(options, config)
+    return needs + locca_tasks.regions_need(tuple(options.decoder_tasks)) if options.decoder_weight else needs
 
   @classmethod
   def views(cls, config):

@@ -23,7 +23,7 @@ from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_skipped_tasks
 from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
-from vlp_jax.training import guards
+from vlp_jax.training import guards, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
@@ -247,6 +247,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, stop_at_
   began = time.perf_counter()  # the wall time in the end summary
   check_backends(config)  # config.log.wandb_project without wandb installed: says how to install it
   paths = check_config_and_inputs(config)
+  start_checks.check_start(config, paths)  # the tokenizer and a few records against the model and objective
   guards.check_workdir_writable(workdir)  # and so does a read-only or full workdir
   checkpointer = Checkpointer(workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
   latest = checkpointer.latest_complete_step()  # a torn newest checkpoint is moved aside, not loaded
