@@ -1,12 +1,15 @@
 """LocCa's task sequences (data/locca_tasks.py) and the records' regions (records.decode_regions)."""
 import grain
+import ml_collections
 import numpy as np
 import pytest
 
 from vlp_jax.data import locca_tasks, pipeline, records, synthetic
+from vlp_jax.data.image_ops import resize_image
 from vlp_jax.data.records import Regions
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.errors import ConfigError
+from vlp_jax.objectives.siglip2 import Siglip2Views
 
 # Text ids 0..9 (eos 9, pad 0), then CAP 10, AREF 11, GCAP 12, SEP 13, then coordinate bins 0..3 as ids 14..17.
 LAYOUT = locca_tasks.LoccaLayout(text_vocab_size=10, eos_id=9, pad_id=0, box_bins=4, length=10)
@@ -181,3 +184,79 @@ def test_a_record_with_bad_regions_is_replaced_and_counted():
   assert example['record_error'] == 1 + records.SKIP_REASONS.index('bad_regions')
   assert example['key'] == good['key'] and 'region 0' in example['record_detail']
   assert example['regions'].texts == tuple(r['text'] for r in good['regions'])
+
+
+# ------------------------------------------------------------------------------------------ box geometry (issue 61)
+
+def _white_rectangle(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+  """A black [height, width] image with one white rectangle off the centre of its central square, and the
+  rectangle's box as fractions of the image (what a record stores)."""
+  side = min(height, width)
+  top, left = (height - side) // 2, (width - side) // 2  # the central square
+  x0, x1 = left + int(0.15 * side), left + int(0.45 * side)
+  y0, y1 = top + int(0.55 * side), top + int(0.9 * side)
+  image = np.zeros((height, width, 3), np.uint8)
+  image[y0:y1, x0:x1] = 255
+  return image, np.array([x0 / width, y0 / height, x1 / width, y1 / height])
+
+
+@pytest.mark.parametrize('height, width', [(60, 100), (96, 40), (37, 91), (50, 50)])
+def test_a_box_lands_on_its_pixels_in_the_decoder_image(height, width):
+  # Issue 61 item 10: the decoder's aref target is the box of the white rectangle in the image the decoder reads
+  # (SigLIP 2's views: the shorter side resized, the centre square kept), checked on that image's pixels.
+  size, margin = 32, 2  # margin: the box's bins are one pixel wide; bicubic blurs an edge over about a pixel
+  image, box = _white_rectangle(height, width)
+  layout = locca_tasks.tokenizer_layout(default_tokenizer(), box_bins=size, length=16)
+  views = Siglip2Views(size, 16, num_global=0, num_local=0, decoder_layout=layout, decoder_tasks=('aref',))
+  example = {'image': image, 'caption': 'a white rectangle', 'label': -1,
+             'regions': Regions(box[None].astype(np.float32), ('white rectangle',))}
+  out = views.random_map(example, np.random.default_rng(0))
+  targets = out['locca_targets'][0][out['locca_loss_mask'][0] > 0]
+  coordinates = [int(t) for t in targets if layout.first_coordinate <= t < layout.first_coordinate + size]
+  got = locca_tasks.tokens_to_box(coordinates, layout) * size  # pixels of the decoder image
+  bright = out['image'].mean(axis=-1)
+  rows, cols = np.mgrid[:size, :size] + 0.5  # pixel centres
+  inner = (cols > got[0] + margin) & (cols < got[2] - margin) & (rows > got[1] + margin) & (rows < got[3] - margin)
+  outer = (cols < got[0] - margin) | (cols > got[2] + margin) | (rows < got[1] - margin) | (rows > got[3] + margin)
+  assert inner.sum() >= 9 and outer.sum() >= 9
+  assert bright[inner].min() > 200, 'the box misses the rectangle'
+  assert bright[outer].max() < 55, 'the rectangle spills out of the box'
+
+
+def test_centre_crop_window_is_what_resize_image_keeps():
+  # Naive reference: an image whose pixels hold their own column index (a linear ramp, which bicubic resampling
+  # keeps away from the borders), so each output pixel says which column of the original it shows; the window's
+  # left edge and width in original pixels predict it (output pixel centres at (j + 0.5) / size of the window).
+  size = 32
+  for height, width in ((60, 100), (100, 60), (37, 91), (64, 64)):
+    for axis, length in ((1, width), (0, height)):
+      ramp = np.arange(length, dtype=np.float64)
+      image = np.broadcast_to(ramp[None, :, None] if axis == 1 else ramp[:, None, None], (height, width, 3))
+      shown = resize_image(image.astype(np.uint8), size).mean(axis=(0, 2) if axis == 1 else (1, 2))
+      window = locca_tasks.centre_crop_window(height, width, size)
+      low, high = (window[0], window[2]) if axis == 1 else (window[1], window[3])
+      want = (low + (np.arange(size) + 0.5) / size * (high - low)) * length - 0.5
+      interior = slice(3, size - 3)  # the kernel is cut at the image's borders
+      np.testing.assert_allclose(shown[interior], want[interior], atol=0.75)
+
+
+def test_regions_mostly_cut_off_by_the_centre_crop_are_dropped():
+  regions = Regions(np.array([[0.0, 0.1, 0.1, 0.5],    # in the left margin a 100x50 image's centre crop cuts off
+                              [0.2, 0.2, 0.3, 0.8],    # half in the margin (x 0.25 is the crop's left edge)
+                              [0.4, 0.4, 0.6, 0.6]],   # in the middle
+                             np.float32), ('left', 'edge', 'middle'))
+  view = locca_tasks.regions_in_view(regions, 50, 100, 32)
+  assert view.texts == ('edge', 'middle')
+  np.testing.assert_allclose(view.boxes, [[0.0, 0.2, 0.1, 0.8], [0.3, 0.4, 0.7, 0.6]], atol=1e-6)
+  assert locca_tasks.regions_in_view(regions, 64, 64, 32) is regions  # a square image: as it was
+  assert locca_tasks.regions_in_view(None, 50, 100, 32) is None
+
+
+@pytest.mark.parametrize('key, value', [('crop_scale', (0.5, 1.0)), ('augment', 'randaugment')])
+def test_image_settings_that_move_pixels_are_refused_with_location_tasks(key, value):
+  data = ml_collections.ConfigDict({'crop_scale': (), 'augment': 'none'})
+  locca_tasks.check_box_geometry(('cap', 'aref'), data)
+  data[key] = value
+  with pytest.raises(ConfigError, match=rf"config.data.{key}=.*location tasks \['aref'\]"):
+    locca_tasks.check_box_geometry(('cap', 'aref'), data)
+  locca_tasks.check_box_geometry(('cap',), data)  # captioning reads no box
