@@ -88,6 +88,13 @@ FULL_SCALE_CONFIGS = ('clip_cc3m', 'cosmos_cc3m', 'saco_cc3m', 'slip_cc3m', 'sig
                       'clip_continue', 'saco_continue')
 
 
+def test_the_list_holds_every_shipped_full_scale_config():
+  # A new full-scale config is checked here too: it joins FULL_SCALE_CONFIGS (with data that has what it reads).
+  shipped = {os.path.basename(p)[:-3] for p in os.listdir(os.path.join(ROOT, 'configs')) if p.endswith('.py')}
+  full = {n for n in shipped if not n.endswith(('_shapes', 'shapes_base')) and n != '__init__'}
+  assert full == set(FULL_SCALE_CONFIGS)
+
+
 def _write_shards(directory, count: int, long_captions: bool = True, regions: bool = False, source: str = 'studio'
                   ) -> str:
   """`count` embedded-dataset records of `source` in one ArrayRecord shard under `directory`, with or without their
