@@ -136,13 +136,13 @@ def location_tasks(tasks: Sequence[str]) -> list[str]:
   return [t for t in tasks if t in LOCATION_TASKS]
 
 
-def regions_need(tasks: Sequence[str]) -> list[RecordNeed]:
-  """What the decoder tasks `tasks` need of the records (data/record_needs.py): regions, on at least some records,
-  when a location task is among them."""
+def regions_need(tasks: Sequence[str], objective: str) -> list[RecordNeed]:
+  """What the decoder tasks `tasks` of `objective` (its registered name) need of the records (data/record_needs.py):
+  regions, on at least some records, when a location task is among them."""
   location = location_tasks(tasks)
   if not location:
     return []
-  return [RecordNeed('regions', f'config.objective.decoder_tasks={tuple(tasks)}',
+  return [RecordNeed('regions', f"config.objective.name='{objective}' with decoder_tasks={tuple(tasks)}",
                      f'the location tasks {location} train on regions (boxes with descriptions), and records '
                      'without any run their decoder passes for nothing. Train on records with regions (docs/data.md), '
                      "or drop those tasks: --config.objective.decoder_tasks=\"('cap',)\"", min_fraction=0.0)]

@@ -307,7 +307,7 @@ class Siglip2Objective(SiglipObjective):
   @classmethod
   def record_needs(cls, options, config):
     needs = super().record_needs(options, config)
-    return needs + locca_tasks.regions_need(tuple(options.decoder_tasks)) if options.decoder_weight else needs
+    return needs + locca_tasks.regions_need(tuple(options.decoder_tasks), cls.name) if options.decoder_weight else needs
 
   @classmethod
   def views(cls, config):

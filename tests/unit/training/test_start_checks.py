@@ -223,8 +223,9 @@ def test_full_scale_configs_refuse_webdataset_tars_that_lack_a_field_they_read(n
   config.data.cache_dir = str(tmp_path / 'cache')
   if name == 'siglip2_webli':
     config.objective.decoder_tasks = ('cap', 'aref', 'gcap')  # as the paper (the tars carry no regions)
-  with pytest.raises(errors.ConfigError, match=rf"needs the records' '{field}', and 0 of the 6 records read"):
+  with pytest.raises(errors.ConfigError, match=rf"needs the records' '{field}', and 0 of the 6 records read") as caught:
     start_checks.check_start(config, formats.train_paths(config.data))
+  assert str(caught.value).startswith(f"config.objective.name='{config.objective.name}'")  # names the objective
   if name == 'siglip2_webli':
     config.objective.decoder_tasks = ('cap',)  # captioning reads the caption alone
     start_checks.check_start(config, formats.train_paths(config.data))
