@@ -242,3 +242,17 @@ def test_location_tasks_refuse_image_settings_the_boxes_cannot_follow():
     validate(config)
   config.objective.decoder_tasks = ('cap',)
   validate(config)
+
+
+def test_each_component_declares_what_it_reads(micro):
+  assert start_checks.record_needs(micro) == []  # CLIP on its captions
+  micro.objective.text_source = 'text_crops'  # CLIP on COSMOS's text crops
+  assert [n.field for n in start_checks.record_needs(micro)] == ['long_caption']
+  micro.objective = from_file(os.path.join(ROOT, 'configs', 'saco_cc3m.py')).objective
+  micro.objective.name = 'cosmos'  # COSMOS with the SaCo term
+  assert [(n.field, n.needed_by) for n in start_checks.record_needs(micro)] == [
+      ('long_caption', "config.objective.name='cosmos'")]
+  micro.objective = from_file(os.path.join(ROOT, 'configs', 'siglip2_shapes.py')).objective
+  assert [n.field for n in start_checks.record_needs(micro)] == ['regions']
+  micro.objective.decoder_tasks = ('cap',)
+  assert start_checks.record_needs(micro) == []
