@@ -4,9 +4,10 @@ because they are in the files, and that would otherwise kill the run later or si
 
   - the tokenizer's ids fit the text tower's embedding table (config.model.text.vocab_size): an id past the table is
     clamped by the gather or embeds as NaN, silently;
-  - a few records of the training data (the first ones of the first shard of each source) carry what the objective
-    and its terms declare they read (`Objective.record_needs`, data/record_needs.py): COSMOS's long captions, the
-    LocCa location tasks' regions.
+  - a few records of the training data (the first ones of the first shard of each source) carry their caption in
+    config.data.caption_field (else training would skip every record as bad), and what the objective and its terms
+    declare they read (`Objective.record_needs`, data/record_needs.py): COSMOS's long captions, the LocCa location
+    tasks' regions.
 
 Every problem found is listed in one ConfigError (exit 2), each naming the field or key, what needs it and the fix.
 """
@@ -16,7 +17,7 @@ import ml_collections
 
 from vlp_jax import errors
 from vlp_jax.data import formats, records
-from vlp_jax.data.record_needs import RecordNeed, unmet_needs
+from vlp_jax.data.record_needs import RecordNeed, carries, unmet_needs
 from vlp_jax.data.tokenizer import tokenizer_options, vocabulary_size
 from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
 
@@ -47,15 +48,24 @@ def record_needs(config: ml_collections.ConfigDict) -> list[RecordNeed]:
   return needs
 
 
-def usable(record, caption_field: str) -> dict | None:
-  """A record as training would use it (its image left encoded), or None for one training would skip."""
+def readable(record) -> dict | None:
+  """A record as the pipeline reads it (its image left encoded), or None for one it cannot read."""
   try:
     example = record if isinstance(record, dict) else records.deserialize(record)
   except records.BadRecordError:
     return None
-  if 'bad' in example or not str(example.get(caption_field) or '').strip():
+  return None if 'bad' in example else example
+
+
+def caption_problem(examples: list[dict], caption_field: str, where: str) -> str | None:
+  """What is wrong when none of the records read carries text in config.data.caption_field (training would skip
+  every one of them as bad); None otherwise or with no records."""
+  if not examples or any(carries(e, caption_field) for e in examples):
     return None
-  return example
+  texts = sorted({k for e in examples for k, v in e.items() if isinstance(v, str) and k not in ('key', 'source')
+                  and carries(e, k)})
+  return (f"config.data.caption_field='{caption_field}' is empty in all {len(examples)} records read ({where}); "
+          f'their text fields are {texts}: set --config.data.caption_field to the one that holds the captions')
 
 
 def first_shards(data: ml_collections.ConfigDict, paths: list[str]) -> list[int]:
@@ -72,7 +82,7 @@ def first_shards(data: ml_collections.ConfigDict, paths: list[str]) -> list[int]
 
 def sample_records(data: ml_collections.ConfigDict, paths: list[str], count: int = SAMPLE_RECORDS
                    ) -> tuple[list[dict], list[str]]:
-  """(up to `count` usable records, images still encoded, from the start of the first shard of each source; the
+  """(up to `count` readable records, images still encoded, from the start of the first shard of each source; the
   shards read). A shard that cannot be read gives none: training reports it, with its own exit code."""
   fmt = formats.data_format(data)
   chosen = [paths[i] for i in first_shards(data, paths)]
@@ -84,7 +94,7 @@ def sample_records(data: ml_collections.ConfigDict, paths: list[str], count: int
       items = shard.__getitems__(list(range(min(len(shard), wanted * READ_PER_WANTED))))
     except (errors.DataError, ValueError, OSError):
       continue
-    found = [e for e in (usable(record, data.caption_field) for _, record in items) if e is not None][:wanted]
+    found = [e for e in (readable(record) for _, record in items) if e is not None][:wanted]
     if found:
       examples.extend(found)
       read.append(path)
@@ -93,14 +103,15 @@ def sample_records(data: ml_collections.ConfigDict, paths: list[str], count: int
 
 def start_problems(config: ml_collections.ConfigDict, paths: list[str]) -> list[str]:
   """Every problem of the tokenizer and the records against the model and the objective, one line each."""
-  problems = [p for p in (vocabulary_problem(config.model.text),) if p]
-  needs = record_needs(config)
-  if needs and paths:
-    examples, read = sample_records(config.data, paths)
-    where = (f'the first of {read[0]}' if len(read) == 1 else
-             f'the first of {len(read)} shards, one per source: {read[0]}, ...') if read else ''
-    problems.extend(unmet_needs(needs, examples, where))
-  return problems
+  problems = [vocabulary_problem(config.model.text)]
+  examples, read = sample_records(config.data, paths) if paths else ([], [])
+  where = (f'the first of {read[0]}' if len(read) == 1 else
+           f'the first of {len(read)} shards, one per source: {read[0]}, ...') if read else ''
+  problems.append(caption_problem(examples, config.data.caption_field, where))
+  # judged on the records training would use: those with a caption
+  used = [e for e in examples if carries(e, config.data.caption_field)]
+  problems.extend(unmet_needs(record_needs(config), used, where))
+  return [p for p in problems if p]
 
 
 def check_start(config: ml_collections.ConfigDict, paths: list[str]) -> None:

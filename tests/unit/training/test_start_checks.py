@@ -256,3 +256,15 @@ def test_each_component_declares_what_it_reads(micro):
   assert [n.field for n in start_checks.record_needs(micro)] == ['regions']
   micro.objective.decoder_tasks = ('cap',)
   assert start_checks.record_needs(micro) == []
+
+
+def test_a_caption_field_no_record_fills_stops_the_start(micro, tmp_path):
+  # On 143c8f2 every record was skipped as bad until the data guard stopped the run (exit 4, after compiling).
+  micro.data.update(name='array_record', path=_write_shards(tmp_path / 'shards', 16, long_captions=False),
+                    caption_field='long_caption')
+  with pytest.raises(errors.ConfigError) as caught:
+    train_and_evaluate(micro, str(tmp_path / 'run'), stop_at_step=1)
+  message = str(caught.value)
+  assert message.startswith("config.data.caption_field='long_caption' is empty in all 16 records read (the first of ")
+  assert "their text fields are ['canonical_caption', 'caption']" in message
+  assert errors.exit_code(caught.value) == errors.EXIT_CONFIG
