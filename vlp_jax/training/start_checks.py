@@ -92,8 +92,8 @@ def sample_records(data: ml_collections.ConfigDict, paths: list[str], count: int
     try:
       shard = fmt.records_reader([path], [''], [path])([path], [0])  # the source name is not needed here
       items = shard.__getitems__(list(range(min(len(shard), wanted * READ_PER_WANTED))))
-    except (errors.DataError, ValueError, OSError):
-      continue
+    except Exception:  # pylint: disable=broad-except
+      continue  # any reader's failure on a broken shard: the pipeline reports it, with its own exit code
     found = [e for e in (readable(record) for _, record in items) if e is not None][:wanted]
     if found:
       examples.extend(found)
