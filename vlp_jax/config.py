@@ -119,8 +119,9 @@ def _data_config() -> ml_collections.ConfigDict:
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
       # the linear probe fits on the first N examples of a set's train split (0 = all; the embedded dataset takes
-      # N / 3 of each source)
-      'probe_train_examples': 0,
+      # N / 3 of each source). Capped by default: ImageNet's whole train split would be 1.28M images decoded per
+      # host; 10,000 (10 per ImageNet class) at 256 px hold 7.3 GiB of float32 images (evalsets/budget.py)
+      'probe_train_examples': 10_000,
       # local copies of the compositionality benchmarks (evalsets/compositional.py), for eval.datasets
       'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
       # a local Flickr30k (dataset_flickr30k.json + flickr30k-images/; evalsets/flickr30k.py), for eval.datasets
