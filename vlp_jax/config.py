@@ -87,7 +87,8 @@ def base_config() -> ml_collections.ConfigDict:
   # manifest that marks a step complete is written once its files are, so a crash mid-write loses only that step.
   c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3, 'async_save': True})
   # jax.distributed's timeouts in seconds (multi-process runs only; docs/reliability.md): for every process to join,
-  # without heartbeats before a process counts as dead (jax then aborts them all), for the barrier at exit.
+  # without heartbeats before a process counts as dead (jax then aborts them all; from half of it after a process
+  # stops, parallel.jax_abort_earliest_seconds), for the barrier at exit.
   c.distributed = ml_collections.ConfigDict({'initialization_timeout_seconds': 300,
                                              'heartbeat_timeout_seconds': 120, 'shutdown_timeout_seconds': 120})
   # The step watchdog (training/watchdog.py): no step finished within step_timeout_seconds (plus first_step_seconds
