@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
+import string
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, 'benchmarks')]
@@ -34,9 +37,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import aot  # noqa: E402  # benchmarks/aot.py: the abstract batch of a config's views
+from sentencepiece import sentencepiece_model_pb2  # noqa: E402
 from vlp_jax import models, objectives, parallel  # noqa: E402
 from vlp_jax.config import from_file  # noqa: E402
 from vlp_jax.data import webdataset  # noqa: E402
+from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
 from vlp_jax.evalsets import budget  # noqa: E402
 from vlp_jax.objectives.accumulation import num_micro_batches  # noqa: E402
 from vlp_jax.training.flops import function_flops, traced_flops  # noqa: E402
@@ -74,6 +79,36 @@ DATA = {
     'clip_continue': Data(595_000, _shards(595_000), 'LLaVA-595K'),
     'saco_continue': Data(595_000, _shards(595_000), 'LLaVA-595K'),
 }
+
+
+@functools.lru_cache(maxsize=None)
+def stand_in_gemma_tokenizer(vocab_size: int) -> str:
+  """A SentencePiece model file with Gemma's special pieces and `vocab_size` pieces in all, for a config whose
+  tokenizer file is the user's (siglip2_webli): the step's shapes depend on the vocabulary's size only."""
+  model = sentencepiece_model_pb2.ModelProto()
+  model.trainer_spec.model_type = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
+  model.normalizer_spec.name, model.normalizer_spec.add_dummy_prefix = 'identity', False
+  kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+  pieces = [('<pad>', kinds.CONTROL), ('<eos>', kinds.CONTROL), ('<bos>', kinds.CONTROL), ('<unk>', kinds.UNKNOWN)]
+  pieces += [(c, kinds.NORMAL) for c in [*string.printable.strip(), '\u2581']]
+  pieces += [(f'\u2581x{i}', kinds.NORMAL) for i in range(vocab_size - len(pieces))]
+  for text, kind in pieces:
+    piece = model.pieces.add()
+    piece.piece, piece.type, piece.score = text, kind, -1.0
+  path = os.path.join(tempfile.mkdtemp(prefix='run_needs_'), GEMMA_FILENAME)
+  with open(path, 'wb') as f:
+    f.write(model.SerializeToString())
+  return path
+
+
+def with_tokenizer(config):
+  """`config`, with a stand-in tokenizer file of the same vocabulary size where it names the user's (empty path)."""
+  text = config.model.text
+  if text.get('tokenizer', CLIP_BPE) == GEMMA and not text.get('tokenizer_path', ''):
+    text.tokenizer_path = stand_in_gemma_tokenizer(text.vocab_size)
+  elif text.get('tokenizer', CLIP_BPE) != CLIP_BPE and not text.get('tokenizer_path', ''):
+    raise SystemExit(f"config.model.text.tokenizer={text.tokenizer!r} needs a tokenizer_path for its shapes")
+  return config
 
 
 def index_bytes(config, data: Data) -> int:
@@ -122,7 +157,7 @@ def step_flops(config) -> float:
 
 def needs(name: str) -> dict:
   """Every figure of the tables for configs/<name>.py."""
-  config = from_file(os.path.join(ROOT, 'configs', f'{name}.py'))
+  config = with_tokenizer(from_file(os.path.join(ROOT, 'configs', f'{name}.py')))
   data = DATA[name]
   costs = budget.eval_costs(config)
   image, text = tower_flops(config)
