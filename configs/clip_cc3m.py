@@ -10,8 +10,8 @@ as docs/usage.md says, or choose others with --config.eval.datasets).
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 CC3M_TRAIN_EXAMPLES = 2_800_000  # pairs in a typical CC3M download; set it to your shard count for exact epochs
 EPOCHS = 32

@@ -20,8 +20,8 @@ weights"), the SentencePiece file that came with them is the tokenizer, and the 
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 TRAIN_EXAMPLES = 595_000  # LLaVA-595K, the dataset SaCo continues pre-training on; set it to your shard count
 EPOCHS = 1

@@ -15,8 +15,8 @@ python -m vlp_jax.main --config=configs/cosmos_cc3m.py --workdir=/runs/cosmos_cc
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 CC3M_TRAIN_EXAMPLES = 2_823_019  # the paper's copy (Tab. 6; the authors' --train-num-samples); set it to your shard count
 EPOCHS = 32

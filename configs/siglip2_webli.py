@@ -31,8 +31,8 @@ python -m vlp_jax.main --config=configs/siglip2_webli.py --workdir=gs://bucket/s
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 BATCH_SIZE = 32_768
 EXAMPLES_SEEN = 40_000_000_000  # §2.1: 40B examples

@@ -13,8 +13,8 @@ python -m vlp_jax.main --config=configs/slip_cc3m.py --workdir=gs://bucket/slip_
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 CC3M_TRAIN_EXAMPLES = 2_800_000  # pairs in a typical CC3M download; set it to your shard count for exact epochs
 YFCC15M_TRAIN_EXAMPLES = 14_600_000  # SLIP's YFCC15M

@@ -23,8 +23,8 @@ python -m vlp_jax.main --config=configs/zerovl_multisource.py --workdir=gs://buc
 import math
 
 from vlp_jax import models
-from vlp_jax.evalsets import PAPER_EVAL_SETS
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 TRAIN_EXAMPLES = 14_230_000  # the paper's SBU + VG + CC3M + CC12M; set it to your data for exact epochs
 EPOCHS = 20
