@@ -44,7 +44,7 @@ from vlp_jax.data import webdataset  # noqa: E402
 from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
 from vlp_jax.evalsets import budget  # noqa: E402
 from vlp_jax.objectives.accumulation import num_micro_batches  # noqa: E402
-from vlp_jax.training.flops import function_flops, traced_flops  # noqa: E402
+from vlp_jax.training.flops import function_flops, jaxpr_flops  # noqa: E402
 from vlp_jax.training.optim import make_optimizer  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import jit_train_step  # noqa: E402
@@ -138,8 +138,8 @@ def tower_flops(config) -> tuple[float, float]:
   return image, text
 
 
-def step_flops(config) -> float:
-  """FLOPs of one train step over the global batch (every micro-batch), traced on one CPU device."""
+def traced_step(config):
+  """The config's train step over the global batch, traced (not compiled) on one CPU device."""
   config = config.copy_and_resolve_references()
   objective = objectives.build(config, models.build_model(config.model))
   tx = make_optimizer(config.optim, config.total_steps)
@@ -150,9 +150,15 @@ def step_flops(config) -> float:
   step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config),
                         config.ema.decay)
   with jax.set_mesh(mesh):
-    traced = step.trace(abstract_state, aot.abstract_batch(config, TEACHER_DIM),
-                        jax.ShapeDtypeStruct(rng.shape, rng.dtype))
-  return traced_flops(traced)
+    return step.trace(abstract_state, aot.abstract_batch(config, TEACHER_DIM),
+                      jax.ShapeDtypeStruct(rng.shape, rng.dtype))
+
+
+def step_flops(config) -> tuple[float, float]:
+  """FLOPs of one train step over the global batch (every micro-batch): with every phase of the objective on (of a
+  `cond`, the costliest branch), and with only those from the start (the cheapest)."""
+  jaxpr = traced_step(config).jaxpr
+  return jaxpr_flops(jaxpr, max), jaxpr_flops(jaxpr, min)
 
 
 def needs(name: str) -> dict:
@@ -161,7 +167,7 @@ def needs(name: str) -> dict:
   data = DATA[name]
   costs = budget.eval_costs(config)
   image, text = tower_flops(config)
-  step = step_flops(config)
+  step, early = step_flops(config)
   size = config.model.vision.image_size
   eval_images = sum(c.images + c.probe_images for c in costs)
   eval_texts = sum(c.texts for c in costs)
@@ -174,7 +180,7 @@ def needs(name: str) -> dict:
       'index': index_bytes(config, data), 'teacher': teacher_bytes(config, data), 'held': held,
       'probe': budget.probe_host_bytes(config), 'host': host,
       'open_files': data.shards * max(1, config.data.num_workers),
-      'image_flops': image, 'text_flops': text, 'step_flops': step,
+      'image_flops': image, 'text_flops': text, 'step_flops': step, 'early_step_flops': early,
       'pair_flops': 3 * (image + text) * config.batch_size,  # forward + backward (2x) of the main image-text pair
       'evaluations': math.ceil(config.total_steps / config.eval.every_steps),
       'decoded': sum(c.decoded_per_eval for c in costs), 'eval_images': eval_images, 'eval_texts': eval_texts,
@@ -194,6 +200,12 @@ def _count(value: float) -> str:
   return f'{value:g}'
 
 
+def _early(row: dict) -> str:
+  """'; N before its late phases' where the step is cheaper before a phase that starts late (SigLIP 2's switch)."""
+  early, full = row['early_step_flops'], row['step_flops']
+  return f'; {early / 1e12:.0f} before its late phases' if early < 0.995 * full else ''
+
+
 def tables(rows: list[dict]) -> str:
   """The two markdown tables and their notes."""
   host = ['| config | training data: samples, shards | webdataset index GiB | teacher table GiB | eval images held '
@@ -209,10 +221,11 @@ def tables(rows: list[dict]) -> str:
                 f"| {_gib(r['index'])} | {_gib(r['teacher'])} | {_gib(r['held'])} ({_gib(r['probe'])}) "
                 f"| {_gib(r['host'])} | {_count(r['open_files'])} ({_count(data.shards)} x {r['workers']} workers) |")
     micro = f" ({r['micro']})" if r['micro'] else ''
+    rest = max(0.0, r['step_flops'] - r['pair_flops'])  # ~0 for plain CLIP: the logits and pooled rows differ
     compute.append(
         f"| {r['name']} | {r['model']}, {r['image_size']}, {r['batch']}{micro} "
         f"| {r['image_flops'] / 1e9:.2f} / {r['text_flops'] / 1e9:.2f} "
-        f"| {r['step_flops'] / 1e12:.0f} ({r['pair_flops'] / 1e12:.0f} / {max(0.0, r['step_flops'] - r['pair_flops']) / 1e12:.0f}) "
+        f"| {r['step_flops'] / 1e12:.0f} ({r['pair_flops'] / 1e12:.0f} / {rest / 1e12:.0f}){_early(r)} "
         f"| {r['evaluations']} | {_count(r['decoded'])}, {_count(r['eval_texts'])}, {r['eval_flops'] / 1e12:.0f} |")
   return '\n'.join([*host, '', *compute])
 

@@ -46,11 +46,16 @@ def test_the_markers_block_is_replaced_and_the_rest_kept(tmp_path):
   assert path.read_text() == f'before\n{run_needs.BEGIN}\nnew table\n{run_needs.END}\nafter\n'
 
 
-@pytest.mark.slow  # traces ViT-B/32 CLIP's train step at batch 2048 (about 15 s here)
-def test_a_clip_step_is_its_two_towers_forward_and_backward():
-  """For plain CLIP the traced step holds nothing but the image-text pair: 3 x (image + text forward) x batch,
-  to within the logit matrix and the last block's pooled rows."""
+@pytest.mark.slow  # traces and lowers ViT-B/32 CLIP's train step at batch 2048 (about 25 s here)
+def test_a_clip_step_is_its_two_towers_forward_and_backward_and_xla_counts_the_same():
+  """For plain CLIP the traced step holds nothing but the image-text pair: 3 x (image + text forward) x batch, to
+  within the logit matrix and the last block's pooled rows. XLA's cost analysis of the same step lowered for the CPU
+  (an independent count, elementwise work included) agrees with the jaxpr's."""
   row = run_needs.needs('clip_continue')
   assert row['step_flops'] == pytest.approx(row['pair_flops'], rel=0.02)
+  assert row['early_step_flops'] == row['step_flops']  # no phase starts late
   assert row['image_flops'] > row['text_flops'] > 0
   assert row['evaluations'] == 1 and row['probe'] == 0 and row['teacher'] == 0
+  config = run_needs.with_tokenizer(from_file(os.path.join(ROOT, 'configs', 'clip_continue.py')))
+  xla = run_needs.traced_step(config).lower().cost_analysis()['flops']
+  assert xla == pytest.approx(row['step_flops'], rel=0.02)

@@ -9,7 +9,6 @@ rules here follow theirs.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import ml_collections
 
@@ -107,8 +106,3 @@ def probe_host_bytes(config: ml_collections.ConfigDict) -> int:
   """Host bytes per process of the linear probe's train images over every eval set of `config` (held or, above the
   in-memory limit, decoded at each evaluation: either way that many images per evaluation)."""
   return sum(held_bytes(cost.probe_images, config.model.vision.image_size) for cost in eval_costs(config))
-
-
-def total(values: list[int | None]) -> int | None:
-  """Their sum, None when any is unknown."""
-  return None if any(v is None for v in values) else int(math.fsum(values))
