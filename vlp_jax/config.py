@@ -266,7 +266,15 @@ def with_current_defaults(saved: dict | ml_collections.ConfigDict) -> ml_collect
   this version's code can read it. Saved values are kept as they are."""
   saved = saved.to_dict() if isinstance(saved, ml_collections.ConfigDict) else saved
   reference = _reference(ml_collections.ConfigDict(saved))[0]
-  return ml_collections.ConfigDict(_merge(reference.to_dict(), saved))
+  config = ml_collections.ConfigDict(_merge(reference.to_dict(), saved))
+  # Saved before validation bounded the peer timeout by jax's heartbeat (issue 61; the old default 60 s against
+  # 120 s is refused now): lowered to the bound, so that the checkpoint still evaluates and resumes. It only sets
+  # how soon a lost peer is named, never what the checkpoint holds.
+  peer, heartbeat = config.watchdog.peer_timeout_seconds, config.distributed.heartbeat_timeout_seconds
+  if isinstance(peer, (int, float)) and isinstance(heartbeat, (int, float)) and heartbeat >= 1 and peer > 0 and \
+      parallel.peer_named_latest_seconds(peer) >= parallel.jax_abort_earliest_seconds(heartbeat):
+    config.watchdog.peer_timeout_seconds = parallel.longest_peer_timeout_seconds(heartbeat)
+  return config
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
@@ -398,8 +406,8 @@ def _check_timeouts(config: ml_collections.ConfigDict) -> None:
         f'process as soon as {aborted:g} s after it (config.distributed.heartbeat_timeout_seconds={heartbeat:g} / '
         f'{parallel.HEARTBEATS_PER_TIMEOUT}: a heartbeat every half timeout); the bound: peer_timeout_seconds + '
         f'2 polls + {parallel.PEER_MONITOR_SLACK_SECONDS:g} s < heartbeat_timeout_seconds / '
-        f'{parallel.HEARTBEATS_PER_TIMEOUT}. Lower config.watchdog.peer_timeout_seconds or raise '
-        'config.distributed.heartbeat_timeout_seconds')
+        f'{parallel.HEARTBEATS_PER_TIMEOUT}. Lower config.watchdog.peer_timeout_seconds (at most '
+        f'{parallel.longest_peer_timeout_seconds(heartbeat)} here) or raise config.distributed.heartbeat_timeout_seconds')
 
 
 def advisories(config: ml_collections.ConfigDict) -> list[str]:

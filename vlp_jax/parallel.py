@@ -170,6 +170,15 @@ def peer_named_latest_seconds(peer_timeout_seconds: float) -> float:
   return peer_timeout_seconds + 2 * peer_poll_seconds(peer_timeout_seconds) + PEER_MONITOR_SLACK_SECONDS
 
 
+def longest_peer_timeout_seconds(heartbeat_timeout_seconds: float) -> int:
+  """The longest whole-second peer timeout that the monitor still names a stopped peer within, before jax could
+  abort (peer_named_latest_seconds < jax_abort_earliest_seconds); 0 when none does (the monitor off)."""
+  timeout = int(jax_abort_earliest_seconds(heartbeat_timeout_seconds))
+  while timeout > 0 and peer_named_latest_seconds(timeout) >= jax_abort_earliest_seconds(heartbeat_timeout_seconds):
+    timeout -= 1
+  return timeout
+
+
 def coordination_client() -> Any:
   """jax's client of the job's coordination service (its key-value store and barriers); None for one process."""
   return jax_distributed.global_state.client

@@ -15,6 +15,7 @@ import pytest
 
 from support import ROOT, micro_config
 from vlp_jax import config as config_lib
+from vlp_jax.cli import evaluate as evaluate_cli
 from vlp_jax import errors, parallel
 from vlp_jax.training import guards, watchdog
 
@@ -289,6 +290,20 @@ def test_validation_refuses_a_peer_timeout_that_jax_would_beat(data_cache, heart
     assert f'as soon as {heartbeat / 2:g} s' in message and '< heartbeat_timeout_seconds / 2' in message
   if peer:  # validation applies the two bounds of parallel.py, which the replay above checks
     assert (parallel.peer_named_latest_seconds(peer) < parallel.jax_abort_earliest_seconds(heartbeat)) == accepted
+
+
+def test_a_config_saved_before_the_bound_still_evaluates_with_its_peer_timeout_lowered_to_it():
+  """A checkpoint's config from before the bound (the old defaults, 60 s against a 120 s heartbeat) loads, and
+  `vlp_jax.evaluate` validates it, with the longest peer timeout the bound allows; a valid pair is kept."""
+  saved = config_lib.base_config().to_dict()
+  saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 60, 120
+  loaded = config_lib.with_current_defaults(saved)
+  assert loaded.watchdog.peer_timeout_seconds == parallel.longest_peer_timeout_seconds(120) == 54
+  evaluate_cli.eval_config(loaded)  # validates
+  assert parallel.peer_named_latest_seconds(55) >= parallel.jax_abort_earliest_seconds(120)  # 54 is the longest
+  saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 6, 20
+  assert config_lib.with_current_defaults(saved).watchdog.peer_timeout_seconds == 6
+  assert parallel.longest_peer_timeout_seconds(20) == 7 and parallel.longest_peer_timeout_seconds(4) == 0
 
 
 def test_the_default_timeouts_name_a_lost_peer_before_jax_aborts():
