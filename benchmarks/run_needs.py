@@ -22,10 +22,12 @@ Per config, at its real shapes (image size, global batch, micro-batches, dtype),
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import functools
 import math
 import os
+import shutil
 import string
 import sys
 import tempfile
@@ -95,7 +97,9 @@ def stand_in_gemma_tokenizer(vocab_size: int) -> str:
   for text, kind in pieces:
     piece = model.pieces.add()
     piece.piece, piece.type, piece.score = text, kind, -1.0
-  path = os.path.join(tempfile.mkdtemp(prefix='run_needs_'), GEMMA_FILENAME)
+  directory = tempfile.mkdtemp(prefix='run_needs_')
+  atexit.register(shutil.rmtree, directory, ignore_errors=True)
+  path = os.path.join(directory, GEMMA_FILENAME)
   with open(path, 'wb') as f:
     f.write(model.SerializeToString())
   return path
