@@ -5,6 +5,9 @@ Algorithm 2: AdamW, one epoch, constant learning rate 1e-6, no warmup. (The SaCo
   python -m vlp_jax.main --config=configs/clip_continue.py --workdir=/runs/continue \
       --config.init.checkpoint=/ckpt/b32 --config.data.path=/data/llava595k/shards
 
+Evaluated at the end as SaCo reports (ImageNet zero-shot, COCO and Flickr30k retrieval): add
+--config.data.tfds_dir=/data/tfds --config.data.flickr30k_dir=/data/flickr30k (docs/usage.md).
+
 Another model: name its preset after the file (`--config=configs/clip_continue.py:ViT-B-16-SigLIP`); the
 checkpoint must fit it (config.init.checkpoint names every mismatch). From SigLIP weights (docs/usage.md, "SigLIP
 weights"), the SentencePiece file that came with them is the tokenizer, and the sigmoid loss is their own objective:
@@ -18,6 +21,7 @@ import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 TRAIN_EXAMPLES = 595_000  # LLaVA-595K, the dataset SaCo continues pre-training on; set it to your shard count
 EPOCHS = 1
@@ -35,6 +39,9 @@ def get_config(model: str = 'ViT-B-32-quickgelu'):
   config.data.num_workers = 8
   config.optim.update(lr=1e-6, warmup_init_lr=1e-6, warmup_steps=0, schedule='constant', weight_decay=0.2,
                       b1=0.9, b2=0.98, eps=1e-6)
+  # SaCo's continued pre-training is evaluated zero-shot: ImageNet, COCO and Flickr30k retrieval
+  config.eval.datasets = PAPER_EVAL_SETS
+  config.eval.tasks = ('zeroshot', 'retrieval')
   config.eval.every_steps = config.total_steps
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 100

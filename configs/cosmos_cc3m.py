@@ -9,12 +9,14 @@ authors' code (github.com/ExplainableML/cosmos, `sample_dict`, mode `textcrop`: 
 plus its short and long synthetic captions); the paper's text (Sec. 3.1) samples from the long synthetic caption only.
 Every text crop, global or local, is drawn from that pool as the paper and that code draw it (data/text_crops.py).
 
-python -m vlp_jax.main --config=configs/cosmos_cc3m.py --workdir=/runs/cosmos_cc3m --config.data.path=/data/cc3m
+python -m vlp_jax.main --config=configs/cosmos_cc3m.py --workdir=/runs/cosmos_cc3m --config.data.path=/data/cc3m \
+    --config.data.tfds_dir=/data/tfds --config.data.flickr30k_dir=/data/flickr30k
 """
 import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 CC3M_TRAIN_EXAMPLES = 2_823_019  # the paper's copy (Tab. 6; the authors' --train-num-samples); set it to your shard count
 EPOCHS = 32
@@ -37,6 +39,9 @@ def get_config():
   config.data.num_workers = 16  # multi-crop augmentation is host-heavy
   config.optim.update(lr=5e-4, warmup_init_lr=0.0, warmup_steps=2000, schedule='cosine', end_factor=0.0,
                       b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.5)
+  # COSMOS's evaluations (Tab. 1-2): COCO and Flickr30k retrieval, ImageNet zero-shot
+  config.eval.datasets = PAPER_EVAL_SETS
+  config.eval.tasks = ('zeroshot', 'retrieval')
   config.eval.every_steps = math.ceil(CC3M_TRAIN_EXAMPLES / config.batch_size)
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 1000

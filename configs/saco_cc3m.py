@@ -12,7 +12,8 @@ every seed) and does not beside it (the `saco_constant` row, against `clip` and 
       --split=train --output=/data/cc3m/teacher_b32.npz
   # 2. train
   python -m vlp_jax.main --config=configs/saco_cc3m.py --workdir=/runs/saco_cc3m \
-      --config.data.path=/data/cc3m/shards --config.data.teacher_embeddings=/data/cc3m/teacher_b32.npz
+      --config.data.path=/data/cc3m/shards --config.data.teacher_embeddings=/data/cc3m/teacher_b32.npz \
+      --config.data.tfds_dir=/data/tfds --config.data.flickr30k_dir=/data/flickr30k
 """
 import os
 

@@ -15,6 +15,8 @@ SigLIP's own sigmoid loss (its learned bias comes with the weights) instead of t
       --config.init.checkpoint=/ckpt/siglip-b16 --config.data.path=/data/llava595k/shards \
       --config.model.text.tokenizer_path=siglip-base-patch16-224/spiece.model --config.objective.name=siglip
 
+Evaluated as configs/clip_continue.py says (add --config.data.tfds_dir and --config.data.flickr30k_dir).
+
 open_clip's SigLIP files import the same way (`--format=open_clip --model=ViT-B-16-SigLIP`).
 """
 import os

@@ -32,6 +32,7 @@ import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 BATCH_SIZE = 32_768
 EXAMPLES_SEEN = 40_000_000_000  # §2.1: 40B examples
@@ -56,6 +57,9 @@ def get_config():
   config.data.num_workers = 16  # multi-crop augmentation is host-heavy
   config.optim.update(lr=1e-3, warmup_init_lr=0.0, warmup_steps=20_000, schedule='cosine', end_factor=0.0,
                       weight_decay=1e-4 / 1e-3, grad_clip_norm=1.0)
+  # SigLIP 2's evaluations (Tab. 1): ImageNet zero-shot, COCO and Flickr30k retrieval
+  config.eval.datasets = PAPER_EVAL_SETS
+  config.eval.tasks = ('zeroshot', 'retrieval')
   config.eval.every_steps = 50_000
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 2000

@@ -8,12 +8,13 @@ overfitting (SLIP supplementary, section 3). Set DATASET = 'yfcc15m' below for t
 The warmup starts at 1e-6 and the cosine ends at 1e-5, the defaults of SLIP's official code.
 
 python -m vlp_jax.main --config=configs/slip_cc3m.py --workdir=gs://bucket/slip_cc3m \
-    --config.data.path=/data/cc3m/shards
+    --config.data.path=/data/cc3m/shards --config.data.tfds_dir=/data/tfds --config.data.flickr30k_dir=/data/flickr30k
 """
 import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 CC3M_TRAIN_EXAMPLES = 2_800_000  # pairs in a typical CC3M download; set it to your shard count for exact epochs
 YFCC15M_TRAIN_EXAMPLES = 14_600_000  # SLIP's YFCC15M
@@ -45,6 +46,10 @@ def get_config():
   config.data.num_workers = 16  # three augmented views per example
   config.optim.update(lr=LR, warmup_init_lr=1e-6, warmup_steps=steps_per_epoch, schedule='cosine',
                       end_factor=1e-5 / LR, b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1)
+  # SLIP's evaluations: ImageNet zero-shot and linear probe (a capped part of its train split); COCO and Flickr30k
+  # retrieval beside them
+  config.eval.datasets = PAPER_EVAL_SETS
+  config.eval.tasks = ('zeroshot', 'retrieval', 'linear_probe')
   config.eval.every_steps = steps_per_epoch
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 1000

@@ -17,12 +17,14 @@ and text transformer (context 77), trained from scratch. Evaluation images are r
 augmented (the eval sets do not use the training views).
 
 python -m vlp_jax.main --config=configs/zerovl_multisource.py --workdir=gs://bucket/zerovl \
-    --config.data.path=/data/sbu,/data/vg,/data/cc3m,/data/cc12m
+    --config.data.path=/data/sbu,/data/vg,/data/cc3m,/data/cc12m --config.data.tfds_dir=/data/tfds \
+    --config.data.flickr30k_dir=/data/flickr30k
 """
 import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 TRAIN_EXAMPLES = 14_230_000  # the paper's SBU + VG + CC3M + CC12M; set it to your data for exact epochs
 EPOCHS = 20
@@ -59,6 +61,9 @@ def get_config():
   # The appendix gives no warmup; the authors' code warms up linearly over 2.5% of the steps (half an epoch here).
   config.optim.update(lr=1e-4, warmup_init_lr=0.0, warmup_steps=round(0.025 * config.total_steps), schedule='cosine',
                       end_factor=0.1, b1=0.9, b2=0.98, eps=1e-6, weight_decay=1e-3)
+  # ZeroVL's evaluations: COCO and Flickr30k retrieval; ImageNet zero-shot beside them
+  config.eval.datasets = PAPER_EVAL_SETS
+  config.eval.tasks = ('zeroshot', 'retrieval')
   config.eval.every_steps = steps_per_epoch
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 500

@@ -13,7 +13,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_flags
 
-from vlp_jax import models
+from vlp_jax import models, parallel
 from vlp_jax.data import formats, mixing
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
@@ -87,15 +87,17 @@ def base_config() -> ml_collections.ConfigDict:
   # manifest that marks a step complete is written once its files are, so a crash mid-write loses only that step.
   c.checkpoint = ml_collections.ConfigDict({'every_steps': 500, 'keep': 3, 'async_save': True})
   # jax.distributed's timeouts in seconds (multi-process runs only; docs/reliability.md): for every process to join,
-  # without heartbeats before a process counts as dead (jax then aborts them all), for the barrier at exit.
+  # without heartbeats before a process counts as dead (jax then aborts them all; from half of it after a process
+  # stops, parallel.jax_abort_earliest_seconds), for the barrier at exit.
   c.distributed = ml_collections.ConfigDict({'initialization_timeout_seconds': 300,
                                              'heartbeat_timeout_seconds': 120, 'shutdown_timeout_seconds': 120})
   # The step watchdog (training/watchdog.py): no step finished within step_timeout_seconds (plus first_step_seconds
   # for the first, which compiles, and eval_seconds for one that evaluates or checkpoints) dumps every thread's stack
-  # and exits 77; 0 = off. A peer process silent for peer_timeout_seconds (below the heartbeat timeout, so that it
-  # is named before jax aborts) is lost: exit 76.
+  # and exits 77; 0 = off. A peer process silent for peer_timeout_seconds is lost: exit 76. jax may abort every
+  # process from heartbeat_timeout_seconds / 2 after a peer stops, so the peer timeout (and its polls) stays below
+  # that (validate; parallel.jax_abort_earliest_seconds): 45 + 2 x 2 + 1 < 60.
   c.watchdog = ml_collections.ConfigDict({'step_timeout_seconds': 900, 'first_step_seconds': 1800,
-                                          'eval_seconds': 1800, 'peer_timeout_seconds': 60})
+                                          'eval_seconds': 1800, 'peer_timeout_seconds': 45})
   return c
 
 
@@ -118,8 +120,9 @@ def _data_config() -> ml_collections.ConfigDict:
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
       # the linear probe fits on the first N examples of a set's train split (0 = all; the embedded dataset takes
-      # N / 3 of each source)
-      'probe_train_examples': 0,
+      # N / 3 of each source). Capped by default: ImageNet's whole train split would be 1.28M images decoded per
+      # host; 10,000 (10 per ImageNet class) at 256 px hold 7.3 GiB of float32 images (evalsets/budget.py)
+      'probe_train_examples': 10_000,
       # local copies of the compositionality benchmarks (evalsets/compositional.py), for eval.datasets
       'sugarcrepe_dir': '', 'sugarcrepe_images': '', 'winoground_dir': '',
       # a local Flickr30k (dataset_flickr30k.json + flickr30k-images/; evalsets/flickr30k.py), for eval.datasets
@@ -263,7 +266,15 @@ def with_current_defaults(saved: dict | ml_collections.ConfigDict) -> ml_collect
   this version's code can read it. Saved values are kept as they are."""
   saved = saved.to_dict() if isinstance(saved, ml_collections.ConfigDict) else saved
   reference = _reference(ml_collections.ConfigDict(saved))[0]
-  return ml_collections.ConfigDict(_merge(reference.to_dict(), saved))
+  config = ml_collections.ConfigDict(_merge(reference.to_dict(), saved))
+  # Saved before validation bounded the peer timeout by jax's heartbeat (issue 61; the old default 60 s against
+  # 120 s is refused now): lowered to the bound, so that the checkpoint still evaluates and resumes. It only sets
+  # how soon a lost peer is named, never what the checkpoint holds.
+  peer, heartbeat = config.watchdog.peer_timeout_seconds, config.distributed.heartbeat_timeout_seconds
+  if isinstance(peer, (int, float)) and isinstance(heartbeat, (int, float)) and heartbeat >= 1 and peer > 0 and \
+      parallel.peer_named_latest_seconds(peer) >= parallel.jax_abort_earliest_seconds(heartbeat):
+    config.watchdog.peer_timeout_seconds = parallel.longest_peer_timeout_seconds(heartbeat)
+  return config
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
@@ -378,18 +389,25 @@ def _check_training(config: ml_collections.ConfigDict, num_devices: int | None) 
 
 
 def _check_timeouts(config: ml_collections.ConfigDict) -> None:
-  """config.distributed's timeouts are positive, config.watchdog's >= 0 (0 = off); the peer timeout is below jax's
-  heartbeat timeout, which otherwise aborts every process first."""
+  """config.distributed's timeouts are positive, config.watchdog's >= 0 (0 = off); the peer monitor names a stopped
+  peer before jax's heartbeat check could abort every process (parallel.jax_abort_earliest_seconds)."""
   for section, least in (('distributed', 1), ('watchdog', 0)):
     for key, value in config[section].items():
       if not isinstance(value, (int, float)) or isinstance(value, bool) or not least <= value < math.inf:
         raise ValueError(f'config.{section}.{key} must be a number of seconds >= {least}'
                          + (' (0 = off)' if not least else '') + f', got {value!r}')
   peer, heartbeat = config.watchdog.peer_timeout_seconds, config.distributed.heartbeat_timeout_seconds
-  if peer >= heartbeat:
-    raise ValueError(f'config.watchdog.peer_timeout_seconds={peer} must be below '
-                     f'config.distributed.heartbeat_timeout_seconds={heartbeat}: jax aborts every process when a '
-                     'peer misses its heartbeats, before the watchdog could name the lost one')
+  named, aborted = parallel.peer_named_latest_seconds(peer), parallel.jax_abort_earliest_seconds(heartbeat)
+  if peer and named >= aborted:
+    poll = parallel.peer_poll_seconds(peer)
+    raise ValueError(
+        f'config.watchdog.peer_timeout_seconds={peer:g} names a stopped peer up to {named:g} s after it stops '
+        f'(the timeout + 2 polls of {poll:g} s + {parallel.PEER_MONITOR_SLACK_SECONDS:g} s), but jax aborts every '
+        f'process as soon as {aborted:g} s after it (config.distributed.heartbeat_timeout_seconds={heartbeat:g} / '
+        f'{parallel.HEARTBEATS_PER_TIMEOUT}: a heartbeat every half timeout); the bound: peer_timeout_seconds + '
+        f'2 polls + {parallel.PEER_MONITOR_SLACK_SECONDS:g} s < heartbeat_timeout_seconds / '
+        f'{parallel.HEARTBEATS_PER_TIMEOUT}. Lower config.watchdog.peer_timeout_seconds (at most '
+        f'{parallel.longest_peer_timeout_seconds(heartbeat)} here) or raise config.distributed.heartbeat_timeout_seconds')
 
 
 def advisories(config: ml_collections.ConfigDict) -> list[str]:

@@ -138,6 +138,47 @@ def initialize_distributed(initialization_timeout_seconds: int = 300, heartbeat_
     jax.distributed.initialize(**timeouts)
 
 
+# When jax gives up on a silent peer (xla's coordination_service.cc and coordination_service_agent.cc): each agent
+# sends a heartbeat every heartbeat_timeout / 2, and the service, checking once a second, declares a task dead once
+# its last heartbeat is more than heartbeat_timeout old, then aborts every other task. A peer that stops right after
+# a heartbeat is declared dead heartbeat_timeout (+1 s) later, one that stops just before its next heartbeat only
+# heartbeat_timeout / 2 later. A lost coordinator: the survivors' next heartbeat (within heartbeat_timeout / 2) times
+# out after heartbeat_timeout / 2 more, and they abort 1 s after; later than the other case, never earlier.
+# Measured: tests/integration/test_jax_heartbeat_abort.py, docs/reliability.md.
+HEARTBEATS_PER_TIMEOUT = 2
+# What the peer monitor may add to its timeout besides its polls: a key-value round trip and thread wake-ups on a
+# loaded host (tests/integration/test_host_faults.py: under 0.3 s at a load average of 9).
+PEER_MONITOR_SLACK_SECONDS = 1.0
+
+
+def jax_abort_earliest_seconds(heartbeat_timeout_seconds: float) -> float:
+  """The soonest after a peer stops (SIGSTOP, a frozen host) that jax's coordination service can abort the other
+  processes: heartbeat_timeout_seconds / 2 (see HEARTBEATS_PER_TIMEOUT)."""
+  return heartbeat_timeout_seconds / HEARTBEATS_PER_TIMEOUT
+
+
+def peer_poll_seconds(peer_timeout_seconds: float) -> float:
+  """How often the peer monitor (training/watchdog.py) writes its heartbeat and reads the peers': a tenth of its
+  timeout, within [0.5, 2] s."""
+  return max(0.5, min(2.0, peer_timeout_seconds / 10))
+
+
+def peer_named_latest_seconds(peer_timeout_seconds: float) -> float:
+  """The latest after a peer stops that the peer monitor names it: the peer's last write may come up to one poll
+  after this process last read, the timeout counts from that read, and the check that fires comes up to one poll
+  after it; plus PEER_MONITOR_SLACK_SECONDS."""
+  return peer_timeout_seconds + 2 * peer_poll_seconds(peer_timeout_seconds) + PEER_MONITOR_SLACK_SECONDS
+
+
+def longest_peer_timeout_seconds(heartbeat_timeout_seconds: float) -> int:
+  """The longest whole-second peer timeout that the monitor still names a stopped peer within, before jax could
+  abort (peer_named_latest_seconds < jax_abort_earliest_seconds); 0 when none does (the monitor off)."""
+  timeout = int(jax_abort_earliest_seconds(heartbeat_timeout_seconds))
+  while timeout > 0 and peer_named_latest_seconds(timeout) >= jax_abort_earliest_seconds(heartbeat_timeout_seconds):
+    timeout -= 1
+  return timeout
+
+
 def coordination_client() -> Any:
   """jax's client of the job's coordination service (its key-value store and barriers); None for one process."""
   return jax_distributed.global_state.client

@@ -8,6 +8,11 @@ import ml_collections
 
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 
+# What the papers behind the full-scale configs report (configs/*_cc3m.py, ...): ImageNet zero-shot (and, where the
+# paper has one, a linear probe on a capped part of its train split, config.data.probe_train_examples), COCO and
+# Flickr30k retrieval on Karpathy's test splits. Read from config.data.tfds_dir and config.data.flickr30k_dir.
+PAPER_EVAL_SETS = ('imagenet2012', 'coco_captions', 'flickr30k')
+
 
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
                   linear_probe: bool = False) -> EvalSet:
@@ -24,4 +29,4 @@ def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
           for name in config.eval.datasets]
 
 
-__all__ = ['EVAL_SETS', 'EvalSet', 'LoadRequest', 'load_eval_set', 'load_eval_sets']
+__all__ = ['EVAL_SETS', 'PAPER_EVAL_SETS', 'EvalSet', 'LoadRequest', 'load_eval_set', 'load_eval_sets']

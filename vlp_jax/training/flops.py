@@ -47,8 +47,9 @@ def _sub_jaxprs(value: Any) -> list:
   return []
 
 
-def jaxpr_flops(jaxpr: Any) -> float:
-  """Matmul and convolution FLOPs of a jaxpr (or closed jaxpr), nested calls and loops included."""
+def jaxpr_flops(jaxpr: Any, branch=max) -> float:
+  """Matmul and convolution FLOPs of a jaxpr (or closed jaxpr), nested calls and loops included. Of a `cond`, one
+  branch runs: `branch` (max: the costliest; min: the cheapest, e.g. a step before a phase that starts late)."""
   if isinstance(jaxpr, jex_core.ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   total = 0.0
@@ -58,9 +59,9 @@ def jaxpr_flops(jaxpr: Any) -> float:
       total += _COUNTED[name](eqn)
       continue
     if name == 'cond':  # one branch runs
-      total += max((jaxpr_flops(b) for b in _sub_jaxprs(eqn.params['branches'])), default=0.0)
+      total += branch([jaxpr_flops(b, branch) for b in _sub_jaxprs(eqn.params['branches'])] or [0.0])
       continue
-    inner = sum(jaxpr_flops(j) for value in eqn.params.values() for j in _sub_jaxprs(value))
+    inner = sum(jaxpr_flops(j, branch) for value in eqn.params.values() for j in _sub_jaxprs(value))
     total += inner * (eqn.params['length'] if name == 'scan' else 1)
   return total
 

@@ -4,7 +4,8 @@
   to stderr, a line naming the step waited on (and, with several processes, where each peer was), exit 77.
 - `PeerMonitor` (a thread, several processes only): every process writes a heartbeat of its own into the job's
   coordination store; a peer silent for config.watchdog.peer_timeout_seconds is lost -> one line naming it, exit 76.
-  It runs below jax's heartbeat timeout, which would otherwise abort every process (SIGABRT) without saying more.
+  It names a stopped peer before jax's coordination service could abort every process (SIGABRT) without saying
+  more: config validation keeps parallel.peer_named_latest_seconds below parallel.jax_abort_earliest_seconds.
 - A collective that fails because a peer went away (a reset connection, an unreachable coordination service) ends
   the process the same way, exit 76, naming the peer whose heartbeat stopped when that shows within two polls.
 
@@ -109,7 +110,7 @@ class PeerMonitor:
                last_step: Callable[[], int], grace: float = 0.0, clock: Callable[[], float] = time.monotonic):
     self.client, self.index, self.timeout, self.last_step, self.clock = (client, process_index, timeout, last_step,
                                                                          clock)
-    self.poll = max(0.5, min(2.0, timeout / 10))
+    self.poll = parallel.peer_poll_seconds(timeout)
     # Peers start beating when they enter the loop, after compiling, which takes longer on some: `grace` more for
     # the first beat.
     self.table = PeerTable([p for p in range(process_count) if p != process_index], clock(), grace)

@@ -7,7 +7,7 @@ import pytest
 
 from support import build_objective, micro_config, objective_batch
 from vlp_jax import models, parallel
-from vlp_jax.training.flops import function_flops, traced_flops
+from vlp_jax.training.flops import function_flops, jaxpr_flops, traced_flops
 from vlp_jax.training.state import create_train_state
 from vlp_jax.training.flops import device_flops, program_cost
 from vlp_jax.training.step import train_step
@@ -38,6 +38,7 @@ def test_loops_count_every_iteration_and_a_cond_its_costliest_branch():
   assert function_flops(scanned, x, w) == 5 * one
   branches = lambda p, x, w: jax.lax.cond(p, lambda: (x @ w) @ w, lambda: x + 1.0)
   assert function_flops(branches, True, x, w) == 2 * one
+  assert jaxpr_flops(jax.make_jaxpr(branches)(True, x, w), branch=min) == 0  # the cheaper branch: x + 1
 
 
 def test_the_gradient_counts_forward_backward_and_remat_recomputation():

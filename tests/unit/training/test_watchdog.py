@@ -15,6 +15,7 @@ import pytest
 
 from support import ROOT, micro_config
 from vlp_jax import config as config_lib
+from vlp_jax.cli import evaluate as evaluate_cli
 from vlp_jax import errors, parallel
 from vlp_jax.training import guards, watchdog
 
@@ -208,12 +209,107 @@ def test_the_timeouts_are_checked(data_cache):
   config = micro_config(data_cache)
   config_lib.validate(config)
   config.watchdog.peer_timeout_seconds = config.distributed.heartbeat_timeout_seconds
-  with pytest.raises(errors.ConfigError, match='peer_timeout_seconds=.* must be below .*heartbeat_timeout_seconds'):
+  with pytest.raises(errors.ConfigError, match='peer_timeout_seconds=.*heartbeat_timeout_seconds'):
     config_lib.validate(config)
   config = micro_config(data_cache)
   config.distributed.shutdown_timeout_seconds = 0
   with pytest.raises(errors.ConfigError, match='config.distributed.shutdown_timeout_seconds must be'):
     config_lib.validate(config)
+
+
+def _simulated_naming_seconds(timeout, stop, phase, read_phase):
+  """A naive replay of the peer monitor on one survivor: the peer writes a new heartbeat every poll from `phase` and
+  stops at `stop`; the survivor reads every poll from `read_phase` and checks after each read. -> seconds from the
+  stop until the survivor names the peer."""
+  poll = parallel.peer_poll_seconds(timeout)
+  table = watchdog.PeerTable([1], now=0.0)
+  now = read_phase
+  while True:
+    writes = int((min(now, stop) - phase) // poll) + 1 if min(now, stop) >= phase else 0
+    table.update({1: f'{writes} 0'}, now)
+    if now > stop and table.silent(now, timeout):
+      return now - stop
+    now += poll
+
+
+def _simulated_jax_abort_seconds(heartbeat_timeout, stop, check_phase):
+  """A naive replay of jax's coordination service: the peer's agent sends a heartbeat every heartbeat_timeout / 2
+  from 0 until it stops at `stop`; the service checks every second from `check_phase` for a heartbeat older than the
+  timeout. -> seconds from the stop until the service declares the peer dead."""
+  interval = heartbeat_timeout / 2
+  last_beat = (stop // interval) * interval
+  check = check_phase
+  while not check - last_beat > heartbeat_timeout:
+    check += 1.0
+  return check - stop
+
+
+def test_the_lost_peer_bounds_hold_against_a_replay_of_both_detectors():
+  """The peer monitor names a stopped peer within parallel.peer_named_latest_seconds, for any phase of its writes
+  and reads against the stop; jax cannot abort earlier than parallel.jax_abort_earliest_seconds, and gets within a
+  check interval of it."""
+  beyond_one_poll = []
+  for timeout in (6, 15, 45):
+    poll = parallel.peer_poll_seconds(timeout)
+    worst = max(_simulated_naming_seconds(timeout, stop=100.0 + s * poll / 7, phase=p * poll / 5,
+                                          read_phase=r * poll / 5)
+                for s in range(7) for p in range(5) for r in range(5))
+    assert timeout <= worst <= parallel.peer_named_latest_seconds(timeout) - parallel.PEER_MONITOR_SLACK_SECONDS
+    beyond_one_poll.append(worst > timeout + poll)
+  # where the timeout is no whole number of polls (45 s of 2 s polls; 6 s of 0.6 s ones once rounded), the check
+  # that fires comes after it: the bound's second poll is needed
+  assert beyond_one_poll[2] and any(beyond_one_poll)
+  for heartbeat in (6, 20, 120):
+    fractions = [i / 40 for i in range(40)] + [1 - 1e-6]  # of a heartbeat interval; the last: just before a beat
+    times = [_simulated_jax_abort_seconds(heartbeat, stop=heartbeat / 2 * (6 + f), check_phase=c / 7)
+             for f in fractions for c in range(7)]
+    assert parallel.jax_abort_earliest_seconds(heartbeat) <= min(times) < parallel.jax_abort_earliest_seconds(
+        heartbeat) + 1.0
+    assert max(times) <= heartbeat + 1.0
+
+
+@pytest.mark.parametrize('heartbeat, peer, accepted', [
+    (20, 15, False),  # the issue's setting: jax aborted the survivor (134) after 13 s, before the monitor named it
+    (20, 6, True),  # tests/integration/test_host_faults.py: 6 + 2 x 0.6 + 1 = 8.2 < 10
+    (20, 7, True), (20, 8, False),  # 7 + 1.4 + 1 = 9.4 and 8 + 1.6 + 1 = 10.6 against 10
+    (120, 45, True), (120, 60, False),  # the defaults; 60 was the default at 143c8f2
+    (4, 0, True),  # the monitor off: nothing to race
+])
+def test_validation_refuses_a_peer_timeout_that_jax_would_beat(data_cache, heartbeat, peer, accepted):
+  config = micro_config(data_cache)
+  config.distributed.heartbeat_timeout_seconds = heartbeat
+  config.watchdog.peer_timeout_seconds = peer
+  if accepted:
+    config_lib.validate(config)
+  else:
+    with pytest.raises(errors.ConfigError) as raised:
+      config_lib.validate(config)
+    message = str(raised.value)
+    assert f'config.watchdog.peer_timeout_seconds={peer:g}' in message
+    assert f'config.distributed.heartbeat_timeout_seconds={heartbeat:g}' in message
+    assert f'as soon as {heartbeat / 2:g} s' in message and '< heartbeat_timeout_seconds / 2' in message
+  if peer:  # validation applies the two bounds of parallel.py, which the replay above checks
+    assert (parallel.peer_named_latest_seconds(peer) < parallel.jax_abort_earliest_seconds(heartbeat)) == accepted
+
+
+def test_a_config_saved_before_the_bound_still_evaluates_with_its_peer_timeout_lowered_to_it():
+  """A checkpoint's config from before the bound (the old defaults, 60 s against a 120 s heartbeat) loads, and
+  `vlp_jax.evaluate` validates it, with the longest peer timeout the bound allows; a valid pair is kept."""
+  saved = config_lib.base_config().to_dict()
+  saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 60, 120
+  loaded = config_lib.with_current_defaults(saved)
+  assert loaded.watchdog.peer_timeout_seconds == parallel.longest_peer_timeout_seconds(120) == 54
+  evaluate_cli.eval_config(loaded)  # validates
+  assert parallel.peer_named_latest_seconds(55) >= parallel.jax_abort_earliest_seconds(120)  # 54 is the longest
+  saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 6, 20
+  assert config_lib.with_current_defaults(saved).watchdog.peer_timeout_seconds == 6
+  assert parallel.longest_peer_timeout_seconds(20) == 7 and parallel.longest_peer_timeout_seconds(4) == 0
+
+
+def test_the_default_timeouts_name_a_lost_peer_before_jax_aborts():
+  defaults = config_lib.base_config()
+  assert parallel.peer_named_latest_seconds(defaults.watchdog.peer_timeout_seconds) < \
+      parallel.jax_abort_earliest_seconds(defaults.distributed.heartbeat_timeout_seconds)
 
 
 def test_initialize_distributed_passes_the_timeouts(monkeypatch):
