@@ -19,7 +19,7 @@ from typing import Any, Callable
 import grain
 import ml_collections
 
-from vlp_jax.data import mixing, pipeline, records
+from vlp_jax.data import mixing, pipeline, records, shards
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.data.shards import ShardRecords
 from vlp_jax.registry import Registry
@@ -142,6 +142,7 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
   checkpointable with the state, and the counter of bad records by shard and source. batch_size is global.
   With data.shards_by_process each process reads and indexes only its own shards."""
   fmt = data_format(data)
+  shards.raise_open_files_limit()  # before grain's workers start (they inherit it): shards, sockets, checkpoints
   own = pipeline.process_shards(len(paths), process_index, process_count) if data.shards_by_process else None
   if own is not None:
     print(f'Process {process_index} of {process_count} reads {len(own)} of the {len(paths)} shards: '
