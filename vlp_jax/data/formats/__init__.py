@@ -19,7 +19,7 @@ from typing import Any, Callable
 import grain
 import ml_collections
 
-from vlp_jax.data import mixing, pipeline, records, shards
+from vlp_jax.data import mixing, pipeline, records, shards, synthetic, teacher
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.data.shards import ShardRecords
 from vlp_jax.registry import Registry
@@ -149,9 +149,12 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
           f'{paths[own[0]]}, ...', flush=True)
   sources = fmt.shard_sources(paths)
   reader = fmt.records_reader(paths, sources, paths if own is None else [paths[i] for i in own])
+  # mapped by every worker, never copied into each (data/teacher.py)
+  teacher_path = (teacher.prepare_table(data.teacher_embeddings, data.cache_dir or synthetic.default_cache_dir())
+                  if data.teacher_embeddings else '')
   iterator = pipeline.train_iterator(
       paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
-      process_count=process_count, teacher_path=data.teacher_embeddings, num_workers=data.num_workers,
+      process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
       num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
       caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
   return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction)
