@@ -157,4 +157,4 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
       process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
       num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
       caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
-  return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction)
+  return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
