@@ -83,6 +83,9 @@ class RecordStats:
                alpha: float = 0.01):
     self.shard_paths, self.source_names, self.max_bad_fraction = list(shard_paths), source_names, max_bad_fraction
     self.alpha = alpha
+    # {part: bytes} of the files the data memory-maps (the webdataset index, the teacher table), which the host holds
+    # once in its page cache: the start-up memory line (data/host_memory.py); set by formats.train_batches
+    self.mapped_bytes: dict[str, int] = {}
     self._by_shard = np.zeros((len(shard_paths), 1 + len(records.SKIP_REASONS)), np.int64)  # column 0: good
     self._by_source = np.zeros(len(source_names) + 1, np.int64)
     self._reported_sources = np.zeros_like(self._by_source)

@@ -109,6 +109,14 @@ class TeacherTable:
     return np.array(self.embeddings[self.rows[position]], np.float32)
 
 
+def table_bytes(directory: str) -> int:
+  """Bytes of the mapped files of a `prepare_table` directory (keys, rows, embeddings); 0 for '' (no table)."""
+  if not directory:
+    return 0
+  table = TeacherTable(directory)
+  return table.keys.nbytes + table.rows.nbytes + table.embeddings.nbytes
+
+
 @functools.lru_cache(maxsize=4)
 def load_table(path: str) -> TeacherTable:
   """The table at `path`: a `prepare_table` directory, or an .npz (prepared here, under the temporary folder).

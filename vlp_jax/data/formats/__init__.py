@@ -33,6 +33,7 @@ class TrainingData:
   name: str = ''
   reads_path = True  # whether config.data.path says where the data is (the embedded dataset's does not)
   shard_suffix = ''  # the file name ending of its shards, by which `formats_of_files` recognises a folder of them
+  index_bytes = 0  # bytes of the index `records_reader` built, memory-mapped (one copy per host); 0: none
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -157,4 +158,7 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
       process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
       num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
       caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
-  return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
+  stats = RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
+  stats.mapped_bytes = {name: size for name, size in (('webdataset index', fmt.index_bytes),
+                                                      ('teacher table', teacher.table_bytes(teacher_path))) if size}
+  return iterator, stats
