@@ -2,9 +2,12 @@
 within data.max_bad_fraction stops a run with probability below data.bad_data_alpha, and a truly bad shard, or data
 bad as a whole, still stops it soon. The old rule (a shard judged once 20 of its records are read, stopped above
 max_bad_fraction) fails the first part."""
+import functools
+
 import numpy as np
 import pytest
 
+from vlp_jax import config as config_lib
 from vlp_jax.config import base_config
 from vlp_jax.data import record_stats
 from vlp_jax.data.record_stats import RecordStats, bad_data_verdict, evidence_to_stop, excess_evidence
@@ -37,6 +40,7 @@ def simulated_counts(rng: np.random.Generator, num_shards: int, bad_rate: float)
   return seen, bad
 
 
+@functools.cache
 def stop_thresholds(rule, max_reads: int) -> np.ndarray:
   """[max_reads + 1] the fewest bad records of n reads at which a rule stops a shard of a NUM_SHARDS-shard run
   (max_reads + 1: never). Both rules stop at k once they stop at fewer (checked here), so a shard's counts cross
@@ -81,11 +85,10 @@ def test_the_verdict_applies_the_rule_to_every_shard():
   assert 50 < len(failing) <= 100 and not whole  # the 60%-bad shards read often enough
 
 
-@pytest.mark.parametrize('rule, name', [(new_rule, 'new')])
-def test_a_whole_run_at_half_a_percent_bad_is_not_stopped(rule, name):
+def test_a_whole_run_at_half_a_percent_bad_is_not_stopped():
   """20 simulated runs of 100k shards at 0.5% bad records, each shard checked at siglip2_webli's cadence: no run
   stops (the bound allows a rate of ALPHA = 1%), where the old rule stops most of them."""
-  assert runs_stopped(rule, 20, 0.005) <= 20 * ALPHA, name
+  assert runs_stopped(new_rule, 20, 0.005) <= 20 * ALPHA
   assert runs_stopped(old_rule, 20, 0.005) >= 12  # the old rule's false stops, for scale (about 0.9 of runs)
 
 
@@ -97,8 +100,6 @@ def test_the_rule_bounds_false_stops_at_its_limit_too():
   seen, bad = simulated_counts(rng, 1_000_000, MAX_BAD_FRACTION)
   stopped = np.any(bad >= thresholds[seen], axis=0).mean()
   assert stopped <= ALPHA / (NUM_SHARDS + 1) * 50  # the bound, with room for the 1M-sample estimate
-  # and a looser limit on purpose stops at the old rule's rate: the test has power near the limit
-  assert evidence_to_stop(NUM_SHARDS, ALPHA) == pytest.approx(np.log((NUM_SHARDS + 1) / ALPHA))
 
 
 def test_a_truly_bad_shard_is_stopped_within_a_few_dozen_reads():
@@ -129,6 +130,5 @@ def test_the_limit_is_documented_and_validated():
   assert 'bad_data_alpha' in record_stats.__doc__
   config = base_config()
   config.data.bad_data_alpha = 0.0
-  from vlp_jax import config as config_lib
   with pytest.raises(ValueError, match=r'config.data.bad_data_alpha=0.0 must be in \(0, 1\)'):
     config_lib.validate(config)
