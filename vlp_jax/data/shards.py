@@ -13,9 +13,12 @@ from typing import Any, Callable, Hashable, Iterator
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
-# Open shard files per reader object (each grain worker process holds its own copy): enough for the shards that a few
-# threads read at once, far below the usual 1,024-file limit even with 16 workers.
-MAX_OPEN_SHARDS = 32
+# Open shard files per reader object (each grain worker process, and each source of the mixing modes, has its own):
+# a 256th of the soft open-files limit, from 32 (a limit of 1,024 or below: 16 workers keep half of it free) to 1,024
+# (16 workers of 4 sources each keep 64k files under the common 1M hard limit). Under a global shuffle over more shards
+# than that, most reads open their shard: a few microseconds for a tar, about 0.5 ms for an ArrayRecord file (it reads
+# its footer), the price of not running out of files.
+MIN_OPEN_SHARDS, MAX_OPEN_SHARDS = 32, 1024
 # grain's own options for random access (one record per read: no readahead), as its ArrayRecordDataSource
 _READER_OPTIONS = 'readahead_buffer_size:0'
 
@@ -34,13 +37,21 @@ def raise_open_files_limit() -> tuple[int, int]:
   return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
+def open_shards_budget() -> int:
+  """How many shard files one reader keeps open, from this process's soft open-files limit (see MIN_OPEN_SHARDS)."""
+  soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+  limit = MAX_OPEN_SHARDS * 256 if soft == resource.RLIM_INFINITY else soft
+  return int(np.clip(limit // 256, MIN_OPEN_SHARDS, MAX_OPEN_SHARDS))
+
+
 class OpenHandles:
-  """At most `capacity` open handles, by key, least recently used closed first: `with handles.use(key) as h:`
-  opens the key's handle (`open_handle(key)`) or reuses it. A handle in use by another thread is never closed under
+  """At most `capacity` open handles (default: `open_shards_budget()`), by key, least recently used closed first:
+  `with handles.use(key) as h:` opens the key's handle (`open_handle(key)`) or reuses it. A handle in use by another thread is never closed under
   it: past capacity, it is closed when its last user is done. Thread-safe; `close_all()` closes every handle."""
 
   def __init__(self, open_handle: Callable[[Hashable], Any], close_handle: Callable[[Any], None],
-               capacity: int = MAX_OPEN_SHARDS):
+               capacity: int | None = None):
+    capacity = open_shards_budget() if capacity is None else capacity
     if capacity < 1:
       raise ValueError(f'OpenHandles needs a capacity of at least 1, got {capacity}')
     self._open, self._close, self.capacity = open_handle, close_handle, capacity
@@ -53,13 +64,12 @@ class OpenHandles:
 
   @contextlib.contextmanager
   def use(self, key: Hashable) -> Iterator[Any]:
-    with self._lock:
-      handle = self._handles.get(key)
-      if handle is None:
-        handle = self._handles[key] = self._open(key)  # under the lock: two threads never open one key twice
-      self._handles.move_to_end(key)
-      self._users[key] += 1
-      self._evict()
+    handle = self._take(key)
+    if handle is None:
+      opened = self._open(key)  # outside the lock: a slow open (a remote file) holds up no other thread
+      handle = self._take(key, opened)
+      if handle is not opened:  # another thread opened it meanwhile: keep theirs
+        self._close(opened)
     try:
       yield handle
     finally:
@@ -68,6 +78,20 @@ class OpenHandles:
         if not self._users[key]:
           del self._users[key]
         self._evict()
+
+  def _take(self, key: Hashable, opened: Any = None) -> Any:
+    """The open handle of `key`, now in use (`opened` stored as it when there is none); None when there is none and
+    nothing was opened."""
+    with self._lock:
+      handle = self._handles.get(key)
+      if handle is None:
+        if opened is None:
+          return None
+        handle = self._handles[key] = opened
+      self._handles.move_to_end(key)
+      self._users[key] += 1
+      self._evict()
+      return handle
 
   def _evict(self) -> None:
     """Close the least recently used handles that no thread is using until at most `capacity` are open."""
@@ -96,8 +120,8 @@ def _num_records(path: str) -> int:
 
 class ShardRecords:
   """Random access to the records of several ArrayRecord shards that also says where each came from:
-  index -> (shard id, record bytes). `shard_ids[k]` is the id reported for `paths[k]`. At most MAX_OPEN_SHARDS
-  shard files are open at once (OpenHandles); picklable: a grain worker opens its own."""
+  index -> (shard id, record bytes). `shard_ids[k]` is the id reported for `paths[k]`. At most
+  `open_shards_budget()` shard files are open at once (OpenHandles); picklable: a grain worker opens its own."""
 
   def __init__(self, paths: list[str], shard_ids: list[int] | None = None):
     self._paths = list(paths)

@@ -371,7 +371,7 @@ class TarShardRecords:
   The samples' index (about 40 bytes a sample: gigabytes for a web-scale set) is written once to a file under
   `cache_dir` (shared_index_directory) and memory-mapped, so that pickling this object into grain's worker
   processes sends the file's path, not the index: every worker of a host reads the same pages. At most
-  shards.MAX_OPEN_SHARDS tar files are open at once per process (shards.OpenHandles).
+  `shards.open_shards_budget()` tar files are open at once per process (shards.OpenHandles).
   """
 
   def __init__(self, paths: list[str], shard_ids: list[int] | None = None, sources: dict[str, str] | None = None,

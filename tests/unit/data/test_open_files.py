@@ -17,28 +17,42 @@ def open_descriptors() -> int:
   return len(os.listdir('/proc/self/fd'))
 
 
+@pytest.fixture
+def soft_limit_1024():
+  """The common soft open-files limit, for the duration of a test: readers keep shards.MIN_OPEN_SHARDS open."""
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  if hard != resource.RLIM_INFINITY and hard < 1024:
+    pytest.skip(f'the hard open-files limit is {hard}')
+  resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+  yield shards.open_shards_budget()
+  resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def _example(i: int) -> dict:
   return {'image': records.encode_png(np.full((2, 2, 3), i % 256, np.uint8)), 'caption': f'caption {i}',
           'long_caption': '', 'label': -1, 'source': 'toy', 'key': f'k{i}'}
 
 
 @pytest.mark.skipif(not os.path.isdir('/proc/self/fd'), reason='counts open files through /proc')
-def test_webdataset_reader_keeps_a_bounded_number_of_shards_open(tmp_path):
-  num_shards = shards.MAX_OPEN_SHARDS + 48
+def test_webdataset_reader_keeps_a_bounded_number_of_shards_open(tmp_path, soft_limit_1024):
+  budget = soft_limit_1024
+  assert budget == shards.MIN_OPEN_SHARDS
+  num_shards = budget + 48
   paths = write_webdataset(str(tmp_path), {'web': num_shards}, samples_per_shard=1, side=2, broken=False)['web']
   data = webdataset.TarShardRecords(paths, cache_dir=str(tmp_path / 'cache'))
   before = open_descriptors()
   read = [data[i] for i in range(len(data))]
   assert [shard for shard, _ in read] == list(range(num_shards))  # every shard was read
-  assert open_descriptors() - before <= shards.MAX_OPEN_SHARDS
+  assert open_descriptors() - before <= budget
   del data, read
   gc.collect()
   assert open_descriptors() <= before  # closed when the reader goes
 
 
 @pytest.mark.skipif(not os.path.isdir('/proc/self/fd'), reason='counts open files through /proc')
-def test_array_record_reader_keeps_a_bounded_number_of_shards_open(tmp_path):
-  num_shards = shards.MAX_OPEN_SHARDS + 48
+def test_array_record_reader_keeps_a_bounded_number_of_shards_open(tmp_path, soft_limit_1024):
+  budget = soft_limit_1024
+  num_shards = budget + 48
   paths = records.write_shards((_example(i) for i in range(num_shards)), str(tmp_path), 'train', num_shards,
                                num_shards)
   data = shards.ShardRecords(paths)
@@ -46,7 +60,7 @@ def test_array_record_reader_keeps_a_bounded_number_of_shards_open(tmp_path):
   read = [data[i] for i in range(len(data))]
   assert [shard for shard, _ in read] == list(range(num_shards))
   assert [records.deserialize(record)['key'] for _, record in read] == [f'k{i}' for i in range(num_shards)]
-  assert open_descriptors() - before <= shards.MAX_OPEN_SHARDS
+  assert open_descriptors() - before <= budget
 
 
 def test_open_handles_close_the_least_recently_used_but_never_one_in_use():
@@ -63,6 +77,15 @@ def test_open_handles_close_the_least_recently_used_but_never_one_in_use():
   assert len(log) == 2 and log[1][0] == 'close' and len(handles) == 2  # back to capacity once one is released
   handles.close_all()
   assert len(handles) == 0 and sorted(handle for _, handle in log[1:]) == ['h1', 'h3', 'h4']
+
+
+@pytest.mark.parametrize('soft, budget', [(256, 32), (1024, 32), (20_000, 78), (65_536, 256), (1 << 20, 1024),
+                                          (resource.RLIM_INFINITY, 1024)])
+def test_the_open_shards_budget_is_a_256th_of_the_limit_within_bounds(monkeypatch, soft, budget):
+  monkeypatch.setattr(resource, 'getrlimit', lambda kind: (soft, resource.RLIM_INFINITY))
+  assert shards.open_shards_budget() == budget
+  # 16 grain workers of one source keep at least half of a limit of 1,024 or more free
+  assert soft == resource.RLIM_INFINITY or soft < 1024 or 16 * budget <= soft // 2
 
 
 def test_the_soft_open_files_limit_is_raised_to_the_hard_limit():
