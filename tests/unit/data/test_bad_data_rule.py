@@ -72,6 +72,10 @@ def test_the_evidence_matches_a_numerical_integral():
     ratio = np.exp(log_ratio)
     naive = np.log(np.sum((ratio[1:] + ratio[:-1]) / 2 * np.diff(grid)) / (1 - p0))
     assert excess_evidence(np.array([n]), np.array([k]), p0)[0] == pytest.approx(naive, abs=1e-6)
+  # counts at or below the limit are no evidence against it (what lets bad_data_verdict skip them)
+  n, k = np.meshgrid(np.arange(1, 200), np.arange(200), indexing='ij')
+  within = k <= p0 * n
+  assert np.all(excess_evidence(n[within], k[within], p0) <= 1e-9)
   assert excess_evidence(np.array([5]), np.array([5]), 1.0)[0] == -np.inf  # nothing is above a limit of 1
   assert excess_evidence(np.array([5, 5]), np.array([0, 1]), 0.0)[1] == np.inf  # any bad record is above 0
 
