@@ -1,13 +1,16 @@
 """The host memory a run holds outside the devices (data/host_memory.py; issue 61 check d): printed at start with
 its parts, and refused with every figure named when it cannot fit."""
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 
+from vlp_jax import hardware
 from vlp_jax.data import host_memory
 from vlp_jax.data.host_memory import HostMemory
 from vlp_jax.errors import ConfigError
+from vlp_jax.training.loop import train_and_evaluate
 
 GiB = 2**30
 
@@ -45,3 +48,12 @@ def test_arrays_are_counted_by_their_bytes_and_mapped_ones_not(tmp_path):
   sets = [Held(np.zeros((10, 4, 4, 3), np.float32), np.zeros(10, np.int64), 'a'),
           Held(np.zeros((5, 2, 2, 3), np.uint8), np.zeros(5, np.int32), 'b', np.load(tmp_path / 'm.npy', mmap_mode='r'))]
   assert host_memory.arrays_bytes(sets) == 10 * 48 * 4 + 10 * 8 + 5 * 12 + 5 * 4
+
+
+@pytest.mark.slow  # builds a run up to its first step
+def test_a_run_that_cannot_hold_its_eval_sets_stops_before_compiling(micro, tmp_path, monkeypatch):
+  monkeypatch.setattr(hardware, 'host_memory_bytes', lambda: 1024)
+  with pytest.raises(ConfigError, match=r'host memory: the run needs [\d.]+ GiB held outside the devices \(eval sets '
+                                        r'[\d.]+ GiB per process\), and this machine has 0.0 GiB'):
+    train_and_evaluate(micro, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run' / 'checkpoints')  # nothing was trained or saved
