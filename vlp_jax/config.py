@@ -139,7 +139,9 @@ def _data_config() -> ml_collections.ConfigDict:
       # 'mixed' batches; False: one global order, each process reading its block of every batch from any shard
       'shards_by_process': False,
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
-      'max_bad_fraction': 0.1,  # bad records are replaced; a shard with more than this share of them stops the run
+      # bad records are replaced; a shard, or the data as a whole, shown to hold more than this share of them stops
+      # the run (data/record_stats.py): data within it stops a run with probability below bad_data_alpha
+      'max_bad_fraction': 0.1, 'bad_data_alpha': 0.01,
       **formats.options(),
   })
 
@@ -348,6 +350,9 @@ def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
                      f"'{objective_cls.name}', whose views are set by its own options (config.objective)")
   if not 0.0 <= data.max_bad_fraction <= 1.0:
     raise ValueError(f'config.data.max_bad_fraction={data.max_bad_fraction} must be in [0, 1]')
+  if not 0.0 < data.bad_data_alpha < 1.0:
+    raise ValueError(f'config.data.bad_data_alpha={data.bad_data_alpha} must be in (0, 1): the probability that data '
+                     'within config.data.max_bad_fraction stops a run')
   if data.source_weights and data.mixing not in ('weighted', 'single_source'):
     raise ValueError(f"config.data.source_weights is set but config.data.mixing='{data.mixing}' does not use "
                      "weights; set config.data.mixing to 'weighted' or 'single_source'")

@@ -4,6 +4,7 @@ single-source batches draw from the tar sources too. Shards drawn with replaceme
 tests/integration/test_multihost.py (two processes, each reading its own shards) and tests/unit/data/test_webdataset.py
 (the stream's position)."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,9 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(data_cache, shards, tmp_pa
   train_and_evaluate(_config(data_cache, shards), workdir)
   out = capsys.readouterr().out
   assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
+  # the host memory held outside the devices, printed at start (data/host_memory.py): the mapped index, the eval sets
+  assert re.search(r'Host memory: [\d.]+ GiB held outside the devices \(webdataset index [\d.]+ GiB, mapped once per '
+                   r'host; eval sets [\d.]+ GiB per process\)', out), out
   chex.assert_trees_all_equal(load_variables(workdir)[0], load_variables(reference)[0])  # bit for bit
   losses = lambda w: {r['step']: r['train/loss'] for r in read_metrics(w) if 'train/loss' in r}  # noqa: E731
   assert losses(workdir) == losses(reference)

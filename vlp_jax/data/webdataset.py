@@ -5,7 +5,8 @@ Each shard's tar headers are scanned once (seeks, no image is read) into a compa
 members are, cached under the data cache directory; training then reads samples at random by offset, like records of
 an ArrayRecord shard. So the whole pipeline stays random access (data/pipeline.py): one global shuffle over every
 shard, the mixing modes, each process's block of every global batch, and a checkpointed iterator position that
-resumes bit for bit. The index holds about 40 bytes per sample in host memory (400 MB for 10M samples).
+resumes bit for bit. The index holds about 40 bytes per sample (400 MB for 10M samples), written once to a file and
+memory-mapped, so that a host holds one copy whatever its number of grain workers.
 
 Bad samples are not errors: a sample without an image member is 'missing_image', without its caption member
 'missing_caption'; the pipeline replaces them and counts them by reason, as it does bad records. A truncated tar
@@ -24,12 +25,13 @@ import json
 import os
 import re
 import tarfile
+import tempfile
 import threading
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from vlp_jax.data import records
+from vlp_jax.data import records, shards
 from vlp_jax.errors import ConfigError, DataError, DataNotFoundError
 
 DEFAULT_IMAGE_KEYS = ('jpg', 'png', 'jpeg', 'webp')
@@ -328,6 +330,35 @@ def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '
   return ShardIndexes(readable, unreadable)
 
 
+def shared_index_directory(cache_dir: str) -> str:
+  """Where the memory-mapped index of a run's shards is written: under `cache_dir`, or the system's temporary
+  folder when `cache_dir` is unset or remote (a memory map needs a local file)."""
+  if cache_dir and '://' not in cache_dir:
+    return os.path.join(cache_dir, 'webdataset_index', 'shared')
+  return os.path.join(tempfile.gettempdir(), 'vlp_jax_webdataset_index')
+
+
+def save_shared_array(array: np.ndarray, directory: str) -> str:
+  """Write `array` once to `directory`/<its content digest>.npy (atomically; an existing file is reused) and return
+  the path: every process and worker of a host then maps the same file."""
+  digest = hashlib.sha1(f'{array.dtype.str}{array.shape}'.encode())
+  digest.update(memoryview(np.ascontiguousarray(array)).cast('B'))
+  path = os.path.join(directory, f'{digest.hexdigest()}.npy')
+  if not os.path.exists(path):
+    os.makedirs(directory, exist_ok=True)
+    temporary = f'{path}.{os.getpid()}.{threading.get_ident()}.tmp'
+    with open(temporary, 'wb') as f:
+      np.save(f, array)
+    os.replace(temporary, path)
+  return path
+
+
+def map_shared_array(path: str) -> np.ndarray:
+  """The array saved at `path`, memory-mapped read-only: its pages are the host's page cache, shared by every
+  process that maps it, not a copy per process."""
+  return np.load(path, mmap_mode='r')
+
+
 class TarShardRecords:
   """Random access to the samples of webdataset shards: index -> (shard id, example) where the example is
   {'image': bytes, 'caption': str, 'key': str, 'source': str, 'label': -1}, or {'bad': reason, 'detail': text,
@@ -335,7 +366,12 @@ class TarShardRecords:
 
   paths: the shards; shard_ids[k]: the id reported for paths[k]; sources: {path: its source name}; indexes: the
   shards' indexes when already built (`index_shards` over these paths or more), else they are built here. Shards
-  that cannot be opened are left out (`unreadable` lists them). Picklable: grain's worker processes reopen the files.
+  that cannot be opened are left out (`unreadable` lists them).
+
+  The samples' index (about 40 bytes a sample: gigabytes for a web-scale set) is written once to a file under
+  `cache_dir` (shared_index_directory) and memory-mapped, so that pickling this object into grain's worker
+  processes sends the file's path, not the index: every worker of a host reads the same pages. At most
+  `shards.open_shards_budget()` tar files are open at once per process (shards.OpenHandles).
   """
 
   def __init__(self, paths: list[str], shard_ids: list[int] | None = None, sources: dict[str, str] | None = None,
@@ -350,23 +386,39 @@ class TarShardRecords:
     kept = [k for k, path in enumerate(self._paths) if path in indexes.by_path]
     shard_indexes = [indexes.by_path[self._paths[k]] for k in kept]
     self._kept = np.asarray(kept, np.int64)
-    self._rows = np.concatenate([i.rows for i in shard_indexes]) if kept else np.zeros(0, _INDEX_DTYPE)
-    self._keys = np.concatenate([i.keys for i in shard_indexes]) if kept else np.zeros(0, bytes)
+    rows = np.concatenate([i.rows for i in shard_indexes]) if kept else np.zeros(0, _INDEX_DTYPE)
+    keys = np.concatenate([i.keys for i in shard_indexes]) if kept else np.zeros(0, bytes)
     self._ends = np.cumsum([len(i.rows) for i in shard_indexes]).astype(np.int64)
     # A truncated tar's last row stands for its loss (ShardIndex): corrupt_tar, not a missing member.
     self._loss_rows = {int(end) - 1: i.truncation for i, end in zip(shard_indexes, self._ends) if i.truncation}
-    self._descriptors: dict[int, int] = {}
-    self._open_lock = threading.Lock()
+    # empty arrays cannot be mapped (and cost nothing to copy)
+    directory = shared_index_directory(cache_dir)
+    self._index_files = (save_shared_array(rows, directory), save_shared_array(keys, directory)) if len(rows) else ()
+    self._map_index(rows, keys)
+    self._files = self._new_files()
+
+  def _map_index(self, rows: np.ndarray | None = None, keys: np.ndarray | None = None) -> None:
+    if self._index_files:
+      rows, keys = (map_shared_array(path) for path in self._index_files)
+    self._rows, self._keys = rows, keys
+
+  def _new_files(self) -> shards.OpenHandles:
+    return shards.OpenHandles(lambda shard: os.open(self._paths[shard], os.O_RDONLY), os.close)
 
   def __getstate__(self):
-    return {k: v for k, v in self.__dict__.items() if k not in ('_descriptors', '_open_lock')}
+    """The index travels as its files' paths (a worker maps them), and open files are not carried."""
+    dropped = ('_files', '_rows', '_keys') if self._index_files else ('_files',)
+    return {k: v for k, v in self.__dict__.items() if k not in dropped}
 
   def __setstate__(self, state):
-    self.__dict__.update(state, _descriptors={}, _open_lock=threading.Lock())
+    self.__dict__.update(state)
+    if self._index_files:
+      self._map_index()
+    self._files = self._new_files()
 
   def __del__(self):
-    for descriptor in getattr(self, '_descriptors', {}).values():
-      os.close(descriptor)
+    if hasattr(self, '_files'):
+      self._files.close_all()
 
   def __len__(self) -> int:
     return len(self._rows)
@@ -376,16 +428,11 @@ class TarShardRecords:
     starts = np.concatenate([[0], self._ends[:-1]]).astype(np.int64)
     return list(zip(starts.tolist(), self._ends.tolist()))
 
-  def _descriptor(self, shard: int) -> int:
-    with self._open_lock:
-      if shard not in self._descriptors:
-        self._descriptors[shard] = os.open(self._paths[shard], os.O_RDONLY)
-      return self._descriptors[shard]
-
   def _read_at(self, shard: int, offset: int, size: int) -> bytes:
     """`size` bytes at `offset` of a shard. pread keeps no file position, so grain's reader threads can read one
     shard at once (a shared seek-then-read would hand one thread's bytes to another)."""
-    data = os.pread(self._descriptor(shard), int(size), int(offset))
+    with self._files.use(shard) as descriptor:
+      data = os.pread(descriptor, int(size), int(offset))
     if len(data) != size:
       raise records.BadRecordError('corrupt_tar', 'the sample is cut short: the tar ends inside it')
     return data

@@ -18,7 +18,7 @@ from vlp_jax import config as config_lib
 from vlp_jax import hardware, models, objectives, parallel
 from vlp_jax import errors
 from vlp_jax import evalsets
-from vlp_jax.data import formats, pipeline
+from vlp_jax.data import formats, host_memory, pipeline
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_skipped_tasks
 from vlp_jax.objectives.accumulation import num_micro_batches
@@ -148,6 +148,9 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
                                num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
                                config.ema.decay)
   eval_sets = evalsets.load_eval_sets(config)
+  # what the host holds outside the devices, before the step compiles: refused (exit 2) when it cannot fit
+  held = host_memory.HostMemory(record_stats.mapped_bytes, {'eval sets': host_memory.arrays_bytes(eval_sets)})
+  print(f'Host memory: {host_memory.check(held, hardware.host_memory_bytes())}', flush=True)
   report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import grain
 import ml_collections
 
-from vlp_jax.data import mixing, pipeline, records
+from vlp_jax.data import mixing, pipeline, records, shards, synthetic, teacher
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.data.shards import ShardRecords
 from vlp_jax.registry import Registry
@@ -33,6 +33,7 @@ class TrainingData:
   name: str = ''
   reads_path = True  # whether config.data.path says where the data is (the embedded dataset's does not)
   shard_suffix = ''  # the file name ending of its shards, by which `formats_of_files` recognises a folder of them
+  index_bytes = 0  # bytes of the index `records_reader` built, memory-mapped (one copy per host); 0: none
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -142,15 +143,22 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
   checkpointable with the state, and the counter of bad records by shard and source. batch_size is global.
   With data.shards_by_process each process reads and indexes only its own shards."""
   fmt = data_format(data)
+  shards.raise_open_files_limit()  # before grain's workers start (they inherit it): shards, sockets, checkpoints
   own = pipeline.process_shards(len(paths), process_index, process_count) if data.shards_by_process else None
   if own is not None:
     print(f'Process {process_index} of {process_count} reads {len(own)} of the {len(paths)} shards: '
           f'{paths[own[0]]}, ...', flush=True)
   sources = fmt.shard_sources(paths)
   reader = fmt.records_reader(paths, sources, paths if own is None else [paths[i] for i in own])
+  # mapped by every worker, never copied into each (data/teacher.py)
+  teacher_path = (teacher.prepare_table(data.teacher_embeddings, data.cache_dir or synthetic.default_cache_dir())
+                  if data.teacher_embeddings else '')
   iterator = pipeline.train_iterator(
       paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
-      process_count=process_count, teacher_path=data.teacher_embeddings, num_workers=data.num_workers,
+      process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
       num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
       caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
-  return iterator, RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction)
+  stats = RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
+  stats.mapped_bytes = {name: size for name, size in (('webdataset index', fmt.index_bytes),
+                                                      ('teacher table', teacher.table_bytes(teacher_path))) if size}
+  return iterator, stats

@@ -57,7 +57,9 @@ class WebDatasetData(TrainingData):
 
   def records_reader(self, paths: list[str], sources: list[str], read: list[str]) -> RecordsReader:
     members = fields(self.data)
-    indexes = webdataset.index_shards(read, members, self.data.cache_dir or synthetic.default_cache_dir())
+    cache_dir = self.data.cache_dir or synthetic.default_cache_dir()
+    indexes = webdataset.index_shards(read, members, cache_dir)
     webdataset.check_unreadable(read, indexes.unreadable, self.data.max_bad_fraction)
+    self.index_bytes = sum(i.rows.nbytes + i.keys.nbytes for i in indexes.by_path.values())
     return functools.partial(webdataset.TarShardRecords, sources=dict(zip(paths, sources)), fields=members,
-                             indexes=indexes)
+                             indexes=indexes, cache_dir=cache_dir)

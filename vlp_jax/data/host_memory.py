@@ -1,0 +1,66 @@
+"""The host memory a run holds outside the devices, printed at start and checked against the machine before the
+step compiles, as the compiled step's own memory is (training/step.py `check_memory`).
+
+Two kinds of parts: memory-mapped files (the webdataset index, the teacher table; data/webdataset.py,
+data/teacher.py), held once per host in the page cache whatever the number of processes and grain workers; and
+arrays each process holds itself (the evaluation sets' images and labels).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+import numpy as np
+
+from vlp_jax.errors import ConfigError
+from vlp_jax.hardware import gib
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMemory:
+  """shared: {part: bytes} mapped once per host; per_process: {part: bytes} held by each process."""
+  shared: dict[str, int]
+  per_process: dict[str, int]
+
+  def total(self, processes_per_host: int = 1) -> int:
+    """Bytes the host holds for `processes_per_host` processes of the run."""
+    return sum(self.shared.values()) + processes_per_host * sum(self.per_process.values())
+
+  def describe(self, processes_per_host: int = 1) -> str:
+    """'1.2 GiB held outside the devices (webdataset index 1.0 GiB, mapped once per host; eval sets 0.2 GiB per
+    process)'."""
+    parts = [f'{name} {gib(size)}, mapped once per host' for name, size in self.shared.items()]
+    parts += [f'{name} {gib(size)} per process' for name, size in self.per_process.items()]
+    processes = f' by {processes_per_host} processes' if processes_per_host > 1 else ''
+    return (f'{gib(self.total(processes_per_host))} held outside the devices{processes}'
+            + (f' ({"; ".join(parts)})' if parts else ''))
+
+
+def shortfall(memory: HostMemory, host_total: int, processes_per_host: int = 1) -> str | None:
+  """Why `memory` cannot be held on a host of `host_total` bytes, or None when it fits."""
+  needed = memory.total(processes_per_host)
+  if needed <= host_total:
+    return None
+  return f'host memory: the run needs {memory.describe(processes_per_host)}, and this machine has {gib(host_total)}'
+
+
+def check(memory: HostMemory, host_total: int, processes_per_host: int = 1) -> str:
+  """The line to print at start; ConfigError (exit 2) naming every figure when `memory` cannot fit the host."""
+  problem = shortfall(memory, host_total, processes_per_host)
+  if problem:
+    raise ConfigError(f'{problem}. Evaluate on fewer examples (config.data.eval_max_examples, '
+                      'config.data.probe_train_examples), give each process fewer shards (config.data.shards_by_process) '
+                      'or run on hosts with more memory')
+  return memory.describe(processes_per_host)
+
+
+def arrays_bytes(objects: Iterable[Any]) -> int:
+  """Bytes of the numpy arrays among the fields of `objects` (dataclasses, such as evaluation sets): what they hold in
+  memory; memory-mapped or streamed fields count nothing."""
+  total = 0
+  for obj in objects:
+    for field in dataclasses.fields(obj):
+      value = getattr(obj, field.name)
+      if isinstance(value, np.ndarray) and not isinstance(value, np.memmap):
+        total += value.nbytes
+  return total
