@@ -10,8 +10,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from PIL import Image
 
-OPENAI_MEAN = np.array((0.48145466, 0.4578275, 0.40821073), np.float32)
-OPENAI_STD = np.array((0.26862954, 0.26130258, 0.27577711), np.float32)
+_OPENAI_MEAN, _OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+OPENAI_MEAN, OPENAI_STD = np.array(_OPENAI_MEAN, np.float32), np.array(_OPENAI_STD, np.float32)
 
 # How an image becomes a square model input (config.model.preprocess.resize): 'shorter_side_crop' resizes the
 # shorter side to the model's size and centre-crops the longer one (OpenAI CLIP, open_clip's CLIP models,
@@ -32,8 +32,8 @@ class ImagePreprocessing:
   resize: str = 'shorter_side_crop'
   resample: str = 'bicubic'
   crop_offset: str = 'floor'
-  mean: tuple[float, float, float] = tuple(float(x) for x in OPENAI_MEAN)
-  std: tuple[float, float, float] = tuple(float(x) for x in OPENAI_STD)
+  mean: tuple[float, float, float] = _OPENAI_MEAN
+  std: tuple[float, float, float] = _OPENAI_STD
 
   def config(self) -> dict:
     """As config.model.preprocess holds it."""
@@ -42,6 +42,10 @@ class ImagePreprocessing:
   def resize_image(self, image: np.ndarray, size: int) -> np.ndarray:
     """[H, W, 3] uint8 -> [size, size, 3] uint8."""
     return resize_image(image, size, self.resize, self.resample, self.crop_offset)
+
+  def resize_mask(self, mask: np.ndarray, size: int) -> np.ndarray:
+    """[H, W] uint8 class map -> [size, size], the geometry of `resize_image`, by nearest neighbour."""
+    return resize_mask(mask, size, self.resize, self.crop_offset)
 
   def normalize(self, image: np.ndarray) -> np.ndarray:
     """[..., 3] uint8 -> float32 model input."""
@@ -76,7 +80,8 @@ def check_preprocessing(preprocess: Mapping[str, Any], key: str = 'model.preproc
 def preprocessing_of(model_config: Mapping[str, Any]) -> ImagePreprocessing:
   """The `ImagePreprocessing` of a model config (config.model): its `preprocess` fields, OpenAI CLIP's for those it
   lacks (checkpoints saved before the field existed were all trained or imported with them)."""
-  preprocess = dict(model_config.get('preprocess', None) or {})
+  preprocess = model_config.get('preprocess', None) or {}
+  preprocess = preprocess.to_dict() if hasattr(preprocess, 'to_dict') else dict(preprocess)  # a ConfigDict or a dict
   check_preprocessing(preprocess)
   for field in ('mean', 'std'):
     if field in preprocess:
@@ -140,10 +145,14 @@ def resize_image(image: np.ndarray, size: int, resize: str = 'shorter_side_crop'
   return _resize_and_centre_crop(image, size, RESAMPLING[resample], crop_offset)
 
 
-def resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
-  """[H, W] uint8 class map -> [size, size] with `resize_image`'s default geometry, by nearest neighbour so that
-  labels are never blended."""
-  return _resize_and_centre_crop(mask, size, Image.Resampling.NEAREST)
+def resize_mask(mask: np.ndarray, size: int, resize: str = 'shorter_side_crop', crop_offset: str = 'floor'
+                ) -> np.ndarray:
+  """[H, W] uint8 class map -> [size, size] with `resize_image`'s geometry, by nearest neighbour so that labels are
+  never blended."""
+  if resize == 'squash':
+    return mask if mask.shape[:2] == (size, size) else np.asarray(
+        Image.fromarray(mask).resize((size, size), Image.Resampling.NEAREST))
+  return _resize_and_centre_crop(mask, size, Image.Resampling.NEAREST, crop_offset)
 
 
 def normalize_image(image: np.ndarray, mean: Sequence[float] = OPENAI_MEAN, std: Sequence[float] = OPENAI_STD
