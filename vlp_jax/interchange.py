@@ -166,8 +166,6 @@ def _hf_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict
   family = image_ops.preprocessing_of(model_config)
   processor = _json_file(folder, 'preprocessor_config.json')
   if processor is None:
-    _note(f'no preprocessor_config.json beside {weights_path}: images will be preprocessed as the model family '
-          f'was trained ({family})')
     return family
   return preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'), family)
 
