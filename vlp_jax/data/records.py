@@ -18,6 +18,7 @@ Files are written with `group_size:1` so that grain can read any record at rando
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import warnings
@@ -59,8 +60,9 @@ SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'em
 _OBJECT_ADDRESS = re.compile(r' ?<[^<>]* at 0x[0-9a-fA-F]+>')
 # PIL's decompression-bomb threshold: beyond it decoding is refused, from the header, before any pixel is read.
 DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
-# The longest aspect ratio (longer side / shorter) a decoded image may have: a centre crop of a wider one keeps under
-# 5% of it, and such records (banners, separators, 6000x2 spacer images) are no image-text pairs.
+# The longest aspect ratio (longer side / shorter) a training image may have (pipeline.LoadExamples): a centre crop of
+# a wider one keeps under 5% of it, and such records (banners, separators, 6000x2 spacer images) are no image-text
+# pairs. Evaluation and embedding take every image (their resize is bounded whatever the aspect ratio).
 MAX_ASPECT_RATIO = 20.0
 
 
@@ -85,7 +87,7 @@ def to_rgb(image: Image.Image) -> np.ndarray:
   return np.asarray(image.convert('RGB'))
 
 
-def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, max_aspect_ratio: float = MAX_ASPECT_RATIO
+def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, max_aspect_ratio: float = math.inf
                  ) -> np.ndarray:
   """Encoded image bytes -> [H, W, 3] uint8 RGB, whatever the mode (see `to_rgb`).
 

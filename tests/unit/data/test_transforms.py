@@ -3,11 +3,12 @@
 import colorsys
 import io
 
+import grain
 import numpy as np
 from PIL import Image
 import pytest
 
-from vlp_jax.data import image_ops, records, transforms
+from vlp_jax.data import image_ops, pipeline, records, synthetic, transforms
 from vlp_jax.data.image_ops import resize_image
 
 
@@ -283,11 +284,20 @@ def test_model_configs_without_preprocessing_keep_openai_clips_and_bad_fields_ar
     image_ops.preprocessing_of({'preprocess': {'std': (0.5, 0.0, 0.5)}})
 
 
-def test_absurd_aspect_ratios_are_bad_records():
+def test_absurd_aspect_ratios_are_bad_records_in_training():
+  limit = records.MAX_ASPECT_RATIO
   with pytest.raises(records.BadRecordError, match='6000x2') as error:
-    records.decode_image(_png(2, 6000))
+    records.decode_image(_png(2, 6000), max_aspect_ratio=limit)
   assert error.value.reason == 'absurd_aspect' and 'absurd_aspect' in records.SKIP_REASONS
   with pytest.raises(records.BadRecordError) as error:
-    records.decode_image(_png(300, 14))
+    records.decode_image(_png(300, 14), max_aspect_ratio=limit)
   assert error.value.reason == 'absurd_aspect'
-  assert records.decode_image(_png(300, 15)).shape == (300, 15, 3)  # 20:1 is still an image
+  assert records.decode_image(_png(300, 15), max_aspect_ratio=limit).shape == (300, 15, 3)  # 20:1 is an image
+  assert records.decode_image(_png(2, 6000)).shape == (2, 6000, 3)  # evaluation and embed take every image
+  # The training pipeline replaces the record and counts the reason.
+  good = synthetic.make_example(0, 'train', 'studio', 0, 16)
+  spacer = {**synthetic.make_example(0, 'train', 'studio', 1, 16), 'image': _png(2, 6000)}
+  source = grain.MapDataset.source([(0, records.serialize(spacer)), (0, records.serialize(good))])
+  example = pipeline.LoadExamples(source, ['shard-0'])[0]
+  assert example['record_error'] == 1 + records.SKIP_REASONS.index('absurd_aspect')
+  assert example['key'] == good['key'] and '6000x2' in example['record_detail']
