@@ -231,3 +231,20 @@ def test_hf_processor_configs_vlp_jax_cannot_follow_are_refused_by_name():
     interchange.preprocessing_from_hf({'size': {'shortest_edge': 224}, 'do_center_crop': False}, 'p.json', default)
   # fields a file leaves out are the family's
   assert interchange.preprocessing_from_hf({}, 'p.json', default) == default
+
+
+@pytest.mark.slow  # imports torch
+def test_presets_preprocess_as_open_clips_own_configs_of_their_weights():
+  pretrained = import_open_clip_module('pretrained')  # skips without torch or open_clip
+  checked = 0
+  for name in sorted(models.PRESETS):
+    tag = next((t for t in ('openai', 'webli') if t in pretrained.list_pretrained_tags_by_model(name)), None)
+    if tag is None:
+      continue
+    theirs = pretrained.get_pretrained_cfg(name, tag)
+    want = {'image_mean': tuple(theirs['mean']), 'image_std': tuple(theirs['std']),
+            'image_interpolation': theirs['interpolation'], 'image_resize_mode': theirs['resize_mode']}
+    fmt = 'openai' if tag == 'openai' else 'open_clip'
+    assert interchange.open_clip_preprocess_arguments(interchange.model_config_for(name, fmt)) == want, name
+    checked += 1
+  assert checked >= 10  # the CLIP presets of OpenAI's weights and the SigLIP presets
