@@ -167,7 +167,8 @@ def _hf_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict
   processor = _json_file(folder, 'preprocessor_config.json')
   if processor is None:
     return family
-  return preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'), family)
+  return preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'),
+                               model_config.vision.image_size, family)
 
 
 def _check_output(output: str, overwrite: bool) -> None:
@@ -295,8 +296,7 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
       weights = os.path.join(staging, 'weights.safetensors')
       save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, weights)
       staged = {weights: output}
-      if (preprocess := open_clip_preprocess_arguments(config.model)) != open_clip_preprocess_arguments(
-          ml_collections.ConfigDict({})):
+      if (preprocess := open_clip_preprocess_arguments(config.model)) != open_clip_preprocess_arguments({}):
         _note(f'open_clip reads no preprocessing from a weights file; give it this model\'s: '
               f'open_clip.create_model_and_transforms(..., {", ".join(f"{k}={v!r}" for k, v in preprocess.items())})')
       if config_problem:

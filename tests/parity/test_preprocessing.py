@@ -216,7 +216,8 @@ def test_preprocessor_config_round_trips_every_family():
   for name in ('ViT-B-32', 'ViT-B-16-SigLIP-256'):
     config = models.preset(name)
     processor = interchange.preprocessor_config(config)
-    got = interchange.preprocessing_from_hf(processor, 'preprocessor_config.json', image_ops.OPENAI_CLIP_PREPROCESSING)
+    got = interchange.preprocessing_from_hf(processor, 'preprocessor_config.json', config.vision.image_size,
+                                            image_ops.OPENAI_CLIP_PREPROCESSING)
     assert got == image_ops.preprocessing_of(config), name
   siglip = interchange.preprocessor_config(models.preset('ViT-B-16-SigLIP'))
   assert siglip['size'] == {'height': 224, 'width': 224} and not siglip['do_center_crop']
@@ -226,11 +227,16 @@ def test_preprocessor_config_round_trips_every_family():
 def test_hf_processor_configs_vlp_jax_cannot_follow_are_refused_by_name():
   default = image_ops.SIGLIP_PREPROCESSING
   with pytest.raises(interchange.WeightsError, match=r'resample=5 is not valid; valid choices: \[2, 3\]'):
-    interchange.preprocessing_from_hf({'resample': 5}, 'p.json', default)
-  with pytest.raises(interchange.WeightsError, match='do_center_crop=false'):
-    interchange.preprocessing_from_hf({'size': {'shortest_edge': 224}, 'do_center_crop': False}, 'p.json', default)
-  # fields a file leaves out are the family's
-  assert interchange.preprocessing_from_hf({}, 'p.json', default) == default
+    interchange.preprocessing_from_hf({'resample': 5}, 'p.json', 224, default)
+  for unsupported in ({'size': {'shortest_edge': 224}, 'do_center_crop': False},  # non-square inputs
+                      {'size': {'shortest_edge': 256}, 'crop_size': {'height': 224, 'width': 224}},  # resize, crop
+                      {'size': {'height': 256, 'width': 256}}):  # another resolution than the model's
+    with pytest.raises(interchange.WeightsError, match=r"p.json: size=.*the model's 224 x 224"):
+      interchange.preprocessing_from_hf(unsupported, 'p.json', 224, default)
+  # fields a file leaves out are the family's; an old config's integer size is the shortest edge
+  assert interchange.preprocessing_from_hf({}, 'p.json', 224, default) == default
+  assert interchange.preprocessing_from_hf({'size': 224, 'crop_size': 224}, 'p.json', 224, default).resize == (
+      'shorter_side_crop')
 
 
 @pytest.mark.slow  # imports torch

@@ -167,7 +167,8 @@ def images_to_float(batch: dict[str, Any], preprocessing: ImagePreprocessing = O
   """The device side of the training batch contract: views emit their images as uint8 ([B, ..., H, W, 3]), which
   moves a quarter of float32's bytes from host to device and takes the normalisation (about a third of the host's
   time per 224px CLIP example, benchmarks/RESULTS.md) off the input pipeline; the train step normalises each here, with
-  the model's `preprocessing` (its mean and std). Entries of other dtypes (tokens, labels, images a caller normalised already) pass through."""
+  the model's `preprocessing` (its mean and std). Entries of other dtypes (tokens, labels, images a caller normalised
+  already) pass through."""
   out = {}
   for key, value in batch.items():
     if value.dtype == np.uint8:

@@ -69,21 +69,35 @@ def preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
           'image_std': [float(x) for x in preprocessing.std]}
 
 
-def preprocessing_from_hf(processor: dict, path: str, default: ImagePreprocessing) -> ImagePreprocessing:
-  """The `ImagePreprocessing` a transformers preprocessor_config.json (`processor`, read from `path`) describes;
-  fields it leaves out take the model family's `default` (transformers' own defaults for CLIP and SigLIP).
-  WeightsError naming the field for what vlp_jax's preprocessing cannot do."""
-  size = processor.get('size') or {}
-  if isinstance(size, int) or 'shortest_edge' in size:
-    if not processor.get('do_center_crop', True):
-      raise WeightsError(f'{path}: a shorter-side resize without a centre crop (do_center_crop=false) gives '
-                         'non-square inputs; vlp_jax preprocesses to squares (shortest_edge with a crop, or '
-                         'height = width)')
-    resize = 'shorter_side_crop'
-  elif 'height' in size and 'width' in size:
-    resize = 'squash' if not processor.get('do_center_crop', False) else 'shorter_side_crop'
+def _hf_geometry(processor: dict, path: str, image_size: int, default: str) -> str:
+  """The `RESIZE_MODES` entry of a transformers processor config whose output is image_size x image_size;
+  WeightsError naming the fields otherwise."""
+  size, crop = processor.get('size'), processor.get('crop_size')
+  size = {'shortest_edge': size} if isinstance(size, int) else (size or {})
+  crop = {'height': crop, 'width': crop} if isinstance(crop, int) else (crop or {})
+  square = {'height': image_size, 'width': image_size}
+  if 'shortest_edge' in size:
+    if size['shortest_edge'] == image_size and processor.get('do_center_crop', True) and crop in ({}, square):
+      return 'shorter_side_crop'
+  elif 'height' in size or 'width' in size:
+    if size == square and (not processor.get('do_center_crop', False) or crop in ({}, square)):
+      return 'squash'
   else:
-    resize = default.resize
+    return default
+  raise WeightsError(f'{path}: size={processor.get("size")!r}, do_center_crop={processor.get("do_center_crop")!r}, '
+                     f'crop_size={processor.get("crop_size")!r}: vlp_jax resizes to the model\'s {image_size} x '
+                     f'{image_size} in one step, either the shorter side to {image_size} and a centre crop of '
+                     f'{image_size}, or both sides to {image_size}. Edit the file to one of those (or move it away to '
+                     'import with the model family\'s own preprocessing)')
+
+
+def preprocessing_from_hf(processor: dict, path: str, image_size: int, default: ImagePreprocessing
+                          ) -> ImagePreprocessing:
+  """The `ImagePreprocessing` a transformers preprocessor_config.json (`processor`, read from `path`) of a model
+  taking image_size x image_size images describes; fields it leaves out take the model family's `default`
+  (transformers' own defaults for CLIP and SigLIP). WeightsError naming the field for what vlp_jax's preprocessing
+  cannot do."""
+  resize = _hf_geometry(processor, path, image_size, default.resize)
   resample = processor.get('resample', int(RESAMPLING[default.resample]))
   if resample not in _HF_RESAMPLE:
     raise WeightsError(f'{path}: resample={resample!r} is not valid; valid choices: {sorted(_HF_RESAMPLE)} '
@@ -98,9 +112,9 @@ def preprocessing_from_hf(processor: dict, path: str, default: ImagePreprocessin
                             mean=tuple(float(x) for x in mean), std=tuple(float(x) for x in std))
 
 
-def open_clip_preprocess_arguments(model_config: ml_collections.ConfigDict) -> dict:
+def open_clip_preprocess_arguments(model_config: ml_collections.ConfigDict | dict) -> dict:
   """The keyword arguments of `open_clip.create_model_and_transforms` that give the model's preprocessing
-  (open_clip reads none of it from a weights file)."""
+  (open_clip reads none of it from a weights file). Those of `{}` (OpenAI CLIP's) are open_clip's defaults."""
   preprocessing = preprocessing_of(model_config)
   return {'image_mean': tuple(preprocessing.mean), 'image_std': tuple(preprocessing.std),
           'image_interpolation': preprocessing.resample,
