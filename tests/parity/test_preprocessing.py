@@ -5,6 +5,7 @@ transformers, gives our pixels. Families: transformers CLIP, transformers SigLIP
 Gemma's tokenizer and SigLIP 2's bilinear processor), open_clip CLIP and OpenAI CLIP (open_clip's model with OpenAI's
 file layout). Tiny random models; skipped without torch and transformers."""
 import json
+import os
 
 import numpy as np
 from PIL import Image
@@ -12,6 +13,7 @@ import pytest
 
 import vlp_jax
 from vlp_jax import models
+from vlp_jax.cli import embed
 from vlp_jax.data import image_ops
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
@@ -123,6 +125,16 @@ def test_transformers_siglip_sees_the_pixels_of_its_own_processor(family, tmp_pa
   preprocessing = image_ops.preprocessing_of(load_config(ckpt).model)
   assert (preprocessing.resize, preprocessing.mean) == ('squash', (0.5, 0.5, 0.5))
   _assert_encode_image_parity(ckpt, want, f'transformers {family}')
+  # `python -m vlp_jax.embed --pixels` of the images as files, and the CLIP_benchmark loader's transform, too.
+  for index, image in enumerate(_images()):
+    image.save(tmp_path / f'{index}.png')
+  files = sorted(str(path) for path in tmp_path.glob('*.png'))
+  got = embed.run(ckpt, str(tmp_path / 'emb.npz'), pixels=str(tmp_path / '*.png'))['image_embeddings']
+  assert np.abs(got - want[[int(os.path.basename(f)[:-4]) for f in files]]).max() < PARITY_ATOL
+  clip_benchmark = pytest.importorskip('vlp_jax.cli.clip_benchmark')  # needs torch, as CLIP_benchmark
+  _, transform, _ = clip_benchmark.load_vlp_jax('vlp_jax', ckpt)
+  np.testing.assert_allclose(np.stack([transform(image).numpy() for image in _images()]),
+                             processor(images=_images(), return_tensors='np')['pixel_values'], atol=1e-5)
   exported = _assert_export_reproduces_pixels(transformers, ckpt, tmp_path, 'Siglip')
   with open(f'{exported}/preprocessor_config.json') as f:
     assert json.load(f)['resample'] == _SIGLIP_FAMILIES[family]
