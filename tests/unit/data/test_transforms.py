@@ -216,7 +216,7 @@ class _ResizeSpy:
 
 
 def test_resize_of_a_6000x2_image_never_makes_a_large_intermediate(monkeypatch):
-  data = _png(2, 6000)  # about 36 kB of noise here; a flat 6000x2 PNG is 124 bytes
+  data = _png(2, 6000)  # noise here; a flat 6000x2 PNG is about 120 bytes
   image = records.to_rgb(Image.open(io.BytesIO(data)))
   for picture in (image, image.transpose(1, 0, 2)):  # wide and tall
     spy = _ResizeSpy(monkeypatch)
