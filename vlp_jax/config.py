@@ -14,7 +14,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import models, parallel
-from vlp_jax.data import formats, mixing
+from vlp_jax.data import formats, image_ops, mixing
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
@@ -300,6 +300,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     _check_choices(config)
     vision_tower(config.model.vision).validate(with_tower_defaults(config.model.vision), config.model)
     models.validate_text(config.model.text)
+    image_ops.check_preprocessing(config.model.preprocess)
     for _, data_format in formats.DATA_FORMATS.items():  # every format's options are in every config
       data_format.validate(config.data)
     _check_data(config.data, objective_cls)

@@ -59,18 +59,19 @@ def pixel_size_problem(height: int, width: int, vision: ml_collections.ConfigDic
   return None
 
 
-def preprocess_image(image: Any, image_size: int) -> np.ndarray:
+def preprocess_image(image: Any, image_size: int,
+                     preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> np.ndarray:
   """A PIL image (any mode) or an [H, W, 3] uint8 array -> [image_size, image_size, 3] float32: the eval pipeline's
-  steps (`records.to_rgb`, then `image_ops.resize_image`: bicubic resize of the shorter side and a centre crop, then
-  `image_ops.normalize_image`: OpenAI CLIP's mean and std)."""
+  steps (`records.to_rgb`, then the model family's `preprocessing`, config.model.preprocess: by default a bicubic
+  resize of the shorter side, a centre crop and OpenAI CLIP's mean and std; SigLIP's square resize to [-1, 1])."""
   if isinstance(image, Image.Image):
-    return image_ops.normalize_image(image_ops.resize_image(records.to_rgb(image), image_size))
+    return preprocessing(records.to_rgb(image), image_size)
   if not (isinstance(image, np.ndarray) and image.dtype == np.uint8):
     raise TypeError(f'preprocess takes a PIL image or an [H, W, 3] uint8 array, got {_describe(image)}; float arrays '
                     'are taken as already preprocessed (pass them to encode_image directly)')
   if image.ndim != 3 or image.shape[-1] != 3:
     raise ValueError(f'got a uint8 image of shape {image.shape}; expected [H, W, 3] (RGB, channels last)')
-  return image_ops.normalize_image(image_ops.resize_image(image, image_size))
+  return preprocessing(image, image_size)
 
 
 def image_list(images: Any) -> list:
@@ -102,7 +103,8 @@ class LoadedModel:
 
   Attributes: checkpoint (the step directory read), config (the config saved with it), model (the flax module),
   variables (the towers' variables on the devices), encoder (the `Encoder` of batch_size rows, which also takes
-  streamed eval sets, `data.streamed.StreamedImages`), image_size, context_length, embed_dim.
+  streamed eval sets, `data.streamed.StreamedImages`), image_size, preprocessing (the model family's,
+  `image_ops.ImagePreprocessing`), context_length, embed_dim.
   """
 
   def __init__(self, checkpoint: str, config: ml_collections.ConfigDict, encoder: Encoder, batch_size: int):
@@ -112,6 +114,7 @@ class LoadedModel:
     self._encoders = {batch_size: encoder}  # by chunk size (see _encoder_for)
     self.model = models.build_model(config.model)
     self.image_size = config.model.vision.image_size
+    self.preprocessing = image_ops.preprocessing_of(config.model)  # the family's, saved with the checkpoint
     self.context_length = config.model.text.context_length
     self.embed_dim = config.model.embed_dim
 
@@ -123,8 +126,9 @@ class LoadedModel:
     return f'LoadedModel({self.config.model.name}, image_size={self.image_size}, checkpoint={self.checkpoint!r})'
 
   def preprocess(self, image: Any) -> np.ndarray:
-    """A PIL image or [H, W, 3] uint8 -> [S, S, 3] float32 model input, S = image_size (see `preprocess_image`)."""
-    return preprocess_image(image, self.image_size)
+    """A PIL image or [H, W, 3] uint8 -> [S, S, 3] float32 model input, S = image_size, by the model's
+    `preprocessing` (see `preprocess_image`)."""
+    return preprocess_image(image, self.image_size, self.preprocessing)
 
   def tokenize(self, texts: str | Sequence[str]) -> np.ndarray:
     """A string or strings -> [N, context_length] int32 tokens ([1, context_length] for one string), by the

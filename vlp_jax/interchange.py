@@ -26,8 +26,9 @@ from vlp_jax.data.tokenizer import (CLIP_BPE, GEMMA, GEMMA_FILENAME, SPIECE_FILE
 from vlp_jax.models.interchange import (WeightsError, check_hf_config, clip_tokenizer_files, expected_variables,
                                         hf_config, hf_input_files, hf_matching_presets, hf_siglip_config, hf_to_openai,
                                         model_config_for, open_clip_config_problem, open_clip_model_config,
-                                        open_clip_siglip_to_openai, openai_to_hf, openai_to_open_clip_siglip,
-                                        openai_to_variables, preprocessor_config, read_hf_config, read_state_dict,
+                                        open_clip_preprocess_arguments, open_clip_siglip_to_openai, openai_to_hf,
+                                        openai_to_open_clip_siglip, openai_to_variables, preprocessing_from_hf,
+                                        preprocessor_config, read_hf_config, read_state_dict,
                                         siglip2_tokenizer_files, siglip_mismatches, siglip_model_config,
                                         siglip_tokenizer_files, variables_to_openai)
 from vlp_jax.models.transformer import unstacked_layout
@@ -56,9 +57,9 @@ def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_colle
   return path
 
 
-def _tokenizer_config(folder: str) -> dict | None:
-  """The transformers tokenizer_config.json in `folder` as a dict, or None when there is none."""
-  path = os.path.join(folder, 'tokenizer_config.json')
+def _json_file(folder: str, name: str) -> dict | None:
+  """The JSON object in `folder`/`name` as a dict, or None when there is none."""
+  path = os.path.join(folder, name)
   if not os.path.isfile(path):
     return None
   try:
@@ -82,7 +83,7 @@ def _hf_model_config(hf: dict | None, config_path: str | None, name: str | None,
           'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
     return model_config
   if hf.get('model_type') == 'siglip':
-    described = siglip_model_config(hf, _tokenizer_config(os.path.dirname(config_path)))
+    described = siglip_model_config(hf, _json_file(os.path.dirname(config_path), 'tokenizer_config.json'))
     if name is None:
       return described
     model_config = model_config_for(name, 'hf')
@@ -145,6 +146,8 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
       _note(f'no {GEMMA_FILENAME if gemma else "spiece.model or tokenizer.json"} beside {input_path}: set '
             '--config.model.text.tokenizer_path to the SentencePiece file of these weights when training or '
             'evaluating')
+  if fmt == 'hf':
+    model_config.preprocess = _hf_preprocessing(input_path, model_config).config()
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict, siglip=siglip)
@@ -154,6 +157,18 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
   config = base_config()
   config.model = model_config
   return save_checkpoint(output, params, model_state, config)
+
+
+def _hf_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict) -> image_ops.ImagePreprocessing:
+  """The preprocessing of a Hugging Face model: its folder's preprocessor_config.json when it has one, else its
+  family's (transformers' defaults for a CLIPModel or a SiglipModel, the preset's)."""
+  folder = os.path.dirname(os.path.abspath(weights_path))
+  family = image_ops.preprocessing_of(model_config)
+  processor = _json_file(folder, 'preprocessor_config.json')
+  if processor is None:
+    return family
+  return preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'),
+                               model_config.vision.image_size, family)
 
 
 def _check_output(output: str, overwrite: bool) -> None:
@@ -230,8 +245,7 @@ def _write_hf_folder(folder: str, state_dict: dict[str, np.ndarray], model_confi
             metadata={'format': 'pt'})
   tokenizer_files, missing = _hf_tokenizer_files(model_config)
   files = {'config.json': json.dumps(hf_siglip_config(model_config) if siglip else hf_config(model_config), indent=2),
-           'preprocessor_config.json': json.dumps(preprocessor_config(
-               model_config.vision.image_size, image_ops.OPENAI_MEAN, image_ops.OPENAI_STD, siglip), indent=2),
+           'preprocessor_config.json': json.dumps(preprocessor_config(model_config), indent=2),
            **tokenizer_files}
   for name, content in files.items():
     with open(os.path.join(folder, name), 'wb' if isinstance(content, bytes) else 'w') as f:
@@ -282,6 +296,9 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
       weights = os.path.join(staging, 'weights.safetensors')
       save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, weights)
       staged = {weights: output}
+      if (preprocess := open_clip_preprocess_arguments(config.model)) != open_clip_preprocess_arguments({}):
+        _note(f'open_clip reads no preprocessing from a weights file; give it this model\'s: '
+              f'open_clip.create_model_and_transforms(..., {", ".join(f"{k}={v!r}" for k, v in preprocess.items())})')
       if config_problem:
         _note(f'no open_clip model config written beside {output}: {config_problem}')
       else:
@@ -290,6 +307,10 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
           json.dump(open_clip_model_config(config.model), f, indent=2)
         staged[model_json] = open_clip_config_path(output)
     else:
+      if image_ops.preprocessing_of(config.model).crop_offset == 'round':
+        _note('transformers\' image processors start a centre crop with an odd margin half a pixel earlier than '
+              'torchvision, which these weights were preprocessed with: images whose crop margin is odd come out '
+              'shifted by one pixel')
       folder = os.path.join(staging, 'hf')
       os.makedirs(folder)
       if missing := _write_hf_folder(folder, state_dict, config.model):

@@ -13,8 +13,10 @@ import numpy as np
 from PIL import Image
 import pytest
 
+import vlp_jax
 from vlp_jax import errors, models
 from vlp_jax.config import base_config
+from vlp_jax.data import image_ops
 from vlp_jax.data.tokenizer import SentencePieceTokenizer, default_tokenizer
 from vlp_jax.inference import preprocess_image
 from vlp_jax.interchange import export_weights, import_weights, save_checkpoint
@@ -614,7 +616,9 @@ def test_siglip_hf_export_carries_its_sentencepiece_tokenizer(tmp_path, capsys):
   np.testing.assert_array_equal(got, SentencePieceTokenizer(tmp_path / 'spiece.model', 16)(captions))
   image = Image.fromarray(rng.integers(0, 256, size=(50, 37, 3), dtype=np.uint8))
   pixels = processor(images=image, return_tensors='np')['pixel_values'][0].transpose(1, 2, 0)
-  np.testing.assert_allclose(pixels, preprocess_image(image, 16), atol=1e-5)
+  # SigLIP's own preprocessing (a square resize to [-1, 1]), as the checkpoint's config says, not OpenAI CLIP's
+  np.testing.assert_allclose(pixels, vlp_jax.load(ckpt).preprocess(image), atol=1e-5)
+  np.testing.assert_allclose(pixels, preprocess_image(image, 16, image_ops.SIGLIP_PREPROCESSING), atol=1e-5)
   # Without the SentencePiece file on this machine, the export says which files are missing and why.
   config.text.tokenizer_path = str(tmp_path / 'gone' / 'spiece.model')
   ckpt = save_checkpoint(str(tmp_path / 'ckpt2'), *_random_variables(config), _full_config(config))

@@ -43,6 +43,7 @@ import torch
 
 from vlp_jax import errors, inference
 from vlp_jax.cli import common
+from vlp_jax.data import image_ops
 
 MODEL_TYPE = 'vlp_jax'
 # CLIP_benchmark's --model (its `model_name`) -> whether to load the EMA of the weights.
@@ -57,14 +58,17 @@ class ClipBenchmarkError(errors.ConfigError):
 
 class Transform:
   """A PIL image (any mode) -> [3, S, S] float32 torch tensor: `inference.preprocess_image` (the evaluation's
-  preprocessing) in CLIP_benchmark's channels-first layout. It holds only the size: data loader workers get it
-  cheaply."""
+  preprocessing, the model family's `preprocessing`) in CLIP_benchmark's channels-first layout. It holds only the
+  size and that small spec: data loader workers get it cheaply."""
 
-  def __init__(self, image_size: int):
+  def __init__(self, image_size: int,
+               preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING):
     self.image_size = image_size
+    self.preprocessing = preprocessing
 
   def __call__(self, image: Any) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(inference.preprocess_image(image, self.image_size).transpose(2, 0, 1)))
+    pixels = inference.preprocess_image(image, self.image_size, self.preprocessing)
+    return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
 
   def __repr__(self) -> str:
     return f'vlp_jax.Transform(image_size={self.image_size})'
@@ -116,7 +120,7 @@ def load_vlp_jax(model_name: str, pretrained: str, cache_dir: str | None = None,
     raise ClipBenchmarkError(f'--model={model_name!r}: with --model_type={MODEL_TYPE}, --model picks the weights of '
                              f'the checkpoint: one of {sorted(MODEL_NAMES)}')
   loaded = inference.load(pretrained, ema=MODEL_NAMES[model_name])  # what vlp_jax.load(pretrained, ema=...) gives
-  return TorchModel(loaded), Transform(loaded.image_size), Tokenizer(loaded)
+  return TorchModel(loaded), Transform(loaded.image_size, loaded.preprocessing), Tokenizer(loaded)
 
 
 def _import(module: str) -> Any:

@@ -102,14 +102,17 @@ def image_files(spec: str) -> list[str]:
   return paths
 
 
-def preprocessed_images(paths: list[str], image_size: int) -> StreamedImages:
+def preprocessed_images(paths: list[str], image_size: int,
+                        preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING
+                        ) -> StreamedImages:
   """The image files as [N, image_size, image_size, 3] float32 model input, decoded chunk by chunk as they are
-  embedded: decoded to RGB (`records.decode_image`), then `inference.preprocess_image`, the evaluation's steps."""
+  embedded: decoded to RGB (`records.decode_image`), then `inference.preprocess_image` with the model's
+  `preprocessing`, the evaluation's steps."""
   def load(index: int) -> np.ndarray:
     with open(paths[index], 'rb') as f:
       data = f.read()
     try:
-      return preprocess_image(records.decode_image(data), image_size)
+      return preprocess_image(records.decode_image(data), image_size, preprocessing)
     except records.BadRecordError as error:
       raise EmbedError(f'--pixels: {paths[index]} is not a readable image ({error})') from None
   return StreamedImages(load, len(paths), image_size)
@@ -122,15 +125,16 @@ def load_texts(path: str) -> list[str]:
     return [line.rstrip('\n') for line in f]
 
 
-def embed_split(encoder: Encoder, paths: list[str], image_size: int, batch_size: int
+def embed_split(encoder: Encoder, paths: list[str], image_size: int, batch_size: int,
+                preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING
                 ) -> dict[str, np.ndarray]:
-  """Stream every record of `paths` (in order) through the encoder: keys, image and caption embeddings."""
+  """Stream every record of `paths` (in order) through the encoder: keys, image and caption embeddings, the images
+  preprocessed by the model's `preprocessing`."""
   source = grain.sources.ArrayRecordDataSource(paths)
   keys, image_emb, text_emb = [], [], []
   for start in range(0, len(source), batch_size):
     examples = [records.deserialize(source[i]) for i in range(start, min(start + batch_size, len(source)))]
-    images = np.stack([image_ops.normalize_image(image_ops.resize_image(records.decode_image(e['image']), image_size))
-                       for e in examples])
+    images = np.stack([preprocessing(records.decode_image(e['image']), image_size) for e in examples])
     keys += [e['key'] for e in examples]
     image_emb.append(encoder.images(images))
     text_emb.append(encoder.texts([e['caption'] for e in examples]))
@@ -174,11 +178,13 @@ def run(checkpoint: str, output: str, pixels: str | None = None, texts: str | No
       paths = formats.split_paths(data, split)
     except ValueError as error:  # an unknown dataset or split (missing data raises DataNotFoundError)
       raise EmbedError(f'--dataset={dataset} --split={split}: {error}') from None
-    arrays = embed_split(encoder, paths, config.model.vision.image_size, batch_size)
+    arrays = embed_split(encoder, paths, config.model.vision.image_size, batch_size,
+                         image_ops.preprocessing_of(config.model))
   else:
     arrays = {}
     if from_files:
-      arrays['image_embeddings'] = encoder.images(preprocessed_images(image_paths, config.model.vision.image_size))
+      arrays['image_embeddings'] = encoder.images(preprocessed_images(image_paths, config.model.vision.image_size,
+                                                                      image_ops.preprocessing_of(config.model)))
       arrays['image_files'] = np.array(image_paths)
     elif pixels:
       images = load_pixels(pixels)

@@ -63,7 +63,7 @@ class LoadExamples(grain.MapDataset):
     try:
       if not str(example.get(self._caption_field) or '').strip():
         raise records.BadRecordError('empty_caption', f"the record's '{self._caption_field}' is empty")
-      example['image'] = records.decode_image(example['image'])
+      example['image'] = records.decode_image(example['image'], max_aspect_ratio=records.MAX_ASPECT_RATIO)
       if example.get('regions') is not None:
         example['regions'] = records.decode_regions(example['regions'])
     except records.BadRecordError as bad:  # the record's key names it in the log

@@ -18,6 +18,7 @@ Files are written with `group_size:1` so that grain can read any record at rando
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import warnings
@@ -53,10 +54,16 @@ SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'em
                 # webdataset samples (data/webdataset.py): no image member, no caption member, a tar cut short
                 'missing_image', 'missing_caption', 'corrupt_tar',
                 # a `regions` field that is not a list of {'box': 4 fractions, 'text': str} (decode_regions)
-                'bad_regions')
+                'bad_regions',
+                # longer side more than MAX_ASPECT_RATIO times the shorter (decode_image)
+                'absurd_aspect')
 _OBJECT_ADDRESS = re.compile(r' ?<[^<>]* at 0x[0-9a-fA-F]+>')
 # PIL's decompression-bomb threshold: beyond it decoding is refused, from the header, before any pixel is read.
 DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
+# The longest aspect ratio (longer side / shorter) a training image may have (pipeline.LoadExamples): a centre crop of
+# a wider one keeps under 5% of it, and such records (banners, separators, 6000x2 spacer images) are no image-text
+# pairs. Evaluation and embedding take every image (their resize is bounded whatever the aspect ratio).
+MAX_ASPECT_RATIO = 20.0
 
 
 def to_rgb(image: Image.Image) -> np.ndarray:
@@ -80,11 +87,13 @@ def to_rgb(image: Image.Image) -> np.ndarray:
   return np.asarray(image.convert('RGB'))
 
 
-def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, max_aspect_ratio: float = math.inf
+                 ) -> np.ndarray:
   """Encoded image bytes -> [H, W, 3] uint8 RGB, whatever the mode (see `to_rgb`).
 
   Raises BadRecordError with reason 'empty_image' (no bytes, or a zero-size image), 'too_large' (more than
-  `max_pixels`, checked from the header) or 'corrupt_image' (undecodable or truncated).
+  `max_pixels`, checked from the header), 'absurd_aspect' (one side more than `max_aspect_ratio` times the other,
+  from the header) or 'corrupt_image' (undecodable or truncated).
   """
   if not data:
     raise BadRecordError('empty_image', 'the image has no bytes')
@@ -98,6 +107,9 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
         raise BadRecordError('empty_image', f'the image is {width}x{height}')
       if width * height > max_pixels:
         raise BadRecordError('too_large', f'the image is {width}x{height}, more than {max_pixels} pixels')
+      if max(width, height) > max_aspect_ratio * min(width, height):
+        raise BadRecordError('absurd_aspect', f'the image is {width}x{height}, an aspect ratio beyond '
+                             f'{max_aspect_ratio:g}:1')
       image.load()
       return to_rgb(image)
   except BadRecordError:

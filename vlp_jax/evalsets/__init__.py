@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from vlp_jax.data import image_ops
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 
 # What the papers behind the full-scale configs report (configs/*_cc3m.py, ...): ImageNet zero-shot (and, where the
@@ -15,17 +16,20 @@ PAPER_EVAL_SETS = ('imagenet2012', 'coco_captions', 'flickr30k')
 
 
 def load_eval_set(name: str, data: ml_collections.ConfigDict, split: str, image_size: int,
-                  linear_probe: bool = False) -> EvalSet:
-  """An evaluation split by dataset name, images preprocessed for the model's `image_size`. split: 'val' or 'test'.
+                  linear_probe: bool = False,
+                  preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> EvalSet:
+  """An evaluation split by dataset name, images preprocessed for the model's `image_size` by its `preprocessing`
+  (config.model.preprocess). split: 'val' or 'test'.
   linear_probe: also load the train examples the linear probe (and the referring-expression box probe) fits
   on, where a set has them."""
-  return EVAL_SETS.get(name)(name, LoadRequest(data, split, image_size, linear_probe))
+  return EVAL_SETS.get(name)(name, LoadRequest(data, split, image_size, linear_probe, preprocessing))
 
 
 def load_eval_sets(config: ml_collections.ConfigDict) -> list[EvalSet]:
   """Every set of `config.eval.datasets`, as the training loop and `vlp_jax.evaluate` evaluate them."""
   return [load_eval_set(name, config.data, config.eval.split, config.model.vision.image_size,
-                        linear_probe=bool({'linear_probe', 'referring'} & set(config.eval.tasks)))
+                        linear_probe=bool({'linear_probe', 'referring'} & set(config.eval.tasks)),
+                        preprocessing=image_ops.preprocessing_of(config.model))
           for name in config.eval.datasets]
 
 

@@ -16,6 +16,7 @@ from typing import Callable
 import ml_collections
 import numpy as np
 
+from vlp_jax.data import image_ops
 from vlp_jax.registry import Registry
 
 
@@ -62,11 +63,13 @@ class EvalSet:
 @dataclasses.dataclass(frozen=True)
 class LoadRequest:
   """What a loader is asked for: `data` is config.data (directories, caps), `split` 'val' or 'test', images at
-  `image_size`, and the linear probe's train examples where the set has them when `linear_probe`."""
+  `image_size` by the model's `preprocessing`, and the linear probe's train examples where the set has them when
+  `linear_probe`."""
   data: ml_collections.ConfigDict
   split: str
   image_size: int
   linear_probe: bool = False
+  preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING  # config.model.preprocess
 
 
 EVAL_SETS: Registry[Callable[[str, LoadRequest], EvalSet]] = Registry('eval set', 'eval.datasets',

@@ -30,10 +30,11 @@ WINOGROUND_HELP = (
     'data/images.zip, unzipped to images/) into one directory and pass --config.data.winoground_dir=DIR.')
 
 
-def _image_loader(paths: list[str], image_size: int):
+def _image_loader(paths: list[str], image_size: int,
+                  preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING):
   def load(index: int) -> np.ndarray:
     with open(paths[index], 'rb') as f:
-      return image_ops.normalize_image(image_ops.resize_image(records.decode_image(f.read()), image_size))
+      return preprocessing(records.decode_image(f.read()), image_size)
   return load
 
 
@@ -55,7 +56,8 @@ def read_sugarcrepe(json_path: str) -> tuple[list[str], list[str], list[str]]:
                      f'"negative_caption"}}}}): {error!r}') from None
 
 
-def sugarcrepe_eval_set(directory: str, image_dir: str, image_size: int):
+def sugarcrepe_eval_set(directory: str, image_dir: str, image_size: int,
+                        preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING):
   """Every category file in `directory` as one EvalSet: canonical_captions the positives, hard_negatives one negative
   each, categories the file names without .json."""
   files = sorted(glob.glob(os.path.join(directory, '*.json'))) if directory else []
@@ -70,13 +72,15 @@ def sugarcrepe_eval_set(directory: str, image_dir: str, image_size: int):
     categories += [os.path.splitext(os.path.basename(path))[0]] * len(names)
   paths = [os.path.join(image_dir, name) for name in filenames]
   _missing(paths, SUGARCREPE_HELP)
-  return EvalSet(name='sugarcrepe', images=StreamedImages(_image_loader(paths, image_size), len(paths), image_size),
+  return EvalSet(name='sugarcrepe', images=StreamedImages(_image_loader(paths, image_size, preprocessing), len(paths),
+                                                          image_size),
                  labels=np.full(len(paths), -1), class_names=(), templates=(), captions=[],
                  caption_image=np.zeros(0, np.int64), canonical_captions=positives,
                  hard_negatives=[[n] for n in negatives], categories=categories)
 
 
-def winoground_eval_set(directory: str, image_size: int):
+def winoground_eval_set(directory: str, image_size: int,
+                        preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING):
   """Winoground's groups as one EvalSet: images [2G] (image k of group g at 2g + k) and winoground_captions [2G]
   (caption k of group g at 2g + k; caption k describes image k)."""
   examples_path = os.path.join(directory, 'examples.jsonl') if directory else ''
@@ -91,7 +95,8 @@ def winoground_eval_set(directory: str, image_size: int):
       paths.append(os.path.join(directory, 'images', name if os.path.splitext(name)[1] else f'{name}.png'))
       captions.append(group[f'caption_{k}'])
   _missing(paths, WINOGROUND_HELP)
-  return EvalSet(name='winoground', images=StreamedImages(_image_loader(paths, image_size), len(paths), image_size),
+  return EvalSet(name='winoground', images=StreamedImages(_image_loader(paths, image_size, preprocessing), len(paths),
+                                                          image_size),
                  labels=np.full(len(paths), -1), class_names=(), templates=(), captions=[],
                  caption_image=np.zeros(0, np.int64), winoground_captions=captions)
 
@@ -100,11 +105,12 @@ def winoground_eval_set(directory: str, image_size: int):
 def load_sugarcrepe(name: str, request: LoadRequest) -> EvalSet:
   """A test-only benchmark: the same set for either split."""
   del name
-  return sugarcrepe_eval_set(request.data.sugarcrepe_dir, request.data.sugarcrepe_images, request.image_size)
+  return sugarcrepe_eval_set(request.data.sugarcrepe_dir, request.data.sugarcrepe_images, request.image_size,
+                             request.preprocessing)
 
 
 @EVAL_SETS.register('winoground')
 def load_winoground(name: str, request: LoadRequest) -> EvalSet:
   """A test-only benchmark: the same set for either split."""
   del name
-  return winoground_eval_set(request.data.winoground_dir, request.image_size)
+  return winoground_eval_set(request.data.winoground_dir, request.image_size, request.preprocessing)

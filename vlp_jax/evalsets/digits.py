@@ -46,15 +46,18 @@ def split_indices(labels: np.ndarray) -> dict[str, np.ndarray]:
   return {'train': np.flatnonzero(~is_test & ~is_val), 'val': np.flatnonzero(is_val), 'test': np.flatnonzero(is_test)}
 
 
-def preprocess(images: np.ndarray, image_size: int) -> np.ndarray:
-  """[N, 8, 8, 3] uint8 -> [N, S, S, 3] float32, resized and normalised as for the model."""
+def preprocess(images: np.ndarray, image_size: int,
+               preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> np.ndarray:
+  """[N, 8, 8, 3] uint8 -> [N, S, S, 3] float32, resized and normalised by the model's preprocessing."""
   out = np.empty((len(images), image_size, image_size, 3), np.float32)
   for index, image in enumerate(images):
-    out[index] = image_ops.normalize_image(image_ops.resize_image(image, image_size))
+    out[index] = preprocessing(image, image_size)
   return out
 
 
-def load_split(image_size: int, splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def load_split(image_size: int, splits: tuple[str, ...],
+               preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING
+               ) -> tuple[np.ndarray, np.ndarray]:
   """The union of `splits` -> (images [N, S, S, 3] float32 normalised, labels [N] int64), in dataset order."""
   for split in splits:
     if split not in SPLITS:
@@ -62,16 +65,17 @@ def load_split(image_size: int, splits: tuple[str, ...]) -> tuple[np.ndarray, np
   images, labels = render_digits()
   indices = split_indices(labels)
   chosen = np.sort(np.concatenate([indices[split] for split in splits]))
-  return preprocess(images[chosen], image_size), labels[chosen]
+  return preprocess(images[chosen], image_size, preprocessing), labels[chosen]
 
 
 @EVAL_SETS.register(NAME)
 def load(name: str, request: LoadRequest) -> EvalSet:
   """A split ('train', 'val' or 'test') as an EvalSet, with the linear probe's train split in `train_images` /
   `train_labels` (for 'val' and 'test'; always loaded, it is small)."""
-  images, labels = load_split(request.image_size, (request.split,))
+  images, labels = load_split(request.image_size, (request.split,), request.preprocessing)
   extra = {}
   if request.split in PROBE_TRAIN_SPLITS:
-    extra['train_images'], extra['train_labels'] = load_split(request.image_size, PROBE_TRAIN_SPLITS[request.split])
+    extra['train_images'], extra['train_labels'] = load_split(request.image_size, PROBE_TRAIN_SPLITS[request.split],
+                                                                  request.preprocessing)
   return EvalSet(name=name, images=images, labels=labels, class_names=CLASS_NAMES, templates=DIGITS_TEMPLATES,
                  captions=[], caption_image=np.zeros(0, np.int64), **extra)

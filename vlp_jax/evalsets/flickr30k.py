@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from vlp_jax.data import image_ops
 from vlp_jax.errors import DataNotFoundError
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.compositional import _image_loader, _missing
@@ -48,7 +49,8 @@ def read_karpathy(json_path: str, split: str, max_captions_per_image: int | None
   return filenames, captions, np.array(caption_image, np.int64)
 
 
-def flickr30k_eval_set(directory: str, split: str, image_size: int, max_examples: int | None = None) -> EvalSet:
+def flickr30k_eval_set(directory: str, split: str, image_size: int, max_examples: int | None = None,
+                       preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> EvalSet:
   """The `split` ('test', 'val', 'train' or 'restval') images of a Flickr30k folder with their first 5 captions.
   max_examples: keep the first N images (in the json's order)."""
   json_path = os.path.join(directory, JSON_NAME) if directory else ''
@@ -65,7 +67,8 @@ def flickr30k_eval_set(directory: str, split: str, image_size: int, max_examples
                    os.path.join(directory, IMAGE_FOLDERS[0]))
   paths = [os.path.join(image_dir, name) for name in filenames]
   _missing(paths, FLICKR30K_HELP)
-  return EvalSet(name='flickr30k', images=StreamedImages(_image_loader(paths, image_size), len(paths), image_size),
+  return EvalSet(name='flickr30k', images=StreamedImages(_image_loader(paths, image_size, preprocessing), len(paths),
+                                                         image_size),
                  labels=np.full(len(paths), -1), class_names=(), templates=(), captions=captions,
                  caption_image=caption_image)
 
@@ -76,4 +79,4 @@ def load_flickr30k(name: str, request: LoadRequest) -> EvalSet:
   del name
   data = request.data
   return flickr30k_eval_set(data.flickr30k_dir, request.split, request.image_size,
-                            max_examples=data.eval_max_examples or None)
+                            max_examples=data.eval_max_examples or None, preprocessing=request.preprocessing)

@@ -24,9 +24,9 @@ from vlp_jax.evalsets.prompts import SYNTHETIC_TEMPLATES
 SOURCE_SETS = tuple(f'synthetic_{source}' for source in synthetic.SOURCES)
 
 
-def _image(example: dict, image_size: int) -> np.ndarray:
-  """A record of the embedded dataset -> [S, S, 3] float32, resized and normalised as the eval images are."""
-  return image_ops.normalize_image(image_ops.resize_image(records.decode_image(example['image']), image_size))
+def _image(example: dict, image_size: int, preprocessing: image_ops.ImagePreprocessing) -> np.ndarray:
+  """A record of the embedded dataset -> [S, S, 3] float32, resized and normalised by the model's preprocessing."""
+  return preprocessing(records.decode_image(example['image']), image_size)
 
 
 def _balanced_train_examples(root: str, sources: tuple[str, ...], count: int) -> list[dict]:
@@ -56,7 +56,7 @@ def load(name: str, request: LoadRequest) -> EvalSet:
   root = synthetic.ensure_dataset(synthetic.spec_from_config(data), data.cache_dir or None)
   sources = _sources(name, tuple(data.synthetic.sources))
   examples = pipeline.read_all(synthetic.shard_paths(root, request.split, sources))
-  images = np.stack([_image(e, image_size) for e in examples])
+  images = np.stack([_image(e, image_size, request.preprocessing) for e in examples])
   if name != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
     field = 'long_caption' if name == 'synthetic_long' else 'caption'
     return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
@@ -68,13 +68,13 @@ def load(name: str, request: LoadRequest) -> EvalSet:
   train_images = train_labels = train_regions = None
   if request.linear_probe:
     train = _balanced_train_examples(root, sources, data.probe_train_examples)
-    train_images = np.stack([_image(e, image_size) for e in train])
+    train_images = np.stack([_image(e, image_size, request.preprocessing) for e in train])
     train_labels = np.array([e['label'] for e in train])
     train_regions = [records.decode_regions(e['regions']) for e in train] if has_regions else None
   return EvalSet(name=name, images=images, labels=np.array([e['label'] for e in examples]),
                  class_names=synthetic.CLASS_NAMES, templates=SYNTHETIC_TEMPLATES,
                  captions=[e['caption'] for e in examples], caption_image=np.arange(len(examples)),
-                 masks=(np.stack([image_ops.resize_mask(records.decode_mask(e['mask']), image_size)
+                 masks=(np.stack([request.preprocessing.resize_mask(records.decode_mask(e['mask']), image_size)
                                   for e in examples]) if has_masks else None),
                  train_images=train_images, train_labels=train_labels,
                  canonical_captions=[e['canonical_caption'] for e in examples] if has_negatives else None,

@@ -47,13 +47,14 @@ def pad_label_sets(label_sets: list[list[int]]) -> np.ndarray:
 
 
 def _split_arrays(name: str, source: Any, count: int, image_size: int, max_captions_per_image: int | None,
-                  memory_limit_bytes: int) -> tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray | None]:
+                  memory_limit_bytes: int,
+                  preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING
+                  ) -> tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray | None]:
   """The first `count` examples of an `open_source` split: images (an in-memory [count, S, S, 3] float32 array, or a
   StreamedImages above `memory_limit_bytes`), labels [count], captions [T], caption_image [T] and, for a dataset
   with several labels per example, label_sets [count, K] (`pad_label_sets`; None for the others)."""
   spec = tfds_data.dataset_spec(name)
-  preprocess = lambda features: image_ops.normalize_image(  # noqa: E731
-      image_ops.resize_image(tfds_data.rgb_image(features[spec.image_key]), image_size))
+  preprocess = lambda features: preprocessing(tfds_data.rgb_image(features[spec.image_key]), image_size)  # noqa: E731
   streamed = count * image_size * image_size * 3 * 4 > memory_limit_bytes
   images = None if streamed else np.empty((count, image_size, image_size, 3), np.float32)  # filled in place
   labels = np.empty(count, np.int64)
@@ -83,8 +84,10 @@ def _split_arrays(name: str, source: Any, count: int, image_size: int, max_capti
 def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size: int,
                   max_examples: int | None = None, *, probe_train_examples: int | None = None,
                   max_captions_per_image: int | None = DEFAULT_MAX_CAPTIONS_PER_IMAGE,
-                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> EvalSet:
-  """A split of a tfds dataset as a EvalSet, images resized and normalised for `image_size`.
+                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+                  preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> EvalSet:
+  """A split of a tfds dataset as a EvalSet, images resized and normalised for `image_size` by the model's
+  `preprocessing`.
 
   The images are held in memory as one float32 array when it takes at most `memory_limit_bytes`; a larger set
   (ImageNet's validation set at 224 px) gets a streamed.StreamedImages that decodes the images as the evaluators
@@ -101,7 +104,7 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
   source = tfds_data.open_source(name, split, data_dir)
   count = len(source) if max_examples is None else min(len(source), max_examples)
   images, labels, captions, caption_image, label_sets = _split_arrays(
-      name, source, count, image_size, max_captions_per_image, memory_limit_bytes)
+      name, source, count, image_size, max_captions_per_image, memory_limit_bytes, preprocessing)
   probe = {}
   spec = tfds_data.dataset_spec(name)
   if probe_train_examples is not None and spec.label_key and 'train' in spec.splits:  # test-only sets: no probe
@@ -111,7 +114,8 @@ def load_eval_set(name: str, split: str | None, data_dir: str | None, image_size
       raise DataNotFoundError(f'the linear probe on {name} trains on its train split: {error}\n(or leave linear_probe '
                             'out of config.eval.tasks / --evals)') from None
     train_count = min(len(train), probe_train_examples or len(train))
-    train_images, train_labels, _, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes)
+    train_images, train_labels, _, _, _ = _split_arrays(name, train, train_count, image_size, 0, memory_limit_bytes,
+                                                        preprocessing)
     probe = {'train_images': train_images, 'train_labels': train_labels}
   class_names = tfds_data.class_names(name, source)
   templates = TEMPLATES.get(name, prompts.SIMPLE_TEMPLATES) if class_names else ()
@@ -124,7 +128,8 @@ def load(name: str, request: LoadRequest) -> EvalSet:
   data = request.data
   return load_eval_set(name, None if request.split == 'test' else request.split, data.tfds_dir or None,
                        request.image_size, max_examples=data.eval_max_examples or None,
-                       probe_train_examples=data.probe_train_examples if request.linear_probe else None)
+                       probe_train_examples=data.probe_train_examples if request.linear_probe else None,
+                       preprocessing=request.preprocessing)
 
 
 for _name in tfds_data.DATASETS:

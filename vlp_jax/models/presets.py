@@ -11,6 +11,7 @@ from vlp_jax.models.resnet import ResNetTower
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.models.towers import VISION_TOWERS, check_heads, vision_tower
 from vlp_jax.models.vit import ViTTower
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING
 from vlp_jax.data.tokenizer import TOKENIZERS
 from vlp_jax.registry import Registry, check_choice
 
@@ -50,8 +51,10 @@ def _siglip(image_size: int, patch_size: int, width: int, layers: int, heads: in
             mlp_width: int = 0) -> dict:
   """A SigLIP preset (transformers' SiglipModel, open_clip's '-SigLIP' models): tanh-GELU, LayerNorm eps 1e-6,
   the same width in both towers and the joint space, a bidirectional text tower pooled at its last position with a
-  biased projection, SentencePiece tokens (32k vocabulary), logit scale log 10 and bias -10 at initialisation."""
+  biased projection, SentencePiece tokens (32k vocabulary), logit scale log 10 and bias -10 at initialisation, and
+  images resized to a square (no crop) and scaled to [-1, 1], as every SigLIP checkpoint was trained."""
   return dict(embed_dim=width, act='gelu_tanh', init_logit_scale=math.log(10.0), init_logit_bias=-10.0,
+              preprocess=SIGLIP_PREPROCESSING.config(),
               vision=SiglipViTTower.options(image_size, patch_size, width, layers, heads, mlp_width=mlp_width),
               text=text_options(width, layers, heads, context_length, vocab_size=32000, causal=False, pool='last',
                                 proj_bias=True, mlp_width=mlp_width, ln_eps=1e-6, tokenizer='sentencepiece'))
@@ -101,7 +104,7 @@ for _name, _spec in _PRESETS.items():
 
 def preset(name: str, **overrides) -> ml_collections.ConfigDict:
   """The model config of a named preset: name, embed_dim, vision, text, act, dtype, init_logit_scale,
-  init_logit_bias.
+  init_logit_bias, preprocess.
 
   vision: the options of the image tower `vision.type` (its `default_config`, towers.py); text: `text_options`'s.
   """
@@ -124,6 +127,10 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),
+      # How images become this model's input (data.image_ops.ImagePreprocessing: resize mode, filter, crop offset,
+      # mean and std): the family's, saved with every checkpoint; evaluation, vlp_jax.load, embed and the exports
+      # follow it.
+      'preprocess': dict(spec.get('preprocess', OPENAI_CLIP_PREPROCESSING.config())),
   })
   cfg.update(overrides)
   return cfg

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vlp_jax.data.image_ops import images_to_float
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
 from vlp_jax.data.record_needs import RecordNeed
 from vlp_jax.data.tokenizer import tokenizer_options
 from vlp_jax.models import init_variables
@@ -104,6 +104,7 @@ class Objective:
     objectives staged over it (siglip2's switch). Subclasses that read more extend it."""
     self.freeze_image_batch_norm = bool(config.optim.get('lock_image', False))
     self.total_steps = int(config.total_steps)
+    self.preprocessing = preprocessing_of(config.model)
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -136,6 +137,7 @@ class Objective:
   # --lock-image-freeze-bn-stats): training must not move any of a locked tower's variables.
   freeze_image_batch_norm = False
   total_steps: int | None = None  # config.total_steps, set by `bind`
+  preprocessing = OPENAI_CLIP_PREPROCESSING  # the model's (config.model.preprocess), set by `bind`
 
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).
@@ -147,7 +149,7 @@ class Objective:
     in the data workers). CLIP's: one resized image and the caption tokenised by the model's tokenizer."""
     return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
-                     **tokenizer_options(config.model.text))
+                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model))
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the
@@ -197,9 +199,9 @@ class Objective:
     return features, model_state
 
   def prepared(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
-    """The whole batch as the towers take it: uint8 images normalised (`image_ops.images_to_float`), then `prepare`.
-    Every path from a pipeline batch to `features` goes through here."""
-    return self.prepare(images_to_float(batch), rng, train)
+    """The whole batch as the towers take it: uint8 images normalised with the model's mean and std
+    (`image_ops.images_to_float`), then `prepare`. Every path from a pipeline batch to `features` goes through here."""
+    return self.prepare(images_to_float(batch, self.preprocessing), rng, train)
 
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
               train: bool = True) -> tuple[dict, dict]:

@@ -50,6 +50,7 @@ import numpy as np
 
 from vlp_jax.data import formats as data_formats
 from vlp_jax.data import locca_tasks, transforms
+from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
 from vlp_jax.losses import captioning
@@ -314,7 +315,8 @@ class Siglip2Objective(SiglipObjective):
     c = cls.options(config.objective)
     return Siglip2Views(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                         crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
-                        **tokenizer_options(config.model.text), local_size=c.local_crop_size,
+                        **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
+                        local_size=c.local_crop_size,
                         num_global=int(bool(c.distill_weight or c.masked_weight)),
                         num_local=c.num_local_crops if c.distill_weight else 0,
                         global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),

@@ -9,7 +9,7 @@ import grain
 import numpy as np
 
 from vlp_jax.data import autoaugment, transforms
-from vlp_jax.data.image_ops import resize_image
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer
 
@@ -20,7 +20,8 @@ class ClipViews(grain.transforms.RandomMap):
   int32, 'label': []}.
 
   The views of CLIP and SigLIP (and the objectives built on them); SLIP and COSMOS supply their own. The image is
-  resized (shorter side) and centre-cropped, as OpenAI's CLIP trains and every method evaluates, or, with
+  resized as the model family's `preprocessing` says (OpenAI CLIP's shorter side and centre crop, as every method
+  evaluates, or SigLIP's square resize), or, with
   `crop_scale` (e.g. (0.9, 1.0), open_clip's), a RandomResizedCrop; then `augment` ('randaugment', 'autoaugment',
   data/autoaugment.py) when it is not 'none'.
 
@@ -37,6 +38,7 @@ class ClipViews(grain.transforms.RandomMap):
   text_crop: Callable[[str, str, np.random.Generator], str] | None = None  # e.g. text_crops.FirstGlobalCrop
   tokenizer: str = CLIP_BPE
   tokenizer_path: str = ''
+  preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING  # the model's resize (config.model.preprocess)
 
   def __post_init__(self):
     cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
@@ -45,7 +47,7 @@ class ClipViews(grain.transforms.RandomMap):
     if self.crop_scale:
       image = transforms.random_resized_crop(example['image'], self.image_size, tuple(self.crop_scale), rng)
     else:
-      image = resize_image(example['image'], self.image_size)
+      image = self.preprocessing.resize_image(example['image'], self.image_size)
     if self.augment != 'none':
       image = autoaugment.AUGMENTATIONS.get(self.augment)(image, rng)
     return {'image': image, 'text': self.text_tokens(example, rng), **passthrough(example)}

@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
+from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.text_augment import TextAugment
 from vlp_jax.data.tokenizer import require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize
@@ -112,7 +113,7 @@ class ZeroVLObjective(Objective):
                           c.text_delete_prob) if c.text_augment else None
     return ZeroVLViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                        crop_scale=tuple(config.data.crop_scale), augment=config.data.augment, text_augment=augment,
-                       **tokenizer_options(config.model.text))
+                       **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model))
 
   @property
   def mixes_inputs(self) -> bool:

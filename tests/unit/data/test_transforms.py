@@ -1,11 +1,14 @@
 """Host-side augmentations: deterministic per generator state, the right shapes and dtypes, torchvision semantics
 (crop scale and ratio, the centre-crop fallback, colorsys hue) and each op doing what it says."""
 import colorsys
+import io
 
+import grain
 import numpy as np
+from PIL import Image
 import pytest
 
-from vlp_jax.data import transforms
+from vlp_jax.data import image_ops, pipeline, records, synthetic, transforms
 from vlp_jax.data.image_ops import resize_image
 
 
@@ -178,3 +181,123 @@ def test_random_background_keeps_the_objects_and_replaces_the_rest():
   np.testing.assert_array_equal(transforms.random_background(other, mask, _rng(0)), first)
   with pytest.raises(ValueError, match='the mask is 8x20 but the image is 16x20'):
     transforms.random_background(image, mask[:8], _rng(0))
+
+
+# ------------------------------------------------------------------ the eval geometry: bounded, and each family's
+
+
+def _png(height, width, seed=0):
+  buffer = io.BytesIO()
+  Image.fromarray(_image(seed, height, width)).save(buffer, format='PNG')
+  return buffer.getvalue()
+
+
+def _resize_then_crop(image, size, resample, offset=lambda margin: margin // 2):
+  """The naive reference: the whole image resized (shorter side to `size`, the longer truncated), then the centre
+  crop, as torchvision's Resize + CenterCrop and transformers' CLIP processor do it."""
+  height, width = image.shape[:2]
+  short = min(height, width)
+  new_h, new_w = int(size * height / short), int(size * width / short)
+  resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), resample))
+  top, left = offset(new_h - size), offset(new_w - size)
+  return resized[top:top + size, left:left + size]
+
+
+class _ResizeSpy:
+  """Records every PIL resize's output size and source box (the work PIL does is bounded by both)."""
+
+  def __init__(self, monkeypatch):
+    self.calls, original = [], Image.Image.resize
+
+    def resize(image, size, *args, **kwargs):
+      self.calls.append((tuple(size), kwargs.get('box')))
+      return original(image, size, *args, **kwargs)
+    monkeypatch.setattr(Image.Image, 'resize', resize)
+
+
+def test_resize_of_a_6000x2_image_never_makes_a_large_intermediate(monkeypatch):
+  data = _png(2, 6000)  # noise here; a flat 6000x2 PNG is about 120 bytes
+  image = records.to_rgb(Image.open(io.BytesIO(data)))
+  for picture in (image, image.transpose(1, 0, 2)):  # wide and tall
+    spy = _ResizeSpy(monkeypatch)
+    out = resize_image(picture, 224)
+    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
+    # Resizing the whole image first would ask PIL for 672000x224 (151 megapixels). Each resize must produce at most
+    # the output, and read a region no larger than the crop's: PIL's work is out_w x the region's rows.
+    for (width, height), box in spy.calls:
+      assert width * height <= 224 * 224
+      assert box is not None and (box[2] - box[0]) <= 2 + 1e-9 and (box[3] - box[1]) <= 2 + 1e-9
+
+
+@pytest.mark.parametrize('height,width', [(37, 91), (200, 61), (33, 64), (64, 33), (23, 23), (40, 41), (90, 23)])
+@pytest.mark.parametrize('size', [16, 24, 32])
+def test_resize_up_to_an_aspect_of_4_gives_the_pixels_of_resize_then_crop(height, width, size):
+  image = _image(height + width, height, width)
+  np.testing.assert_array_equal(resize_image(image, size), _resize_then_crop(image, size, Image.Resampling.BICUBIC))
+  mask = image[..., 0] % 5
+  np.testing.assert_array_equal(image_ops.resize_mask(mask, size),
+                                _resize_then_crop(mask, size, Image.Resampling.NEAREST))
+  # torchvision's CenterCrop rounds half the margin half to even (OpenAI CLIP, open_clip)
+  torchvision_offset = lambda margin: int(round(margin / 2.0))  # noqa: E731
+  np.testing.assert_array_equal(resize_image(image, size, crop_offset='round'),
+                                _resize_then_crop(image, size, Image.Resampling.BICUBIC, torchvision_offset))
+
+
+@pytest.mark.parametrize('height,width', [(301, 7), (9, 200), (500, 120)])
+def test_resize_beyond_an_aspect_of_4_samples_the_same_region(height, width):
+  # Only the crop's region is resampled there: the same sampling positions as resize-then-crop, with PIL free to
+  # order its two rounded passes differently: on pure noise (the worst case: bicubic overshoots clipped at 0 or 255
+  # in another pass) under half a level on average, and under 3% of values more than 2 levels apart.
+  image = _image(height + width, height, width)
+  difference = np.abs(resize_image(image, 32).astype(int) - _resize_then_crop(image, 32, Image.Resampling.BICUBIC))
+  assert difference.mean() < 0.5 and (difference > 2).mean() < 0.03
+
+
+def test_squash_resizes_both_sides_with_the_chosen_filter():
+  image = _image(0, 37, 91)
+  for resample, pil in (('bicubic', Image.Resampling.BICUBIC), ('bilinear', Image.Resampling.BILINEAR)):
+    np.testing.assert_array_equal(resize_image(image, 24, 'squash', resample),
+                                  np.asarray(Image.fromarray(image).resize((24, 24), pil)))
+
+
+def test_preprocessing_normalises_with_its_own_mean_and_std():
+  image = _image(0, 30, 50)
+  siglip = image_ops.SIGLIP_PREPROCESSING(image, 16)
+  want = np.asarray(Image.fromarray(image).resize((16, 16), Image.Resampling.BICUBIC)).astype(np.float64) / 127.5 - 1
+  np.testing.assert_allclose(siglip, want, atol=1e-6)
+  assert siglip.min() >= -1 and siglip.max() <= 1
+  clip = image_ops.OPENAI_CLIP_PREPROCESSING(image, 16)
+  np.testing.assert_array_equal(clip, image_ops.normalize_image(resize_image(image, 16)))
+  np.testing.assert_array_equal(image_ops.denormalize_image(siglip, image_ops.SIGLIP_PREPROCESSING),
+                                image_ops.SIGLIP_PREPROCESSING.resize_image(image, 16))
+
+
+def test_model_configs_without_preprocessing_keep_openai_clips_and_bad_fields_are_named():
+  assert image_ops.preprocessing_of({}) == image_ops.OPENAI_CLIP_PREPROCESSING
+  assert image_ops.preprocessing_of({'preprocess': image_ops.SIGLIP_PREPROCESSING.config()}) == (
+      image_ops.SIGLIP_PREPROCESSING)
+  with pytest.raises(ValueError, match=r"model.preprocess.resize='stretch'.*'shorter_side_crop', 'squash'"):
+    image_ops.preprocessing_of({'preprocess': {'resize': 'stretch'}})
+  with pytest.raises(ValueError, match=r'model.preprocess has unknown fields \[.interpolation.\]'):
+    image_ops.preprocessing_of({'preprocess': {'interpolation': 'bicubic'}})
+  with pytest.raises(ValueError, match=r'model.preprocess.std=\(0.5, 0.0, 0.5\) .* each > 0'):
+    image_ops.preprocessing_of({'preprocess': {'std': (0.5, 0.0, 0.5)}})
+
+
+def test_absurd_aspect_ratios_are_bad_records_in_training():
+  limit = records.MAX_ASPECT_RATIO
+  with pytest.raises(records.BadRecordError, match='6000x2') as error:
+    records.decode_image(_png(2, 6000), max_aspect_ratio=limit)
+  assert error.value.reason == 'absurd_aspect' and 'absurd_aspect' in records.SKIP_REASONS
+  with pytest.raises(records.BadRecordError) as error:
+    records.decode_image(_png(300, 14), max_aspect_ratio=limit)
+  assert error.value.reason == 'absurd_aspect'
+  assert records.decode_image(_png(300, 15), max_aspect_ratio=limit).shape == (300, 15, 3)  # 20:1 is an image
+  assert records.decode_image(_png(2, 6000)).shape == (2, 6000, 3)  # evaluation and embed take every image
+  # The training pipeline replaces the record and counts the reason.
+  good = synthetic.make_example(0, 'train', 'studio', 0, 16)
+  spacer = {**synthetic.make_example(0, 'train', 'studio', 1, 16), 'image': _png(2, 6000)}
+  source = grain.MapDataset.source([(0, records.serialize(spacer)), (0, records.serialize(good))])
+  example = pipeline.LoadExamples(source, ['shard-0'])[0]
+  assert example['record_error'] == 1 + records.SKIP_REASONS.index('absurd_aspect')
+  assert example['key'] == good['key'] and '6000x2' in example['record_detail']

@@ -16,8 +16,8 @@ from vlp_jax.models.interchange.clip_config import (  # noqa: F401
 from vlp_jax.models.interchange.files import WeightsError, read_state_dict  # noqa: F401
 from vlp_jax.models.interchange.hf import hf_to_openai, openai_to_hf  # noqa: F401
 from vlp_jax.models.interchange.loader_files import (  # noqa: F401
-    clip_tokenizer_files, open_clip_config_problem, open_clip_model_config, preprocessor_config,
-    siglip_tokenizer_files)
+    clip_tokenizer_files, open_clip_config_problem, open_clip_model_config, open_clip_preprocess_arguments,
+    preprocessing_from_hf, preprocessor_config, siglip_tokenizer_files)
 from vlp_jax.models.interchange.open_clip_siglip import (  # noqa: F401
     open_clip_siglip_to_openai, openai_to_open_clip_siglip)
 from vlp_jax.models.interchange.openai import (  # noqa: F401

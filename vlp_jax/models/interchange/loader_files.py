@@ -9,6 +9,9 @@ from typing import Sequence
 
 import ml_collections
 
+from vlp_jax.data.image_ops import RESAMPLING, ImagePreprocessing, preprocessing_of
+from vlp_jax.models.interchange.files import WeightsError
+
 # transformers' names of CLIP's two special tokens (our vocabulary calls them <start_of_text> / <end_of_text>).
 HF_SOT, HF_EOT = '<|startoftext|>', '<|endoftext|>'
 # SiglipTokenizer's special tokens: '</s>' ends and pads every row.
@@ -44,16 +47,78 @@ def siglip_tokenizer_files(context_length: int) -> dict[str, str]:
   return {'tokenizer_config.json': _json(config), 'special_tokens_map.json': _json(_SIGLIP_SPECIALS)}
 
 
-def preprocessor_config(image_size: int, mean: Sequence[float], std: Sequence[float], siglip: bool) -> dict:
-  """A transformers image processor config (preprocessor_config.json) that preprocesses as our evaluation does
-  (inference.preprocess_image): RGB, bicubic resize of the shorter side to `image_size`, a centre crop of
-  `image_size` x `image_size`, /255, then (x - mean) / std."""
-  kind = 'Siglip' if siglip else 'CLIP'
+# PIL's resampling filters by the numbers transformers' configs store them as.
+_HF_RESAMPLE = {int(RESAMPLING[name]): name for name in RESAMPLING}
+
+
+def preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
+  """A transformers image processor config (preprocessor_config.json) that preprocesses as the model's evaluation
+  does (inference.preprocess_image, config.model.preprocess): RGB, the family's resize (the shorter side then a
+  centre crop, or both sides: SigLIP's squash) with its filter, /255, then (x - mean) / std. transformers' PIL
+  processors start an odd centre crop half a pixel earlier than torchvision (`crop_offset='round'`), which a
+  config cannot say."""
+  kind = 'Siglip' if model_config.vision.type == 'siglip_vit' else 'CLIP'
+  preprocessing, image_size = preprocessing_of(model_config), model_config.vision.image_size
+  square = {'height': image_size, 'width': image_size}
+  geometry = ({'size': square, 'do_center_crop': False} if preprocessing.resize == 'squash' else
+              {'size': {'shortest_edge': image_size}, 'do_center_crop': True, 'crop_size': square})
   return {'image_processor_type': f'{kind}ImageProcessor', 'processor_class': f'{kind}Processor',
-          'do_convert_rgb': True, 'do_resize': True, 'size': {'shortest_edge': image_size}, 'resample': 3,
-          'do_center_crop': True, 'crop_size': {'height': image_size, 'width': image_size}, 'do_rescale': True,
-          'rescale_factor': 1 / 255, 'do_normalize': True, 'image_mean': [float(x) for x in mean],
-          'image_std': [float(x) for x in std]}
+          'do_convert_rgb': True, 'do_resize': True, **geometry,
+          'resample': int(RESAMPLING[preprocessing.resample]), 'do_rescale': True, 'rescale_factor': 1 / 255,
+          'do_normalize': True, 'image_mean': [float(x) for x in preprocessing.mean],
+          'image_std': [float(x) for x in preprocessing.std]}
+
+
+def _hf_geometry(processor: dict, path: str, image_size: int, default: str) -> str:
+  """The `RESIZE_MODES` entry of a transformers processor config whose output is image_size x image_size;
+  WeightsError naming the fields otherwise."""
+  size, crop = processor.get('size'), processor.get('crop_size')
+  size = {'shortest_edge': size} if isinstance(size, int) else (size or {})
+  crop = {'height': crop, 'width': crop} if isinstance(crop, int) else (crop or {})
+  square = {'height': image_size, 'width': image_size}
+  if 'shortest_edge' in size:
+    if size['shortest_edge'] == image_size and processor.get('do_center_crop', True) and crop in ({}, square):
+      return 'shorter_side_crop'
+  elif 'height' in size or 'width' in size:
+    if size == square and (not processor.get('do_center_crop', False) or crop in ({}, square)):
+      return 'squash'
+  else:
+    return default
+  raise WeightsError(f'{path}: size={processor.get("size")!r}, do_center_crop={processor.get("do_center_crop")!r}, '
+                     f'crop_size={processor.get("crop_size")!r}: vlp_jax resizes to the model\'s {image_size} x '
+                     f'{image_size} in one step, either the shorter side to {image_size} and a centre crop of '
+                     f'{image_size}, or both sides to {image_size}. Edit the file to one of those (or move it away to '
+                     'import with the model family\'s own preprocessing)')
+
+
+def preprocessing_from_hf(processor: dict, path: str, image_size: int, default: ImagePreprocessing
+                          ) -> ImagePreprocessing:
+  """The `ImagePreprocessing` a transformers preprocessor_config.json (`processor`, read from `path`) of a model
+  taking image_size x image_size images describes; fields it leaves out take the model family's `default`
+  (transformers' own defaults for CLIP and SigLIP). WeightsError naming the field for what vlp_jax's preprocessing
+  cannot do."""
+  resize = _hf_geometry(processor, path, image_size, default.resize)
+  resample = processor.get('resample', int(RESAMPLING[default.resample]))
+  if resample not in _HF_RESAMPLE:
+    raise WeightsError(f'{path}: resample={resample!r} is not valid; valid choices: {sorted(_HF_RESAMPLE)} '
+                       f'({", ".join(f"{k}: {v}" for k, v in sorted(_HF_RESAMPLE.items()))})')
+  if not processor.get('do_rescale', True) or abs(processor.get('rescale_factor', 1 / 255) - 1 / 255) > 1e-12:
+    raise WeightsError(f'{path}: do_rescale={processor.get("do_rescale")!r}, rescale_factor='
+                       f'{processor.get("rescale_factor")!r}; vlp_jax scales pixels by 1/255 before normalising')
+  mean, std = processor.get('image_mean', default.mean), processor.get('image_std', default.std)
+  if not processor.get('do_normalize', True):
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+  return ImagePreprocessing(resize=resize, resample=_HF_RESAMPLE[resample], crop_offset='floor',
+                            mean=tuple(float(x) for x in mean), std=tuple(float(x) for x in std))
+
+
+def open_clip_preprocess_arguments(model_config: ml_collections.ConfigDict | dict) -> dict:
+  """The keyword arguments of `open_clip.create_model_and_transforms` that give the model's preprocessing
+  (open_clip reads none of it from a weights file). Those of `{}` (OpenAI CLIP's) are open_clip's defaults."""
+  preprocessing = preprocessing_of(model_config)
+  return {'image_mean': tuple(preprocessing.mean), 'image_std': tuple(preprocessing.std),
+          'image_interpolation': preprocessing.resample,
+          'image_resize_mode': 'squash' if preprocessing.resize == 'squash' else 'shortest'}
 
 
 def open_clip_config_problem(model_config: ml_collections.ConfigDict) -> str | None:

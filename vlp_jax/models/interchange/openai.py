@@ -24,10 +24,13 @@ _INDEXED = re.compile(r'^(resblocks|layer\d|downsample)_(\d+)$')
 
 
 def model_config_for(name: str, fmt: str) -> ml_collections.ConfigDict:
-  """The preset `name`, with QuickGELU for OpenAI weights (their towers were trained with it)."""
+  """The preset `name`, with QuickGELU for OpenAI weights (their towers were trained with it), and for OpenAI's and
+  open_clip's CLIP weights torchvision's centre crop (their preprocessing is torchvision's)."""
   config = models.preset(name)
   if fmt == 'openai':
     config.act = 'quick_gelu'
+  if fmt in ('openai', 'open_clip') and config.preprocess.resize == 'shorter_side_crop':
+    config.preprocess.crop_offset = 'round'
   return config
 
 
