@@ -19,9 +19,10 @@ Dedicated coordinate tokens (not integers spelt with the text tokenizer, as LocC
 exactly four ids whatever the tokenizer; LocCa reports the two about equal (digest ../shared/SIGLIP2.md §2).
 
 Regions come from records.decode_regions: boxes as fractions of the original image's sides. The decoder reads the
-image the views make of it (image_ops.resize_image: the shorter side resized, then the centre square), so the boxes
-go through the same geometry (`regions_in_view`): on a non-square image the centre crop cuts the longer side, and a
-box is re-expressed as fractions of what is kept. Random crops and augmentations (config.data.crop_scale,
+image the views make of it (the model family's resize, config.model.preprocess: OpenAI CLIP's shorter side and centre
+square, or SigLIP's square resize), so the boxes go through the same geometry (`regions_in_view`): on a non-square
+image the centre crop cuts the longer side, and a box is re-expressed as fractions of what is kept; a square resize
+keeps every box as it is. Random crops and augmentations (config.data.crop_scale,
 config.data.augment) move pixels the boxes cannot follow: `check_box_geometry` refuses them with location tasks.
 Pure numpy; every random choice (which region each task reads, which caption rows predict in parallel) comes from
 the rng given.
@@ -34,6 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing, centre_crop_geometry
 from vlp_jax.data.record_needs import RecordNeed
 from vlp_jax.data.records import Regions
 from vlp_jax.errors import ConfigError
@@ -165,15 +167,15 @@ def check_box_geometry(tasks: Sequence[str], data) -> None:
                       "config.data.augment='none', or decoder_tasks=('cap',)")
 
 
-def centre_crop_window(height: int, width: int, size: int) -> np.ndarray:
-  """The part of an [height, width] image that image_ops.resize_image(image, size) keeps (the shorter side resized
-  to `size`, the longer one truncated as it computes it, then the centre size x size) -> [4] float64 (xmin, ymin,
-  xmax, ymax) as fractions of the image's width and height."""
-  if (height, width) == (size, size):
+def view_window(height: int, width: int, size: int,
+                preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING) -> np.ndarray:
+  """The part of an [height, width] image that `preprocessing.resize_image(image, size)` keeps -> [4] float64 (xmin,
+  ymin, xmax, ymax) as fractions of the image's width and height: all of it for a square resize ('squash'), else
+  the centre square of the shorter-side resize (image_ops.centre_crop_geometry, the longer side truncated as it is
+  computed there)."""
+  if (height, width) == (size, size) or preprocessing.resize == 'squash':
     return np.array([0.0, 0.0, 1.0, 1.0])
-  short = min(height, width)
-  new_h, new_w = int(size * height / short), int(size * width / short)
-  top, left = (new_h - size) // 2, (new_w - size) // 2
+  new_h, new_w, top, left = centre_crop_geometry(height, width, size, preprocessing.crop_offset)
   return np.array([left / new_w, top / new_h, (left + size) / new_w, (top + size) / new_h])
 
 
@@ -197,11 +199,13 @@ def boxes_in_window(boxes: np.ndarray, window: np.ndarray) -> np.ndarray:
   return np.clip((np.asarray(boxes, np.float64) - origin) / extent, 0.0, 1.0).astype(np.float32)
 
 
-def regions_in_view(regions: Regions | None, height: int, width: int, size: int) -> Regions | None:
-  """A record's regions (boxes as fractions of its [height, width] image) -> those of the image_ops.resize_image
-  view of `size` px, boxes as fractions of the view; regions with less than MIN_VISIBLE_FRACTION of their box in
-  the view are dropped. A square image keeps its regions as they are (the same arrays)."""
-  window = centre_crop_window(height, width, size)
+def regions_in_view(regions: Regions | None, height: int, width: int, size: int,
+                    preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING) -> Regions | None:
+  """A record's regions (boxes as fractions of its [height, width] image) -> those of the
+  `preprocessing.resize_image` view of `size` px, boxes as fractions of the view; regions with less than
+  MIN_VISIBLE_FRACTION of their box in the view are dropped. Where the view keeps the whole image (a square image,
+  or a square resize) the regions stay as they are (the same arrays)."""
+  window = view_window(height, width, size, preprocessing)
   if regions is None or not len(regions.texts) or np.array_equal(window, [0.0, 0.0, 1.0, 1.0]):
     return regions
   kept = np.flatnonzero(visible_fraction(regions.boxes, window) >= MIN_VISIBLE_FRACTION)

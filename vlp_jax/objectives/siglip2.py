@@ -163,8 +163,9 @@ class Siglip2Views(ClipViews):
       out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
-      # the boxes follow the view's resize and centre crop (random crops and augmentation are refused with them)
-      regions = locca_tasks.regions_in_view(example.get('regions'), *image.shape[:2], self.image_size)
+      # the boxes follow the view's resize (random crops and augmentation are refused with them)
+      regions = locca_tasks.regions_in_view(example.get('regions'), *image.shape[:2], self.image_size,
+                                            self.preprocessing)
       out.update(locca_tasks.example_arrays(example[self.caption_field], regions, rng,
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from vlp_jax.data import locca_tasks, pipeline, records, synthetic
-from vlp_jax.data.image_ops import resize_image
+from vlp_jax.data.image_ops import (OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING,
+                                    TORCHVISION_CLIP_PREPROCESSING)
 from vlp_jax.data.records import Regions
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.errors import ConfigError
@@ -188,26 +189,29 @@ def test_a_record_with_bad_regions_is_replaced_and_counted():
 
 # ------------------------------------------------------------------------------------------ box geometry (issue 61)
 
-def _white_rectangle(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-  """A black [height, width] image with one white rectangle off the centre of its central square, and the
-  rectangle's box as fractions of the image (what a record stores)."""
-  side = min(height, width)
-  top, left = (height - side) // 2, (width - side) // 2  # the central square
-  x0, x1 = left + int(0.15 * side), left + int(0.45 * side)
-  y0, y1 = top + int(0.55 * side), top + int(0.9 * side)
+def _white_rectangle(height: int, width: int, square: bool = True) -> tuple[np.ndarray, np.ndarray]:
+  """A black [height, width] image with one white rectangle off the centre of its central square (`square`, what a
+  centre crop keeps) or of the whole image, and the rectangle's box as fractions of the image (what a record
+  stores)."""
+  side_y, side_x = (min(height, width),) * 2 if square else (height, width)
+  top, left = (height - side_y) // 2, (width - side_x) // 2
+  x0, x1 = left + int(0.15 * side_x), left + int(0.45 * side_x)
+  y0, y1 = top + int(0.55 * side_y), top + int(0.9 * side_y)
   image = np.zeros((height, width, 3), np.uint8)
   image[y0:y1, x0:x1] = 255
   return image, np.array([x0 / width, y0 / height, x1 / width, y1 / height])
 
 
+@pytest.mark.parametrize('preprocessing', [OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING], ids=['crop', 'squash'])
 @pytest.mark.parametrize('height, width', [(60, 100), (96, 40), (37, 91), (50, 50)])
-def test_a_box_lands_on_its_pixels_in_the_decoder_image(height, width):
+def test_a_box_lands_on_its_pixels_in_the_decoder_image(height, width, preprocessing):
   # Issue 61 item 10: the decoder's aref target is the box of the white rectangle in the image the decoder reads
   # (SigLIP 2's views: the shorter side resized, the centre square kept), checked on that image's pixels.
   size, margin = 32, 2  # margin: the box's bins are one pixel wide; bicubic blurs an edge over about a pixel
-  image, box = _white_rectangle(height, width)
+  image, box = _white_rectangle(height, width, square=preprocessing.resize != 'squash')
   layout = locca_tasks.tokenizer_layout(default_tokenizer(), box_bins=size, length=16)
-  views = Siglip2Views(size, 16, num_global=0, num_local=0, decoder_layout=layout, decoder_tasks=('aref',))
+  views = Siglip2Views(size, 16, num_global=0, num_local=0, decoder_layout=layout, decoder_tasks=('aref',),
+                       preprocessing=preprocessing)
   example = {'image': image, 'caption': 'a white rectangle', 'label': -1,
              'regions': Regions(box[None].astype(np.float32), ('white rectangle',))}
   out = views.random_map(example, np.random.default_rng(0))
@@ -223,7 +227,9 @@ def test_a_box_lands_on_its_pixels_in_the_decoder_image(height, width):
   assert bright[outer].max() < 55, 'the rectangle spills out of the box'
 
 
-def test_centre_crop_window_is_what_resize_image_keeps():
+@pytest.mark.parametrize('preprocessing', [OPENAI_CLIP_PREPROCESSING, TORCHVISION_CLIP_PREPROCESSING,
+                                           SIGLIP_PREPROCESSING], ids=['floor', 'round', 'squash'])
+def test_view_window_is_what_resize_image_keeps(preprocessing):
   # Naive reference: an image whose pixels hold their own column index (a linear ramp, which bicubic resampling
   # keeps away from the borders), so each output pixel says which column of the original it shows; the window's
   # left edge and width in original pixels predict it (output pixel centres at (j + 0.5) / size of the window).
@@ -232,8 +238,8 @@ def test_centre_crop_window_is_what_resize_image_keeps():
     for axis, length in ((1, width), (0, height)):
       ramp = np.arange(length, dtype=np.float64)
       image = np.broadcast_to(ramp[None, :, None] if axis == 1 else ramp[:, None, None], (height, width, 3))
-      shown = resize_image(image.astype(np.uint8), size).mean(axis=(0, 2) if axis == 1 else (1, 2))
-      window = locca_tasks.centre_crop_window(height, width, size)
+      shown = preprocessing.resize_image(image.astype(np.uint8), size).mean(axis=(0, 2) if axis == 1 else (1, 2))
+      window = locca_tasks.view_window(height, width, size, preprocessing)
       low, high = (window[0], window[2]) if axis == 1 else (window[1], window[3])
       want = (low + (np.arange(size) + 0.5) / size * (high - low)) * length - 0.5
       interior = slice(3, size - 3)  # the kernel is cut at the image's borders
