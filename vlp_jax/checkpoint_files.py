@@ -32,6 +32,8 @@ def resolve_checkpoint(path: str) -> str:
   """A checkpoint step directory from a step directory, an imported checkpoint, a `checkpoints/` directory or a
   workdir (the latest step of the last two). A path without one raises errors.DataNotFoundError (exit code 2 in
   the commands; a FileNotFoundError). Local or on an object store (`gs://`, `s3://`)."""
+  if problem := paths.checkpoint_location_problem(path):
+    raise ConfigError(f'no checkpoint can be read from {path}: {problem}')
   path = paths.absolute(path)
   if paths.isdir(paths.join(path, 'state')):
     return path

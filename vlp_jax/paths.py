@@ -22,6 +22,25 @@ def is_remote(path: str | os.PathLike) -> bool:
   return '://' in os.fspath(path)
 
 
+# Where orbax-checkpoint can write and read arrays: local (or mounted) paths and Google Cloud Storage, through
+# tensorstore's gcs driver. Other schemes (s3://) reach tensorstore as relative local paths, which orbax refuses.
+CHECKPOINT_SCHEMES = ('gs',)
+
+
+def scheme(path: str) -> str | None:
+  """'gs' for 'gs://bucket/x', None for a local path."""
+  return os.fspath(path).split('://', 1)[0] if is_remote(path) else None
+
+
+def checkpoint_location_problem(path: str) -> str | None:
+  """Why checkpoints cannot live at `path` (an object store orbax cannot write arrays to), or None."""
+  if not is_remote(path) or scheme(path) in CHECKPOINT_SCHEMES:
+    return None
+  return (f'{scheme(path)}:// cannot hold checkpoints: orbax-checkpoint writes their arrays to local paths and '
+          f'{", ".join(s + "://" for s in CHECKPOINT_SCHEMES)} only. Mount the bucket (e.g. mountpoint-s3 or '
+          's3fs-fuse) and pass the mount\'s local path')
+
+
 def absolute(path: str) -> str:
   """A local path made absolute (as `os.path.abspath`); a remote one unchanged."""
   return path if is_remote(path) else os.path.abspath(path)

@@ -20,6 +20,8 @@ def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
   On an object store (`gs://`, `s3://`) a small object is written and deleted: a missing bucket, missing
   credentials or a missing gcsfs / s3fs fail here alike."""
   if paths.is_remote(workdir):
+    if problem := paths.checkpoint_location_problem(workdir):
+      raise WorkdirError(errno.EINVAL, f"workdir '{workdir}' is not usable: {problem}")
     check_remote_workdir_writable(workdir)
     return
   probe = os.path.join(workdir, f'.vlp_jax_write_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}')

@@ -202,11 +202,14 @@ def train(ctx: TrainContext, hooks: list[Hook]) -> int:
 
 
 def files_not_found(config: ml_collections.ConfigDict) -> list[str]:
-  """One line for each local file or folder the config names that does not exist (remote paths are not checked)."""
+  """One line for each local file or folder the config names that does not exist (remote paths are not checked),
+  and for an init.checkpoint on an object store orbax cannot read (s3://)."""
   named = {'config.data.teacher_embeddings': config.data.teacher_embeddings,
            'config.init.checkpoint': config.init.checkpoint}
-  return [f"{key}='{path}' does not exist" for key, path in named.items()
-          if path and not paths.is_remote(path) and not os.path.exists(path)]
+  missing = [f"{key}='{path}' does not exist" for key, path in named.items()
+             if path and not paths.is_remote(path) and not os.path.exists(path)]
+  problem = config.init.checkpoint and paths.checkpoint_location_problem(config.init.checkpoint)
+  return missing + ([f"config.init.checkpoint='{config.init.checkpoint}': {problem}"] if problem else [])
 
 
 def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:

@@ -15,12 +15,13 @@ from fsspec.implementations.memory import MemoryFileSystem
 from fsspec.registry import _registry as fsspec_implementations
 from orbax.checkpoint._src.path import gcs_utils
 
-from vlp_jax import paths
+from vlp_jax import errors, paths
 from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli.evaluate import default_output_dir
-from vlp_jax.training import event_file
+from vlp_jax.training import event_file, guards
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.curves import plot_curves
+from vlp_jax.training.loop import files_not_found
 from vlp_jax.training.writer import MetricWriter, read_metrics, wandb_run_id
 
 
@@ -79,6 +80,8 @@ def test_path_helpers_keep_remote_paths_and_local_behaviour(tmp_path, monkeypatc
 
 
 def test_run_files_go_to_the_bucket_not_a_local_gs_folder(bucket):
+  guards.check_workdir_writable('gs://bkt/run')  # a probe object written and deleted in the bucket
+  assert objects(bucket) == {}
   checkpointer = Checkpointer('gs://bkt/run', keep=2)
   assert checkpointer.directory == 'gs://bkt/run/checkpoints' and checkpointer.remote
   assert checkpointer.latest_complete_step() is None
@@ -148,3 +151,17 @@ def test_a_relative_local_workdir_is_still_made_absolute(tmp_path, monkeypatch):
     assert os.path.isdir(checkpointer.directory) and not checkpointer.remote
   finally:
     checkpointer.close()
+
+
+def test_s3_checkpoints_are_refused_at_start_naming_what_works(tmp_path, monkeypatch, micro):
+  """orbax-checkpoint 0.12 sends an s3:// path to tensorstore as a relative local path: refused before any client
+  is asked (no network), exit code 2, saying what to use instead."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(errors.WorkdirError, match=r"workdir 's3://bkt/run'.*gs://.*[Mm]ount") as raised:
+    guards.check_workdir_writable('s3://bkt/run')
+  assert errors.exit_code(raised.value) == 2
+  with pytest.raises(errors.ConfigError, match=r's3://bkt/run.*gs://'):
+    resolve_checkpoint('s3://bkt/run')
+  micro.init.checkpoint = 's3://bkt/run'
+  assert [line for line in files_not_found(micro) if 'config.init.checkpoint' in line and 'gs://' in line]
+  assert os.listdir(tmp_path) == []
