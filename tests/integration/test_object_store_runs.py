@@ -181,3 +181,13 @@ def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_live
   # Nothing went to the local disk as a `gs:` folder, in any of the directories the commands ran in.
   for cwd in (full_cwd, split_cwd, resume_cwd, tmp_path):
     assert not any(name.startswith('gs:') for name in os.listdir(cwd)), os.listdir(cwd)
+
+
+def test_a_missing_bucket_stops_the_run_at_start_with_exit_code_2(emulator, data_cache, tmp_path):
+  url, env = emulator
+  process = train(env, tmp_path, 'gs://no-such-bucket/run', data_cache)
+  out, _ = process.communicate(timeout=300)
+  assert process.returncode == 2, out[-3000:]
+  assert "workdir 'gs://no-such-bucket/run' is not usable" in out and 'bucket exists' in out, out[-3000:]
+  assert 'Compiling' not in out and os.listdir(tmp_path) == []
+  assert objects(url, 'run/') == []

@@ -165,3 +165,12 @@ def test_s3_checkpoints_are_refused_at_start_naming_what_works(tmp_path, monkeyp
   micro.init.checkpoint = 's3://bkt/run'
   assert [line for line in files_not_found(micro) if 'config.init.checkpoint' in line and 'gs://' in line]
   assert os.listdir(tmp_path) == []
+
+
+def test_a_gs_workdir_without_gcsfs_stops_at_start_saying_what_to_install(monkeypatch):
+  def without_gcsfs(path, data):
+    raise ImportError('Install gcsfs to access Google Storage')  # what fsspec raises when gcsfs is missing
+  monkeypatch.setattr(paths, 'write_bytes', without_gcsfs)
+  with pytest.raises(errors.WorkdirError, match=r"workdir 'gs://bkt/run'.*pip install gcsfs") as raised:
+    guards.check_workdir_writable('gs://bkt/run')
+  assert errors.exit_code(raised.value) == 2
