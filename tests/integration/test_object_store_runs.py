@@ -130,14 +130,22 @@ def finish(process: subprocess.Popen, timeout: float = 400) -> str:
   return out
 
 
-def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_lives_in_the_bucket(
-    emulator, data_cache, tmp_path):
+@pytest.fixture(scope='module')
+def full_run(emulator, data_cache, tmp_path_factory) -> str:
+  """The uninterrupted run, in gs://BUCKET/full; returns what it printed."""
   url, env = emulator
-  full_cwd, split_cwd, resume_cwd = (tmp_path / name for name in ('full', 'split', 'resume'))
-  for cwd in (full_cwd, split_cwd, resume_cwd):
-    cwd.mkdir()
+  cwd = tmp_path_factory.mktemp('full')
+  out = finish(train(env, cwd, f'gs://{BUCKET}/full', data_cache))
+  assert os.listdir(cwd) == [], 'a gs:// workdir wrote to the local directory'
+  return out
 
-  finish(train(env, full_cwd, f'gs://{BUCKET}/full', data_cache))
+
+def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_lives_in_the_bucket(
+    emulator, full_run, data_cache, tmp_path):
+  url, env = emulator
+  split_cwd, resume_cwd = (tmp_path / name for name in ('split', 'resume'))
+  for cwd in (split_cwd, resume_cwd):
+    cwd.mkdir()
   stored = objects(url, 'full/')
   assert f'full/checkpoints/{STEPS}/commit_success.txt' in stored, stored
   assert f'full/checkpoints/{STEPS}/state/manifest.ocdbt' in stored
@@ -145,6 +153,7 @@ def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_live
   assert any(name.startswith('full/events.out.tfevents.') for name in stored)
   steps = [json.loads(line)['step'] for line in read_object(url, 'full/metrics.jsonl').decode().splitlines()]
   assert max(steps) == STEPS
+  assert f'Checkpoint: gs://{BUCKET}/full/checkpoints/{STEPS}' in full_run
 
   # The same run, SIGKILLed once its first checkpoint is committed in the bucket (synchronous saves: the run is
   # still going), then resumed by a new process started from an empty local directory.
@@ -179,8 +188,26 @@ def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_live
   assert records('split') == records('full') and len(records('full')) == STEPS // 2 + 1
 
   # Nothing went to the local disk as a `gs:` folder, in any of the directories the commands ran in.
-  for cwd in (full_cwd, split_cwd, resume_cwd, tmp_path):
+  for cwd in (split_cwd, resume_cwd, tmp_path):
     assert not any(name.startswith('gs:') for name in os.listdir(cwd)), os.listdir(cwd)
+
+
+def test_evaluate_and_init_checkpoint_read_the_bucket_and_write_there(emulator, full_run, data_cache, tmp_path):
+  """`python -m vlp_jax.evaluate --checkpoint=gs://...` reads the checkpoint from the bucket and writes its results
+  beside it (WORKDIR/eval/<step>/<key>/); a new run with `--config.init.checkpoint=gs://...` starts from its
+  weights."""
+  url, env = emulator
+  out = finish(command(env, tmp_path, '-m', 'vlp_jax.evaluate', f'--checkpoint=gs://{BUCKET}/full'))
+  results = [name for name in objects(url, f'full/eval/{STEPS}/') if name.endswith('/eval_results.json')]
+  assert len(results) == 1, out[-3000:]
+  metrics = json.loads(read_object(url, results[0]))['metrics']
+  in_training = [json.loads(line) for line in read_object(url, 'full/metrics.jsonl').decode().splitlines()][-1]
+  assert metrics['eval/synthetic/zeroshot_top1'] == in_training['eval/synthetic/zeroshot_top1']
+  out = finish(train(env, tmp_path, f'gs://{BUCKET}/init', data_cache, f'--config.init.checkpoint=gs://{BUCKET}/full',
+                     '--config.total_steps=2', '--config.eval.every_steps=2'))
+  assert f'Initialised from gs://{BUCKET}/full' in out, out[-3000:]
+  assert 'init/checkpoints/2/commit_success.txt' in objects(url, 'init/checkpoints/2/')
+  assert os.listdir(tmp_path) == []
 
 
 def test_a_missing_bucket_stops_the_run_at_start_with_exit_code_2(emulator, data_cache, tmp_path):
