@@ -54,7 +54,8 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, keep: int = 3, async_save: bool = False):
-    # A local workdir made absolute; `gs://` and `s3://` kept as they are (orbax writes there through tensorstore).
+    # A local workdir made absolute; a gs:// one kept as it is (orbax writes the arrays through tensorstore's GCS
+    # driver). Other object stores are refused before this (paths.checkpoint_location_problem).
     self.directory = paths.join(paths.absolute(workdir), 'checkpoints')
     self.keep = keep
     self.async_save = async_save

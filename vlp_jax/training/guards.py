@@ -17,8 +17,8 @@ from vlp_jax.errors import WorkdirError
 def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
   """Create `workdir` and write, fsync and remove a probe of `probe_bytes`, so that a read-only, full or quota-bound
   workdir fails now, with the path and the cause, rather than at the first checkpoint after hours of training.
-  On an object store (`gs://`, `s3://`) a small object is written and deleted: a missing bucket, missing
-  credentials or a missing gcsfs / s3fs fail here alike."""
+  On Google Cloud Storage (`gs://`) a small object is written and deleted: a missing bucket, refused credentials
+  or a missing gcsfs fail here alike. Object stores orbax cannot checkpoint to (`s3://`) are refused."""
   if paths.is_remote(workdir):
     if problem := paths.checkpoint_location_problem(workdir):
       raise WorkdirError(errno.EINVAL, f"workdir '{workdir}' is not usable: {problem}")
@@ -42,7 +42,7 @@ def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
       os.remove(probe)
 
 
-REMOTE_FILESYSTEMS = {'gs': 'gcsfs', 's3': 's3fs'}  # the package etils.epath needs for each object store
+REMOTE_FILESYSTEMS = {'gs': 'gcsfs'}  # the package etils.epath (fsspec) needs for each object store
 
 
 def check_remote_workdir_writable(workdir: str) -> None:
