@@ -12,7 +12,6 @@ old or the new object).
 from __future__ import annotations
 
 import os
-import time
 
 from etils import epath
 
@@ -150,7 +149,6 @@ class AppendableFile:
     self._buffer = bytearray(initial)
     self._dirty = self.remote  # an object store: the first flush creates the object
     self._file = None if self.remote else open(path, 'ab')
-    self.last_flush = time.monotonic()
 
   @property
   def size(self) -> int:
@@ -169,7 +167,6 @@ class AppendableFile:
     if self.remote and self._dirty:
       epath.Path(self.path).write_bytes(bytes(self._buffer))
       self._dirty = False
-      self.last_flush = time.monotonic()
 
   def close(self) -> None:
     if self._file is not None:
