@@ -1,6 +1,7 @@
 """Run a module or script with every Python socket connection limited to the loopback, so that a test against a local
 storage emulator cannot reach a real cloud endpoint (or a metadata server) through any Python client, even one that
-ignores the emulator's settings: such a connection raises instead.
+ignores the emulator's settings: such a connection raises instead, and so does looking up any host name but
+localhost (a DNS query leaves the machine too).
 
   python tests/loopback_only.py -m vlp_jax.main --config=... --workdir=gs://bucket/run
   python tests/loopback_only.py tools/compare_runs.py gs://bucket/a gs://bucket/b
@@ -12,7 +13,7 @@ import runpy
 import socket
 import sys
 
-_connect, _connect_ex = socket.socket.connect, socket.socket.connect_ex
+_connect, _connect_ex, _getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
 
 
 def _loopback(address) -> bool:
@@ -41,7 +42,15 @@ def _guarded_connect_ex(self, address):
   return _connect_ex(self, address)
 
 
+def _guarded_getaddrinfo(host, *args, **kwargs):
+  if host is not None and not _loopback(host.decode() if isinstance(host, bytes) else str(host)):
+    raise ConnectionRefusedError(f'loopback_only: looking up {host!r} was refused (tests reach only the local '
+                                 'emulator)')
+  return _getaddrinfo(host, *args, **kwargs)
+
+
 socket.socket.connect, socket.socket.connect_ex = _guarded_connect, _guarded_connect_ex
+socket.getaddrinfo = _guarded_getaddrinfo
 
 if __name__ == '__main__':
   if sys.argv[1] == '-m':

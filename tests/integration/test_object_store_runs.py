@@ -218,3 +218,18 @@ def test_a_missing_bucket_stops_the_run_at_start_with_exit_code_2(emulator, data
   assert "workdir 'gs://no-such-bucket/run' is not usable" in out and 'bucket exists' in out, out[-3000:]
   assert 'Compiling' not in out and os.listdir(tmp_path) == []
   assert objects(url, 'run/') == []
+
+
+def test_the_loopback_guard_refuses_any_other_address(tmp_path):
+  """tests/loopback_only.py, which every command above runs under, does refuse a connection off the loopback (to a
+  documentation-only address, TEST-NET-1) and a host name's lookup, before anything is sent."""
+  script = tmp_path / 'reach_out.py'
+  script.write_text('import socket, sys\n'
+                    'for address in [("192.0.2.1", 443), ("metadata.google.internal", 80)]:\n'
+                    '  try:\n'
+                    '    socket.create_connection(address, timeout=0.5)\n'
+                    '  except ConnectionRefusedError as error:\n'
+                    '    print("refused", error)\n')
+  result = subprocess.run([sys.executable, os.path.join(TESTS, 'loopback_only.py'), str(script)],
+                          capture_output=True, text=True, timeout=60)
+  assert result.stdout.count('refused loopback_only:') == 2, result
