@@ -6,8 +6,10 @@
 #     launch/tpu_pod.sh --config=configs/saco_cc3m.py --workdir=gs://my-bucket/runs/saco --config.data.path=gs://...
 #
 # Prerequisites, once per slice: the repository at $REPO_DIR on every worker (git clone, or gcloud ... scp
-# --worker=all) and `pip install -e "$REPO_DIR"` plus `pip install "jax[tpu]"` there. The workdir and data must be
-# paths every worker can read and write (a GCS bucket): orbax writes one checkpoint from all processes.
+# --worker=all) and `pip install -e "$REPO_DIR[tpu,gcs]"` there (jax for the TPU, gcsfs for gs:// paths). The workdir
+# and data must be paths every worker can read and write (a GCS bucket, which must exist, writable by the VMs'
+# service account): orbax writes one checkpoint from all processes, into the bucket itself, so a re-created slice
+# resumes from it. A run that cannot write there stops at start with exit code 2 (docs/usage.md).
 # VLP_JAX_DISTRIBUTED=1 makes vlp_jax call jax.distributed.initialize(), which reads the slice's topology.
 #
 # Supervision (docs/reliability.md, "Lost or hung hosts"): each worker prints its exit code. Once one worker has

@@ -4,6 +4,8 @@
 
   python tools/compare_runs.py WORKDIR_A WORKDIR_B
 
+Either workdir may be on an object store (gs://bucket/run).
+
 Prints one line per check and exits 0 when everything is identical, 1 otherwise. For refactors that must not change
 behaviour: train the same config before and after, then compare.
 """
@@ -18,18 +20,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from vlp_jax import paths  # noqa: E402
 from vlp_jax.checkpoint_files import load_variables  # noqa: E402
 
 
 def metric_records(workdir: str) -> list[dict]:
   """The records of metrics.jsonl without the timings, which differ between any two runs."""
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith('perf/') and k != 'time'} for line in f]
+  lines = paths.read_text(paths.join(workdir, 'metrics.jsonl')).splitlines()
+  return [{k: v for k, v in json.loads(line).items() if not k.startswith('perf/') and k != 'time'} for line in lines]
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-  directory = os.path.join(workdir, 'checkpoints')
-  return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
+  directory = paths.join(workdir, 'checkpoints')
+  return sorted(int(name) for name in paths.listdir(directory) if name.isdigit()) if paths.isdir(directory) else []
 
 
 def trees_equal(a, b) -> bool:
@@ -51,8 +54,8 @@ def compare(a: str, b: str) -> list[tuple[str, bool]]:
   steps_a, steps_b = checkpoint_steps(a), checkpoint_steps(b)
   checks.append((f'checkpoint steps {steps_a} and {steps_b}', steps_a == steps_b))
   for step in sorted(set(steps_a) & set(steps_b)):
-    params_a, state_a = load_variables(os.path.join(a, 'checkpoints', str(step)))
-    params_b, state_b = load_variables(os.path.join(b, 'checkpoints', str(step)))
+    params_a, state_a = load_variables(paths.join(a, 'checkpoints', str(step)))
+    params_b, state_b = load_variables(paths.join(b, 'checkpoints', str(step)))
     size = sum(x.size for x in jax.tree.leaves(params_a))
     checks.append((f'checkpoint {step}: {size} parameters', trees_equal(params_a, params_b)))
     checks.append((f'checkpoint {step}: model state', trees_equal(state_a, state_b)))

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from vlp_jax import paths
 from vlp_jax.errors import ConfigError, DataNotFoundError
 
 
@@ -30,14 +31,16 @@ logging.getLogger('absl').addFilter(MissingItemMetadataFilter())
 def resolve_checkpoint(path: str) -> str:
   """A checkpoint step directory from a step directory, an imported checkpoint, a `checkpoints/` directory or a
   workdir (the latest step of the last two). A path without one raises errors.DataNotFoundError (exit code 2 in
-  the commands; a FileNotFoundError)."""
-  path = os.path.abspath(path)
-  if os.path.isdir(os.path.join(path, 'state')):
+  the commands; a FileNotFoundError). Local or on an object store (`gs://`, `s3://`)."""
+  if problem := paths.checkpoint_location_problem(path):
+    raise ConfigError(f'no checkpoint can be read from {path}: {problem}')
+  path = paths.absolute(path)
+  if paths.isdir(paths.join(path, 'state')):
     return path
-  for candidate in (os.path.join(path, 'checkpoints'), path):
-    steps = [int(d) for d in os.listdir(candidate) if d.isdigit()] if os.path.isdir(candidate) else []
+  for candidate in (paths.join(path, 'checkpoints'), path):
+    steps = [int(d) for d in paths.listdir(candidate) if d.isdigit()] if paths.isdir(candidate) else []
     if steps:
-      return os.path.join(candidate, str(max(steps)))
+      return paths.join(candidate, str(max(steps)))
   raise DataNotFoundError(f'no checkpoint at {path}: expected a directory with state/ and config/, or a workdir '
                           'with checkpoints/<step>/')
 
@@ -45,13 +48,12 @@ def resolve_checkpoint(path: str) -> str:
 def read_saved_config(checkpoint_dir: str) -> dict:
   """The config saved beside a checkpoint, as written (`training.checkpoint.load_config` completes it with the
   keys added since)."""
-  with open(os.path.join(resolve_checkpoint(checkpoint_dir), 'config', 'metadata')) as f:
-    return json.load(f)
+  return json.loads(paths.read_text(paths.join(resolve_checkpoint(checkpoint_dir), 'config', 'metadata')))
 
 
 def _saved_state(checkpoint_dir: str) -> tuple[str, ocp.StandardCheckpointer, dict]:
   """(the state directory of a checkpoint, a checkpointer, the saved state's tree metadata by top-level key)."""
-  path = os.path.join(resolve_checkpoint(checkpoint_dir), 'state')
+  path = paths.join(resolve_checkpoint(checkpoint_dir), 'state')
   checkpointer = ocp.StandardCheckpointer()
   return path, checkpointer, checkpointer.metadata(path).item_metadata
 
@@ -67,7 +69,7 @@ def load_variables(checkpoint_dir: str, ema: bool = False) -> tuple[dict, dict]:
   checkpoint without one raises ConfigError."""
   path, checkpointer, metadata = _saved_state(checkpoint_dir)
   if ema and 'ema' not in metadata:
-    raise ConfigError(f'{os.path.dirname(path)} holds no EMA of the weights: only a run trained with '
+    raise ConfigError(f'{paths.parent(path)} holds no EMA of the weights: only a run trained with '
                       'config.ema.decay > 0 has one; load its parameters instead (without ema / --ema)')
   # Onto this process's first device, whatever mesh (or process count) saved it.
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])

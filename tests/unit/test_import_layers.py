@@ -23,7 +23,7 @@ LAYERS = (
     ('evalsets',),
     ('data', 'losses', 'models'),
     ('checkpoint_files', 'errors', 'parallel', 'hardware'),
-    ('registry',),
+    ('registry', 'paths'),
 )
 ENTRY_MODULES = ('main', 'evaluate', 'embed', 'weights', 'convert', 'clip_benchmark')
 

@@ -20,7 +20,6 @@ Exit codes as for every command (cli/common.py): 2 for a bad request.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Sequence
 
@@ -30,7 +29,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from vlp_jax import config as config_lib
-from vlp_jax import errors, evalsets, models, objectives, parallel
+from vlp_jax import errors, evalsets, models, objectives, parallel, paths
 from vlp_jax.checkpoint_files import has_ema, load_variables, resolve_checkpoint
 from vlp_jax.cli import common
 from vlp_jax.evaluation import Encoder, evaluate_variants, report_skipped_tasks
@@ -52,19 +51,19 @@ class EvaluateError(errors.ConfigError):
 
 def checkpoint_step(checkpoint_dir: str) -> int | None:
   """The training step of a `<workdir>/checkpoints/<step>` directory; None for an imported checkpoint."""
-  name = os.path.basename(os.path.normpath(checkpoint_dir))
-  parent = os.path.basename(os.path.dirname(os.path.normpath(checkpoint_dir)))
+  name = paths.basename(checkpoint_dir)
+  parent = paths.basename(paths.parent(checkpoint_dir))
   return int(name) if name.isdigit() and parent == 'checkpoints' else None
 
 
 def default_output_dir(checkpoint_dir: str, key: str) -> str:
   """WORKDIR/eval/<step>/<key> for a training checkpoint, CKPT-eval/<key> beside any other (never inside a
-  checkpoint, which orbax may delete); key: `results_key` of the evaluation."""
-  checkpoint_dir = os.path.normpath(checkpoint_dir)
+  checkpoint, which orbax may delete); key: `results_key` of the evaluation. Local or on an object store."""
+  checkpoint_dir = paths.join(paths.parent(checkpoint_dir), paths.basename(checkpoint_dir))  # no trailing '/'
   step = checkpoint_step(checkpoint_dir)
   if step is not None:
-    return os.path.join(os.path.dirname(os.path.dirname(checkpoint_dir)), 'eval', str(step), key)
-  return os.path.join(checkpoint_dir + '-eval', key)
+    return paths.join(paths.parent(paths.parent(checkpoint_dir)), 'eval', str(step), key)
+  return paths.join(checkpoint_dir + '-eval', key)
 
 
 def changed_settings(saved: ml_collections.ConfigDict, requested: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -171,53 +170,46 @@ def write_plots(out_dir: str, checkpoint: str, encoder, eval_sets: list, objecti
   """The evaluation figures of every eval set, COSMOS cross-attention maps where the objective has them, and the
   training curves of the checkpoint's workdir. Every process embeds (the encoder runs over the whole mesh); process
   0 draws and writes."""
-  paths = []
+  written = []
   for eval_set in eval_sets:
     image_emb = encoder.images(eval_set.images)
     text_emb = encoder.texts(eval_set.captions) if len(eval_set.captions) else None
     if jax.process_index() != 0:
       continue
-    os.makedirs(out_dir, exist_ok=True)
-    paths += eval_plots.write_eval_plots(encoder, eval_set, out_dir, image_emb, text_emb)
+    paths.makedirs(out_dir)
+    written += eval_plots.write_eval_plots(encoder, eval_set, out_dir, image_emb, text_emb)
     cross_attention = eval_plots.write_cross_attention_plot(objective, params, model_state, eval_set, out_dir)
-    paths += [cross_attention] if cross_attention else []
+    written += [cross_attention] if cross_attention else []
   if jax.process_index() != 0:
-    return paths
+    return written
   if checkpoint_step(checkpoint) is not None:
-    workdir = os.path.dirname(os.path.dirname(os.path.normpath(checkpoint)))
+    workdir = paths.parent(paths.parent(checkpoint))
     curves = plot_curves(workdir)
-    paths += [curves] if curves else []
-  for path in paths:
+    written += [curves] if curves else []
+  for path in written:
     print(f'Wrote {path}', flush=True)
-  return paths
+  return written
 
 
 def check_output_dir(out_dir: str, overwrite: bool) -> None:
   """Refuses to replace earlier results unless asked to (before the evaluation runs, not after)."""
-  existing = [n for n in (RESULTS_JSON, RESULTS_MARKDOWN) if os.path.exists(os.path.join(out_dir, n))]
+  existing = [n for n in (RESULTS_JSON, RESULTS_MARKDOWN) if paths.exists(paths.join(out_dir, n))]
   if existing and not overwrite:
     raise EvaluateError(f'{out_dir} already has {", ".join(existing)} of this evaluation (the same eval sets, split '
                         'and settings); pass --overwrite to replace them (other evaluations are kept), or choose '
                         'another --output_dir')
 
 
-def _write_atomically(path: str, text: str) -> None:
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
 def write_results(out_dir: str, results: dict[str, float], info: dict[str, Any]) -> tuple[str, str]:
   """eval_results.json and eval_results.md in `out_dir`, each written whole or not at all."""
-  os.makedirs(out_dir, exist_ok=True)
-  json_path, markdown_path = os.path.join(out_dir, RESULTS_JSON), os.path.join(out_dir, RESULTS_MARKDOWN)
+  paths.makedirs(out_dir)
+  json_path, markdown_path = paths.join(out_dir, RESULTS_JSON), paths.join(out_dir, RESULTS_MARKDOWN)
   metrics = {k: float(v) for k, v in sorted(results.items())}
-  _write_atomically(json_path, json.dumps({**info, 'metrics': metrics}, indent=2) + '\n')
+  paths.write_text(json_path, json.dumps({**info, 'metrics': metrics}, indent=2) + '\n')
   step = f' at step {info["step"]}' if info.get('step') is not None else ''
   header = (f'# Evaluation of {info["checkpoint"]}{step}\n\nModel {info["model"]}, objective {info["objective"]}; '
             f'{info["split"]} split.\n\n')
-  _write_atomically(markdown_path, header + markdown_table(metrics))
+  paths.write_text(markdown_path, header + markdown_table(metrics))
   return json_path, markdown_path
 
 

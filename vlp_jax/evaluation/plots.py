@@ -9,6 +9,7 @@ a pure `*_figure` function builds the matplotlib Figure (no pyplot state) and `s
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import textwrap
@@ -20,6 +21,7 @@ import numpy as np
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
+from vlp_jax import paths
 from vlp_jax.data import synthetic
 from vlp_jax.data.image_ops import denormalize_image
 from vlp_jax.data.tokenizer import default_tokenizer, tokenizer_for
@@ -44,7 +46,13 @@ POINT_AREA = 14.0  # points^2
 
 
 def save_figure(fig: Figure, path: str) -> str:
-  """Writes `fig` as a PNG at `path` (its folder made), the legend outside the axes included; returns the path."""
+  """Writes `fig` as a PNG at `path` (its folder made), the legend outside the axes included; returns the path.
+  `path` may be on an object store (`gs://`): the PNG is rendered in memory and uploaded."""
+  if paths.is_remote(path):
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=DPI, bbox_inches='tight')
+    paths.write_bytes(path, buffer.getvalue())
+    return path
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=DPI, bbox_inches='tight')
   return path
@@ -361,9 +369,9 @@ def write_eval_plots(encoder, eval_set, out_dir: str, image_emb: np.ndarray | No
   if image_emb is None:
     image_emb = encoder.images(eval_set.images)
   name = getattr(eval_set, 'name', 'eval')
-  paths = []
+  written = []
   if has_labels:
-    paths.append(plot_tsne(image_emb, labels, class_names, os.path.join(out_dir, f'{name}_tsne.png'),
+    written.append(plot_tsne(image_emb, labels, class_names, paths.join(out_dir, f'{name}_tsne.png'),
                            title=f'{name}: t-SNE of image embeddings'))
   if has_captions:
     if text_emb is None:
@@ -371,11 +379,11 @@ def write_eval_plots(encoder, eval_set, out_dir: str, image_emb: np.ndarray | No
     # As the affinity evaluator: each image paired with its first caption.
     images, captions = first_captions(eval_set.caption_image)
     per_query = per_query_affinity_consistency(image_emb[images], text_emb[captions])
-    paths.append(plot_affinity_histogram(per_query, os.path.join(out_dir, f'{name}_affinity_hist.png'), label=name))
-    paths.append(plot_retrieval_examples(eval_set.images, eval_set.captions, eval_set.caption_image, image_emb,
-                                         text_emb, os.path.join(out_dir, f'{name}_retrieval.png'),
+    written.append(plot_affinity_histogram(per_query, paths.join(out_dir, f'{name}_affinity_hist.png'), label=name))
+    written.append(plot_retrieval_examples(eval_set.images, eval_set.captions, eval_set.caption_image, image_emb,
+                                         text_emb, paths.join(out_dir, f'{name}_retrieval.png'),
                                          title=f'{name}: image -> caption retrieval'))
-  return paths
+  return written
 
 
 def write_cross_attention_plot(objective, params: dict, model_state: dict, eval_set, out_dir: str,
@@ -394,4 +402,4 @@ def write_cross_attention_plot(objective, params: dict, model_state: dict, eval_
   name = getattr(eval_set, 'name', 'eval')
   return plot_cross_attention(eval_set.images[images], captions, image_attention, text_attention,
                               [token_strings(row, tokenizer) for row in tokens],
-                              os.path.join(out_dir, f'{name}_cross_attention.png'))
+                              paths.join(out_dir, f'{name}_cross_attention.png'))

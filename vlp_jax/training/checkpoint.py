@@ -14,16 +14,13 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from vlp_jax import paths
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
 from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.config import with_current_defaults
 
 
 MANIFEST = 'vlp_jax_manifest.json'
-
-
-def _is_local(path: str) -> bool:
-  return '://' not in path
 
 
 def file_digests(directory: str) -> dict[str, list[int]]:
@@ -57,11 +54,18 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, keep: int = 3, async_save: bool = False):
-    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    # A local workdir made absolute; a gs:// one kept as it is (orbax writes the arrays through tensorstore's GCS
+    # driver). Other object stores are refused before this (paths.checkpoint_location_problem).
+    self.directory = paths.join(paths.absolute(workdir), 'checkpoints')
     self.keep = keep
     self.async_save = async_save
     self._writing: int | None = None  # the step whose files an async save is writing
     self._open()
+
+  @property
+  def remote(self) -> bool:
+    """Whether the checkpoints go to an object store (no manifests there: see `check`)."""
+    return paths.is_remote(self.directory)
 
   def _open(self) -> None:
     self.manager = ocp.CheckpointManager(
@@ -76,7 +80,7 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def step_directory(self, step: int) -> str:
-    return os.path.join(self.directory, str(step))
+    return paths.join(self.directory, str(step))
 
   def save(self, step: int, state: Any, data_iterator: grain.DatasetIterator,
            config: ml_collections.ConfigDict) -> None:
@@ -94,7 +98,7 @@ class Checkpointer:
 
   def poll(self) -> None:
     """Write the manifest of an async save whose files are committed; cheap, call it every step."""
-    if (self._writing is not None and not self.manager.is_saving_in_progress()
+    if (self._writing is not None and not self.manager.is_saving_in_progress() and not self.remote
         and os.path.isdir(self.step_directory(self._writing))):  # renamed into place: committed
       step, self._writing = self._writing, None
       self._write_manifest(step)
@@ -109,7 +113,7 @@ class Checkpointer:
       self._write_manifest(step)
 
   def _write_manifest(self, step: int) -> None:
-    if jax.process_index() != 0 or not _is_local(self.directory):
+    if jax.process_index() != 0 or self.remote:
       return
     directory = self.step_directory(step)
     manifest = {'step': step, 'files': file_digests(directory)}
@@ -128,7 +132,7 @@ class Checkpointer:
   def check(self, step: int) -> str | None:
     """None when step's files match its manifest; otherwise what is wrong."""
     directory = self.step_directory(step)
-    if not _is_local(directory):
+    if self.remote:
       return None  # object stores: orbax's own commit marker is the guarantee
     try:
       with open(os.path.join(directory, MANIFEST)) as f:
@@ -144,9 +148,9 @@ class Checkpointer:
 
   def quarantine(self, step: int, reason: str) -> str:
     """Move a broken step aside (process 0), reload the manager, and say so; returns the new location."""
-    target = os.path.join(self.directory, f'corrupt-{step}-{int(time.time())}')
+    target = paths.join(self.directory, f'corrupt-{step}-{int(time.time())}')
     if jax.process_index() == 0:
-      os.replace(self.step_directory(step), target)
+      paths.rename(self.step_directory(step), target)
     _sync(f'vlp_jax_quarantine_{step}')
     print(f'Checkpoint step {step} is incomplete or corrupt ({reason}); moved it to {target}.', flush=True)
     self.manager.close()

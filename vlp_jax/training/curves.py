@@ -4,11 +4,11 @@ evaluation plots: `plots.metric_colour`); its chance level is a dashed line of t
 from __future__ import annotations
 
 import math
-import os
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from vlp_jax import paths
 from vlp_jax.evaluation.plots import metric_colour, save_figure
 from vlp_jax.evaluation.results import chance_level
 from vlp_jax.training.writer import read_metrics
@@ -114,4 +114,4 @@ def curves_figure(records: list[dict]) -> Figure | None:
 def plot_curves(workdir: str) -> str | None:
   """Write `workdir/curves.png` from metrics.jsonl; returns its path, or None when there is nothing to plot."""
   fig = curves_figure(read_metrics(workdir))
-  return None if fig is None else save_figure(fig, os.path.join(workdir, 'curves.png'))
+  return None if fig is None else save_figure(fig, paths.join(workdir, 'curves.png'))

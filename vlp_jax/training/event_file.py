@@ -16,6 +16,8 @@ import socket
 import struct
 import time
 
+from vlp_jax import paths
+
 _CASTAGNOLI = 0x82F63B78  # CRC-32C's polynomial, bit-reversed
 
 
@@ -98,20 +100,42 @@ def image_event(wall_time: float, step: int, tag: str, png: bytes, height: int, 
   return _event(wall_time, step, _bytes_field(5, _bytes_field(1, summary_value)))
 
 
+# On an object store a file is rewritten whole at each flush: past this size the writer starts a new file (TensorBoard
+# reads every event file in the folder), so that a long run does not upload an ever larger object.
+REMOTE_FILE_BYTES = 4 << 20
+
+
 class EventFileWriter:
-  """Appends events to a new `events.out.tfevents.<time>.<host>.<pid>` file in `logdir`, each record flushed as it
-  is written (a crash loses none of them)."""
+  """Appends events to a new `events.out.tfevents.<time>.<host>.<pid>` file in `logdir`. Locally each record is
+  flushed as it is written (a crash loses none of them); on an object store (`gs://`), which cannot append, the
+  records reach the bucket at each `flush` (`paths.AppendableFile`), and a new file is started past
+  REMOTE_FILE_BYTES."""
 
   def __init__(self, logdir: str):
-    os.makedirs(logdir, exist_ok=True)
+    paths.makedirs(logdir)
+    self.logdir = logdir
+    self._files_started = 0
+    self._file = self._new_file()
+
+  def _new_file(self) -> paths.AppendableFile:
     now = time.time()
-    self.path = os.path.join(logdir, f'events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}')
-    self._file = open(self.path, 'ab')
-    self.write(version_event(now))
+    suffix = f'.{self._files_started}' if self._files_started else ''  # names stay unique within a second
+    self._files_started += 1
+    self.path = paths.join(
+        self.logdir, f'events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}{suffix}')
+    file = paths.AppendableFile(self.path)
+    file.write(tfrecord(version_event(now)))
+    return file
 
   def write(self, event: bytes) -> None:
     self._file.write(tfrecord(event))
+
+  def flush(self) -> None:
+    """Send the records written since the last flush (an object store; locally they are already on disk)."""
     self._file.flush()
+    if self._file.size > REMOTE_FILE_BYTES:
+      self._file.close()
+      self._file = self._new_file()
 
   def close(self) -> None:
     self._file.close()

@@ -10,15 +10,20 @@ import uuid
 import jax
 from jax.experimental import multihost_utils
 
-from vlp_jax import parallel
+from vlp_jax import parallel, paths
 from vlp_jax.errors import WorkdirError
 
 
 def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
   """Create `workdir` and write, fsync and remove a probe of `probe_bytes`, so that a read-only, full or quota-bound
-  workdir fails now, with the path and the cause, rather than at the first checkpoint after hours of training."""
-  if '://' in workdir:
-    return  # object stores (gs://): orbax reports its own errors
+  workdir fails now, with the path and the cause, rather than at the first checkpoint after hours of training.
+  On Google Cloud Storage (`gs://`) a small object is written and deleted: a missing bucket, refused credentials
+  or a missing gcsfs fail here alike. Object stores orbax cannot checkpoint to (`s3://`) are refused."""
+  if paths.is_remote(workdir):
+    if problem := paths.checkpoint_location_problem(workdir):
+      raise WorkdirError(errno.EINVAL, f"workdir '{workdir}' is not usable: {problem}")
+    check_remote_workdir_writable(workdir)
+    return
   probe = os.path.join(workdir, f'.vlp_jax_write_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}')
   try:
     os.makedirs(workdir, exist_ok=True)
@@ -35,6 +40,27 @@ def check_workdir_writable(workdir: str, probe_bytes: int = 1 << 20) -> None:
   finally:
     if os.path.exists(probe):
       os.remove(probe)
+
+
+REMOTE_FILESYSTEMS = {'gs': 'gcsfs'}  # the package etils.epath (fsspec) needs for each object store
+
+
+def check_remote_workdir_writable(workdir: str) -> None:
+  """Write and delete a probe object under `workdir` (on an object store); WorkdirError naming the cause."""
+  probe = paths.join(workdir, f'.vlp_jax_write_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}')
+  scheme = workdir.split('://', 1)[0]
+  try:
+    paths.write_bytes(probe, b'\0' * 1024)
+    paths.remove(probe)
+  except ImportError as error:
+    package = REMOTE_FILESYSTEMS.get(scheme, f'the fsspec filesystem for {scheme}://')
+    raise WorkdirError(errno.ENOPKG, f"workdir '{workdir}' is on an object store, which needs {package}: "
+                       f'`pip install {package}` ({error})') from None
+  except Exception as error:  # each client has its own errors: a missing bucket, refused credentials, ...
+    raise WorkdirError(getattr(error, 'errno', None) or errno.EIO,
+                       f"workdir '{workdir}' is not usable: writing a probe object failed "
+                       f'({type(error).__name__}: {error}); check that the bucket exists and that the credentials '
+                       'can write to it') from None
 
 
 class PreemptionWatcher:

@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax import config as config_lib
-from vlp_jax import hardware, models, objectives, parallel
+from vlp_jax import hardware, models, objectives, parallel, paths
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.data import formats, host_memory, pipeline
@@ -205,11 +205,14 @@ def train(ctx: TrainContext, hooks: list[Hook]) -> int:
 
 
 def files_not_found(config: ml_collections.ConfigDict) -> list[str]:
-  """One line for each local file or folder the config names that does not exist (remote paths are not checked)."""
+  """One line for each local file or folder the config names that does not exist (remote paths are not checked),
+  and for an init.checkpoint on an object store orbax cannot read (s3://)."""
   named = {'config.data.teacher_embeddings': config.data.teacher_embeddings,
            'config.init.checkpoint': config.init.checkpoint}
-  return [f"{key}='{path}' does not exist" for key, path in named.items()
-          if path and '://' not in path and not os.path.exists(path)]
+  missing = [f"{key}='{path}' does not exist" for key, path in named.items()
+             if path and not paths.is_remote(path) and not os.path.exists(path)]
+  problem = config.init.checkpoint and paths.checkpoint_location_problem(config.init.checkpoint)
+  return missing + ([f"config.init.checkpoint='{config.init.checkpoint}': {problem}"] if problem else [])
 
 
 def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:
@@ -234,7 +237,10 @@ def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:
 
 
 def remove_if_empty(directory: str) -> None:
-  """Remove `directory` when it exists and is empty (made for checkpoints that a failed start never wrote)."""
+  """Remove `directory` when it exists and is empty (made for checkpoints that a failed start never wrote). An object
+  store has no empty folders: nothing to do there."""
+  if paths.is_remote(directory):
+    return
   if os.path.isdir(directory) and not os.listdir(directory):
     os.rmdir(directory)
 

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import secrets
+import tempfile
 import time
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ import jax
 import ml_collections
 from PIL import Image
 
-from vlp_jax import errors
+from vlp_jax import errors, paths
 from vlp_jax.training import event_file
 
 WANDB_RUN_ID_FILE = 'wandb_run_id'
@@ -35,28 +36,29 @@ class Backend(Protocol):
 
 
 class JsonLines:
-  """metrics.jsonl. On resume, lines past the restored step are dropped: they are re-done. Images are not kept."""
+  """metrics.jsonl. On resume, lines past the restored step are dropped: they are re-done. Images are not kept.
+  On an object store the object is rewritten at each write (`paths.AppendableFile`): every record is in the bucket
+  before the next checkpoint, so a resumed run never lacks one."""
 
   def __init__(self, path: str, resume_step: int):
     self.path = path
-    if os.path.exists(path):
-      with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)['step'] <= resume_step]
-      tmp = path + '.tmp'
-      with open(tmp, 'w') as f:
-        f.writelines(kept)
-      os.replace(tmp, path)
+    kept = ''
+    if paths.exists(path):
+      lines = paths.read_text(path).splitlines(keepends=True)
+      kept = ''.join(line for line in lines if line.strip() and json.loads(line)['step'] <= resume_step)
+      paths.write_text(path, kept)
+    self._file = paths.AppendableFile(path, initial=kept.encode())
 
   def scalars(self, step: int, metrics: dict[str, float]) -> None:
     record = {'step': step, 'time': time.time(), **metrics}
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    self._file.write((json.dumps(record) + '\n').encode())
+    self._file.flush()
 
   def images(self, step: int, paths: dict[str, str]) -> None:
     pass
 
   def close(self) -> None:
-    pass
+    self._file.close()
 
 
 class TensorBoard:
@@ -69,11 +71,13 @@ class TensorBoard:
     now = time.time()
     for name, value in metrics.items():
       self._events.write(event_file.scalar_event(now, step, name, float(value)))
+    self._events.flush()
 
   def images(self, step: int, paths: dict[str, str]) -> None:
     for name, path in paths.items():
       png, (width, height), channels = png_for_tensorboard(path)
       self._events.write(event_file.image_event(time.time(), step, name, png, height, width, channels))
+    self._events.flush()
 
   def close(self) -> None:
     self._events.close()
@@ -81,11 +85,11 @@ class TensorBoard:
 
 def png_for_tensorboard(path: str) -> tuple[bytes, tuple[int, int], int]:
   """(PNG bytes, (width, height), channels) of the image at `path`: a grey, RGB or RGBA PNG as it is, anything else
-  converted to an RGB PNG."""
-  with Image.open(path) as image:
+  converted to an RGB PNG. `path` may be on an object store."""
+  data = paths.read_bytes(path)
+  with Image.open(io.BytesIO(data)) as image:
     if image.format == 'PNG' and image.mode in _CHANNELS:
-      with open(path, 'rb') as f:
-        return f.read(), image.size, _CHANNELS[image.mode]
+      return data, image.size, _CHANNELS[image.mode]
     buffer = io.BytesIO()
     image.convert('RGB').save(buffer, format='PNG')
     return buffer.getvalue(), image.size, 3
@@ -117,18 +121,14 @@ def wandb_run_id(workdir: str, resume_step: int) -> str:
   """The W&B run id of the run in `workdir`: the one in `workdir/wandb_run_id` when the run resumes from a
   checkpoint (resume_step > 0), else a new one, written there. A fresh start, whose metrics.jsonl also starts over,
   is a new W&B run."""
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, WANDB_RUN_ID_FILE)
-  if resume_step > 0 and os.path.exists(path):
-    with open(path) as f:
-      run_id = f.read().strip()
+  paths.makedirs(workdir)
+  path = paths.join(workdir, WANDB_RUN_ID_FILE)
+  if resume_step > 0 and paths.exists(path):
+    run_id = paths.read_text(path).strip()
     if run_id:
       return run_id
   run_id = secrets.token_hex(6)  # 12 characters of [0-9a-f], as W&B's own ids
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    f.write(run_id + '\n')
-  os.replace(tmp, path)
+  paths.write_text(path, run_id + '\n')
   return run_id
 
 
@@ -149,7 +149,8 @@ def flat_config(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
 
 class WandB:
   """A W&B run (`wandb.init(resume='allow')` with the id of `wandb_run_id`): project, entity, mode and name from
-  config.log. Its files go to $WANDB_DIR if set, else to `workdir/wandb/`.
+  config.log. Its files go to $WANDB_DIR if set, else to `workdir/wandb/` (for a workdir on an object store, which
+  wandb cannot write to, to the system's temporary folder).
 
   A resumed run redoes the steps after its checkpoint; W&B keeps the values it already has for them (the same, as
   resuming is exact) and takes the steps after the last one it holds."""
@@ -157,11 +158,12 @@ class WandB:
   def __init__(self, workdir: str, config: ml_collections.ConfigDict, resume_step: int):
     log = config.log
     self._wandb = import_wandb(log.wandb_project)
-    name = log.wandb_run_name or os.path.basename(os.path.normpath(os.path.abspath(workdir)))
+    name = log.wandb_run_name or paths.basename(paths.absolute(workdir))
+    local_dir = tempfile.gettempdir() if paths.is_remote(workdir) else workdir
     # dir explicitly, also from $WANDB_DIR: wandb reads the environment once per process, at its first run.
     self.run = self._wandb.init(project=log.wandb_project, entity=log.wandb_entity or None, name=name,
                                 id=wandb_run_id(workdir, resume_step), resume='allow', mode=log.wandb_mode,
-                                dir=os.environ.get('WANDB_DIR') or workdir)
+                                dir=os.environ.get('WANDB_DIR') or local_dir)
     # After init, not through it: a resumed run may change values (a longer total_steps), which init would refuse.
     self.run.config.update(flat_config(config), allow_val_change=True)
 
@@ -174,7 +176,14 @@ class WandB:
 
   def images(self, step: int, paths: dict[str, str]) -> None:
     if paths and not self._skip(step):
-      self.run.log({name: self._wandb.Image(path) for name, path in paths.items()}, step=step)
+      self.run.log({name: self._wandb_image(path) for name, path in paths.items()}, step=step)
+
+  def _wandb_image(self, path: str):
+    """wandb reads local files only: an image on an object store is read here and handed over decoded."""
+    if not paths.is_remote(path):
+      return self._wandb.Image(path)
+    with Image.open(io.BytesIO(paths.read_bytes(path))) as image:
+      return self._wandb.Image(image.copy())
 
   def close(self) -> None:
     self.run.finish()
@@ -186,11 +195,11 @@ class MetricWriter:
 
   def __init__(self, workdir: str, resume_step: int = 0, config: ml_collections.ConfigDict | None = None):
     self.active = jax.process_index() == 0
-    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self.path = paths.join(workdir, 'metrics.jsonl')
     self._backends: list[Backend] = []
     if not self.active:
       return
-    os.makedirs(workdir, exist_ok=True)
+    paths.makedirs(workdir)
     self._backends = [JsonLines(self.path, resume_step), TensorBoard(workdir)]
     if config is not None and config.log.wandb_project:
       try:
@@ -220,8 +229,7 @@ class MetricWriter:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  path = os.path.join(workdir, 'metrics.jsonl')
-  if not os.path.exists(path):
+  path = paths.join(workdir, 'metrics.jsonl')
+  if not paths.exists(path):
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return [json.loads(line) for line in paths.read_text(path).splitlines() if line.strip()]
