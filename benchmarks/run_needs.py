@@ -5,10 +5,12 @@
   python benchmarks/run_needs.py --write docs/scaling.md   # replace them between the markers there
 
 Per config, at its real shapes (image size, global batch, micro-batches, dtype), on this machine's CPU, nothing run:
-- host, per process: the training data as the config's docstring describes it (DATA below: samples, shards), the
-  webdataset index (samples x its row: data/webdataset.py's _INDEX_DTYPE plus the key), SaCo's teacher table
-  (samples x 512 float32), the eval images held and the probe's (evalsets/budget.py), and the open files the data
-  workers would keep if every shard read stayed open (shards x workers: 143c8f2's readers);
+- host: the training data as the config's docstring describes it (DATA below: samples, shards, sources); what the
+  trainer prints and checks at start (evalsets/budget.py's host_memory): the webdataset index and SaCo's teacher
+  table, memory-mapped once per host (data/host_memory.py's byte counts), and the eval images each process holds
+  (evalsets/budget.py); and the shard files the data workers keep open, each reader bounded by
+  data/shards.py's open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard
+  limit), one reader per worker and, outside 'mixed' batches, per source;
 - compute: each tower's forward FLOPs per example and the whole train step's FLOPs (forward, backward and every
   component of the objective: extra views, heads, decoder, teacher), counted from the traced jaxpr
   (vlp_jax/training/flops.py: matmuls and convolutions, 2 per multiply-add, loops by their trip count; traced, not
@@ -42,7 +44,7 @@ import aot  # noqa: E402  # benchmarks/aot.py: the abstract batch of a config's 
 from sentencepiece import sentencepiece_model_pb2  # noqa: E402
 from vlp_jax import models, objectives, parallel  # noqa: E402
 from vlp_jax.config import from_file  # noqa: E402
-from vlp_jax.data import webdataset  # noqa: E402
+from vlp_jax.data import host_memory, shards  # noqa: E402
 from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
 from vlp_jax.evalsets import budget  # noqa: E402
 from vlp_jax.objectives.accumulation import num_micro_batches  # noqa: E402
@@ -54,16 +56,19 @@ from vlp_jax.training.step import jit_train_step  # noqa: E402
 BEGIN, END = '<!-- run_needs: begin (benchmarks/run_needs.py writes this table) -->', '<!-- run_needs: end -->'
 TEACHER_DIM = 512  # configs/saco_cc3m.py's mimic targets: a ViT-B/32's embeddings
 KEY_BYTES = 9  # a webdataset key such as '000012345': the index keeps keys at the longest key's width
+OPEN_FILES_LIMIT = 2**20  # the soft limit after data/shards.py raise_open_files_limit on a host whose hard limit is
+# the common 1,048,576 (at a hard limit of 1,024 each reader keeps open_shards_budget(1024) = 32 files)
 GIB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
 class Data:
   """The training data a config's docstring describes: samples, shards (10,000 records each as `vlp_jax.convert`
-  writes them, or the tars named), and where the numbers come from."""
+  writes them, or the tars named), where the numbers come from, and how many sources (data.path's folders)."""
   samples: int
   shards: int
   source: str
+  sources: int = 1
 
 
 def _shards(samples: int, per_shard: int = 10_000) -> int:
@@ -75,7 +80,7 @@ DATA = {
     'saco_cc3m': Data(2_800_000, _shards(2_800_000), 'CC3M'),
     'cosmos_cc3m': Data(2_823_019, _shards(2_823_019), 'CC3M, the paper\'s copy'),
     'slip_cc3m': Data(2_800_000, _shards(2_800_000), 'CC3M'),
-    'zerovl_multisource': Data(14_230_000, _shards(14_230_000), 'SBU + VG + CC3M + CC12M'),
+    'zerovl_multisource': Data(14_230_000, _shards(14_230_000), 'SBU + VG + CC3M + CC12M', sources=4),
     # WebLI is not public: the docstring's 100,000 tars, at an assumed 10,000 samples each
     'siglip2_webli': Data(1_000_000_000, 100_000, '100,000 tars x 10,000 samples (assumed)'),
     'clip_continue': Data(595_000, _shards(595_000), 'LLaVA-595K'),
@@ -116,16 +121,25 @@ def with_tokenizer(config):
 
 
 def index_bytes(config, data: Data) -> int:
-  """The webdataset index of the whole training set: samples x (_INDEX_DTYPE + KEY_BYTES); 0 for ArrayRecord, whose
-  files carry their own index."""
-  if config.data.name != 'webdataset':
-    return 0
-  return data.samples * (webdataset._INDEX_DTYPE.itemsize + KEY_BYTES)  # pylint: disable=protected-access
+  """The webdataset index of the whole training set (data/host_memory.py); 0 for ArrayRecord, whose files carry
+  their own index."""
+  return host_memory.webdataset_index_bytes(data.samples, KEY_BYTES) if config.data.name == 'webdataset' else 0
 
 
 def teacher_bytes(config, data: Data) -> int:
-  """SaCo's pre-extracted mimic targets: samples x TEACHER_DIM float32 (0 without them)."""
-  return data.samples * TEACHER_DIM * 4 if aot.needs_teacher_vectors(config) else 0
+  """SaCo's pre-extracted mimic targets, one TEACHER_DIM row per sample (data/host_memory.py; 0 without them)."""
+  if not aot.needs_teacher_vectors(config):
+    return 0
+  return host_memory.teacher_table_bytes(data.samples, TEACHER_DIM, KEY_BYTES)
+
+
+def open_files(config, data: Data) -> tuple[int, int]:
+  """(shard files a process keeps open at most, files each reader keeps): readers bounded by open_shards_budget at
+  OPEN_FILES_LIMIT (never more than the shards), one per grain worker (or the process itself without workers), and
+  outside 'mixed' batches one per source per worker (data/mixing.py)."""
+  per_reader = min(data.shards, shards.open_shards_budget(OPEN_FILES_LIMIT))
+  readers = max(1, config.data.num_workers) * (1 if config.data.mixing == 'mixed' else data.sources)
+  return per_reader * readers, per_reader
 
 
 def tower_flops(config) -> tuple[float, float]:
@@ -175,15 +189,17 @@ def needs(name: str) -> dict:
   size = config.model.vision.image_size
   eval_images = sum(c.images + c.probe_images for c in costs)
   eval_texts = sum(c.texts for c in costs)
-  held = sum(c.held_bytes for c in costs)
-  host = index_bytes(config, data) + teacher_bytes(config, data) + held
+  mapped = {'webdataset index': index_bytes(config, data), 'teacher table': teacher_bytes(config, data)}
+  memory = budget.host_memory(config, {part: size for part, size in mapped.items() if size})  # as the trainer prints
+  held, host = memory.per_process['eval sets'], memory.total()
+  files, per_reader = open_files(config, data)
   return {
       'name': name, 'model': config.model.name, 'image_size': size, 'batch': config.batch_size,
       'micro': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else 0,
       'steps': config.total_steps, 'data': data, 'workers': config.data.num_workers,
       'index': index_bytes(config, data), 'teacher': teacher_bytes(config, data), 'held': held,
       'probe': budget.probe_host_bytes(config), 'host': host,
-      'open_files': data.shards * max(1, config.data.num_workers),
+      'open_files': files, 'per_reader': per_reader, 'sources': data.sources if config.data.mixing != 'mixed' else 1,
       'image_flops': image, 'text_flops': text, 'step_flops': step, 'early_step_flops': early,
       'pair_flops': 3 * (image + text) * config.batch_size,  # forward + backward (2x) of the main image-text pair
       'evaluations': math.ceil(config.total_steps / config.eval.every_steps),
@@ -212,8 +228,9 @@ def _early(row: dict) -> str:
 
 def tables(rows: list[dict]) -> str:
   """The two markdown tables and their notes."""
-  host = ['| config | training data: samples, shards | webdataset index GiB | teacher table GiB | eval images held '
-          'GiB (of which probe) | host memory per process GiB | open files if every shard stayed open |',
+  host = ['| config | training data: samples, shards | webdataset index GiB (mapped once per host) | teacher table '
+          'GiB (mapped once per host) | eval images held per process GiB (of which probe) | host memory, one process '
+          'per host, GiB | open shard files per process, at most (per reader x readers) |',
           '|---|---|---|---|---|---|---|']
   compute = ['| config | model, image px, global batch (micro) | forward GFLOPs per example: image / text | train '
              'step TFLOPs (the image-text pair / the rest) | evaluations per run | per evaluation: images decoded '
@@ -223,7 +240,8 @@ def tables(rows: list[dict]) -> str:
     data = r['data']
     host.append(f"| {r['name']} | {_count(data.samples)} ({data.source}), {_count(data.shards)} shards "
                 f"| {_gib(r['index'])} | {_gib(r['teacher'])} | {_gib(r['held'])} ({_gib(r['probe'])}) "
-                f"| {_gib(r['host'])} | {_count(r['open_files'])} ({_count(data.shards)} x {r['workers']} workers) |")
+                f"| {_gib(r['host'])} | {_count(r['open_files'])} ({r['per_reader']} x {max(1, r['workers'])} workers"
+                f"{' x ' + str(r['sources']) + ' sources' if r['sources'] > 1 else ''}) |")
     micro = f" ({r['micro']})" if r['micro'] else ''
     rest = max(0.0, r['step_flops'] - r['pair_flops'])  # ~0 for plain CLIP: the logits and pooled rows differ
     compute.append(

@@ -79,9 +79,11 @@ def test_cli_without_data_explains_how_to_prepare_it(tmp_path):
   # saco_cc3m needs teacher embeddings besides the data: both are listed at once, each with its fix
   result = _run(['--config=configs/saco_cc3m.py', f'--workdir={tmp_path / "run"}'], tmp_path)
   assert result.returncode == 2
-  assert 'this run needs 2 inputs it does not have' in result.stderr
+  assert 'this run needs 5 inputs it does not have' in result.stderr
   assert '1. config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings' in result.stderr
   assert '2. config.data.path is empty' in result.stderr and 'python -m vlp_jax.convert' in result.stderr
+  assert "5. config.eval.datasets has flickr30k: no dataset_flickr30k.json in config.data.flickr30k_dir=''" \
+      in result.stderr  # and ImageNet and COCO in config.data.tfds_dir, before anything compiles
   assert not (tmp_path / 'run').exists()  # nothing is created before the data is found
 
 

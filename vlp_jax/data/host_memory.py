@@ -4,6 +4,9 @@ step compiles, as the compiled step's own memory is (training/step.py `check_mem
 Two kinds of parts: memory-mapped files (the webdataset index, the teacher table; data/webdataset.py,
 data/teacher.py), held once per host in the page cache whatever the number of processes and grain workers; and
 arrays each process holds itself (the evaluation sets' images and labels).
+
+The same figures are estimated before launch from sample counts (`webdataset_index_bytes`, `teacher_table_bytes`;
+benchmarks/run_needs.py) and measured at start from the files (data/formats, data/teacher.py).
 """
 from __future__ import annotations
 
@@ -12,15 +15,18 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from vlp_jax.data import webdataset
 from vlp_jax.errors import ConfigError
 from vlp_jax.hardware import gib
 
 
 @dataclasses.dataclass(frozen=True)
 class HostMemory:
-  """shared: {part: bytes} mapped once per host; per_process: {part: bytes} held by each process."""
+  """shared: {part: bytes} mapped once per host; per_process: {part: bytes} held by each process; not_counted: parts
+  whose size is unknown before they load (named in `describe`, counted 0)."""
   shared: dict[str, int]
   per_process: dict[str, int]
+  not_counted: tuple[str, ...] = ()
 
   def total(self, processes_per_host: int = 1) -> int:
     """Bytes the host holds for `processes_per_host` processes of the run."""
@@ -31,6 +37,7 @@ class HostMemory:
     process)'."""
     parts = [f'{name} {gib(size)}, mapped once per host' for name, size in self.shared.items()]
     parts += [f'{name} {gib(size)} per process' for name, size in self.per_process.items()]
+    parts += [f'{name}: size unknown before loading, not counted' for name in self.not_counted]
     processes = f' by {processes_per_host} processes' if processes_per_host > 1 else ''
     return (f'{gib(self.total(processes_per_host))} held outside the devices{processes}'
             + (f' ({"; ".join(parts)})' if parts else ''))
@@ -64,3 +71,15 @@ def arrays_bytes(objects: Iterable[Any]) -> int:
       if isinstance(value, np.ndarray) and not isinstance(value, np.memmap):
         total += value.nbytes
   return total
+
+
+def webdataset_index_bytes(samples: int, key_bytes: int) -> int:
+  """Bytes of the webdataset index of `samples` samples whose keys are `key_bytes` long: one row of offsets and sizes
+  and one fixed-width key per sample (data/webdataset.py's ShardIndex), memory-mapped once per host."""
+  return samples * (webdataset.INDEX_ROW_BYTES + key_bytes)
+
+
+def teacher_table_bytes(samples: int, dim: int, key_bytes: int) -> int:
+  """Bytes of a teacher table of `samples` float32 embeddings of width `dim` (data/teacher.py's prepare_table): the
+  embeddings, the sorted keys and one int64 row number per key, memory-mapped once per host."""
+  return samples * (dim * 4 + key_bytes + 8)

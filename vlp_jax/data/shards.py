@@ -37,9 +37,10 @@ def raise_open_files_limit() -> tuple[int, int]:
   return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def open_shards_budget() -> int:
-  """How many shard files one reader keeps open, from this process's soft open-files limit (see MIN_OPEN_SHARDS)."""
-  soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+def open_shards_budget(soft: int | None = None) -> int:
+  """How many shard files one reader keeps open, from the soft open-files limit `soft` (None: this process's; see
+  MIN_OPEN_SHARDS)."""
+  soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if soft is None else soft
   limit = MAX_OPEN_SHARDS * 256 if soft == resource.RLIM_INFINITY else soft
   return int(np.clip(limit // 256, MIN_OPEN_SHARDS, MAX_OPEN_SHARDS))
 

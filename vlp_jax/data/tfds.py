@@ -164,13 +164,10 @@ def file_formats(info: Mapping[str, Any]) -> set[str]:
   return {info.get('fileFormat') or 'tfrecord', *info.get('alternativeFileFormats', ())}
 
 
-def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[dict[str, Any]]:
-  """A random-access sequence of the raw tfds examples of a prepared split (tfds's ArrayRecordDataSource).
-
-  Images are left encoded (bytes; `to_example` decodes them). split: None for the dataset's eval split.
-  Raises errors.DataNotFoundError, with the command that prepares it, when the split is not prepared in data_dir
-  in a random-access format; ValueError for an unknown dataset or split.
-  """
+def preparation_problem(name: str, split: str | None, data_dir: str | None) -> str | None:
+  """Why split `split` (None: the eval split) of tfds dataset `name` cannot be read from `data_dir` without
+  TensorFlow, with the command that prepares it; None when it can. Reads only dataset_info.json. ValueError for an
+  unknown dataset or split."""
   spec = dataset_spec(name)
   split = split or spec.eval_split
   if split not in spec.splits:
@@ -178,20 +175,35 @@ def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[
   data_dir = resolve_data_dir(data_dir)
   version_dir = prepared_version_dir(spec, data_dir)
   if version_dir is None:
-    raise DataNotFoundError(f'tfds dataset {name} is not prepared in {data_dir}.\n{build_instructions(spec, data_dir)}')
+    return f'tfds dataset {name} is not prepared in {data_dir}.\n{build_instructions(spec, data_dir)}'
   info = json.loads((version_dir / 'dataset_info.json').read_text())
   formats = file_formats(info)
   if not formats & set(RANDOM_ACCESS_FORMATS):
-    raise DataNotFoundError(
-        f'tfds dataset {name} is prepared in {version_dir} as {sorted(formats)}, which only TensorFlow can read; '
-        f'reading without TensorFlow needs one of {list(RANDOM_ACCESS_FORMATS)}. Convert it once, in any environment '
-        f'with TensorFlow:\n  tfds convert_format --dataset_version_dir={version_dir} --out_file_format=array_record\n'
-        f'or rebuild it with --overwrite:\n{build_instructions(spec, data_dir)} --overwrite')
+    return (f'tfds dataset {name} is prepared in {version_dir} as {sorted(formats)}, which only TensorFlow can read; '
+            f'reading without TensorFlow needs one of {list(RANDOM_ACCESS_FORMATS)}. Convert it once, in any '
+            f'environment with TensorFlow:\n  tfds convert_format --dataset_version_dir={version_dir} '
+            f'--out_file_format=array_record\nor rebuild it with --overwrite:\n{build_instructions(spec, data_dir)} '
+            '--overwrite')
   prepared_splits = [s['name'] for s in info.get('splits', ())]
   if split not in prepared_splits:
-    raise DataNotFoundError(
-        f"tfds dataset {name} in {version_dir} has the splits {prepared_splits}, not '{split}'.\n"
-        f'{build_instructions(spec, data_dir)}')
+    return (f"tfds dataset {name} in {version_dir} has the splits {prepared_splits}, not '{split}'.\n"
+            f'{build_instructions(spec, data_dir)}')
+  return None
+
+
+def open_source(name: str, split: str | None, data_dir: str | None) -> Sequence[dict[str, Any]]:
+  """A random-access sequence of the raw tfds examples of a prepared split (tfds's ArrayRecordDataSource).
+
+  Images are left encoded (bytes; `to_example` decodes them). split: None for the dataset's eval split.
+  Raises errors.DataNotFoundError, with the command that prepares it, when the split is not prepared in data_dir
+  in a random-access format; ValueError for an unknown dataset or split.
+  """
+  problem = preparation_problem(name, split, data_dir)
+  if problem:
+    raise DataNotFoundError(problem)
+  spec = dataset_spec(name)
+  split, data_dir = split or spec.eval_split, resolve_data_dir(data_dir)
+  version_dir = prepared_version_dir(spec, data_dir)
   # The version pin makes tfds read the prepared files rather than construct the builder code, which needs
   # TensorFlow for coco_captions. SkipDecoding: PIL decodes in to_example (grayscale and CMYK become RGB).
   full_name = f"{spec.name}{'/' + spec.config if spec.config else ''}:{version_dir.name}"

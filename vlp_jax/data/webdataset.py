@@ -236,6 +236,7 @@ class Fields:
 # is read from the JSON member.
 _INDEX_DTYPE = np.dtype([('image_offset', '<i8'), ('image_size', '<i8'), ('caption_offset', '<i8'),
                          ('caption_size', '<i8')])
+INDEX_ROW_BYTES = _INDEX_DTYPE.itemsize  # per sample, besides its key (data/host_memory.py)
 
 
 class ShardIndex(NamedTuple):

@@ -74,3 +74,7 @@ class LoadRequest:
 
 EVAL_SETS: Registry[Callable[[str, LoadRequest], EvalSet]] = Registry('eval set', 'eval.datasets',
                                                                       package='vlp_jax.evalsets')
+# For the sets that read files: (name, request) -> one line per input the set lacks, each naming its config key
+# ([] when all are there); cheap (no image is read), so that a run lists them at start, before anything compiles.
+EVAL_INPUTS: Registry[Callable[[str, LoadRequest], list[str]]] = Registry('eval set input check', 'eval.datasets',
+                                                                          package='vlp_jax.evalsets')

@@ -4,7 +4,8 @@ streamed.py), and the texts it encodes, per set of `config.eval.datasets`.
 
 The counts are the sets' published sizes (EVAL_SPLIT_SIZES); a set not listed there is reported as unknown rather
 than guessed. The loaders in tfds.py, flickr30k.py and synthetic.py decide what is held and what is streamed; the
-rules here follow theirs.
+rules here follow theirs. `host_memory` puts these figures together with the mapped files' into what the run holds
+outside the devices, checked at start before any eval set loads (training/loop.py).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import dataclasses
 import ml_collections
 
 from vlp_jax.data import synthetic
+from vlp_jax.data.host_memory import HostMemory
 from vlp_jax.data import tfds as tfds_data
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets.flickr30k import CAPTIONS_PER_IMAGE as FLICKR30K_CAPTIONS_PER_IMAGE
@@ -106,3 +108,13 @@ def probe_host_bytes(config: ml_collections.ConfigDict) -> int:
   """Host bytes per process of the linear probe's train images over every eval set of `config` (held or, above the
   in-memory limit, decoded at each evaluation: either way that many images per evaluation)."""
   return sum(held_bytes(cost.probe_images, config.model.vision.image_size) for cost in eval_costs(config))
+
+
+def host_memory(config: ml_collections.ConfigDict, mapped_bytes: dict[str, int]) -> HostMemory:
+  """What a run of `config` holds outside the devices, before any eval set is read: `mapped_bytes` ({part: bytes} of
+  the memory-mapped files, once per host: the webdataset index, the teacher table) and the eval images each process
+  holds (`eval_costs`); a set of unknown size is named, not counted."""
+  costs = eval_costs(config)
+  held = sum(cost.held_bytes for cost in costs if cost.held_bytes is not None)
+  return HostMemory(dict(mapped_bytes), {'eval sets': held},
+                    not_counted=tuple(cost.name for cost in costs if cost.held_bytes is None))

@@ -15,7 +15,7 @@ import numpy as np
 
 from vlp_jax.data import image_ops
 from vlp_jax.errors import DataNotFoundError
-from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.base import EVAL_INPUTS, EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.compositional import _image_loader, _missing
 from vlp_jax.evalsets.streamed import StreamedImages
 
@@ -49,13 +49,22 @@ def read_karpathy(json_path: str, split: str, max_captions_per_image: int | None
   return filenames, captions, np.array(caption_image, np.int64)
 
 
+def missing_json(directory: str) -> str | None:
+  """Why `directory` (config.data.flickr30k_dir) is not a Flickr30k folder, with how to make one; None when it holds
+  Karpathy's caption file (the images are checked as they are listed, when the set loads)."""
+  if directory and os.path.exists(os.path.join(directory, JSON_NAME)):
+    return None
+  return f"no {JSON_NAME} in config.data.flickr30k_dir='{directory}'.\n{FLICKR30K_HELP}"
+
+
 def flickr30k_eval_set(directory: str, split: str, image_size: int, max_examples: int | None = None,
                        preprocessing: image_ops.ImagePreprocessing = image_ops.OPENAI_CLIP_PREPROCESSING) -> EvalSet:
   """The `split` ('test', 'val', 'train' or 'restval') images of a Flickr30k folder with their first 5 captions.
   max_examples: keep the first N images (in the json's order)."""
-  json_path = os.path.join(directory, JSON_NAME) if directory else ''
-  if not os.path.exists(json_path):
-    raise DataNotFoundError(f"no {JSON_NAME} in config.data.flickr30k_dir='{directory}'.\n{FLICKR30K_HELP}")
+  problem = missing_json(directory)
+  if problem:
+    raise DataNotFoundError(problem)
+  json_path = os.path.join(directory, JSON_NAME)
   filenames, captions, caption_image = read_karpathy(json_path, split)
   if not filenames:
     raise ValueError(f"{json_path} has no images in the split '{split}'")
@@ -71,6 +80,13 @@ def flickr30k_eval_set(directory: str, split: str, image_size: int, max_examples
                                                          image_size),
                  labels=np.full(len(paths), -1), class_names=(), templates=(), captions=captions,
                  caption_image=caption_image)
+
+
+@EVAL_INPUTS.register('flickr30k')
+def flickr30k_missing_inputs(name: str, request: LoadRequest) -> list[str]:
+  del name
+  problem = missing_json(request.data.flickr30k_dir)
+  return [f'config.eval.datasets has flickr30k: {problem}'] if problem else []
 
 
 @EVAL_SETS.register('flickr30k')

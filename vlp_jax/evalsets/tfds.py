@@ -21,7 +21,7 @@ from vlp_jax.data import image_ops
 from vlp_jax.data import tfds as tfds_data
 from vlp_jax.errors import DataNotFoundError
 from vlp_jax.evalsets import prompts
-from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
+from vlp_jax.evalsets.base import EVAL_INPUTS, EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.streamed import StreamedImages
 
 # Reading a split of at least this many examples prints its progress.
@@ -132,5 +132,17 @@ def load(name: str, request: LoadRequest) -> EvalSet:
                        preprocessing=request.preprocessing)
 
 
+def missing_inputs(name: str, request: LoadRequest) -> list[str]:
+  """What `load` would not find in config.data.tfds_dir: the eval split and, for the linear probe, the train split."""
+  spec = tfds_data.dataset_spec(name)
+  splits = [None if request.split == 'test' else request.split]
+  if request.linear_probe and spec.label_key and 'train' in spec.splits:
+    splits.append('train')
+  problems = (tfds_data.preparation_problem(name, split, request.data.tfds_dir or None) for split in splits)
+  return [f"config.eval.datasets has {name}, read from config.data.tfds_dir='{request.data.tfds_dir}': {problem}"
+          for problem in dict.fromkeys(problems) if problem]  # one line for a set missing as a whole
+
+
 for _name in tfds_data.DATASETS:
   EVAL_SETS.add(_name, load)
+  EVAL_INPUTS.add(_name, missing_inputs)

@@ -18,6 +18,7 @@ from vlp_jax import config as config_lib
 from vlp_jax import hardware, models, objectives, parallel, paths
 from vlp_jax import errors
 from vlp_jax import evalsets
+from vlp_jax.evalsets import budget as eval_budget
 from vlp_jax.data import formats, host_memory, pipeline
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_skipped_tasks
@@ -137,6 +138,10 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   schedule = learning_rate_schedule(config.optim, config.total_steps)
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
   data_iterator, record_stats = build_data(config, paths)
+  # what the host will hold outside the devices, from the config before any eval set loads or the step compiles:
+  # refused (exit 2) when it cannot fit
+  held = eval_budget.host_memory(config, record_stats.mapped_bytes)
+  print(f'Host memory: {host_memory.check(held, hardware.host_memory_bytes())}', flush=True)
   state, state_shardings = build_state(config, objective, tx, init_rng, mesh, checkpointer, latest, data_iterator)
   start_step = int(state.step)
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
@@ -148,9 +153,6 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
                                num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
                                config.ema.decay)
   eval_sets = evalsets.load_eval_sets(config)
-  # what the host holds outside the devices, before the step compiles: refused (exit 2) when it cannot fit
-  held = host_memory.HostMemory(record_stats.mapped_bytes, {'eval sets': host_memory.arrays_bytes(eval_sets)})
-  print(f'Host memory: {host_memory.check(held, hardware.host_memory_bytes())}', flush=True)
   report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
@@ -228,6 +230,7 @@ def check_config_and_inputs(config: ml_collections.ConfigDict) -> list[str]:
   except errors.DataNotFoundError as error:
     missing.append(str(error))
   missing.extend(files_not_found(config))
+  missing.extend(evalsets.missing_inputs(config))  # eval sets' folders: found now, not after compiling
   if len(missing) == 1:
     raise errors.DataNotFoundError(missing[0])
   if missing:

@@ -1,15 +1,20 @@
 """The host memory a run holds outside the devices (data/host_memory.py; issue 61 check d): printed at start with
 its parts, and refused with every figure named when it cannot fit."""
 import dataclasses
+import importlib
 import os
 
 import numpy as np
 import pytest
 
-from vlp_jax import hardware
-from vlp_jax.data import host_memory
+from support import ROOT
+from vlp_jax import evalsets, hardware
+from vlp_jax.config import from_file
+from vlp_jax.data import host_memory, webdataset
 from vlp_jax.data.host_memory import HostMemory
-from vlp_jax.errors import ConfigError
+from vlp_jax.errors import EXIT_CONFIG, ConfigError, exit_code
+from vlp_jax.evalsets import budget
+from vlp_jax.training import loop
 from vlp_jax.training.loop import train_and_evaluate
 
 GiB = 2**30
@@ -50,10 +55,50 @@ def test_arrays_are_counted_by_their_bytes_and_mapped_ones_not(tmp_path):
   assert host_memory.arrays_bytes(sets) == 10 * 48 * 4 + 10 * 8 + 5 * 12 + 5 * 4
 
 
-@pytest.mark.slow  # builds a run up to its first step
-def test_a_run_that_cannot_hold_its_eval_sets_stops_before_compiling(micro, tmp_path, monkeypatch):
+@pytest.mark.slow  # builds the run's data (the embedded dataset) before it stops
+def test_a_run_that_cannot_hold_its_eval_sets_stops_before_they_load_or_the_step_compiles(micro, tmp_path,
+                                                                                           monkeypatch):
+  # Issue 61 check d: the figure comes from the config (evalsets/budget.py), so a run that cannot hold its eval sets
+  # stops before decoding them; 143c8f2 measured them after loading, and could die loading them.
   monkeypatch.setattr(hardware, 'host_memory_bytes', lambda: 1024)
+  monkeypatch.setattr(loop.evalsets, 'load_eval_sets', lambda *a: pytest.fail('decoded the eval sets first'))
+  monkeypatch.setattr(loop, 'compile_train_step', lambda *a, **k: pytest.fail('compiled the step first'))
   with pytest.raises(ConfigError, match=r'host memory: the run needs [\d.]+ GiB held outside the devices \(eval sets '
-                                        r'[\d.]+ GiB per process\), and this machine has 0.0 GiB'):
+                                        r'[\d.]+ GiB per process\), and this machine has 0.0 GiB') as caught:
     train_and_evaluate(micro, str(tmp_path / 'run'))
+  assert exit_code(caught.value) == EXIT_CONFIG
   assert not os.path.exists(tmp_path / 'run' / 'checkpoints')  # nothing was trained or saved
+
+
+def test_the_figure_printed_at_start_is_what_the_eval_sets_hold_once_loaded(micro):
+  """The estimate (images as [S, S, 3] float32) against every array the loaded sets hold. Tolerance: besides its
+  pixels, each embedded example holds a segmentation mask (S*S uint8), a label and a caption index (int64), which
+  the estimate leaves out: at most S*S + 16 bytes per example, 1/12 of the pixels' bytes plus 16 B (at 224 px, where
+  only the embedded set has masks: under 0.01% elsewhere)."""
+  micro.eval.datasets = ('synthetic', 'synthetic_long')
+  micro.eval.tasks = ('zeroshot', 'retrieval', 'linear_probe')
+  size = micro.model.vision.image_size
+  estimate = budget.host_memory(micro, {'webdataset index': 1000}).per_process['eval sets']
+  loaded = evalsets.load_eval_sets(micro)
+  measured = host_memory.arrays_bytes(loaded)
+  examples = sum(len(s.images) + (0 if s.train_images is None else len(s.train_images)) for s in loaded)
+  assert estimate == examples * size * size * 3 * 4  # every image, eval and probe, counted once
+  assert estimate <= measured <= estimate + examples * (size * size + 16)
+  micro.eval.datasets = ('synthetic', 'digits')  # no published size: named, not guessed
+  memory = budget.host_memory(micro, {})
+  assert memory.not_counted == ('digits',) and 'digits: size unknown before loading, not counted' in memory.describe()
+
+
+def test_run_needs_takes_its_index_and_teacher_figures_from_host_memory(monkeypatch):
+  # one function per fact: the table's figures are host_memory's, against a naive count of the files' bytes
+  monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
+  run_needs = importlib.import_module('run_needs')
+  config = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))  # webdataset tars
+  data = run_needs.DATA['siglip2_webli']
+  row = np.zeros(1, webdataset._INDEX_DTYPE).nbytes  # pylint: disable=protected-access
+  assert run_needs.index_bytes(config, data) == data.samples * (row + run_needs.KEY_BYTES) == \
+      host_memory.webdataset_index_bytes(data.samples, run_needs.KEY_BYTES)
+  saco = from_file(os.path.join(ROOT, 'configs', 'saco_cc3m.py'))
+  keys = np.zeros(1000, f'S{run_needs.KEY_BYTES}').nbytes
+  naive = (np.zeros((1000, run_needs.TEACHER_DIM), np.float32).nbytes + keys + np.zeros(1000, np.int64).nbytes)
+  assert run_needs.teacher_bytes(saco, run_needs.Data(1000, 1, '')) == naive

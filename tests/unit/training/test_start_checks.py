@@ -1,6 +1,7 @@
 """What the trainer checks before it trains: every missing input listed at once, the memory the compiled step needs
 against the machine's, no empty checkpoints/ folder left by a start that failed, and (training/start_checks.py) the
 tokenizer and a few records against what the model and the objective need, for every shipped full-scale config."""
+import json
 import os
 
 import jax
@@ -15,7 +16,7 @@ from vlp_jax.config import from_file, validate
 from vlp_jax.data import formats, records, synthetic
 from vlp_jax.data.record_needs import RecordNeed, unmet_needs
 from vlp_jax.data.tokenizer import cached_tokenizer, default_tokenizer, vocabulary_size
-from vlp_jax.training import start_checks
+from vlp_jax.training import loop, start_checks
 from vlp_jax.training import step as step_lib
 from vlp_jax.training.flops import program_memory
 from vlp_jax.training.loop import check_config_and_inputs, train_and_evaluate
@@ -27,11 +28,50 @@ def test_every_missing_input_is_listed_at_once_with_its_fix(tmp_path):
   with pytest.raises(errors.DataNotFoundError) as caught:
     check_config_and_inputs(config)
   message = str(caught.value)
-  assert message.startswith('this run needs 3 inputs it does not have:')
+  assert message.startswith('this run needs 6 inputs it does not have:')
   assert '1. config.objective.saco.beta > 0 (pseudo-affinity mimic) needs teacher embeddings' in message
   assert '2. config.data.path is empty' in message and 'python -m vlp_jax.convert' in message
   assert f"3. config.init.checkpoint='{tmp_path}/no_such_checkpoint' does not exist" in message
+  # the paper's eval sets (issue 61 item 13), found missing now rather than after compiling (issue 61 check d)
+  assert "4. config.eval.datasets has imagenet2012, read from config.data.tfds_dir='': tfds dataset imagenet2012 " \
+         'is not prepared' in message
+  assert "5. config.eval.datasets has coco_captions, read from config.data.tfds_dir=''" in message
+  assert "6. config.eval.datasets has flickr30k: no dataset_flickr30k.json in config.data.flickr30k_dir=''" in message
   assert errors.exit_code(caught.value) == errors.EXIT_CONFIG
+
+
+def test_missing_eval_sets_stop_the_run_before_anything_is_built(micro, tmp_path, monkeypatch):
+  # Issue 61 check d: the full-scale configs evaluate ImageNet (with its linear probe's train split), COCO and
+  # Flickr30k; without their folders a run stopped at its first evaluation set, after building data and state.
+  micro.eval.datasets = ('synthetic', 'imagenet2012', 'flickr30k')
+  micro.eval.tasks = ('zeroshot', 'retrieval', 'linear_probe')
+  micro.data.tfds_dir = str(tmp_path / 'tfds')
+  monkeypatch.setattr(loop, 'build_context', lambda *a: pytest.fail('built the run before finding its inputs'))
+  with pytest.raises(errors.DataNotFoundError) as caught:
+    train_and_evaluate(micro, str(tmp_path / 'run'))
+  lines = str(caught.value).split('\n')
+  assert lines[0] == 'this run needs 2 inputs it does not have:'
+  assert lines[1].startswith(f"1. config.eval.datasets has imagenet2012, read from config.data.tfds_dir='{tmp_path}/"
+                             f"tfds': tfds dataset imagenet2012 is not prepared in {tmp_path}/tfds")  # train split too
+  assert any(line.startswith('  tfds build imagenet2012 ') for line in lines)  # and how to prepare it
+  assert any(line.startswith("2. config.eval.datasets has flickr30k: no dataset_flickr30k.json in "
+                             "config.data.flickr30k_dir=''") for line in lines)
+  assert errors.exit_code(caught.value) == errors.EXIT_CONFIG and not (tmp_path / 'run').exists()
+  # the Flickr30k folder given, and ImageNet prepared with only its eval split: the probe's train split is named
+  flickr = tmp_path / 'flickr30k'
+  flickr.mkdir()
+  (flickr / 'dataset_flickr30k.json').write_text('{"images": []}')
+  version = tmp_path / 'tfds' / 'imagenet2012' / '5.1.0'
+  version.mkdir(parents=True)
+  (version / 'dataset_info.json').write_text(json.dumps({'fileFormat': 'array_record',
+                                                         'splits': [{'name': 'validation'}]}))
+  micro.data.flickr30k_dir = str(flickr)
+  with pytest.raises(errors.DataNotFoundError, match=r"^config.eval.datasets has imagenet2012, read from "
+                                                     r"config.data.tfds_dir='.*': tfds dataset imagenet2012 in .* has "
+                                                     r"the splits \['validation'\], not 'train'"):
+    check_config_and_inputs(micro)
+  micro.eval.tasks = ('zeroshot', 'retrieval')  # no probe: nothing missing
+  check_config_and_inputs(micro)
 
 
 @pytest.mark.slow
