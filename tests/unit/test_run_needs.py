@@ -4,12 +4,13 @@ predict."""
 import glob
 import os
 
+import numpy as np
 import pytest
 
 from support import ROOT, write_webdataset
 from benchmarks import run_needs
 from vlp_jax.config import from_file
-from vlp_jax.data import webdataset
+from vlp_jax.data import shards, teacher, webdataset
 
 
 def _shipped_full_scale_configs():
@@ -37,6 +38,29 @@ def test_index_bytes_per_sample_are_the_readers_own(tmp_path):
   assert run_needs.index_bytes(config, run_needs.Data(samples, 2, 'test')) == held == samples * 41
   clip = from_file(os.path.join(ROOT, 'configs', 'clip_cc3m.py'))  # ArrayRecord: no index in memory
   assert run_needs.index_bytes(clip, run_needs.Data(samples, 2, 'test')) == 0
+
+
+def test_the_teacher_bytes_are_what_saco_maps(tmp_path):
+  """One count per fact (issue 61 check f): the table's teacher bytes (data/host_memory.py's) against the files
+  data/teacher.py writes and maps: embeddings, sorted keys and row numbers."""
+  keys = np.array([f'{i:09d}' for i in range(300)])  # 9-character keys, as KEY_BYTES
+  np.savez(tmp_path / 'teacher.npz', keys=keys, image_embeddings=np.ones((300, run_needs.TEACHER_DIM), np.float32))
+  mapped = teacher.table_bytes(teacher.prepare_table(str(tmp_path / 'teacher.npz'), str(tmp_path / 'cache')))
+  saco = from_file(os.path.join(ROOT, 'configs', 'saco_cc3m.py'))
+  assert run_needs.teacher_bytes(saco, run_needs.Data(300, 1, 'test')) == mapped == 300 * (512 * 4 + 9 + 8)
+
+
+def test_open_files_are_bounded_per_reader_not_by_the_shards_read():
+  # data/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source outside
+  # 'mixed' batches. 143c8f2's table counted every shard x every worker (1.6M for siglip2_webli).
+  webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
+  assert shards.open_shards_budget(run_needs.OPEN_FILES_LIMIT) == shards.MAX_OPEN_SHARDS == 1024
+  assert shards.open_shards_budget(1024) == shards.MIN_OPEN_SHARDS == 32
+  assert run_needs.open_files(webli, run_needs.DATA['siglip2_webli']) == (1024 * 16, 1024)
+  zerovl = from_file(os.path.join(ROOT, 'configs', 'zerovl_multisource.py'))  # single_source: a reader per source
+  assert run_needs.open_files(zerovl, run_needs.DATA['zerovl_multisource']) == (1024 * 16 * 4, 1024)
+  clip = from_file(os.path.join(ROOT, 'configs', 'clip_continue.py'))  # 60 shards: fewer than the bound
+  assert run_needs.open_files(clip, run_needs.DATA['clip_continue']) == (60 * clip.data.num_workers, 60)
 
 
 def test_the_markers_block_is_replaced_and_the_rest_kept(tmp_path):

@@ -1,16 +1,13 @@
 """The host memory a run holds outside the devices (data/host_memory.py; issue 61 check d): printed at start with
 its parts, and refused with every figure named when it cannot fit."""
 import dataclasses
-import importlib
 import os
 
 import numpy as np
 import pytest
 
-from support import ROOT
 from vlp_jax import evalsets, hardware
-from vlp_jax.config import from_file
-from vlp_jax.data import host_memory, webdataset
+from vlp_jax.data import host_memory
 from vlp_jax.data.host_memory import HostMemory
 from vlp_jax.errors import EXIT_CONFIG, ConfigError, exit_code
 from vlp_jax.evalsets import budget
@@ -88,17 +85,3 @@ def test_the_figure_printed_at_start_is_what_the_eval_sets_hold_once_loaded(micr
   memory = budget.host_memory(micro, {})
   assert memory.not_counted == ('digits',) and 'digits: size unknown before loading, not counted' in memory.describe()
 
-
-def test_run_needs_takes_its_index_and_teacher_figures_from_host_memory(monkeypatch):
-  # one function per fact: the table's figures are host_memory's, against a naive count of the files' bytes
-  monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
-  run_needs = importlib.import_module('run_needs')
-  config = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))  # webdataset tars
-  data = run_needs.DATA['siglip2_webli']
-  row = np.zeros(1, webdataset._INDEX_DTYPE).nbytes  # pylint: disable=protected-access
-  assert run_needs.index_bytes(config, data) == data.samples * (row + run_needs.KEY_BYTES) == \
-      host_memory.webdataset_index_bytes(data.samples, run_needs.KEY_BYTES)
-  saco = from_file(os.path.join(ROOT, 'configs', 'saco_cc3m.py'))
-  keys = np.zeros(1000, f'S{run_needs.KEY_BYTES}').nbytes
-  naive = (np.zeros((1000, run_needs.TEACHER_DIM), np.float32).nbytes + keys + np.zeros(1000, np.int64).nbytes)
-  assert run_needs.teacher_bytes(saco, run_needs.Data(1000, 1, '')) == naive
