@@ -33,6 +33,10 @@ def get_config(model: str = 'ViT-B-32-quickgelu'):
   config.batch_size = 2048
   config.total_steps = EPOCHS * math.ceil(TRAIN_EXAMPLES / config.batch_size)
   config.model = models.preset(model)  # the default: OpenAI's ViT-B/32, whose towers use QuickGELU
+  if config.model.preprocess.resize == 'shorter_side_crop':
+    # OpenAI's and open_clip's CLIP weights see torchvision's centre crop, as `weights import` records it
+    # (config.init.checkpoint refuses a checkpoint whose preprocessing differs, naming the settings to give)
+    config.model.preprocess.crop_offset = 'round'
   config.model.dtype = 'bfloat16'  # mixed precision, as the reference code trains (docs/scaling.md)
   config.init.require_checkpoint = True
   config.data.name = 'array_record'

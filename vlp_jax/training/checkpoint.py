@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 
 from vlp_jax import paths
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
+from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.config import with_current_defaults
 
@@ -190,18 +191,39 @@ def load_config(checkpoint_dir: str) -> ml_collections.ConfigDict:
   return with_current_defaults(read_saved_config(checkpoint_dir))
 
 
+def preprocessing_mismatch(saved_model: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict
+                           ) -> dict[str, Any]:
+  """{field: the config's value} for each field of config.model.preprocess where a checkpoint's model config
+  (`saved_model`) and `model_config` disagree."""
+  saved, current = preprocessing_of(saved_model).config(), preprocessing_of(model_config).config()
+  return {field: current[field] for field in saved if saved[field] != current[field]}
+
+
+def _flag_value(value: Any) -> str:
+  """A config value as a command-line override writes it: (0.5, 0.5, 0.5) -> '(0.5,0.5,0.5)'."""
+  return f'({",".join(str(v) for v in value)})' if isinstance(value, (tuple, list)) else str(value)
+
+
 def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_config: ml_collections.ConfigDict
                     ) -> tuple[dict, dict, list[str]]:
   """Replace the towers' variables in (params, model_state) by a checkpoint's (continue pre-training).
 
   Variables the checkpoint lacks (heads an objective adds) keep their fresh values and are returned by name.
-  Raises ValueError naming every shape mismatch and unexpected variable, or an activation mismatch (loading OpenAI
-  weights into a GELU model gives silently wrong results otherwise).
+  Raises ValueError naming every shape mismatch and unexpected variable, an activation mismatch (loading OpenAI
+  weights into a GELU model gives silently wrong results otherwise), or a preprocessing mismatch (the weights would
+  be trained on pixels other than those they were trained or imported with).
   """
   saved_config = load_config(checkpoint_dir)
   if saved_config.model.act != model_config.act:
     raise ValueError(f'config.init.checkpoint was trained with act={saved_config.model.act!r} but '
                      f'config.model.act={model_config.act!r}; set --config.model.act={saved_config.model.act}')
+  if (differ := preprocessing_mismatch(saved_config.model, model_config)):
+    saved = preprocessing_of(saved_config.model).config()
+    flags = ' '.join(f"--config.model.preprocess.{field}='{_flag_value(saved[field])}'" for field in differ)
+    raise ValueError(f'config.init.checkpoint={checkpoint_dir} was trained or imported with other image '
+                     'preprocessing than config.model.preprocess ('
+                     + '; '.join(f'{f}: checkpoint {saved[f]!r}, config {v!r}' for f, v in differ.items())
+                     + f'); set {flags}')
   saved_params, saved_state = load_variables(checkpoint_dir)
   saved_params = in_layout(saved_params, BlockStack.from_config(model_config))  # scanned or not, as configured
   problems, fresh = [], []

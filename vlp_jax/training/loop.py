@@ -59,7 +59,10 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
   """A fresh train state whose towers come from `config.init.checkpoint` (a new optimizer state, step 0; the EMA,
   with config.ema.decay, starts at the loaded parameters)."""
   params, model_state = jax.tree.map(np.asarray, objective.init_variables(rng))
-  params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
+  try:
+    params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
+  except ValueError as error:  # a checkpoint that does not fit the model: before compiling, exit 2
+    raise errors.ConfigError(str(error)) from error
   print(f'Initialised from {config.init.checkpoint}' + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
   state = with_ema(TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state,
                               opt_state=tx.init(params)), config.ema.decay)

@@ -2,7 +2,7 @@
 existed keep OpenAI CLIP's, config validation names a bad field, and training (the train step's normalisation, the
 views' resize), evaluation and the loaded model all use the model's, compared here with a direct computation of
 SigLIP's square resize to [-1, 1]. The end-to-end parity with each library's own processor is
-tests/parity/test_preprocessing.py."""
+tests/parity/test_preprocessing_parity.py."""
 import jax
 import numpy as np
 from PIL import Image

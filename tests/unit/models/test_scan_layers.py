@@ -2,6 +2,7 @@
 gradients as the unrolled stack on the same weights, a program that does not grow with depth, parameter layouts that
 convert both ways (optimizer states too), weight decay and FSDP that ignore the layer axis, and checkpoints that
 evaluate, export and initialise whichever layout wrote them."""
+import copy
 import os
 
 import chex
@@ -258,3 +259,18 @@ def test_the_flops_of_a_scanned_step_count_every_block(micro):
   assert uncounted < 0.8 * unrolled_step.flops  # the loop hides blocks (so the check below can fail)
   np.testing.assert_allclose(counted.flops, unrolled_step.flops, rtol=0.03)
   assert scanned_matmuls == unrolled_matmuls  # the GPU's count (flops.device_flops)
+
+
+def test_init_checkpoint_with_other_preprocessing_is_refused_naming_the_settings(tmp_path):
+  # Issue 61 item 8: weights continue training on the pixels they were trained or imported with; a config whose
+  # preprocessing differs (an OpenAI import's torchvision crop against a preset's, SigLIP's square resize) is refused.
+  config = _tiny()
+  params = _host_params(config)
+  imported = copy.deepcopy(config)
+  imported.preprocess.update(crop_offset='round', resize='squash')
+  checkpoint_dir = _write(str(tmp_path / 'imported'), params, imported)
+  with pytest.raises(ValueError, match=r"resize: checkpoint 'squash', config 'shorter_side_crop'; crop_offset: "
+                                       r"checkpoint 'round', config 'floor'.*--config.model.preprocess.resize='squash'"):
+    load_pretrained(checkpoint_dir, _host_params(config, seed=9), {}, config)
+  loaded, _, _ = load_pretrained(checkpoint_dir, _host_params(imported, seed=9), {}, imported)
+  chex.assert_trees_all_equal(loaded, params)
