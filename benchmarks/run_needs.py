@@ -8,9 +8,9 @@ Per config, at its real shapes (image size, global batch, micro-batches, dtype),
 - host: the training data as the config's docstring describes it (DATA below: samples, shards, sources); what the
   trainer prints and checks at start (evalsets/budget.py's host_memory): the webdataset index and SaCo's teacher
   table, memory-mapped once per host (data/host_memory.py's byte counts), and the eval images each process holds
-  (evalsets/budget.py); and the shard files the data workers keep open, each reader bounded by
-  data/shards.py's open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard
-  limit), one reader per worker and, outside 'mixed' batches, per source;
+  (evalsets/budget.py); and the shard files the data workers keep open: each reader is bounded by data/shards.py's
+  open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard limit), with one
+  reader per worker, or one per source per worker outside 'mixed' batches;
 - compute: each tower's forward FLOPs per example and the whole train step's FLOPs (forward, backward and every
   component of the objective: extra views, heads, decoder, teacher), counted from the traced jaxpr
   (vlp_jax/training/flops.py: matmuls and convolutions, 2 per multiply-add, loops by their trip count; traced, not
@@ -134,12 +134,12 @@ def teacher_bytes(config, data: Data) -> int:
 
 
 def open_files(config, data: Data) -> tuple[int, int]:
-  """(shard files a process keeps open at most, files each reader keeps): readers bounded by open_shards_budget at
-  OPEN_FILES_LIMIT (never more than the shards), one per grain worker (or the process itself without workers), and
-  outside 'mixed' batches one per source per worker (data/mixing.py)."""
-  per_reader = min(data.shards, shards.open_shards_budget(OPEN_FILES_LIMIT))
-  readers = max(1, config.data.num_workers) * (1 if config.data.mixing == 'mixed' else data.sources)
-  return per_reader * readers, per_reader
+  """(shard files a process keeps open at most, files each worker keeps): a reader keeps at most open_shards_budget
+  at OPEN_FILES_LIMIT; a worker (or the process itself, without workers) has one reader, or outside 'mixed' batches
+  one per source (data/mixing.py), and never more open files than there are shards."""
+  readers = 1 if config.data.mixing == 'mixed' else data.sources
+  per_worker = min(data.shards, readers * shards.open_shards_budget(OPEN_FILES_LIMIT))
+  return per_worker * max(1, config.data.num_workers), per_worker
 
 
 def tower_flops(config) -> tuple[float, float]:
@@ -192,14 +192,14 @@ def needs(name: str) -> dict:
   mapped = {'webdataset index': index_bytes(config, data), 'teacher table': teacher_bytes(config, data)}
   memory = budget.host_memory(config, {part: size for part, size in mapped.items() if size})  # as the trainer prints
   held, host = memory.per_process['eval sets'], memory.total()
-  files, per_reader = open_files(config, data)
+  files, per_worker = open_files(config, data)
   return {
       'name': name, 'model': config.model.name, 'image_size': size, 'batch': config.batch_size,
       'micro': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else 0,
       'steps': config.total_steps, 'data': data, 'workers': config.data.num_workers,
       'index': index_bytes(config, data), 'teacher': teacher_bytes(config, data), 'held': held,
       'probe': budget.probe_host_bytes(config), 'host': host,
-      'open_files': files, 'per_reader': per_reader, 'sources': data.sources if config.data.mixing != 'mixed' else 1,
+      'open_files': files, 'per_worker': per_worker,
       'image_flops': image, 'text_flops': text, 'step_flops': step, 'early_step_flops': early,
       'pair_flops': 3 * (image + text) * config.batch_size,  # forward + backward (2x) of the main image-text pair
       'evaluations': math.ceil(config.total_steps / config.eval.every_steps),
@@ -230,7 +230,7 @@ def tables(rows: list[dict]) -> str:
   """The two markdown tables and their notes."""
   host = ['| config | training data: samples, shards | webdataset index GiB (mapped once per host) | teacher table '
           'GiB (mapped once per host) | eval images held per process GiB (of which probe) | host memory, one process '
-          'per host, GiB | open shard files per process, at most (per reader x readers) |',
+          'per host, GiB | open shard files per process, at most (per worker x workers) |',
           '|---|---|---|---|---|---|---|']
   compute = ['| config | model, image px, global batch (micro) | forward GFLOPs per example: image / text | train '
              'step TFLOPs (the image-text pair / the rest) | evaluations per run | per evaluation: images decoded '
@@ -240,8 +240,8 @@ def tables(rows: list[dict]) -> str:
     data = r['data']
     host.append(f"| {r['name']} | {_count(data.samples)} ({data.source}), {_count(data.shards)} shards "
                 f"| {_gib(r['index'])} | {_gib(r['teacher'])} | {_gib(r['held'])} ({_gib(r['probe'])}) "
-                f"| {_gib(r['host'])} | {_count(r['open_files'])} ({r['per_reader']} x {max(1, r['workers'])} workers"
-                f"{' x ' + str(r['sources']) + ' sources' if r['sources'] > 1 else ''}) |")
+                f"| {_gib(r['host'])} | {_count(r['open_files'])} ({_count(r['per_worker'])} x {max(1, r['workers'])} "
+                'workers) |')
     micro = f" ({r['micro']})" if r['micro'] else ''
     rest = max(0.0, r['step_flops'] - r['pair_flops'])  # ~0 for plain CLIP: the logits and pooled rows differ
     compute.append(

@@ -52,13 +52,16 @@ def test_the_teacher_bytes_are_what_saco_maps(tmp_path):
 
 def test_open_files_are_bounded_per_reader_not_by_the_shards_read():
   # data/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source outside
-  # 'mixed' batches. 143c8f2's table counted every shard x every worker (1.6M for siglip2_webli).
+  # 'mixed' batches, and never more than the shards. 143c8f2's table counted every shard x every worker (1.6M for
+  # siglip2_webli).
   webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
   assert shards.open_shards_budget(run_needs.OPEN_FILES_LIMIT) == shards.MAX_OPEN_SHARDS == 1024
   assert shards.open_shards_budget(1024) == shards.MIN_OPEN_SHARDS == 32
-  assert run_needs.open_files(webli, run_needs.DATA['siglip2_webli']) == (1024 * 16, 1024)
+  assert run_needs.open_files(webli, run_needs.DATA['siglip2_webli']) == (1024 * 16, 1024)  # 100k shards
   zerovl = from_file(os.path.join(ROOT, 'configs', 'zerovl_multisource.py'))  # single_source: a reader per source
-  assert run_needs.open_files(zerovl, run_needs.DATA['zerovl_multisource']) == (1024 * 16 * 4, 1024)
+  assert zerovl.data.mixing == 'single_source' and run_needs.DATA['zerovl_multisource'].sources == 4
+  assert run_needs.open_files(zerovl, run_needs.Data(10**8, 40_000, 'test', sources=4)) == (4 * 1024 * 16, 4 * 1024)
+  assert run_needs.open_files(zerovl, run_needs.DATA['zerovl_multisource']) == (1423 * 16, 1423)  # all its shards
   clip = from_file(os.path.join(ROOT, 'configs', 'clip_continue.py'))  # 60 shards: fewer than the bound
   assert run_needs.open_files(clip, run_needs.DATA['clip_continue']) == (60 * clip.data.num_workers, 60)
 
