@@ -1,9 +1,10 @@
 """The host memory a run holds outside the devices, printed at start and checked against the machine before the
-step compiles, as the compiled step's own memory is (training/step.py `check_memory`).
+eval sets load and the step compiles, as the compiled step's own memory is (training/step.py `check_memory`).
 
 Two kinds of parts: memory-mapped files (the webdataset index, the teacher table; data/webdataset.py,
 data/teacher.py), held once per host in the page cache whatever the number of processes and grain workers; and
-arrays each process holds itself (the evaluation sets' images and labels).
+arrays each process holds itself (the evaluation sets' images, estimated from the config by evalsets/budget.py's
+`host_memory`; `arrays_bytes` measures the loaded sets).
 
 The same figures are estimated before launch from sample counts (`webdataset_index_bytes`, `teacher_table_bytes`;
 benchmarks/run_needs.py) and measured at start from the files (data/formats, data/teacher.py).
@@ -55,9 +56,9 @@ def check(memory: HostMemory, host_total: int, processes_per_host: int = 1) -> s
   """The line to print at start; ConfigError (exit 2) naming every figure when `memory` cannot fit the host."""
   problem = shortfall(memory, host_total, processes_per_host)
   if problem:
-    raise ConfigError(f'{problem}. Evaluate on fewer examples (config.data.eval_max_examples, '
-                      'config.data.probe_train_examples), give each process fewer shards (config.data.shards_by_process) '
-                      'or run on hosts with more memory')
+    raise ConfigError(f'{problem}. Evaluate fewer sets (config.eval.datasets) or fewer examples '
+                      '(config.data.eval_max_examples, config.data.probe_train_examples), give each process fewer '
+                      'shards (config.data.shards_by_process) or run on hosts with more memory')
   return memory.describe(processes_per_host)
 
 
