@@ -22,9 +22,9 @@ with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), s
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
 0, the extra views are not embedded (a `lax.cond` on the flag) and the heads and mask token get no gradient, so
-their Adam moments are still zero at the switch: they start fresh, up to the decoupled weight decay AdamW applies
-to every matrix (the heads' kernels shrink by that factor before the switch; the mask token, a vector, is never
-decayed). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
+their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it (`late_starts`),
+so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and underflow). A
+resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
 
 Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
 from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
@@ -296,10 +296,19 @@ class Siglip2Objective(SiglipObjective):
       raise ConfigError(f'config.objective.decoder_length={length} (0: config.model.text.context_length) leaves no '
                         f'room for a region description; use at least {locca_tasks.REGION_TASK_OVERHEAD + 1}')
     location = [t for t in tasks if t != 'cap']
-    if location and config.data.name == 'synthetic' and not config.data.synthetic.regions:
+    if not location or data_formats.DATA_FORMATS.get(config.data.name).carries_regions(config.data):
+      return
+    # A location task on records without regions has no target, yet its decoder pass costs as much as captioning's.
+    if config.data.name == 'synthetic':
       raise ConfigError(f'config.objective.decoder_tasks={tasks} has the location tasks {location}, but '
                         'config.data.synthetic.regions is False: the records have no regions to train them on. Set '
                         "config.data.synthetic.regions=True, or config.objective.decoder_tasks=('cap',)")
+    with_regions = sorted(name for name, fmt in data_formats.DATA_FORMATS.items()
+                          if name != 'synthetic' and fmt.carries_regions(config.data))
+    raise ConfigError(f"config.objective.decoder_tasks={tasks} has the location tasks {location}, but "
+                      f"config.data.name='{config.data.name}' records carry no regions: each location task would run "
+                      "a decoder pass with nothing to learn. Set config.objective.decoder_tasks=('cap',), or train "
+                      f'on records with regions (config.data.name one of {with_regions}; docs/data.md)')
 
   @classmethod
   def views(cls, config):
@@ -358,6 +367,14 @@ class Siglip2Objective(SiglipObjective):
       raise ValueError("objective 'siglip2' needs the run length: build it with objectives.build(config, model), "
                        'which sets its total_steps from config.total_steps')
     return int(round(self.config.distill_start_fraction * self.total_steps))
+
+  def late_starts(self) -> dict[str, int]:
+    """The heads and the mask token, which get no gradient before `start_step`: the optimizer keeps their weight
+    decay off until then (optim.late_start_weight_decay), so they start at the switch as initialised."""
+    if not self.uses_teacher or self.start_step <= 0:
+      return {}
+    names = set(self.head_names().values()) | ({MASK_TOKEN} if self.masked_on else set())
+    return {name: self.start_step for name in sorted(names)}
 
   def head_names(self) -> dict[str, str]:
     """{loss: the parameter name of its head} for the losses that are on."""

@@ -35,6 +35,13 @@ class TrainingData:
   shard_suffix = ''  # the file name ending of its shards, by which `formats_of_files` recognises a folder of them
 
   @classmethod
+  def carries_regions(cls, data: ml_collections.ConfigDict) -> bool:
+    """Whether records of this format, as `data` configures it, can hold `regions` (boxes and their texts, for
+    LocCa's location tasks). True by default: a record of data/records.py may."""
+    del data
+    return True
+
+  @classmethod
   def default_config(cls) -> dict[str, Any]:
     """The format's own options, under `config.data.<name>`, with their defaults ({}: none). Every format's options
     are in every config (the embedded dataset's also serve evaluation), so they are checked whatever data.name is."""
