@@ -222,6 +222,25 @@ def test_location_tasks_need_records_with_regions(micro):
   validate(config)
 
 
+def test_location_tasks_are_refused_on_data_formats_without_regions(micro):
+  """Webdataset samples carry no regions: a location task would run a decoder pass with no target (44% of
+  siglip2_webli's forward FLOPs). The shipped config trains what its data supports."""
+  config = _with_decoder(_siglip2(micro))
+  config.data.update(name='webdataset', path='web=/data/web/{0..9}.tar')
+  with pytest.raises(ConfigError, match=r"location tasks \['aref', 'gcap'\].*data.name='webdataset'.*"
+                                        r"decoder_tasks=\('cap',\).*\['array_record'\]"):
+    validate(config)
+  config.objective.decoder_tasks = ('cap',)
+  validate(config)
+  config.data.name = 'array_record'  # records of data/records.py may hold regions
+  config.objective.decoder_tasks = ('cap', 'aref', 'gcap')
+  validate(config)
+  webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
+  webli.data.path = 'web=/data/web/{0..9}.tar'
+  validate(webli)
+  assert tuple(webli.objective.decoder_tasks) == ('cap',) and webli.objective.decoder_weight == 1.0
+
+
 def test_decoder_rows_come_last_and_records_without_regions_train_captioning_only(data_cache):
   config = _with_decoder(_siglip2(micro_config(data_cache)), decoder_parallel_prob=0.5)
   without = _examples(_siglip2(micro_config(data_cache)), 8, regions=True)
@@ -366,7 +385,7 @@ def _run(config, state, batches, mesh, first=0):
   """Host states after each step and each step's metrics, running `batches[first:]` from `state`."""
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   shardings = parallel.tree_shardings(state, mesh)
   step = compile_train_step(objective, tx, mesh, shardings)
   state, states, metrics = jax.device_put(state, shardings), [], []
@@ -406,6 +425,9 @@ def test_switch_at_the_start_fraction_and_resume_across_it(micro):
   moments = _moments(switched.opt_state, ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN))
   assert len(moments) >= 2 * 9 and max(np.abs(m).max() for m in moments) == 0
   np.testing.assert_array_equal(switched.params[MASK_TOKEN], 0)
+  # The heads reach the switch as initialised: no gradient and no weight decay before it (issue 61, item 5).
+  for head in ('siglip2_distill_head', 'siglip2_masked_head'):
+    chex.assert_trees_all_equal(switched.params[head], initial.params[head])
   for m in metrics[2:]:
     assert m['distill_active'] == 1 and m['distill_loss'] > 0 and m['masked_loss'] > 0 and np.isfinite(m['loss'])
     np.testing.assert_allclose(m['loss'], m['siglip_loss'] + m['distill_loss'] + 0.25 * m['masked_loss'], rtol=1e-5)
