@@ -21,7 +21,8 @@ State. The teacher (image tower and heads, an EMA of the student's) and the head
 with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), start = round(fraction * total_steps),
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
-0, the extra views are not embedded (a `lax.cond` on the flag) and the heads and mask token get no gradient, so
+0, the extra views are not made (the pipeline tells the views each example's step: `Siglip2Views.views_from_step`;
+a batch without them compiles a step of its own, without the late work) and the heads and mask token get no gradient, so
 their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it (`late_starts`),
 so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and underflow). A
 resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
@@ -49,7 +50,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import formats as data_formats
-from vlp_jax.data import locca_tasks, transforms
+from vlp_jax.data import locca_tasks, pipeline, transforms
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
 from vlp_jax.losses import captioning
@@ -148,18 +149,31 @@ class Siglip2Views(ClipViews):
   decoder_layout: locca_tasks.LoccaLayout | None = None
   decoder_tasks: tuple[str, ...] = locca_tasks.TASKS
   decoder_parallel_prob: float = 0.0
+  views_from_step: int = 0  # the switch: the augmented views of an example drawn for an earlier step are not made
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = super().random_map(example, rng)
     image = example['image']
+    # Before the switch the late losses read no view: their draws are made (transforms.dino_view_draws), so that the
+    # decoder's rows, drawn after them, are the same either way, but not the views (about 85% of the host work and
+    # two thirds of the bytes of an example at siglip2_webli's shapes). Without the pipeline's step: all built.
+    build = example.get(pipeline.STEP_KEY, self.views_from_step) >= self.views_from_step
 
     def view(size, scale, blur_p):
+      if not build:
+        transforms.dino_view_draws(image.shape[0], image.shape[1], tuple(scale), rng, tuple(self.color_jitter),
+                                   self.grayscale_prob, blur_p, 0.0)
+        return None
       crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
       return transforms.dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
     if self.num_global:
-      out['global_view'] = view(self.image_size, self.global_scale, 1.0)
+      global_view = view(self.image_size, self.global_scale, 1.0)
+      if build:
+        out['global_view'] = global_view
     if self.num_local:
-      out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
+      local_views = [view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)]
+      if build:
+        out['local_views'] = np.stack(local_views)
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
       out.update(locca_tasks.example_arrays(example[self.caption_field], example.get('regions'), rng,
@@ -322,7 +336,8 @@ class Siglip2Objective(SiglipObjective):
                         color_jitter=tuple(float(x) for x in c.crop_color_jitter),
                         grayscale_prob=float(c.crop_grayscale_prob),
                         decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
-                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob))
+                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob),
+                        views_from_step=cls.switch_step(c, config.total_steps))
 
   # ------------------------------------------------------------------------------------------ what is on
 
@@ -360,13 +375,18 @@ class Siglip2Objective(SiglipObjective):
   def uses_teacher(self) -> bool:
     return self.distill_on or self.masked_on
 
+  @staticmethod
+  def switch_step(options: Any, total_steps: int) -> int:
+    """round(distill_start_fraction * total_steps): the first step of the late losses (and of their views)."""
+    return int(round(options.distill_start_fraction * total_steps))
+
   @property
   def start_step(self) -> int:
-    """The first step with the self-distillation losses: round(distill_start_fraction * total_steps)."""
+    """The first step with the self-distillation losses: `switch_step` of the run."""
     if self.total_steps is None:
       raise ValueError("objective 'siglip2' needs the run length: build it with objectives.build(config, model), "
                        'which sets its total_steps from config.total_steps')
-    return int(round(self.config.distill_start_fraction * self.total_steps))
+    return self.switch_step(self.config, self.total_steps)
 
   def late_starts(self) -> dict[str, int]:
     """The heads and the mask token, which get no gradient before `start_step`: the optimizer keeps their weight
@@ -487,7 +507,7 @@ class Siglip2Objective(SiglipObjective):
     embedded). Local crop c of row i takes split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from
     fold_in(rng[i], MASK_DRAW)."""
     features, model_state = self._sigmoid_features(params, model_state, batch, rng, train)
-    if not self.uses_teacher or not train:
+    if not self.uses_teacher or not train or 'global_view' not in batch:  # no views before the switch: nothing late
       return features, model_state
     late = jax.lax.cond(model_state[ACTIVE] > 0, self._distill_features,
                         lambda *args: _zeros_of(self._distill_features, *args), params, model_state, batch, rng)
@@ -502,6 +522,8 @@ class Siglip2Objective(SiglipObjective):
     centers = model_state[CENTERS]
     features = {**features, 'active': active.astype(jnp.float32),
                 **{f'{loss}_center': center for loss, center in centers.items()}}
+    if not all(f'{loss}_teacher' in features for loss in centers):  # a batch without the views: the centres stay
+      return features, model_state
     moved = {loss: jnp.where(active, updated_center(center, features[f'{loss}_teacher'],
                                                     self.config.center_momentum), center)
              for loss, center in centers.items()}
@@ -521,15 +543,19 @@ class Siglip2Objective(SiglipObjective):
       return total, metrics
     active = features['active']
     metrics['distill_active'] = active
+    # A batch without the views (before the switch) has no late loss; should one come while the flag is on, its
+    # loss is NaN (the step is skipped, the run stops after too many), never a silent 0.
+    missing = jnp.where(active > 0, jnp.float32(jnp.nan), jnp.float32(0.0))
     if self.distill_on:
-      distill = active * local_to_global_loss(features['distill_teacher'], features['distill_student'],
-                                              features['distill_center'], c.teacher_temp, c.student_temp)
+      distill = missing if 'distill_teacher' not in features else active * local_to_global_loss(
+          features['distill_teacher'], features['distill_student'], features['distill_center'], c.teacher_temp,
+          c.student_temp)
       total = total + c.size_factor * c.distill_weight * distill
       metrics['distill_loss'] = distill
     if self.masked_on:
-      masked = active * masked_patch_loss(features['masked_teacher'], features['masked_student'],
-                                          features['patch_mask'], features['masked_center'], c.teacher_temp,
-                                          c.student_temp)
+      masked = missing if 'masked_teacher' not in features else active * masked_patch_loss(
+          features['masked_teacher'], features['masked_student'], features['patch_mask'], features['masked_center'],
+          c.teacher_temp, c.student_temp)
       total = total + c.size_factor * c.masked_weight * masked
       metrics['masked_loss'] = masked
     return total, metrics

@@ -16,7 +16,7 @@ from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, in
                      numeric_grad, objective_batch)
 from vlp_jax import interchange, models, objectives, parallel
 from vlp_jax.config import ConfigError, base_config, from_file, validate
-from vlp_jax.data import records, synthetic
+from vlp_jax.data import formats, pipeline, records, synthetic
 from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.losses.captioning import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
@@ -182,6 +182,47 @@ def test_views_keep_the_original_image_for_the_sigmoid_loss(micro):
   assert 'local_views' not in _examples(config, 1) and 'global_view' in _examples(config, 1)
   config = _siglip2(micro, distill_weight=0.0, masked_weight=0.0)  # SigLIP's views
   assert set(_examples(config, 1)) == {'image', 'text', 'label'}
+
+
+def test_views_are_made_from_the_switch_and_later_draws_do_not_move(micro):
+  """An example drawn for a step before the switch gets no augmented views, and its image, caption and decoder rows
+  are those it gets with them (their draws are still made); from the switch on, the views are the usual ones."""
+  config = _with_decoder(_siglip2(micro, distill_start_fraction=0.5))
+  config.total_steps = 10
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+  assert views.views_from_step == 5
+  decode = DecodeRecord()
+  for i in range(4):
+    example = decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16, regions=True)))
+    full = views.random_map(example, np.random.default_rng([0, i]))
+    assert {'global_view', 'local_views', 'locca_inputs'} <= set(full)
+    before = views.random_map({**example, pipeline.STEP_KEY: 4}, np.random.default_rng([0, i]))
+    assert set(full) - set(before) == {'global_view', 'local_views'}
+    chex.assert_trees_all_equal(before, {k: v for k, v in full.items() if k in before})
+    at = views.random_map({**example, pipeline.STEP_KEY: 5}, np.random.default_rng([0, i]))
+    chex.assert_trees_all_equal(at, full)
+
+
+def test_the_pipeline_makes_the_views_from_the_switch_batch_and_resumes_across_it(micro):
+  config = _siglip2(micro, distill_start_fraction=0.5)
+  config.total_steps = 6
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+
+  def iterator():
+    return pipeline.train_iterator(formats.train_paths(config.data), views, seed=3, global_batch_size=4,
+                                   process_index=0, process_count=1)
+  it = iterator()
+  batches = [pipeline.pop_status(next(it))[0] for _ in range(5)]
+  assert ['global_view' in b for b in batches] == [False, False, False, True, True]
+  assert all(b['local_views'].shape == (4, 2, 8, 8, 3) for b in batches[3:])
+  resumed = iterator()
+  for _ in range(2):
+    next(resumed)
+  state = resumed.get_state()
+  again = iterator()
+  again.set_state(state)
+  for want in batches[2:]:
+    chex.assert_trees_all_equal(pipeline.pop_status(next(again))[0], want)
 
 
 @pytest.mark.parametrize('key, value', [('mask_ratio', 1.0), ('distill_start_fraction', 1.5), ('masked_weight', -1.0),
@@ -442,6 +483,23 @@ def test_switch_at_the_start_fraction_and_resume_across_it(micro):
   chex.assert_trees_all_close(resumed[-1].params, states[-1].params, rtol=1e-6, atol=1e-7)
   chex.assert_trees_all_close(resumed[-1].model_state, states[-1].model_state, rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose([m['loss'] for m in resumed_metrics], [m['loss'] for m in metrics[1:]], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_steps_before_the_switch_train_the_same_without_the_views(micro):
+  """Before the switch the pipeline sends no views (a second program is compiled at the switch): the steps before
+  it give bit for bit the states and metrics of steps given the views, and the switch step continues alike."""
+  config = _siglip2(micro, distill_start_fraction=0.5)
+  config.total_steps = 4
+  config.batch_size = 8
+  initial = initial_state(config)
+  batches = [_examples(config, 8, seed=i) for i in range(3)]
+  without = [{k: v for k, v in b.items() if k not in ('global_view', 'local_views')} for b in batches[:2]]
+  mesh = parallel.make_mesh(1, jax.devices()[:1])
+  _, want_states, want_metrics = _run(config, initial, batches, mesh)
+  _, states, metrics = _run(config, initial, [*without, batches[2]], mesh)
+  chex.assert_trees_all_equal(states, want_states)
+  chex.assert_trees_all_equal(metrics, want_metrics)
 
 
 @pytest.mark.slow
