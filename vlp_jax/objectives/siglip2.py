@@ -375,6 +375,14 @@ class Siglip2Objective(SiglipObjective):
   def uses_teacher(self) -> bool:
     return self.distill_on or self.masked_on
 
+  @classmethod
+  def recompiling_steps(cls, config):
+    """The loop step of the switch's batch, the first with the views (batch index switch_step: loop step + 1)."""
+    c = cls.options(config.objective)
+    switch = cls.switch_step(c, config.total_steps)
+    views = (c.distill_weight or c.masked_weight) and c.size_factor
+    return (switch + 1,) if views and 0 < switch < config.total_steps else ()
+
   @staticmethod
   def switch_step(options: Any, total_steps: int) -> int:
     """round(distill_start_fraction * total_steps): the first step of the late losses (and of their views)."""

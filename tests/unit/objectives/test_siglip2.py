@@ -24,7 +24,7 @@ from vlp_jax.objectives.base import IMAGE_TOWER, example_rngs, tower_rngs
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, DECODER, MASK_TOKEN, TEACHER, VOCABULARY,
                                         mask_token_interceptor, masked_patch_count, masked_patches, train_text_ids)
-from vlp_jax.training import optim
+from vlp_jax.training import optim, watchdog
 from vlp_jax.training.step import compile_train_step
 
 TAU_T, TAU_S = 0.05, 0.1
@@ -223,6 +223,17 @@ def test_the_pipeline_makes_the_views_from_the_switch_batch_and_resumes_across_i
   again.set_state(state)
   for want in batches[2:]:
     chex.assert_trees_all_equal(pipeline.pop_status(next(again))[0], want)
+
+
+def test_the_step_that_compiles_the_views_program_gets_the_compilation_allowance(micro):
+  config = _siglip2(micro, distill_start_fraction=0.5)
+  config.total_steps = 10
+  config.eval.every_steps = config.checkpoint.every_steps = 1000
+  config.watchdog.update(step_timeout_seconds=10, first_step_seconds=100)
+  # Batch index 5 (loop step 6) is the first with the views: a second program compiles there.
+  assert [watchdog.step_allowance(config, s, start_step=0, last_step=20) for s in (1, 5, 6, 7)] == [110, 10, 110, 10]
+  config.objective.update(distill_weight=0.0, masked_weight=0.0)  # no views: one program
+  assert watchdog.step_allowance(config, 6, start_step=0, last_step=20) == 10
 
 
 @pytest.mark.parametrize('key, value', [('mask_ratio', 1.0), ('distill_start_fraction', 1.5), ('masked_weight', -1.0),
