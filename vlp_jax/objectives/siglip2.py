@@ -22,10 +22,11 @@ with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), s
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
 0, the extra views are not made (the pipeline tells the views each example's step: `Siglip2Views.views_from_step`;
-a batch without them compiles a step of its own, without the late work) and the heads and mask token get no gradient, so
-their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it (`late_starts`),
-so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and underflow). A
-resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
+a batch without them compiles a step of its own, without the late work) and the heads and mask token get no
+gradient, so their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it
+(`late_starts`), so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and
+underflow). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the
+switch.
 
 Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
 from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
@@ -380,7 +381,7 @@ class Siglip2Objective(SiglipObjective):
     """The loop step of the switch's batch, the first with the views (batch index switch_step: loop step + 1)."""
     c = cls.options(config.objective)
     switch = cls.switch_step(c, config.total_steps)
-    views = (c.distill_weight or c.masked_weight) and c.size_factor
+    views = c.distill_weight or c.masked_weight  # as `views` makes them
     return (switch + 1,) if views and 0 < switch < config.total_steps else ()
 
   @staticmethod

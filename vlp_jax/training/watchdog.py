@@ -52,7 +52,8 @@ def evaluates_or_saves(config: ml_collections.ConfigDict, step: int, last_step: 
 
 def step_allowance(config: ml_collections.ConfigDict, step: int, start_step: int, last_step: int) -> float:
   """Seconds that `step` (its dispatch and its hooks) may take: step_timeout_seconds, plus first_step_seconds for the
-  first step of the run and a step whose batch gains fields (both compile: `Objective.recompiling_steps`), plus eval_seconds when it evaluates or checkpoints; inf when off."""
+  first step of the run and for a step whose batch gains fields (both compile: `Objective.recompiling_steps`), plus
+  eval_seconds when it evaluates or checkpoints; inf when off."""
   watch = config.watchdog
   if not watch.step_timeout_seconds:
     return math.inf
