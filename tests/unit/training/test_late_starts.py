@@ -85,6 +85,25 @@ def test_a_late_group_is_not_decayed_before_its_start():
   assert _flatten(q)['late_head/kernel'][0, 0] < want[START - 1]['late_head/kernel'][0, 0] == 1.0
 
 
+def test_a_late_group_beside_a_locked_tower():
+  """With a locked text tower (multi_transform's labels around AdamW) the late group is still held until its start,
+  and the locked projection never moves."""
+  config = _optim(lock_text=True)
+  params = {'late_head': {'kernel': np.ones((3, 2), np.float32)}, 'text_projection': np.ones((2, 3), np.float32),
+            'proj': np.ones((2, 3), np.float32)}
+  tx = optim.make_optimizer(config, STEPS + 1, {'late_head': START})
+  state, p = tx.init(params), params
+  rng = np.random.default_rng(1)
+  for t in range(STEPS):
+    grads = {'late_head': {'kernel': rng.normal(size=(3, 2)) * (t >= START)}, 'text_projection': rng.normal(size=(2, 3)),
+             'proj': rng.normal(size=(2, 3))}
+    updates, state = tx.update(jax.tree.map(np.float32, grads), state, p)
+    p = optax.apply_updates(p, updates)
+    np.testing.assert_array_equal(p['text_projection'], 1.0)
+    assert (np.all(p['late_head']['kernel'] == 1.0)) == (t < START), t
+    assert np.all(p['proj'] != 1.0) or t == 0  # lr 0 at step 0 (warmup from 0)
+
+
 def test_late_starts_leave_the_chain_of_other_objectives_unchanged():
   """With no late group the optimizer state is optax.adamw's, so checkpoints of every other objective resume."""
   params = {'proj': np.ones((2, 3), np.float32)}
