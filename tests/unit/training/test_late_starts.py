@@ -95,8 +95,8 @@ def test_a_late_group_beside_a_locked_tower():
   state, p = tx.init(params), params
   rng = np.random.default_rng(1)
   for t in range(STEPS):
-    grads = {'late_head': {'kernel': rng.normal(size=(3, 2)) * (t >= START)}, 'text_projection': rng.normal(size=(2, 3)),
-             'proj': rng.normal(size=(2, 3))}
+    grads = {'late_head': {'kernel': rng.normal(size=(3, 2)) * (t >= START)},
+             'text_projection': rng.normal(size=(2, 3)), 'proj': rng.normal(size=(2, 3))}
     updates, state = tx.update(jax.tree.map(np.float32, grads), state, p)
     p = optax.apply_updates(p, updates)
     np.testing.assert_array_equal(p['text_projection'], 1.0)
