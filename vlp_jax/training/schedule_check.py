@@ -148,8 +148,9 @@ def simulate_schedule(config: ml_collections.ConfigDict, initial_log_scale: floa
   names = ['/'.join(groups.path_names(path)) for path, _ in flat]
   starts = np.array([trains_from.get(n.split('/')[0], 0) for n in names], np.int32)
   masks = optim.trainable_masks(tree, config.optim) if config.optim.lock_image or config.optim.lock_text else None
-  locked = np.array([not np.all(m) for m in jax.tree.leaves(masks)]) if masks is not None else np.zeros(len(names),
-                                                                                                         bool)
+  # Leaves locked whole (a stacked leaf with some blocks unlocked moves in those rows).
+  locked = (np.array([not np.any(m) for m in jax.tree.leaves(masks)]) if masks is not None
+            else np.zeros(len(names), bool))
   scale_index = names.index('logit_scale') if 'logit_scale' in names else None
   bound = objective.max_log_logit_scale
   params0 = [jnp.asarray(leaf) for _, leaf in flat]

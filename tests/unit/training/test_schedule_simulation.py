@@ -14,6 +14,7 @@ import pytest
 from support import ROOT
 from vlp_jax import objectives
 from vlp_jax.config import from_file
+from vlp_jax.models import groups
 from vlp_jax.objectives.siglip2 import DISTILL_HEAD, MASK_TOKEN, MASKED_HEAD
 from vlp_jax.training import optim, schedule_check
 
@@ -108,3 +109,18 @@ def test_an_imported_sigmoid_scale_survives_and_a_softmax_one_is_bounded():
   assert objectives.OBJECTIVES.get(clip.objective.name).max_log_logit_scale == math.log(100.0)
   run = schedule_check.simulate_schedule(clip, initial_log_scale=math.log(118.0))
   assert run.logit_scale['after_first'] == pytest.approx(100.0, rel=1e-6) and run.logit_scale['max'] <= 100.0001
+
+
+def test_locked_towers_and_layer_decay_keep_their_positions_and_never_move():
+  """With a partly locked image tower and layer decay, the small tree keeps every block of each tower (the masks and
+  multipliers count them) and the locked groups never move over the run."""
+  config = _config('clip_shapes')
+  config.optim.update(lock_image=True, lock_image_unlocked_groups=2, text_layer_decay=0.8)
+  _, shapes = schedule_check.parameter_shapes(config)
+  tree = schedule_check.small_tree(shapes, config.optim)
+  for tower in groups.TOWERS:
+    assert groups.num_blocks(tree, tower) == groups.num_blocks(shapes, tower)
+  run = schedule_check.simulate_schedule(config)
+  assert run.locked.any() and not run.locked.all()
+  np.testing.assert_array_equal(run.final_norm[run.locked], run.initial_norm[run.locked])
+  assert np.all(run.final_norm[~run.locked] != run.initial_norm[~run.locked])
