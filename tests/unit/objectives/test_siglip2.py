@@ -433,8 +433,9 @@ def _moments(opt_state, names):
   return [np.asarray(leaf) for path, leaf in leaves if any(n in jax.tree_util.keystr(path) for n in names)]
 
 
-def _run(config, state, batches, mesh, first=0):
-  """Host states after each step and each step's metrics, running `batches[first:]` from `state`."""
+def _run(config, state, batches, mesh, first=0, programs=None):
+  """Host states after each step and each step's metrics, running `batches[first:]` from `state`; with `programs`
+  (a list), each step's FLOP count of its program is appended to it."""
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
@@ -443,6 +444,8 @@ def _run(config, state, batches, mesh, first=0):
   state, states, metrics = jax.device_put(state, shardings), [], []
   for batch in batches[first:]:
     state, m = step(state, parallel.global_batch(batch, mesh), jax.random.key(2))
+    if programs is not None:
+      programs.append(step.flops)
     states.append(parallel.to_host(state))
     metrics.append(parallel.to_host(m))
   return objective, states, metrics
@@ -508,9 +511,12 @@ def test_steps_before_the_switch_train_the_same_without_the_views(micro):
   without = [{k: v for k, v in b.items() if k not in ('global_view', 'local_views')} for b in batches[:2]]
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   _, want_states, want_metrics = _run(config, initial, batches, mesh)
-  _, states, metrics = _run(config, initial, [*without, batches[2]], mesh)
+  flops = []
+  _, states, metrics = _run(config, initial, [*without, batches[2]], mesh, programs=flops)
   chex.assert_trees_all_equal(states, want_states)
   chex.assert_trees_all_equal(metrics, want_metrics)
+  # Two programs: the step counts the second's FLOPs once the views come (the loop logs them from then on).
+  assert flops[0] == flops[1] < flops[2]
 
 
 @pytest.mark.slow
