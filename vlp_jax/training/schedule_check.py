@@ -1,9 +1,10 @@
 """A whole run's optimizer schedule in seconds: the run's own optimizer chain (`optim.make_optimizer`, built from the
-config as the train loop builds it) over all of `config.total_steps`, in one `lax.scan`, on a small tree that has
-the run's parameter groups (towers, locked or not; heads that start late; logit scale and bias; the decoder), so
-that what only shows at a run's real length (a group decayed to nothing before it trains, a switch or ramp in the
-wrong place, a logit scale clipped) shows before a run is launched (tests/unit/training/test_schedule_simulation.py
-runs it on every shipped config).
+config as the train loop builds it) over all of `config.total_steps`, in one compiled loop (run in a few segments
+that end where something is read: `simulate_schedule`), on a small tree that has the run's parameter groups
+(towers, locked or not; heads that start late; logit scale and bias; the decoder), so that what only shows at a
+run's real length (a group decayed to nothing before it trains, a switch or ramp in the wrong place, a logit scale
+clipped) shows before a run is launched (tests/unit/training/test_schedule_simulation.py runs it on every shipped
+config). It lives in the package, not in the tests, so that a user can check a config of their own the same way.
 
 The small tree. The real parameter tree is read abstractly (`jax.eval_shape` of the objective's initialisation: no
 memory, any scale), then one leaf is kept per class of leaves the optimizer treats alike (tower, weight decay or
@@ -13,8 +14,8 @@ multipliers read the same rules from it as from the real tree.
 
 The gradients. Each group trains from its `Objective.late_starts()` step (0 for the rest): before it, its gradient
 is exactly 0 (as in a real run); from it, a small deterministic oscillation (`pseudo_gradient`). The logit scale's
-pulls it back towards its initial value, as a loss at its optimum would. After each update the train step's clamp
-(`optim.clamp_logit_scales` with the objective's bound) is applied, as in training/step.py.
+gradient also pulls it back towards its initial value, as a loss at its optimum would. After each update the train
+step's clamp (`optim.clamp_logit_scales` with the objective's bound) is applied, as in training/step.py.
 """
 from __future__ import annotations
 
@@ -77,8 +78,7 @@ def _leaf_class(path: tuple, leaf: Any, depths: dict[str, int | None] | None) ->
 
 def small_tree(params: dict, optim_config: ml_collections.ConfigDict) -> dict:
   """One float32 leaf per class of `params` (module docstring), at its real path: 2 entries per axis, a stacked
-  leaf's layer axis kept; matrices start at 0.02-scaled values, vectors at 1, scalars at their own init (logit
-  scale and bias are set by the caller)."""
+  leaf's layer axis kept; matrices start at 0.02, vectors and scalars at 1 (the caller sets the logit scale)."""
   positions = bool(optim_config.lock_image or optim_config.lock_text or optim_config.image_layer_decay != 1.0
                    or optim_config.text_layer_decay != 1.0)
   depths = {tower: groups.num_blocks(params, tower) for tower in groups.TOWERS} if positions else None
