@@ -848,8 +848,6 @@ def compiled_step(config):
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  if hasattr(views, 'views_from_step'):  # the whole step: SigLIP 2's after its switch, with every view
-    views = dataclasses.replace(views, views_from_step=0)
   iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
                                      global_batch_size=config.batch_size,
                                      process_index=0, process_count=1,

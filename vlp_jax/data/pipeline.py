@@ -264,6 +264,9 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside an absl app use their defaults
       flags.FLAGS.mark_as_parsed()
     iter_dataset = iter_dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+  fill = getattr(views, 'fill_batch', None)
+  if fill is not None:  # fields the views leave to this process (SigLIP 2's placeholder views), after the workers
+    iter_dataset = iter_dataset.map(fill)
   return iter(iter_dataset)
 
 

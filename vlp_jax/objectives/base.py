@@ -135,14 +135,6 @@ class Objective:
   # being 0: CLIP's for softmax losses; None clips nothing (the sigmoid loss, as big_vision trains it).
   max_log_logit_scale: float | None = MAX_LOG_LOGIT_SCALE
 
-  @classmethod
-  def recompiling_steps(cls, config: ml_collections.ConfigDict) -> tuple[int, ...]:
-    """The loop's steps (1-based) whose batch first has fields the earlier ones lack, so that the train step
-    compiles a second program there (SigLIP 2's views from its switch); the step watchdog allows them the first
-    step's compilation time. None by default."""
-    del config
-    return ()
-
   def late_starts(self) -> dict[str, int]:
     """{top-level parameter name: the first step it trains} for parameter groups that get no gradient before a
     step > 0 (SigLIP 2's self-distillation heads); the optimizer keeps weight decay off them until then. Empty by

@@ -21,9 +21,9 @@ State. The teacher (image tower and heads, an EMA of the student's) and the head
 with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), start = round(fraction * total_steps),
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
-0, the extra views are not made (the pipeline tells the views each example's step: `Siglip2Views.views_from_step`;
-a batch without them compiles a step of its own, without the late work) and the heads and mask token get no
-gradient, so their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it
+0, the extra views are not embedded (a `lax.cond` on the flag) nor even made (the pipeline tells the views each
+example's step, `Siglip2Views.views_from_step`, and fills zeros in their place, so that the step keeps one program)
+and the heads and mask token get no gradient, so their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it
 (`late_starts`), so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and
 underflow). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the
 switch.
@@ -181,6 +181,18 @@ class Siglip2Views(ClipViews):
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))
     return out
+
+  def fill_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A batch of B examples -> the same with zeros for the views `random_map` did not make (before the switch):
+    'global_view' [B, S, S, 3] and 'local_views' [B, V, s, s, 3] uint8. Run in the training process, after the data
+    workers (pipeline.train_iterator), so the workers neither make nor send them, while every batch keeps one
+    signature: the train step compiles once, its memory is checked for the whole step at the start, and the steps
+    before the switch are bit for bit what they are with the views, which the flag keeps unread until then."""
+    size = len(batch['label'])
+    shapes = {'global_view': (size, self.image_size, self.image_size, 3) if self.num_global else None,
+              'local_views': (size, self.num_local, self.local_size, self.local_size, 3) if self.num_local else None}
+    missing = {key: np.zeros(shape, np.uint8) for key, shape in shapes.items() if shape and key not in batch}
+    return {**batch, **missing} if missing else batch
 
 
 @functools.lru_cache(maxsize=4)
@@ -376,14 +388,6 @@ class Siglip2Objective(SiglipObjective):
   def uses_teacher(self) -> bool:
     return self.distill_on or self.masked_on
 
-  @classmethod
-  def recompiling_steps(cls, config):
-    """The loop step of the switch's batch, the first with the views (batch index switch_step: loop step + 1)."""
-    c = cls.options(config.objective)
-    switch = cls.switch_step(c, config.total_steps)
-    views = c.distill_weight or c.masked_weight  # as `views` makes them
-    return (switch + 1,) if views and 0 < switch < config.total_steps else ()
-
   @staticmethod
   def switch_step(options: Any, total_steps: int) -> int:
     """round(distill_start_fraction * total_steps): the first step of the late losses (and of their views)."""
@@ -516,7 +520,7 @@ class Siglip2Objective(SiglipObjective):
     embedded). Local crop c of row i takes split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from
     fold_in(rng[i], MASK_DRAW)."""
     features, model_state = self._sigmoid_features(params, model_state, batch, rng, train)
-    if not self.uses_teacher or not train or 'global_view' not in batch:  # no views before the switch: nothing late
+    if not self.uses_teacher or not train:
       return features, model_state
     late = jax.lax.cond(model_state[ACTIVE] > 0, self._distill_features,
                         lambda *args: _zeros_of(self._distill_features, *args), params, model_state, batch, rng)
@@ -531,8 +535,6 @@ class Siglip2Objective(SiglipObjective):
     centers = model_state[CENTERS]
     features = {**features, 'active': active.astype(jnp.float32),
                 **{f'{loss}_center': center for loss, center in centers.items()}}
-    if not all(f'{loss}_teacher' in features for loss in centers):  # a batch without the views: the centres stay
-      return features, model_state
     moved = {loss: jnp.where(active, updated_center(center, features[f'{loss}_teacher'],
                                                     self.config.center_momentum), center)
              for loss, center in centers.items()}
@@ -552,19 +554,15 @@ class Siglip2Objective(SiglipObjective):
       return total, metrics
     active = features['active']
     metrics['distill_active'] = active
-    # A batch without the views (before the switch) has no late loss; should one come while the flag is on, its
-    # loss is NaN (the step is skipped, the run stops after too many), never a silent 0.
-    missing = jnp.where(active > 0, jnp.float32(jnp.nan), jnp.float32(0.0))
     if self.distill_on:
-      distill = missing if 'distill_teacher' not in features else active * local_to_global_loss(
-          features['distill_teacher'], features['distill_student'], features['distill_center'], c.teacher_temp,
-          c.student_temp)
+      distill = active * local_to_global_loss(features['distill_teacher'], features['distill_student'],
+                                              features['distill_center'], c.teacher_temp, c.student_temp)
       total = total + c.size_factor * c.distill_weight * distill
       metrics['distill_loss'] = distill
     if self.masked_on:
-      masked = missing if 'masked_teacher' not in features else active * masked_patch_loss(
-          features['masked_teacher'], features['masked_student'], features['patch_mask'], features['masked_center'],
-          c.teacher_temp, c.student_temp)
+      masked = active * masked_patch_loss(features['masked_teacher'], features['masked_student'],
+                                          features['patch_mask'], features['masked_center'], c.teacher_temp,
+                                          c.student_temp)
       total = total + c.size_factor * c.masked_weight * masked
       metrics['masked_loss'] = masked
     return total, metrics

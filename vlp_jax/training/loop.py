@@ -186,9 +186,6 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
     memory_text = f'; {hardware.gib(memory)} of memory per device' if memory else ''
     print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}'
                                              f'{memory_text}).' if flops else '.'), flush=True)
-  elif getattr(ctx.step_fn, 'flops', None) != ctx.progress.device_flops:  # a batch with new fields (siglip2's switch)
-    ctx.progress.device_flops = ctx.step_fn.flops
-    print(f'Compiled the train step again at step {step}, whose batch has new fields', flush=True)
   return metrics
 
 

@@ -94,14 +94,14 @@ class CompiledStep:
         self.compiled[signature] = lowered.compile()
         self.memory = program_memory(self.compiled[signature])
         check_memory(self.memory, self.mesh)  # before running: a step that cannot fit stops with the figures
-        # Each program its own count: a batch that gains fields (siglip2's views) compiles more work.
-        platform = self.mesh.devices.flat[0].platform
-        flops = device_flops(traced, self.compiled[signature], platform, self.mesh.size)
-        if platform != 'gpu':  # XLA's count: loop bodies once
-          if flops > 0 and self.unrolled_flops is not None:
-            flops += self.unrolled_flops.missing(lowered, batch, rng)
-          flops *= self.num_micro
-        self.flops = flops if flops > 0 else None
+        if self.flops is None:
+          platform = self.mesh.devices.flat[0].platform
+          flops = device_flops(traced, self.compiled[signature], platform, self.mesh.size)
+          if platform != 'gpu':  # XLA's count: loop bodies once
+            if flops > 0 and self.unrolled_flops is not None:
+              flops += self.unrolled_flops.missing(lowered, batch, rng)
+            flops *= self.num_micro
+          self.flops = flops if flops > 0 else None
       return self.compiled[signature](state, batch, rng)
 
 

@@ -26,7 +26,6 @@ import jax
 import ml_collections
 
 from vlp_jax import errors, parallel
-from vlp_jax.objectives import OBJECTIVES
 
 ALIVE_DIRECTORY = 'vlp_jax/alive/'  # one key per process in the coordination store: '<beat> <last step done>'
 DONE = 'done'  # the heartbeat of a process that left the loop normally: never counted as lost
@@ -52,15 +51,11 @@ def evaluates_or_saves(config: ml_collections.ConfigDict, step: int, last_step: 
 
 def step_allowance(config: ml_collections.ConfigDict, step: int, start_step: int, last_step: int) -> float:
   """Seconds that `step` (its dispatch and its hooks) may take: step_timeout_seconds, plus first_step_seconds for the
-  first step of the run and for a step whose batch gains fields (both compile: `Objective.recompiling_steps`), plus
-  eval_seconds when it evaluates or checkpoints; inf when off."""
+  first step of the run (it compiles), plus eval_seconds when it evaluates or checkpoints; inf when off."""
   watch = config.watchdog
   if not watch.step_timeout_seconds:
     return math.inf
-  objective = config.get('objective')  # None in a config of the watchdog's keys alone
-  compiles = step == start_step + 1 or (
-      objective is not None and step in OBJECTIVES.get(objective.name).recompiling_steps(config))
-  return (watch.step_timeout_seconds + (watch.first_step_seconds if compiles else 0)
+  return (watch.step_timeout_seconds + (watch.first_step_seconds if step == start_step + 1 else 0)
           + (watch.eval_seconds if evaluates_or_saves(config, step, last_step) else 0))
 
 
