@@ -23,10 +23,10 @@ so step s runs active exactly when s >= start; on the step that turns it on the 
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
 0, the extra views are not embedded (a `lax.cond` on the flag) nor even made (the pipeline tells the views each
 example's step, `Siglip2Views.views_from_step`, and fills zeros in their place, so that the step keeps one program)
-and the heads and mask token get no gradient, so their Adam moments are still zero at the switch; the optimizer holds their weight decay off until it
-(`late_starts`), so they start fresh, as initialised (decayed, siglip2_webli's heads would shrink by exp(-60) and
-underflow). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the
-switch.
+and the heads and mask token get no gradient, so their Adam moments are still zero at the switch; the optimizer
+holds their weight decay off until it (`late_starts`), so they start fresh, as initialised (decayed,
+siglip2_webli's heads would shrink by exp(-60) and underflow). A resumed run reads all of this from the checkpoint,
+and a skipped (non-finite) step only delays the switch.
 
 Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
 from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
@@ -139,7 +139,10 @@ class Siglip2Views(ClipViews):
   solarisation), each local view one of `local_scale` at `local_size` px (blur p 0.5), as SILC takes DINO's.
 
   With `decoder_layout`, the decoder's task rows of the caption and the record's regions (locca_tasks.example_arrays:
-  'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool)."""
+  'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool).
+
+  An example the pipeline draws for a step before `views_from_step` (its STEP_KEY) gets neither view, only their
+  draws (`fill_batch` puts zeros in their place in the training process)."""
   local_size: int = 96
   num_global: int = 1
   num_local: int = 8
