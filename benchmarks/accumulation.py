@@ -55,7 +55,7 @@ def example_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
 def step_memory(config, shapes, batch_size: int, mode: str, num_micro: int) -> dict[str, int]:
   """Memory of the compiled train step on one device (state donated), for a global batch of batch_size."""
   objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))
   batch = {k: jax.ShapeDtypeStruct((batch_size, *s.shape), s.dtype) for k, s in shapes.items()}
   mesh = parallel.make_mesh(1, jax.devices()[:1])

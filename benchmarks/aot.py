@@ -187,7 +187,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   config_lib.validate(config, num_devices=len(devices))
   mesh = parallel.make_mesh(config.mesh.fsdp, devices)
   objective = objectives.build(config, models.build_model(config.model))
-  tx = make_optimizer(config.optim, config.total_steps)
+  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), rng)
   shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)

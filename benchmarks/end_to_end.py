@@ -129,7 +129,7 @@ def trainer_figures(workdir: str) -> dict:
 def step_only_seconds(config, state, steps: int) -> list[float]:
   """Seconds per step of the trainer's compiled step on one batch of the same shapes kept on the device."""
   objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   mesh = parallel.make_mesh(1, jax.devices()[:1])
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   step_fn = compile_train_step(objective, tx, mesh, shardings)

@@ -846,7 +846,7 @@ def compiled_step(config):
   from vlp_jax.training.step import train_step
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
   iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
                                      global_batch_size=config.batch_size,

@@ -118,7 +118,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
     config = with_model_shapes(config, _MODEL_CONFIG.value)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, obj.late_starts())
   device = jax.devices()[0]
   mesh = parallel.make_mesh(1, [device])
   state = jax.device_put(create_train_state(obj, tx, jax.random.key(0)), device)

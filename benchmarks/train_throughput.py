@@ -43,7 +43,7 @@ def main(argv):
   mesh = parallel.make_mesh(config.mesh.fsdp)
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   state = create_train_state(objective, tx, jax.random.key(0))
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
   state = jax.device_put(state, shardings)

@@ -187,7 +187,7 @@ def jax_side(spec: dict):
   config = spec_config(spec['model'], spec['batch_size'], spec['precision'], spec.get('attention', 'auto'),
                        spec.get('model_config', ''))
   objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   mesh = parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1])
   state = create_train_state(objective, tx, jax.random.key(0))
   shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)

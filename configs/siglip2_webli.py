@@ -1,10 +1,10 @@
 """SigLIP 2 B/16 at the paper's scale (Tschannen et al. 2025, arXiv 2502.14786, §2; docs/methods.md §5) on web
 image-text tar shards: 256 px with patch 16 and 64 text tokens of Gemma's 256k vocabulary, global batch 32k for 40B
 examples, Adam at lr 1e-3 with 20k warmup steps, cosine decay and gradient clipping at norm 1. The sigmoid loss and
-LocCa's decoder (weight 1; caption, referring expression and grounded caption; half the captions predicted in
-parallel; half the text tower's blocks) train from the start; SILC's self-distillation (weight 1) and TIPS's masked
-prediction (0.25, half the patches masked) join at 80% of the steps, both times the size factor 0.25 of B, with one
-global and 8 local views against an EMA teacher that starts there as a copy of the student.
+LocCa's decoder (weight 1; half the captions predicted in parallel; half the text tower's blocks) train from the
+start, the decoder on captioning only (the data below has no regions; see there); SILC's self-distillation (weight
+1) and TIPS's masked prediction (0.25, half the patches masked) join at 80% of the steps, both times the size factor
+0.25 of B, with one global and 8 local views against an EMA teacher that starts there as a copy of the student.
 
 Set by us where the paper is silent or the code differs (docs/methods.md §5):
   - Weight decay: the paper's decoupled 1e-4 is big_vision's, which adds 1e-4 x the schedule (not x the lr) to the
@@ -17,9 +17,11 @@ Set by us where the paper is silent or the code differs (docs/methods.md §5):
   - Box coordinates: LocCa writes them as text; here 256 coordinate tokens per axis (one per pixel at 256 px).
   - Whether the learning-rate schedule changes at the 80% switch: not said; here the one cosine continues.
   - The data: WebLI is not public, and its regions come from an open-vocabulary detector run over n-grams of the
-    alt-text, which we do not ship. Webdataset tars carry no regions (docs/data.md), so on them the location tasks
-    train nothing: convert shards whose records hold `regions` to ArrayRecord and add
-    --config.data.name=array_record, or pass --config.objective.decoder_tasks="('cap',)" to skip their passes.
+    alt-text, which we do not ship. Webdataset tars carry no regions (docs/data.md), so the location tasks
+    (referring expression, grounded caption) would train nothing here, at 44% of the forward FLOPs, and validation
+    refuses them on webdataset: this config runs captioning only. For the paper's three tasks, convert shards whose
+    records hold `regions` to ArrayRecord and add --config.data.name=array_record
+    --config.objective.decoder_tasks="('cap','aref','gcap')".
   - Not included: ACID's data-curation fine-tune of the B models (§2.5), the NaFlex and fixed-resolution branches.
 
 python -m vlp_jax.main --config=configs/siglip2_webli.py --workdir=gs://bucket/siglip2_b16 \
@@ -50,7 +52,7 @@ def get_config():
   config.objective.update(
       init_logit_bias=-10.0, sigmoid_weight=1.0, distill_weight=1.0, masked_weight=0.25, size_factor=0.25,
       distill_start_fraction=0.8, num_local_crops=8, local_crop_size=96, mask_ratio=0.5,
-      decoder_weight=1.0, decoder_tasks=('cap', 'aref', 'gcap'), decoder_parallel_prob=0.5, decoder_box_bins=256,
+      decoder_weight=1.0, decoder_tasks=('cap',), decoder_parallel_prob=0.5, decoder_box_bins=256,
       decoder_length=0, decoder_layers=0, decoder_loss_on_condition=True)
   config.data.name = 'webdataset'
   config.data.path = ''  # the tar shards: --config.data.path='name=/data/web/{00000..99999}.tar'

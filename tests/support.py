@@ -115,7 +115,7 @@ def build_objective(config):
   from vlp_jax.training import optim
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  return objective, optim.make_optimizer(config.optim, config.total_steps)
+  return objective, optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
 
 
 def jit_init(fn):

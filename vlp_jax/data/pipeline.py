@@ -103,6 +103,22 @@ class LoadExamples(grain.MapDataset):
     return 'LoadExamples'
 
 
+# The train step an example is drawn for, which the pipeline adds before the views run (`WithStep`): views that
+# change over the run (SigLIP 2's, built from its switch) read it; the views' output does not carry it.
+STEP_KEY = 'train_step'
+
+
+@dataclasses.dataclass
+class WithStep(grain.transforms.MapWithIndex):
+  """Adds STEP_KEY: index // examples_per_step, the step whose batch the example at `index` of the stream lands in
+  (global batch b holds elements [b G, (b + 1) G) of the global stream; a process's own stream holds its local
+  batches). A function of the index alone, so resumed iterators see the same steps."""
+  examples_per_step: int
+
+  def map_with_index(self, index: int, element: dict[str, Any]) -> dict[str, Any]:
+    return {**element, STEP_KEY: index // self.examples_per_step}
+
+
 @dataclasses.dataclass
 class WithStatus(grain.transforms.RandomMap):
   """Runs the objective's views, then copies the record-status fields (STATUS_KEYS) beside their output."""
@@ -236,8 +252,10 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     dataset = mixing_lib.mixed_sources_dataset(paths, sources, mode=mixing, seed=seed,
                                                global_batch_size=global_batch_size, weights=source_weights, load=load,
                                                shard_records=shard_records)
-  dataset = dataset.random_map(WithStatus(views), seed=seed)
   local_batch = global_batch_size // process_count
+  # The random views of element i are drawn from (seed, i) whatever runs before them, so this adds no draw.
+  dataset = dataset.map_with_index(WithStep(global_batch_size if shard_ids is None else local_batch))
+  dataset = dataset.random_map(WithStatus(views), seed=seed)
   if shard_ids is None:  # every process takes its block of each global batch; otherwise its own stream is its share
     dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
   dataset = dataset.batch(local_batch, drop_remainder=True)
@@ -246,6 +264,9 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside an absl app use their defaults
       flags.FLAGS.mark_as_parsed()
     iter_dataset = iter_dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+  fill = getattr(views, 'fill_batch', None)
+  if fill is not None:  # fields the views leave to this process (SigLIP 2's placeholder views), after the workers
+    iter_dataset = iter_dataset.map(fill)
   return iter(iter_dataset)
 
 

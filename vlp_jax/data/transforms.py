@@ -216,6 +216,30 @@ def dino_augment(crop: np.ndarray, rng: np.random.Generator, jitter: tuple[float
   return solarize(crop, rng, p=solarize_p)
 
 
+def dino_view_draws(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator,
+                    jitter: tuple[float, float, float, float], grayscale_prob: float, blur_p: float,
+                    solarize_p: float) -> None:
+  """Advances `rng` exactly as `dino_augment(random_resized_crop(image, size, scale, rng), rng, jitter, ...)` does
+  for an image of height x width (any size), without making the view: the same calls with the same bounds, in the
+  same order (a bounded integer or a permutation can take more than one value of the stream). For views built only
+  part of a run (SigLIP 2's), so that draws after them stay what they are when they are built.
+  tests/unit/data/test_view_draws.py pins it to the two functions."""
+  _crop_box(height, width, scale, (3 / 4, 4 / 3), rng)
+  rng.random()  # horizontal_flip
+  if rng.random() < 0.8:  # color_jitter
+    rng.permutation(4)
+    for x in jitter[:3]:
+      if x > 0:
+        rng.uniform(max(0.0, 1.0 - x), 1.0 + x)
+    if jitter[3] > 0:
+      rng.uniform(-jitter[3], jitter[3])
+  rng.random()  # random_grayscale
+  if rng.random() < blur_p:  # gaussian_blur's sigma
+    rng.uniform(0.1, 2.0)
+  rng.random()  # solarize
+  del grayscale_prob, solarize_p  # their draws are made whatever the probability
+
+
 # DINO's two global views differ in their blur and solarisation probabilities: (blur_p, solarize_p) of each.
 DINO_GLOBAL_VIEWS = ((1.0, 0.0), (0.1, 0.2))
 

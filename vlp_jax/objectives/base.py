@@ -26,6 +26,7 @@ Deterministic towers ignore the keys; XLA removes them, and results are bit-for-
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -83,6 +84,9 @@ def tower_variables(params: dict, model_state: dict) -> dict:
   """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
   return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
 
+# CLIP's bound on the learned temperature of a softmax loss (the scale exp(log scale) clipped at 100).
+MAX_LOG_LOGIT_SCALE = math.log(100.0)
+
 OBJECTIVES: Registry[type['Objective']] = Registry('objective', 'objective.name', package='vlp_jax.objectives')
 TERMS: Registry[type['Term']] = Registry('term', 'objective.terms', package='vlp_jax.objectives')
 
@@ -138,6 +142,15 @@ class Objective:
   freeze_image_batch_norm = False
   total_steps: int | None = None  # config.total_steps, set by `bind`
   preprocessing = OPENAI_CLIP_PREPROCESSING  # the model's (config.model.preprocess), set by `bind`
+  # The upper bound the train step clips every learned `*logit_scale` (a log) to after each update, the lower
+  # being 0: CLIP's for softmax losses; None clips nothing (the sigmoid loss, as big_vision trains it).
+  max_log_logit_scale: float | None = MAX_LOG_LOGIT_SCALE
+
+  def late_starts(self) -> dict[str, int]:
+    """{top-level parameter name: the first step it trains} for parameter groups that get no gradient before a
+    step > 0 (SigLIP 2's self-distillation heads); the optimizer keeps weight decay off them until then. Empty by
+    default: every parameter trains from step 0."""
+    return {}
 
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).
@@ -278,6 +291,11 @@ class Composite(Objective):
     self.name = base.name
     self.freeze_image_batch_norm = base.freeze_image_batch_norm
     self.per_example_loss = base.per_example_loss and all(term.per_example_loss for term in terms)
+    self.max_log_logit_scale = base.max_log_logit_scale
+    self.total_steps = base.total_steps
+
+  def late_starts(self) -> dict[str, int]:
+    return self.base.late_starts()
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = self.base.init_variables(rng)

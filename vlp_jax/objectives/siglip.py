@@ -12,7 +12,11 @@ from vlp_jax.objectives.clip import ClipObjective
 @OBJECTIVES.register('siglip')
 class SiglipObjective(ClipObjective):
   """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does. A model with its own
-  `logit_bias` (a SigLIP preset, `config.model.init_logit_bias`) keeps it: imported weights bring theirs."""
+  `logit_bias` (a SigLIP preset, `config.model.init_logit_bias`) keeps it: imported weights bring theirs.
+
+  The logit scale has no upper bound (softmax CLIP's is 100): big_vision's sigmoid models train without one, and
+  released SigLIP checkpoints sit above 100 (about 118 for L/16-384), which a bound would clip on the first step."""
+  max_log_logit_scale = None
 
   @classmethod
   def default_config(cls):

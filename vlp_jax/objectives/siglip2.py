@@ -21,10 +21,12 @@ State. The teacher (image tower and heads, an EMA of the student's) and the head
 with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), start = round(fraction * total_steps),
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
-0, the extra views are not embedded (a `lax.cond` on the flag) and the heads and mask token get no gradient, so
-their Adam moments are still zero at the switch: they start fresh, up to the decoupled weight decay AdamW applies
-to every matrix (the heads' kernels shrink by that factor before the switch; the mask token, a vector, is never
-decayed). A resumed run reads all of this from the checkpoint, and a skipped (non-finite) step only delays the switch.
+0, the extra views are not embedded (a `lax.cond` on the flag) nor even made (the pipeline tells the views each
+example's step, `Siglip2Views.views_from_step`, and fills zeros in their place, so that the step keeps one program)
+and the heads and mask token get no gradient, so their Adam moments are still zero at the switch; the optimizer
+holds their weight decay off until it (`late_starts`), so they start fresh, as initialised (decayed,
+siglip2_webli's heads would shrink by exp(-60) and underflow). A resumed run reads all of this from the checkpoint,
+and a skipped (non-finite) step only delays the switch.
 
 Exactness. Every view's tower keys come from the example's own key (the local crops through `tower_rngs`, the mask
 from another tower id), the teacher and the masked view run without keys (no patch dropout: their patches must line
@@ -49,7 +51,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import formats as data_formats
-from vlp_jax.data import locca_tasks, transforms
+from vlp_jax.data import locca_tasks, pipeline, transforms
 from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
@@ -138,7 +140,10 @@ class Siglip2Views(ClipViews):
   solarisation), each local view one of `local_scale` at `local_size` px (blur p 0.5), as SILC takes DINO's.
 
   With `decoder_layout`, the decoder's task rows of the caption and the record's regions (locca_tasks.example_arrays:
-  'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool)."""
+  'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool).
+
+  An example the pipeline draws for a step before `views_from_step` (its STEP_KEY) gets neither view, only their
+  draws (`fill_batch` puts zeros in their place in the training process)."""
   local_size: int = 96
   num_global: int = 1
   num_local: int = 8
@@ -149,18 +154,31 @@ class Siglip2Views(ClipViews):
   decoder_layout: locca_tasks.LoccaLayout | None = None
   decoder_tasks: tuple[str, ...] = locca_tasks.TASKS
   decoder_parallel_prob: float = 0.0
+  views_from_step: int = 0  # the switch: the augmented views of an example drawn for an earlier step are not made
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = super().random_map(example, rng)
     image = example['image']
+    # Before the switch the late losses read no view: their draws are made (transforms.dino_view_draws), so that the
+    # decoder's rows, drawn after them, are the same either way, but not the views (about 85% of the host work and
+    # two thirds of the bytes of an example at siglip2_webli's shapes). Without the pipeline's step: all built.
+    build = example.get(pipeline.STEP_KEY, self.views_from_step) >= self.views_from_step
 
     def view(size, scale, blur_p):
+      if not build:
+        transforms.dino_view_draws(image.shape[0], image.shape[1], tuple(scale), rng, tuple(self.color_jitter),
+                                   self.grayscale_prob, blur_p, 0.0)
+        return None
       crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
       return transforms.dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
     if self.num_global:
-      out['global_view'] = view(self.image_size, self.global_scale, 1.0)
+      global_view = view(self.image_size, self.global_scale, 1.0)
+      if build:
+        out['global_view'] = global_view
     if self.num_local:
-      out['local_views'] = np.stack([view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)])
+      local_views = [view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)]
+      if build:
+        out['local_views'] = np.stack(local_views)
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
       # the boxes follow the view's resize (random crops and augmentation are refused with them)
@@ -170,6 +188,18 @@ class Siglip2Views(ClipViews):
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))
     return out
+
+  def fill_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A batch of B examples -> the same with zeros for the views `random_map` did not make (before the switch):
+    'global_view' [B, S, S, 3] and 'local_views' [B, V, s, s, 3] uint8. Run in the training process, after the data
+    workers (pipeline.train_iterator), so the workers neither make nor send them, while every batch keeps one
+    signature: the train step compiles once, its memory is checked for the whole step at the start, and the steps
+    before the switch are bit for bit what they are with the views, which the flag keeps unread until then."""
+    size = len(batch['label'])
+    shapes = {'global_view': (size, self.image_size, self.image_size, 3) if self.num_global else None,
+              'local_views': (size, self.num_local, self.local_size, self.local_size, 3) if self.num_local else None}
+    missing = {key: np.zeros(shape, np.uint8) for key, shape in shapes.items() if shape and key not in batch}
+    return {**batch, **missing} if missing else batch
 
 
 @functools.lru_cache(maxsize=4)
@@ -301,10 +331,19 @@ class Siglip2Objective(SiglipObjective):
                         f'room for a region description; use at least {locca_tasks.REGION_TASK_OVERHEAD + 1}')
     locca_tasks.check_box_geometry(tasks, config.data)
     location = [t for t in tasks if t != 'cap']
-    if location and config.data.name == 'synthetic' and not config.data.synthetic.regions:
+    if not location or data_formats.DATA_FORMATS.get(config.data.name).carries_regions(config.data):
+      return
+    # A location task on records without regions has no target, yet its decoder pass costs as much as captioning's.
+    if config.data.name == 'synthetic':
       raise ConfigError(f'config.objective.decoder_tasks={tasks} has the location tasks {location}, but '
                         'config.data.synthetic.regions is False: the records have no regions to train them on. Set '
                         "config.data.synthetic.regions=True, or config.objective.decoder_tasks=('cap',)")
+    with_regions = sorted(name for name, fmt in data_formats.DATA_FORMATS.items()
+                          if name != 'synthetic' and fmt.carries_regions(config.data))
+    raise ConfigError(f"config.objective.decoder_tasks={tasks} has the location tasks {location}, but "
+                      f"config.data.name='{config.data.name}' records carry no regions: each location task would run "
+                      "a decoder pass with nothing to learn. Set config.objective.decoder_tasks=('cap',), or train "
+                      f'on records with regions (config.data.name one of {with_regions}; docs/data.md)')
 
   @classmethod
   def record_needs(cls, options, config):
@@ -324,7 +363,8 @@ class Siglip2Objective(SiglipObjective):
                         color_jitter=tuple(float(x) for x in c.crop_color_jitter),
                         grayscale_prob=float(c.crop_grayscale_prob),
                         decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
-                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob))
+                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob),
+                        views_from_step=cls.switch_step(c, config.total_steps))
 
   # ------------------------------------------------------------------------------------------ what is on
 
@@ -362,13 +402,26 @@ class Siglip2Objective(SiglipObjective):
   def uses_teacher(self) -> bool:
     return self.distill_on or self.masked_on
 
+  @staticmethod
+  def switch_step(options: Any, total_steps: int) -> int:
+    """round(distill_start_fraction * total_steps): the first step of the late losses (and of their views)."""
+    return int(round(options.distill_start_fraction * total_steps))
+
   @property
   def start_step(self) -> int:
-    """The first step with the self-distillation losses: round(distill_start_fraction * total_steps)."""
+    """The first step with the self-distillation losses: `switch_step` of the run."""
     if self.total_steps is None:
       raise ValueError("objective 'siglip2' needs the run length: build it with objectives.build(config, model), "
                        'which sets its total_steps from config.total_steps')
-    return int(round(self.config.distill_start_fraction * self.total_steps))
+    return self.switch_step(self.config, self.total_steps)
+
+  def late_starts(self) -> dict[str, int]:
+    """The heads and the mask token, which get no gradient before `start_step`: the optimizer keeps their weight
+    decay off until then (optim.late_start_weight_decay), so they start at the switch as initialised."""
+    if not self.uses_teacher or self.start_step <= 0:
+      return {}
+    names = set(self.head_names().values()) | ({MASK_TOKEN} if self.masked_on else set())
+    return {name: self.start_step for name in sorted(names)}
 
   def head_names(self) -> dict[str, str]:
     """{loss: the parameter name of its head} for the losses that are on."""

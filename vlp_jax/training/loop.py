@@ -137,7 +137,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   mesh = parallel.make_mesh(config.mesh.fsdp)
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  tx = make_optimizer(config.optim, config.total_steps)
+  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
   schedule = learning_rate_schedule(config.optim, config.total_steps)
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
   data_iterator, record_stats = build_data(config, paths)

@@ -2,8 +2,7 @@
 layer-wise learning-rate decay per tower (config.optim.lock_* and *_layer_decay; docs/usage.md)."""
 from __future__ import annotations
 
-import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +11,7 @@ import numpy as np
 import optax
 
 from vlp_jax.models import groups
+from vlp_jax.objectives.base import MAX_LOG_LOGIT_SCALE
 from vlp_jax.parallel import stacked_axes
 
 
@@ -118,8 +118,55 @@ def _scale(update: jax.Array, scale: np.ndarray) -> jax.Array:
   return update if (scale == 1).all() else update * scale
 
 
-def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+class LateDecayState(NamedTuple):
+  count: jax.Array  # [] int32: the updates applied so far, i.e. the step being taken (skipped steps not counted)
+
+
+def late_start_weight_decay(weight_decay: float, mask: Callable[[Any], Any], late_starts: Mapping[str, int]
+                            ) -> optax.GradientTransformation:
+  """AdamW's decoupled weight decay (optax.add_decayed_weights: update + weight_decay * param where `mask` is True),
+  except that a parameter under a top-level name of `late_starts` ({name: first step it trains}) is not decayed
+  before that step. Such a group (SigLIP 2's SILC and TIPS heads) has no gradient until its start, so plain decay
+  would shrink it by exp(-lr * weight_decay * steps) with nothing pulling back: at siglip2_webli's length, to 0."""
+  def init(params):
+    del params
+    return LateDecayState(jnp.zeros((), jnp.int32))
+
+  def update(updates, state, params):
+    decayed = mask(params)
+
+    def decay(path, u, p, on):
+      if not on:
+        return u
+      start = late_starts.get(groups.path_names(path)[0]) if path else None
+      if start is None:
+        return u + weight_decay * p  # optax's own expression, so the other groups' updates are bit for bit its own
+      return jnp.where(state.count >= start, u + weight_decay * p, u)
+    updates = jax.tree_util.tree_map_with_path(decay, updates, params, decayed)
+    return updates, LateDecayState(optax.safe_increment(state.count))
+  return optax.GradientTransformation(init, update)
+
+
+def adamw(optim: ml_collections.ConfigDict, total_steps: int, late_starts: Mapping[str, int] | None = None
+          ) -> optax.GradientTransformation:
+  """optax.adamw under the schedule with `weight_decay_mask`; with `late_starts`, the same chain with the decay held
+  off the late groups until their start (`late_start_weight_decay`), whose state has a step count of its own."""
+  schedule = learning_rate_schedule(optim, total_steps)
+  if not late_starts:
+    return optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay,
+                       mask=weight_decay_mask)
+  return optax.chain(optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps),
+                     late_start_weight_decay(optim.weight_decay, weight_decay_mask, dict(late_starts)),
+                     optax.scale_by_learning_rate(schedule))
+
+
+def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int, late_starts: Mapping[str, int] | None = None
+                   ) -> optax.GradientTransformation:
   """Global-norm clipping (if `grad_clip_norm` > 0), then AdamW under the schedule, with the weight-decay mask.
+
+  Late groups (`late_starts`, {top-level parameter name: first step it trains}: `Objective.late_starts()`, SigLIP 2's
+  self-distillation heads): not decayed before their start (`late_start_weight_decay`), so that they start where
+  they were initialised.
 
   Locked towers (`lock_image` / `lock_text`): a leaf locked whole is labelled for `optax.set_to_zero` through
   `optax.multi_transform`, so it gets a zero update and no Adam moments (its entries in the state are optax's
@@ -131,7 +178,7 @@ def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int) -> optax.
   Layer decay (`image_layer_decay` / `text_layer_decay` < 1): AdamW's update of every parameter, weight-decay term
   included, is multiplied by its multiplier (`layer_decay_scales`), as a per-group lr scales both in timm's AdamW.
 
-  With neither, the chain and its state are what they were before these options existed (checkpoints resume).
+  With none of these, the chain and its state are what they were before these options existed (checkpoints resume).
   The labels, masks and multipliers are read from the tree the optimizer is given (tower depths from its blocks:
   `groups.num_blocks`), so the optimizer needs no model config."""
   locking = optim.lock_image or optim.lock_text
@@ -140,12 +187,11 @@ def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int) -> optax.
   chain = [_per_leaf(_zero_locked, masks)] if locking else []
   if optim.grad_clip_norm > 0:
     chain.append(optax.clip_by_global_norm(optim.grad_clip_norm))
-  adamw = optax.adamw(learning_rate_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2, eps=optim.eps,
-                      weight_decay=optim.weight_decay, mask=weight_decay_mask)
+  update = adamw(optim, total_steps, late_starts)
   if locking:
     labels = lambda params: jax.tree.map(lambda m: 'train' if m.any() else 'locked', masks(params))  # noqa: E731
-    adamw = optax.multi_transform({'train': adamw, 'locked': optax.set_to_zero()}, labels)
-  chain.append(adamw)
+    update = optax.multi_transform({'train': update, 'locked': optax.set_to_zero()}, labels)
+  chain.append(update)
   if decaying:
     chain.append(_per_leaf(_scale, lambda tree: layer_decay_scales(tree, optim)))
   if locking:
@@ -153,11 +199,11 @@ def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int) -> optax.
   return optax.chain(*chain)
 
 
-MAX_LOG_LOGIT_SCALE = math.log(100.0)
-
-
-def clamp_logit_scales(params: dict, max_log_scale: float = MAX_LOG_LOGIT_SCALE) -> dict:
-  """Clip every parameter named `*logit_scale` (stored as a log) to [0, max_log_scale]."""
+def clamp_logit_scales(params: dict, max_log_scale: float | None = MAX_LOG_LOGIT_SCALE) -> dict:
+  """Clip every parameter named `*logit_scale` (stored as a log) to [0, max_log_scale]; None clips nothing (the
+  objective's `max_log_logit_scale`: the sigmoid loss has no bound)."""
+  if max_log_scale is None:
+    return params
   def clamp(path, x):
     name = getattr(path[-1], 'key', '')
     return jnp.clip(x, 0.0, max_log_scale) if str(name).endswith('logit_scale') else x

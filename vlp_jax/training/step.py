@@ -29,7 +29,7 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
   loss, metrics, model_state, grads = loss_and_grad(objective, state.params, state.model_state, batch, step_rng,
                                                     state.step)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = clamp_logit_scales(optax.apply_updates(state.params, updates))
+  params = clamp_logit_scales(optax.apply_updates(state.params, updates), objective.max_log_logit_scale)
   model_state = objective.after_step(params, model_state, state.step)
   grad_norm = optax.tree.norm(grads)
   # A non-finite loss or gradient skips the update: parameters, optimizer and model state stay as they were (the

@@ -16,7 +16,7 @@ from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, in
                      numeric_grad, objective_batch)
 from vlp_jax import interchange, models, objectives, parallel
 from vlp_jax.config import ConfigError, base_config, from_file, validate
-from vlp_jax.data import records, synthetic
+from vlp_jax.data import formats, pipeline, records, synthetic
 from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.losses.captioning import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
@@ -184,6 +184,50 @@ def test_views_keep_the_original_image_for_the_sigmoid_loss(micro):
   assert set(_examples(config, 1)) == {'image', 'text', 'label'}
 
 
+def test_views_are_made_from_the_switch_and_later_draws_do_not_move(micro):
+  """An example drawn for a step before the switch gets no augmented views, and its image, caption and decoder rows
+  are those it gets with them (their draws are still made); from the switch on, the views are the usual ones."""
+  config = _with_decoder(_siglip2(micro, distill_start_fraction=0.5))
+  config.total_steps = 10
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+  assert views.views_from_step == 5
+  decode = DecodeRecord()
+  for i in range(4):
+    example = decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 16, regions=True)))
+    full = views.random_map(example, np.random.default_rng([0, i]))
+    assert {'global_view', 'local_views', 'locca_inputs'} <= set(full)
+    before = views.random_map({**example, pipeline.STEP_KEY: 4}, np.random.default_rng([0, i]))
+    assert set(full) - set(before) == {'global_view', 'local_views'}
+    chex.assert_trees_all_equal(before, {k: v for k, v in full.items() if k in before})
+    at = views.random_map({**example, pipeline.STEP_KEY: 5}, np.random.default_rng([0, i]))
+    chex.assert_trees_all_equal(at, full)
+
+
+def test_the_pipeline_makes_the_views_from_the_switch_batch_and_resumes_across_it(micro):
+  """Issue 61 item 12: the workers make the views only for batches of the switch and after."""
+  config = _siglip2(micro, distill_start_fraction=0.5)
+  config.total_steps = 6
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+
+  def iterator():
+    return pipeline.train_iterator(formats.train_paths(config.data), views, seed=3, global_batch_size=4,
+                                   process_index=0, process_count=1)
+  it = iterator()
+  batches = [pipeline.pop_status(next(it))[0] for _ in range(5)]
+  # Zeros before the switch, filled in this process (one batch signature), the views from it.
+  assert all(b['global_view'].shape == (4, 16, 16, 3) and b['local_views'].shape == (4, 2, 8, 8, 3) for b in batches)
+  assert [int(b['global_view'].max() > 0) for b in batches] == [0, 0, 0, 1, 1]
+  assert [int(b['local_views'].max() > 0) for b in batches] == [0, 0, 0, 1, 1]
+  resumed = iterator()
+  for _ in range(2):
+    next(resumed)
+  state = resumed.get_state()
+  again = iterator()
+  again.set_state(state)
+  for want in batches[2:]:
+    chex.assert_trees_all_equal(pipeline.pop_status(next(again))[0], want)
+
+
 @pytest.mark.parametrize('key, value', [('mask_ratio', 1.0), ('distill_start_fraction', 1.5), ('masked_weight', -1.0),
                                         ('num_local_crops', 0), ('teacher_temp', 0.0), ('local_crop_scale', (0.5, 0.1)),
                                         ('crop_grayscale_prob', 2.0), ('decoder_weight', -1.0),
@@ -220,6 +264,25 @@ def test_location_tasks_need_records_with_regions(micro):
   validate(config)
   config.objective.update(decoder_tasks=('aref',), decoder_weight=0.0)  # the decoder off: nothing to refuse
   validate(config)
+
+
+def test_location_tasks_are_refused_on_data_formats_without_regions(micro):
+  """Webdataset samples carry no regions: a location task would run a decoder pass with no target (44% of
+  siglip2_webli's forward FLOPs). The shipped config trains what its data supports."""
+  config = _with_decoder(_siglip2(micro))
+  config.data.update(name='webdataset', path='web=/data/web/{0..9}.tar')
+  with pytest.raises(ConfigError, match=r"location tasks \['aref', 'gcap'\].*data.name='webdataset'.*"
+                                        r"decoder_tasks=\('cap',\).*\['array_record'\]"):
+    validate(config)
+  config.objective.decoder_tasks = ('cap',)
+  validate(config)
+  config.data.name = 'array_record'  # records of data/records.py may hold regions
+  config.objective.decoder_tasks = ('cap', 'aref', 'gcap')
+  validate(config)
+  webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
+  webli.data.path = 'web=/data/web/{0..9}.tar'
+  validate(webli)
+  assert tuple(webli.objective.decoder_tasks) == ('cap',) and webli.objective.decoder_weight == 1.0
 
 
 def test_decoder_rows_come_last_and_records_without_regions_train_captioning_only(data_cache):
@@ -362,16 +425,19 @@ def _moments(opt_state, names):
   return [np.asarray(leaf) for path, leaf in leaves if any(n in jax.tree_util.keystr(path) for n in names)]
 
 
-def _run(config, state, batches, mesh, first=0):
-  """Host states after each step and each step's metrics, running `batches[first:]` from `state`."""
+def _run(config, state, batches, mesh, first=0, programs=None):
+  """Host states after each step and each step's metrics, running `batches[first:]` from `state`; with `programs`
+  (a list), the number of programs the step has compiled is appended to it after each step."""
   model = models.build_model(config.model)
   objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps)
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   shardings = parallel.tree_shardings(state, mesh)
   step = compile_train_step(objective, tx, mesh, shardings)
   state, states, metrics = jax.device_put(state, shardings), [], []
   for batch in batches[first:]:
     state, m = step(state, parallel.global_batch(batch, mesh), jax.random.key(2))
+    if programs is not None:
+      programs.append(len(step.compiled))
     states.append(parallel.to_host(state))
     metrics.append(parallel.to_host(m))
   return objective, states, metrics
@@ -406,6 +472,9 @@ def test_switch_at_the_start_fraction_and_resume_across_it(micro):
   moments = _moments(switched.opt_state, ('siglip2_distill_head', 'siglip2_masked_head', MASK_TOKEN))
   assert len(moments) >= 2 * 9 and max(np.abs(m).max() for m in moments) == 0
   np.testing.assert_array_equal(switched.params[MASK_TOKEN], 0)
+  # The heads reach the switch as initialised: no gradient and no weight decay before it (issue 61, item 5).
+  for head in ('siglip2_distill_head', 'siglip2_masked_head'):
+    chex.assert_trees_all_equal(switched.params[head], initial.params[head])
   for m in metrics[2:]:
     assert m['distill_active'] == 1 and m['distill_loss'] > 0 and m['masked_loss'] > 0 and np.isfinite(m['loss'])
     np.testing.assert_allclose(m['loss'], m['siglip_loss'] + m['distill_loss'] + 0.25 * m['masked_loss'], rtol=1e-5)
@@ -420,6 +489,30 @@ def test_switch_at_the_start_fraction_and_resume_across_it(micro):
   chex.assert_trees_all_close(resumed[-1].params, states[-1].params, rtol=1e-6, atol=1e-7)
   chex.assert_trees_all_close(resumed[-1].model_state, states[-1].model_state, rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose([m['loss'] for m in resumed_metrics], [m['loss'] for m in metrics[1:]], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_steps_before_the_switch_train_the_same_on_placeholder_views(micro):
+  """Before the switch the pipeline sends zeros for the views (Siglip2Views.fill_batch): one program for the whole
+  run, and the steps before the switch give bit for bit the states and metrics of steps given the real views; the
+  switch step continues alike."""
+  config = _siglip2(micro, distill_start_fraction=0.5)
+  config.total_steps = 4
+  config.batch_size = 8
+  initial = initial_state(config)
+  batches = [_examples(config, 8, seed=i) for i in range(3)]
+  views = objectives.OBJECTIVES.get('siglip2').views(config)
+  placeholders = [views.fill_batch({k: v for k, v in b.items() if k not in ('global_view', 'local_views')})
+                  for b in batches[:2]]
+  assert all(p['global_view'].shape == b['global_view'].shape and not p['global_view'].any()
+             for p, b in zip(placeholders, batches))
+  mesh = parallel.make_mesh(1, jax.devices()[:1])
+  _, want_states, want_metrics = _run(config, initial, batches, mesh)
+  programs = []
+  _, states, metrics = _run(config, initial, [*placeholders, batches[2]], mesh, programs=programs)
+  chex.assert_trees_all_equal(states, want_states)
+  chex.assert_trees_all_equal(metrics, want_metrics)
+  assert programs == [1, 1, 1]
 
 
 @pytest.mark.slow

@@ -36,6 +36,13 @@ class TrainingData:
   index_bytes = 0  # bytes of the index `records_reader` built, memory-mapped (one copy per host); 0: none
 
   @classmethod
+  def carries_regions(cls, data: ml_collections.ConfigDict) -> bool:
+    """Whether records of this format, as `data` configures it, can hold `regions` (boxes and their texts, for
+    LocCa's location tasks). True by default: a record of data/records.py may."""
+    del data
+    return True
+
+  @classmethod
   def default_config(cls) -> dict[str, Any]:
     """The format's own options, under `config.data.<name>`, with their defaults ({}: none). Every format's options
     are in every config (the embedded dataset's also serve evaluation), so they are checked whatever data.name is."""

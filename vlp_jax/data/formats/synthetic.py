@@ -18,6 +18,10 @@ class EmbeddedData(TrainingData):
   reads_path = False  # generated into config.data.cache_dir
 
   @classmethod
+  def carries_regions(cls, data: ml_collections.ConfigDict) -> bool:
+    return bool(data.synthetic.regions)
+
+  @classmethod
   def default_config(cls) -> dict[str, Any]:
     return {
         'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,

@@ -42,6 +42,11 @@ class WebDatasetData(TrainingData):
   shard_suffix = '.tar'
 
   @classmethod
+  def carries_regions(cls, data: ml_collections.ConfigDict) -> bool:
+    del data
+    return False  # a sample gives an image and a caption (docs/data.md); convert to ArrayRecord for regions
+
+  @classmethod
   def default_config(cls) -> dict[str, Any]:
     # the image is the first member present of image_keys; the caption a member ('txt') or a field of the JSON
     # member ('json:caption')
