@@ -291,8 +291,8 @@ CACHED_INDEX_READ = threading.Lock()
 def load_index(path: str, fields: Fields, cache_dir: str = '') -> ShardIndex:
   """One shard's index, from the cache when the shard is unchanged (same path, size and mtime); raises OSError when
   the shard cannot be opened."""
-  if compression_of(path):
-    raise OSError(f'{path} is a {compression_of(path)}-compressed tar; samples are read by offset from plain .tar '
+  if (compression := compression_of(path)):  # once: on an object store each call is a request
+    raise OSError(f'{path} is a {compression}-compressed tar; samples are read by offset from plain .tar '
                   'files, as img2dataset writes them: decompress it first')
   cached = _cache_file(cache_dir, path, fields) if cache_dir and not path_lib.is_remote(cache_dir) else ''
   if cached and os.path.exists(cached):
