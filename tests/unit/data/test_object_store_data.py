@@ -9,16 +9,14 @@ import os
 import pickle
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
 from fake_bucket import bucket, objects, upload  # noqa: F401 (bucket: a fixture)
 from support import write_webdataset
-from vlp_jax import errors, models
+from vlp_jax import errors, models, paths
 from vlp_jax.config import base_config
 from vlp_jax.data import formats, teacher, webdataset
-from vlp_jax.data.formats import webdataset as webdataset_format
 from vlp_jax.interchange import export_weights, save_checkpoint
 from vlp_jax.training.loop import files_not_found
 
@@ -127,6 +125,16 @@ def test_remote_inputs_that_do_not_exist_are_named_at_start(bucket, local_dir):
   upload(str(local_dir / 'teacher.npz'), 'gs://bkt/present.npz')
   config.data.teacher_embeddings, config.init.checkpoint = 'gs://bkt/present.npz', ''
   assert files_not_found(config) == []
+
+
+def test_a_remote_input_whose_client_is_missing_is_named_with_what_to_install(monkeypatch):
+  def without_gcsfs(path):
+    raise ImportError('Install gcsfs to access Google Storage')  # what fsspec raises when gcsfs is missing
+  monkeypatch.setattr(paths, 'exists', without_gcsfs)
+  config = base_config()
+  config.data.teacher_embeddings = 'gs://bkt/teacher.npz'
+  assert files_not_found(config) == ["config.data.teacher_embeddings='gs://bkt/teacher.npz' cannot be checked: "
+                                     'Install gcsfs to access Google Storage']
 
 
 def test_array_record_shards_on_gs_are_refused_at_start_with_what_to_do_instead(bucket):
