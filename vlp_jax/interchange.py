@@ -45,9 +45,12 @@ def _note(message: str) -> None:
 def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_collections.ConfigDict) -> str:
   """An orbax checkpoint directory with `state` ({step, params, model_state}) and the full `config`, written
   atomically; `checkpoint_files.load_variables`, `training.checkpoint.load_config` and every vlp_jax command read
-  it like a training step directory."""
-  path = os.path.abspath(path)
-  if os.path.exists(path):
+  it like a training step directory. `path` may be on Google Cloud Storage (gs://, written by orbax through
+  tensorstore); another object store is refused, as for a workdir."""
+  path = paths.absolute(path)
+  if problem := paths.checkpoint_location_problem(path):
+    raise WeightsError(f'--output={path}: {problem}')
+  if paths.exists(path):
     raise WeightsError(f'{path} exists; choose a new --output (nothing was overwritten)')
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler('state', 'config'))
   checkpointer.save(path, args=ocp.args.Composite(

@@ -342,7 +342,7 @@ def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '
 def shared_index_directory(cache_dir: str) -> str:
   """Where the memory-mapped index of a run's shards is written: under `cache_dir`, or the system's temporary
   folder when `cache_dir` is unset or remote (a memory map needs a local file)."""
-  if cache_dir and '://' not in cache_dir:
+  if cache_dir and not path_lib.is_remote(cache_dir):
     return os.path.join(cache_dir, 'webdataset_index', 'shared')
   return os.path.join(tempfile.gettempdir(), 'vlp_jax_webdataset_index')
 

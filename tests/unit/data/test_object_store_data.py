@@ -17,7 +17,7 @@ from support import write_webdataset
 from vlp_jax import errors, models, paths
 from vlp_jax.config import base_config
 from vlp_jax.data import formats, teacher, webdataset
-from vlp_jax.interchange import export_weights, save_checkpoint
+from vlp_jax.interchange import WeightsError, export_weights, save_checkpoint
 from vlp_jax.training.loop import files_not_found
 
 
@@ -177,3 +177,12 @@ def test_exports_to_gs_land_in_the_bucket_as_the_local_export(bucket, local_dir)
   assert len([key for key in stored if key.startswith('/bkt/out/hf/')]) == len(os.listdir(local_folder))
   with pytest.raises(Exception, match='exists; pass --overwrite'):
     export_weights('open_clip', checkpoint, 'gs://bkt/out/oc.safetensors')
+
+
+def test_an_imported_checkpoint_is_not_written_to_a_local_folder_named_after_a_bucket(tmp_path, monkeypatch):
+  """`weights import --output=s3://...`: refused (orbax writes arrays to local paths and gs:// only), where it
+  became the local folder ./s3:/bkt/ckpt."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(WeightsError, match=r'--output=s3://bkt/ckpt: s3:// cannot hold checkpoints.*gs://'):
+    _tiny_checkpoint('s3://bkt/ckpt')
+  assert os.listdir(tmp_path) == []
