@@ -186,3 +186,18 @@ def test_an_imported_checkpoint_is_not_written_to_a_local_folder_named_after_a_b
   with pytest.raises(WeightsError, match=r'--output=s3://bkt/ckpt: s3:// cannot hold checkpoints.*gs://'):
     _tiny_checkpoint('s3://bkt/ckpt')
   assert os.listdir(tmp_path) == []
+
+
+def test_a_remote_sample_costs_one_ranged_request(bucket, local_dir, monkeypatch):
+  """Per-request latency dominates on an object store: a sample's caption and image, adjacent in the tar, come from
+  one ranged read spanning both, and nothing else is read."""
+  _, remote = _upload_shards(local_dir)
+  data = webdataset.TarShardRecords(remote, cache_dir=str(local_dir / 'cache'))
+  requests = []
+  read_range = paths.read_range
+  monkeypatch.setattr(paths, 'read_range', lambda *args: requests.append(args) or read_range(*args))
+  examples = [data[i][1] for i in range(len(data))]
+  whole = [e for e in examples if 'bad' not in e]
+  assert len(whole) == 8 and len(requests) == len(whole)
+  # each request reads no more than its sample's members, their headers and the JSON member between them
+  assert all(size < len(e['image']) + len(e['caption'].encode()) + 2048 for (_, _, size), e in zip(requests, whole))
