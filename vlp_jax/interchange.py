@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from safetensors.numpy import save_file
 
-from vlp_jax import errors, models
+from vlp_jax import errors, models, paths
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.config import base_config
 from vlp_jax.data import image_ops
@@ -45,9 +45,12 @@ def _note(message: str) -> None:
 def save_checkpoint(path: str, params: dict, model_state: dict, config: ml_collections.ConfigDict) -> str:
   """An orbax checkpoint directory with `state` ({step, params, model_state}) and the full `config`, written
   atomically; `checkpoint_files.load_variables`, `training.checkpoint.load_config` and every vlp_jax command read
-  it like a training step directory."""
-  path = os.path.abspath(path)
-  if os.path.exists(path):
+  it like a training step directory. `path` may be on Google Cloud Storage (gs://, written by orbax through
+  tensorstore); another object store is refused, as for a workdir."""
+  path = paths.absolute(path)
+  if problem := paths.checkpoint_location_problem(path):
+    raise WeightsError(f'--output={path}: {problem}')
+  if paths.exists(path):
     raise WeightsError(f'{path} exists; choose a new --output (nothing was overwritten)')
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler('state', 'config'))
   checkpointer.save(path, args=ocp.args.Composite(
@@ -172,7 +175,7 @@ def _hf_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict
 
 
 def _check_output(output: str, overwrite: bool) -> None:
-  if os.path.lexists(output) and not overwrite:
+  if (paths.exists(output) if paths.is_remote(output) else os.path.lexists(output)) and not overwrite:
     raise WeightsError(f'{output} exists; pass --overwrite to replace it')
 
 
@@ -215,6 +218,19 @@ def _move_into_place(staged: str, output: str) -> None:
     os.rename(old, output)  # nothing is lost
     raise
   shutil.rmtree(aside, ignore_errors=True)
+
+
+def _upload(staged: str, output: str) -> None:
+  """Copy `staged` (a complete local file or folder) to `output` on an object store, file by file (an object store
+  cannot rename: each object appears whole when its upload ends). Files of an earlier export that this one does not
+  write are left in place."""
+  if not os.path.isdir(staged):
+    paths.upload(staged, output)
+    return
+  for folder, _, files in os.walk(staged):
+    for name in sorted(files):
+      local = os.path.join(folder, name)
+      paths.upload(local, paths.join(output, *os.path.relpath(local, staged).split(os.sep)))
 
 
 def _hf_tokenizer_files(model_config: ml_collections.ConfigDict) -> tuple[dict[str, str | bytes], str | None]:
@@ -263,7 +279,8 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
       preprocessor_config.json (`CLIPModel.from_pretrained(folder)`, `CLIPProcessor.from_pretrained(folder)`).
 
   An existing `output` is refused unless `overwrite`; everything is written to a temporary path first and renamed
-  into place, so a failure leaves what was there. Files get the modes the umask gives new files. With `ema`, the
+  into place, so a failure leaves what was there. Files get the modes the umask gives new files. An `output` on an
+  object store (gs://bucket/...) is written locally first, then uploaded file by file. With `ema`, the
   towers of the checkpoint's EMA of the weights (config.ema.decay) instead of its parameters.
   """
   if fmt not in EXPORT_FORMATS:
@@ -288,9 +305,12 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
   params = unstacked_layout({k: v for k, v in params.items() if k in towers})  # weight files name every block
   model_state = {k: v for k, v in model_state.items() if k == 'batch_stats'}
   state_dict = variables_to_openai(params, model_state)
-  parent = os.path.dirname(os.path.abspath(output))
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(output)}.tmp-')
+  if paths.is_remote(output):  # staged in the temporary folder, then uploaded
+    staging = tempfile.mkdtemp(prefix=f'.{paths.basename(output)}.tmp-')
+  else:  # staged beside the output, so that it is renamed into place
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(output)}.tmp-')
   try:
     if fmt == 'open_clip':
       weights = os.path.join(staging, 'weights.safetensors')
@@ -321,7 +341,7 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
     for path in staged:
       _respect_umask(path)
     for path, final in staged.items():
-      _move_into_place(path, final)
+      (_upload if paths.is_remote(final) else _move_into_place)(path, final)
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   return output

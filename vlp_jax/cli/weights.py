@@ -26,12 +26,11 @@ Flags are absl flags; the first argument is the command, import or export. Exit 
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from absl import flags, logging
 
-from vlp_jax import models
+from vlp_jax import models, paths
 from vlp_jax.cli import common
 from vlp_jax.interchange import (EXPORT_FORMATS, IMPORT_FORMATS, WeightsError, export_weights, import_weights,
                                  open_clip_config_path)
@@ -90,8 +89,8 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
   values = {flag: flag_values[flag].value for flag in sorted(names)}
   written = run(argv[1], values)
   print(f'Wrote {written}')
-  if argv[1] == 'export' and values['format'] == 'open_clip' and os.path.isfile(open_clip_config_path(written)):
-    name = os.path.basename(open_clip_config_path(written))[:-len('.json')]
+  if argv[1] == 'export' and values['format'] == 'open_clip' and paths.exists(open_clip_config_path(written)):
+    name = paths.basename(open_clip_config_path(written))[:-len('.json')]
     print(f'Wrote {open_clip_config_path(written)}, its open_clip model config: open_clip.add_model_config('
           f"'{open_clip_config_path(written)}'); open_clip.create_model_and_transforms('{name}', "
           f"pretrained='{written}')")

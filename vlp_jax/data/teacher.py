@@ -6,7 +6,8 @@ float32. It is never read into memory: `prepare_table` writes, once per table an
 and their rows) beside a description of where the embeddings lie, and every process and grain worker memory-maps
 them, so that the host's page cache holds one copy whatever the number of workers. The embeddings are mapped in
 place from the .npz where it stores them uncompressed as float32 (np.savez, as `vlp_jax.embed` writes), else
-converted once into the shared folder.
+converted once into the shared folder. A table on an object store (`gs://...`) is first copied, once per host and
+version of the object, into the local cache folder: a memory map needs a local file.
 """
 from __future__ import annotations
 
@@ -20,15 +21,37 @@ import zipfile
 
 import numpy as np
 
+from vlp_jax import paths
+
 MANIFEST = 'table.json'
 _ZIP_LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
+
+
+def local_cache_dir(cache_dir: str) -> str:
+  """Where a host keeps its shared files: `cache_dir`, or the system's temporary folder when it is unset or on an
+  object store (memory maps need local files)."""
+  return cache_dir if cache_dir and not paths.is_remote(cache_dir) else tempfile.gettempdir()
+
+
+def local_table(path: str, cache_dir: str = '') -> str:
+  """The table at `path` as a local file: `path` itself when local; a remote one copied into
+  `local_cache_dir(cache_dir)`/teacher_tables/copies/, named after its URL and version, unless copied already."""
+  if not paths.is_remote(path):
+    return path
+  digest = hashlib.sha1(json.dumps([path, paths.version(path)]).encode()).hexdigest()
+  copy = os.path.join(local_cache_dir(cache_dir), 'teacher_tables', 'copies', f'{digest}.npz')
+  if not os.path.exists(copy):
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    print(f'Copying the teacher embeddings {path} to {copy} (once per host) ...', flush=True)
+    paths.copy_to_local(path, copy)
+  return copy
 
 
 def _table_directory(path: str, cache_dir: str) -> str:
   """Where the shared files of the table at `path` go: named after its path, size and modification time."""
   stat = os.stat(path)
   digest = hashlib.sha1(json.dumps([os.path.abspath(path), stat.st_size, stat.st_mtime_ns]).encode()).hexdigest()
-  return os.path.join(cache_dir or tempfile.gettempdir(), 'teacher_tables', digest)
+  return os.path.join(local_cache_dir(cache_dir), 'teacher_tables', digest)
 
 
 def stored_array_location(npz_path: str, name: str) -> dict | None:
@@ -52,7 +75,9 @@ def stored_array_location(npz_path: str, name: str) -> dict | None:
 def prepare_table(path: str, cache_dir: str = '') -> str:
   """Write the shared files of the teacher table at `path` (an .npz of `keys` and `image_embeddings`) under
   `cache_dir` (the system's temporary folder when empty), unless they are there already; returns their directory,
-  which `load_table` maps. Raises ValueError when the file lacks either array."""
+  which `load_table` maps. `path` may be on an object store (copied to the local cache first: `local_table`).
+  Raises ValueError when the file lacks either array."""
+  path = local_table(path, cache_dir)
   directory = _table_directory(path, cache_dir)
   if os.path.exists(os.path.join(directory, MANIFEST)):
     return directory

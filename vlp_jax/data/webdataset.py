@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import glob
 import hashlib
 import json
 import os
@@ -31,6 +30,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from vlp_jax import paths as path_lib
 from vlp_jax.data import records, shards
 from vlp_jax.errors import ConfigError, DataError, DataNotFoundError
 
@@ -40,6 +40,9 @@ _BRACES = re.compile(r'\{([^{}]*)\}')
 _COMPRESSED_MAGIC = {b'\x1f\x8b': 'gzip', b'BZh': 'bzip2', b'\xfd7zXZ': 'xz', b'\x28\xb5\x2f\xfd': 'zstd'}
 _INDEX_VERSION = 2  # 2: truncations found at any point of a tar, and the placeholder sample for a lost rest
 _BLOCK = 512  # tar's header and padding unit
+# Bytes besides a sample's image and caption that one ranged read of a remote shard may fetch to get both at once
+# (their tar headers and padding, a JSON member between them).
+_REMOTE_SPAN_SLACK = 64 << 10
 
 
 class TarMember(NamedTuple):
@@ -70,9 +73,10 @@ def tar_samples(path: str) -> TarListing:
   """The samples of one uncompressed tar (TarListing). tarfile stops without an error where a tar is cut inside a
   header or between members, so the end it stopped at is checked too: a whole tar has a zero block there."""
   samples: dict[str, dict[str, TarMember]] = {}
-  size = os.path.getsize(path)
+  size = path_lib.size(path)
   try:
-    with tarfile.open(path, 'r:') as tar:
+    # a remote tar is scanned through a seekable file object: only the ranges holding headers are fetched
+    with path_lib.open_binary(path) as file, tarfile.open(fileobj=file, mode='r:') as tar:
       for info in tar:
         key, extension = split_member_name(info.name)
         if not info.isfile() or not extension or not key or os.path.basename(key).startswith('.'):
@@ -86,7 +90,7 @@ def tar_samples(path: str) -> TarListing:
 
 def _truncation_at(path: str, end: int, size: int) -> str:
   """'' when the block at `end` is tar's end-of-archive (zeros), else what is there instead."""
-  with open(path, 'rb') as f:
+  with path_lib.open_binary(path) as f:
     f.seek(end)
     block = f.read(_BLOCK)
   if len(block) == _BLOCK and not block.strip(b'\0'):
@@ -106,7 +110,7 @@ def cut_sample(members: list[TarMember | None], size: int) -> bool:
 
 def compression_of(path: str) -> str | None:
   """'gzip', 'bzip2', 'xz' or 'zstd' for a compressed file (its members cannot be read by offset), else None."""
-  with open(path, 'rb') as f:
+  with path_lib.open_binary(path) as f:
     head = f.read(6)
   return next((name for magic, name in _COMPRESSED_MAGIC.items() if head.startswith(magic)), None)
 
@@ -142,16 +146,17 @@ def expand_braces(pattern: str) -> list[str]:
 
 def shard_paths(pattern: str) -> list[str]:
   """The tar files of one `data.path` entry: a brace pattern, a glob, a single file or a directory (its *.tar),
-  each expanded name globbed in turn; sorted within each expanded name, in order across them."""
-  paths = []
+  each expanded name globbed in turn; sorted within each expanded name, in order across them. Local or on an
+  object store ('gs://bucket/laion/{00000..41455}.tar', 'gs://bucket/laion/*.tar', 'gs://bucket/laion/')."""
+  found = []
   for name in expand_braces(pattern):
-    if os.path.isdir(name):
-      paths.extend(sorted(glob.glob(os.path.join(name, '*.tar'))))
-    elif any(c in name for c in '*?['):
-      paths.extend(sorted(glob.glob(name)))
+    if path_lib.isdir(name):
+      found.extend(path_lib.glob(path_lib.join(name, '*.tar')))
+    elif path_lib.has_glob(name):
+      found.extend(path_lib.glob(name))
     else:
-      paths.append(name)
-  return paths
+      found.append(name)
+  return found
 
 
 def parse_sources(path_setting: str) -> list[tuple[str, str]]:
@@ -183,11 +188,12 @@ def _explicit_name(item: str) -> tuple[str, str]:
 
 def source_folder(pattern: str) -> str:
   """The folder an unnamed `data.path` entry is named after: the entry itself when it is a folder, else the folder
-  of its tar files ('/data/cc3m/' and '/data/cc3m/{0..9}.tar' -> '/data/cc3m'), as an absolute path."""
-  path = os.path.abspath(pattern.rstrip('/') or '/')
-  last = os.path.basename(path)
+  of its tar files ('/data/cc3m/' and '/data/cc3m/{0..9}.tar' -> '/data/cc3m'), as an absolute path (a remote
+  one as it is: 'gs://bucket/cc3m/{0..9}.tar' -> 'gs://bucket/cc3m')."""
+  path = path_lib.absolute(pattern.rstrip('/') or '/')
+  last = path_lib.basename(path)
   names_tars = last.lower().endswith('.tar') or any(c in last for c in '*?[{')
-  return os.path.dirname(path) if names_tars else path
+  return path_lib.parent(path) if names_tars else path
 
 
 def _name_clash_error(name: str, entries: list[str]) -> ConfigError:
@@ -267,9 +273,15 @@ def _index_shard(path: str, fields: Fields) -> ShardIndex:
 
 
 def _cache_file(cache_dir: str, path: str, fields: Fields) -> str:
-  stat = os.stat(path)
-  digest = hashlib.sha1(json.dumps([_INDEX_VERSION, os.path.abspath(path), stat.st_size, stat.st_mtime_ns,
-                                    list(fields.image_keys), fields.caption_member]).encode()).hexdigest()
+  """Where the index of shard `path` is cached: a local file under `cache_dir`, named after the shard's path and
+  version (a remote shard's too: the cache never lives on the object store)."""
+  if path_lib.is_remote(path):
+    identity = [path, path_lib.version(path)]
+  else:
+    stat = os.stat(path)
+    identity = [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
+  digest = hashlib.sha1(json.dumps([_INDEX_VERSION, *identity, list(fields.image_keys),
+                                    fields.caption_member]).encode()).hexdigest()
   return os.path.join(cache_dir, 'webdataset_index', digest[:2], digest + '.npz')
 
 
@@ -283,10 +295,10 @@ CACHED_INDEX_READ = threading.Lock()
 def load_index(path: str, fields: Fields, cache_dir: str = '') -> ShardIndex:
   """One shard's index, from the cache when the shard is unchanged (same path, size and mtime); raises OSError when
   the shard cannot be opened."""
-  if compression_of(path):
-    raise OSError(f'{path} is a {compression_of(path)}-compressed tar; samples are read by offset from plain .tar '
+  if (compression := compression_of(path)):  # once: on an object store each call is a request
+    raise OSError(f'{path} is a {compression}-compressed tar; samples are read by offset from plain .tar '
                   'files, as img2dataset writes them: decompress it first')
-  cached = _cache_file(cache_dir, path, fields) if cache_dir else ''
+  cached = _cache_file(cache_dir, path, fields) if cache_dir and not path_lib.is_remote(cache_dir) else ''
   if cached and os.path.exists(cached):
     with CACHED_INDEX_READ, np.load(cached) as data:
       return ShardIndex(data['rows'], data['keys'], str(data['truncation']))
@@ -334,7 +346,7 @@ def index_shards(paths: list[str], fields: Fields = Fields(), cache_dir: str = '
 def shared_index_directory(cache_dir: str) -> str:
   """Where the memory-mapped index of a run's shards is written: under `cache_dir`, or the system's temporary
   folder when `cache_dir` is unset or remote (a memory map needs a local file)."""
-  if cache_dir and '://' not in cache_dir:
+  if cache_dir and not path_lib.is_remote(cache_dir):
     return os.path.join(cache_dir, 'webdataset_index', 'shared')
   return os.path.join(tempfile.gettempdir(), 'vlp_jax_webdataset_index')
 
@@ -431,9 +443,14 @@ class TarShardRecords:
 
   def _read_at(self, shard: int, offset: int, size: int) -> bytes:
     """`size` bytes at `offset` of a shard. pread keeps no file position, so grain's reader threads can read one
-    shard at once (a shared seek-then-read would hand one thread's bytes to another)."""
-    with self._files.use(shard) as descriptor:
-      data = os.pread(descriptor, int(size), int(offset))
+    shard at once (a shared seek-then-read would hand one thread's bytes to another). A remote shard is read by one
+    ranged request, which holds no open file."""
+    path = self._paths[shard]
+    if path_lib.is_remote(path):
+      data = path_lib.read_range(path, offset, size)
+    else:
+      with self._files.use(shard) as descriptor:
+        data = os.pread(descriptor, int(size), int(offset))
     if len(data) != size:
       raise records.BadRecordError('corrupt_tar', 'the sample is cut short: the tar ends inside it')
     return data
@@ -456,12 +473,27 @@ class TarShardRecords:
   def __getitems__(self, indices) -> list[tuple[int, dict[str, Any]]]:
     return [self[i] for i in indices]
 
+  def _member_reader(self, shard: int, row: np.void):
+    """read(offset, size) -> bytes for the image and caption members of one sample (row). On an object store, where
+    a request's latency outweighs a small member's transfer, both come from one ranged request spanning them when
+    they lie close together (img2dataset writes a sample's members one after another); else one read each."""
+    read = lambda offset, size: self._read_at(shard, offset, size)  # noqa: E731
+    if not path_lib.is_remote(self._paths[shard]):
+      return read
+    starts = (int(row['image_offset']), int(row['caption_offset']))
+    ends = (starts[0] + int(row['image_size']), starts[1] + int(row['caption_size']))
+    start, end = min(starts), max(ends)
+    if end - start > int(row['image_size']) + int(row['caption_size']) + _REMOTE_SPAN_SLACK:
+      return read
+    span = read(start, end - start)  # corrupt_tar when the tar ends inside it, as a member's own read would be
+    return lambda offset, size: span[offset - start:offset - start + size]
+
   def _read(self, shard: int, row: np.void) -> dict[str, Any]:
     if row['image_offset'] < 0:
       raise records.BadRecordError('missing_image', f'the sample has no {"/".join(self._fields.image_keys)} member')
     if row['caption_offset'] < 0:
       raise records.BadRecordError('missing_caption', f'the sample has no {self._fields.caption_member} member')
-    read = lambda offset, size: self._read_at(shard, offset, size)  # noqa: E731
+    read = self._member_reader(shard, row)
     caption = read(row['caption_offset'], row['caption_size']).decode('utf-8', 'replace')
     if self._fields.caption_json_field:
       try:

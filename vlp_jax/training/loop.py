@@ -209,14 +209,22 @@ def train(ctx: TrainContext, hooks: list[Hook]) -> int:
   return step
 
 
+def path_not_found(key: str, path: str) -> str | None:
+  """Why the file or folder `path` (local or on an object store), named by config `key`, cannot be used: it does
+  not exist, or its object store's client is not installed; None when it exists."""
+  try:
+    return None if paths.exists(path) else f"{key}='{path}' does not exist"
+  except ImportError as error:  # fsspec: 'Install gcsfs to access Google Storage'
+    return f"{key}='{path}' cannot be checked: {error}"
+
+
 def files_not_found(config: ml_collections.ConfigDict) -> list[str]:
-  """One line for each local file or folder the config names that does not exist (remote paths are not checked),
-  and for an init.checkpoint on an object store orbax cannot read (s3://)."""
-  named = {'config.data.teacher_embeddings': config.data.teacher_embeddings,
-           'config.init.checkpoint': config.init.checkpoint}
-  missing = [f"{key}='{path}' does not exist" for key, path in named.items()
-             if path and not paths.is_remote(path) and not os.path.exists(path)]
+  """One line for each file or folder the config names that does not exist, local or on an object store, and for
+  an init.checkpoint on an object store orbax cannot read (s3://)."""
   problem = config.init.checkpoint and paths.checkpoint_location_problem(config.init.checkpoint)
+  named = {'config.data.teacher_embeddings': config.data.teacher_embeddings,
+           'config.init.checkpoint': '' if problem else config.init.checkpoint}
+  missing = [line for key, path in named.items() if path and (line := path_not_found(key, path))]
   return missing + ([f"config.init.checkpoint='{config.init.checkpoint}': {problem}"] if problem else [])
 
 

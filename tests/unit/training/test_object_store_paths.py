@@ -8,13 +8,9 @@ import json
 import os
 import struct
 
-import fsspec
 import pytest
-from etils.epath import backend as epath_backend
-from fsspec.implementations.memory import MemoryFileSystem
-from fsspec.registry import _registry as fsspec_implementations
-from orbax.checkpoint._src.path import gcs_utils
 
+from fake_bucket import FakeBucket, bucket, objects  # noqa: F401 (bucket: a fixture)
 from vlp_jax import errors, paths
 from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli.evaluate import default_output_dir
@@ -23,47 +19,6 @@ from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.curves import plot_curves
 from vlp_jax.training.loop import files_not_found
 from vlp_jax.training.writer import MetricWriter, read_metrics, wandb_run_id
-
-
-class FakeBucket(MemoryFileSystem):
-  """An in-memory filesystem answering for gs:// (its own store, not MemoryFileSystem's shared one)."""
-  protocol = ('gs', 'gcs')
-  store: dict = {}
-  pseudo_dirs: list = ['']
-
-  @classmethod
-  def _strip_protocol(cls, path):
-    path = str(path)
-    for prefix in ('gs://', 'gcs://'):
-      path = path.removeprefix(prefix)
-    return '/' + path.strip('/')
-
-
-@pytest.fixture
-def bucket(tmp_path, monkeypatch):
-  """The fake bucket behind gs://, with the working directory in an empty tmp_path (where `os.path.abspath` would
-  have put a `gs:` folder). Yields the store: {'/bkt/...': file}."""
-  previous = {name: fsspec_implementations.get(name) for name in FakeBucket.protocol}
-  for name in FakeBucket.protocol:
-    fsspec.register_implementation(name, FakeBucket, clobber=True)
-  epath_backend.fsspec_backend._get_filesystem.cache_clear()
-  FakeBucket.store, FakeBucket.pseudo_dirs = {}, ['']
-  FakeBucket.clear_instance_cache()
-  monkeypatch.chdir(tmp_path)
-  # orbax asks google-cloud-storage's client about the bucket's layout itself; a plain (flat) bucket, no network.
-  monkeypatch.setattr(gcs_utils, 'is_hierarchical_namespace_enabled', lambda path: False)
-  yield FakeBucket.store
-  for name, cls in previous.items():  # gcsfs again (imported lazily when it was not yet)
-    if cls is None:
-      fsspec_implementations.pop(name, None)
-    else:
-      fsspec.register_implementation(name, cls, clobber=True)
-  epath_backend.fsspec_backend._get_filesystem.cache_clear()
-  assert os.listdir(tmp_path) == [], 'a gs:// path became a local folder'
-
-
-def objects(store: dict) -> dict[str, bytes]:
-  return {key: bytes(value.getbuffer()) for key, value in store.items()}
 
 
 def test_path_helpers_keep_remote_paths_and_local_behaviour(tmp_path, monkeypatch):

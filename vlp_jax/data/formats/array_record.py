@@ -9,16 +9,27 @@ import os
 
 import ml_collections
 
+from vlp_jax import paths as paths_lib
 from vlp_jax.data import synthetic
 from vlp_jax.data import tfds as tfds_sources
 from vlp_jax.data.formats import DATA_FORMATS, TrainingData
-from vlp_jax.errors import DataNotFoundError
+from vlp_jax.errors import ConfigError, DataNotFoundError
 
 PREPARE_HELP = (
     'Prepare the data first: convert your image-text pairs (a TSV/CSV of paths and captions, img2dataset webdataset '
     'tars, or a folder of images with a JSONL file) into ArrayRecord shards with\n'
     '  python -m vlp_jax.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m_shards\n'
     'then pass --config.data.path=/data/cc3m_shards (docs/data.md).')
+
+
+def remote_shards_error(item: str) -> ConfigError:
+  """array_record's reader opens local files only (the pip build has no object-store file system; asked for a gs://
+  path it waits on the network instead of failing), so a remote entry is refused at start, not in a data worker."""
+  return ConfigError(
+      f"config.data.path entry '{item}' is on an object store, and ArrayRecord shards can only be read from local "
+      "(or mounted) paths. Either train on webdataset tars there (--config.data.name=webdataset "
+      f"--config.data.path='{item.rstrip('/')}/{{00000..NNNNN}}.tar'), or copy the shards to a local disk or mount "
+      "the bucket (e.g. gcsfuse) and pass that local path.")
 
 
 def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
@@ -29,6 +40,8 @@ def source_paths(item: str, data: ml_collections.ConfigDict) -> list[str]:
     name, _, split = item[len('tfds:'):].partition(':')
     return tfds_sources.training_shards(name, split or 'train', data.tfds_dir or None,
                                         data.cache_dir or synthetic.default_cache_dir())
+  if paths_lib.is_remote(item):
+    raise remote_shards_error(item)
   pattern = item if any(c in item for c in '*?[') else os.path.join(item, '*.array_record')
   paths = sorted(glob.glob(pattern))
   if not paths:

@@ -4,11 +4,11 @@ options under `config.data.webdataset`. Training data only: the 'train' split.""
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import ml_collections
 
+from vlp_jax import paths as path_lib
 from vlp_jax.data import synthetic, webdataset
 from vlp_jax.data.formats import DATA_FORMATS, RecordsReader, TrainingData
 from vlp_jax.errors import DataNotFoundError
@@ -22,8 +22,9 @@ def shards(data: ml_collections.ConfigDict) -> list[tuple[str, str]]:
   found = []
   for name, pattern in webdataset.parse_sources(data.path):
     paths = webdataset.shard_paths(pattern)
-    # a local path of which no shard exists is a wrong path, not a broken shard (exit 2 with the fix, not 4)
-    if not paths or not any('://' in path or os.path.exists(path) for path in paths):
+    # a path of which no shard exists (local or on an object store) is a wrong path, not a broken shard (exit 2
+    # with the fix, not 4); one that exists is enough, so a remote pattern costs one request here
+    if not paths or not any(path_lib.exists(path) for path in paths):
       raise webdataset.missing_pattern_error(pattern)
     found.extend((path, name) for path in paths)
   return found
