@@ -17,6 +17,7 @@ from vlp_jax.data.pipeline import DecodeRecord
 from vlp_jax.data.text_crops import FirstGlobalCrop
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.objectives import cosmos
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, preprocessing_of
 from vlp_jax.objectives.views import ClipViews
 
 
@@ -41,9 +42,15 @@ def test_default_is_the_caption_and_shipped_configs_build_the_views_they_built_b
     if cls.options(config.objective).text_source != 'caption':
       assert os.path.basename(name).startswith('clip_text_pool'), name
       continue  # the controls of COSMOS read its text pool on purpose
+    # the old construction, with the model family's preprocessing (issue 61: SigLIP presets resize to a square,
+    # configs continuing imported OpenAI weights take torchvision's crop); every other one keeps OpenAI's
+    preprocessing = preprocessing_of(config.model)
     before = ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                       crop_scale=tuple(config.data.crop_scale), augment=config.data.augment)  # the old construction
+                       crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
+                       preprocessing=preprocessing)
     assert cls.views(config) == before, name
+    if not name.endswith('_continue.py'):
+      assert preprocessing == OPENAI_CLIP_PREPROCESSING, name
 
 
 def test_caption_text_is_the_tokenised_caption_and_draws_nothing(micro):
