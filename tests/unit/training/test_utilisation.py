@@ -56,7 +56,8 @@ def test_utilisation_gives_the_mfu_against_the_peak():
   progress.last_time -= 2.0
   logged = progress.tick(4)
   assert logged['perf/mfu'] == pytest.approx(device_flops * logged['perf/steps_per_sec'] / peak, rel=1e-12)
-  assert logged['perf/mfu'] == pytest.approx(3e12 * 2 / 50e12, rel=1e-3)
+  # about 2 s: the wall clock also runs between the two lines above, by milliseconds on a loaded machine
+  assert logged['perf/mfu'] == pytest.approx(3e12 * 2 / 50e12, rel=2e-2)
 
 
 def test_no_mfu_without_a_peak_or_without_flops():
