@@ -4,7 +4,7 @@ eval sets load and the step compiles, as the compiled step's own memory is (trai
 Two kinds of parts: memory-mapped files (the webdataset index, the teacher table; data/webdataset.py,
 data/teacher.py), held once per host in the page cache whatever the number of processes and grain workers; and
 arrays each process holds itself (the evaluation sets' images, estimated from the config by evalsets/budget.py's
-`host_memory`; `arrays_bytes` measures the loaded sets).
+`host_memory`).
 
 The same figures are estimated before launch from sample counts (`webdataset_index_bytes`, `teacher_table_bytes`;
 benchmarks/run_needs.py) and measured at start from the files (data/formats, data/teacher.py).
@@ -12,9 +12,6 @@ benchmarks/run_needs.py) and measured at start from the files (data/formats, dat
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
-
-import numpy as np
 
 from vlp_jax.data import webdataset
 from vlp_jax.errors import ConfigError
@@ -60,18 +57,6 @@ def check(memory: HostMemory, host_total: int, processes_per_host: int = 1) -> s
                       '(config.data.eval_max_examples, config.data.probe_train_examples), give each process fewer '
                       'shards (config.data.shards_by_process) or run on hosts with more memory')
   return memory.describe(processes_per_host)
-
-
-def arrays_bytes(objects: Iterable[Any]) -> int:
-  """Bytes of the numpy arrays among the fields of `objects` (dataclasses, such as evaluation sets): what they hold in
-  memory; memory-mapped or streamed fields count nothing."""
-  total = 0
-  for obj in objects:
-    for field in dataclasses.fields(obj):
-      value = getattr(obj, field.name)
-      if isinstance(value, np.ndarray) and not isinstance(value, np.memmap):
-        total += value.nbytes
-  return total
 
 
 def webdataset_index_bytes(samples: int, key_bytes: int) -> int:
