@@ -122,6 +122,51 @@ def sample_scene(rng: np.random.Generator) -> list[SceneObject]:
   return objects
 
 
+# A scene's layout: per object (colour, shape, size, grid cell), sorted, so that the order of drawing does not count.
+Layout = tuple[tuple[str, str, str, str], ...]
+
+
+def layout_of(objects: list[SceneObject]) -> Layout:
+  """The layout of a scene: [objects] -> sorted (colour, shape, size, position) tuples, one per object."""
+  return tuple(sorted((o.color, o.shape, o.size, o.position) for o in objects))
+
+
+def scene_layout(seed: int, split: str, source: str, index: int) -> Layout:
+  """The layout of example (seed, split, source, index), without rendering it: the scene is the first thing its
+  generator draws (`make_example`), so this is the layout of the record that `make_example` writes.
+
+  Left out, on purpose: the jittered centres and radii, continuous draws that never repeat exactly, that move an
+  object within its grid cell and its size class only, and that no caption names; the background and the drawing
+  angles, which are the source's rendering (web and sketch have one background each, studio four flat colours)
+  rather than what the scene holds. Two examples with one layout show the same objects, attributes and positions,
+  which is what a model could recall from training; whether a repeated caption gives the background away is the
+  caption check's concern (`seen_in_train`)."""
+  return layout_of(sample_scene(_rng(seed, split, source, index)))
+
+
+def example_key(source: str, split: str, index: int) -> str:
+  """The record's 'key' of example (source, split, index): 'web/test/7'."""
+  return f'{source}/{split}/{index}'
+
+
+def split_layouts(spec: SyntheticSpec, split: str) -> dict[str, Layout]:
+  """{record key: layout} of every example of `split` in spec.sources (`scene_layout`; nothing is rendered)."""
+  return {example_key(source, split, index): scene_layout(spec.seed, split, source, index)
+          for source in spec.sources for index in range(spec.num_examples(split))}
+
+
+def seen_in_train(train_captions: list[str], train_layouts: list[Layout], captions: list[str],
+                  layouts: list[Layout]) -> tuple[np.ndarray, np.ndarray]:
+  """For N held-out examples (captions [N], layouts [N]): (caption_seen [N] bool: the short caption occurs verbatim
+  among train_captions; layout_seen [N] bool: the layout equals one of train_layouts). An example with neither is
+  novel: nothing in it can be recalled from a training example as a whole."""
+  if len(captions) != len(layouts):
+    raise ValueError(f'need one layout per caption, got {len(captions)} captions and {len(layouts)} layouts')
+  known_captions, known_layouts = set(train_captions), set(train_layouts)
+  return (np.array([c in known_captions for c in captions], dtype=bool).reshape(-1),
+          np.array([layout in known_layouts for layout in layouts], dtype=bool).reshape(-1))
+
+
 def relation(a: SceneObject, b: SceneObject) -> str:
   """Where a is relative to b, along the axis of larger separation."""
   dx, dy = a.center[0] - b.center[0], a.center[1] - b.center[1]
@@ -348,7 +393,7 @@ def make_example(seed: int, split: str, source: str, index: int, resolution: int
       'long_caption': {'full': long_caption, 'compact': compact_long_caption}[long_captions](objects, background),
       'label': class_label(objects[0].color, objects[0].shape),
       'source': source,
-      'key': f'{source}/{split}/{index}',
+      'key': example_key(source, split, index),
       'mask': records.encode_png(mask),
       'canonical_caption': canonical,
       'hard_negatives': negatives,

@@ -7,6 +7,12 @@
                    retrieval and affinity only (zero-shot, segmentation and compositionality per image would only
                    split the pooled set's). Retrieval inside one domain is how ZeroVL evaluates (COCO, Flickr30k):
                    a downstream set never asks a model to tell its training sources apart.
+  synthetic_novel, synthetic_long_novel: `synthetic` and `synthetic_long` restricted to the held-out examples that
+                   share neither their exact short caption nor their scene layout (data/synthetic.py `scene_layout`:
+                   the same objects with the same colours, shapes, sizes and grid cells) with any train example of
+                   the configured sources (`novel_subset`): what a model gets right there it did not recall from
+                   training as a whole. Every task of the unrestricted set applies; the linear probe fits on the
+                   same train examples. The subset's size is printed when it is first computed.
 
 Every one of them scores retrieval with identical caption texts as one another's match
 (`EvalSet.identical_captions_match`, evaluation/retrieval.py): captions repeat by construction (the test split's 1500
@@ -15,6 +21,9 @@ every method alike.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import numpy as np
 
 from vlp_jax.data import image_ops, pipeline, records, synthetic
@@ -22,6 +31,47 @@ from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.prompts import SYNTHETIC_TEMPLATES
 
 SOURCE_SETS = tuple(f'synthetic_{source}' for source in synthetic.SOURCES)
+NOVEL_SUFFIX = '_novel'
+NOVEL_SETS = ('synthetic_novel', 'synthetic_long_novel')
+
+
+@dataclasses.dataclass(frozen=True)
+class NovelSubset:
+  """The held-out examples of a split that share neither a short caption nor a layout with the train split.
+
+  keys: the subset's record keys (data/synthetic.py `example_key`); total: the split's examples over the spec's
+  sources; caption_seen / layout_seen: the fractions of all of them whose short caption occurs verbatim in the train
+  split / whose layout equals a train example's."""
+  keys: frozenset[str]
+  total: int
+  caption_seen: float
+  layout_seen: float
+
+  def summary(self, split: str) -> str:
+    return (f'{len(self.keys)} of {self.total} {split} examples share neither a short caption nor a layout with the '
+            f'train split ({self.caption_seen:.1%} repeat a train caption, {self.layout_seen:.1%} a train layout)')
+
+
+@functools.lru_cache(maxsize=8)
+def novel_subset(spec: synthetic.SyntheticSpec, split: str, cache_dir: str | None = None) -> NovelSubset:
+  """The `NovelSubset` of `split` ('val' or 'test') of the embedded dataset `spec`, generated into `cache_dir` on
+  first use: captions read from its records, layouts drawn without rendering (`synthetic.split_layouts`, a few
+  seconds for 30,000 train examples, so computed once per process and not stored). Printed once when computed."""
+  if split == 'train':
+    raise ValueError("the novel subset is of a held-out split; valid choices: 'val', 'test'")
+  root = synthetic.ensure_dataset(spec, cache_dir)
+  train = pipeline.read_all(synthetic.shard_paths(root, 'train', spec.sources))
+  held_out = pipeline.read_all(synthetic.shard_paths(root, split, spec.sources))
+  train_layouts, layouts = synthetic.split_layouts(spec, 'train'), synthetic.split_layouts(spec, split)
+  caption_seen, layout_seen = synthetic.seen_in_train(
+      [e['caption'] for e in train], list(train_layouts.values()),
+      [e['caption'] for e in held_out], [layouts[e['key']] for e in held_out])
+  novel = ~(caption_seen | layout_seen)
+  subset = NovelSubset(keys=frozenset(e['key'] for e, keep in zip(held_out, novel) if keep), total=len(held_out),
+                       caption_seen=float(caption_seen.mean()) if len(held_out) else 0.0,
+                       layout_seen=float(layout_seen.mean()) if len(held_out) else 0.0)
+  print(f'synthetic novel subset: {subset.summary(split)}', flush=True)
+  return subset
 
 
 def _image(example: dict, image_size: int, preprocessing: image_ops.ImagePreprocessing) -> np.ndarray:
@@ -53,12 +103,20 @@ def _sources(name: str, configured: tuple[str, ...]) -> tuple[str, ...]:
 @EVAL_SETS.register('synthetic_long')
 def load(name: str, request: LoadRequest) -> EvalSet:
   data, image_size = request.data, request.image_size
-  root = synthetic.ensure_dataset(synthetic.spec_from_config(data), data.cache_dir or None)
-  sources = _sources(name, tuple(data.synthetic.sources))
+  spec = synthetic.spec_from_config(data)
+  root = synthetic.ensure_dataset(spec, data.cache_dir or None)
+  base = name.removesuffix(NOVEL_SUFFIX)  # a novel set is its base set with fewer held-out examples
+  sources = _sources(base, tuple(data.synthetic.sources))
   examples = pipeline.read_all(synthetic.shard_paths(root, request.split, sources))
+  if base != name:
+    keys = novel_subset(spec, request.split, data.cache_dir or None).keys
+    examples = [e for e in examples if e['key'] in keys]
+    if not examples:
+      raise ValueError(f"eval dataset '{name}' is empty: every {request.split} example shares a short caption or a "
+                       'layout with the train split; hold out more (config.data.synthetic.num_val / num_test)')
   images = np.stack([_image(e, image_size, request.preprocessing) for e in examples])
-  if name != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
-    field = 'long_caption' if name == 'synthetic_long' else 'caption'
+  if base != 'synthetic':  # the long captions or one source: retrieval and affinity consistency only
+    field = 'long_caption' if base == 'synthetic_long' else 'caption'
     return EvalSet(name=name, images=images, labels=np.full(len(examples), -1), class_names=(), templates=(),
                    captions=[e[field] for e in examples], caption_image=np.arange(len(examples)),
                    identical_captions_match=True)
@@ -83,5 +141,5 @@ def load(name: str, request: LoadRequest) -> EvalSet:
                  train_regions=train_regions, identical_captions_match=True)
 
 
-for _name in SOURCE_SETS:
+for _name in SOURCE_SETS + NOVEL_SETS:
   EVAL_SETS.add(_name, load)
