@@ -18,6 +18,7 @@ from vlp_jax.data.host_memory import HostMemory
 from vlp_jax.data import tfds as tfds_data
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets.flickr30k import CAPTIONS_PER_IMAGE as FLICKR30K_CAPTIONS_PER_IMAGE
+from vlp_jax.evalsets.synthetic import NOVEL_SUFFIX
 from vlp_jax.evalsets.tfds import DEFAULT_MAX_CAPTIONS_PER_IMAGE, DEFAULT_MEMORY_LIMIT_BYTES, TEMPLATES
 
 # Examples per split as published: {(set, split): (images, captions per image, classes)}; 'test' is what
@@ -76,9 +77,10 @@ def set_cost(name: str, config: ml_collections.ConfigDict) -> SetCost:
   data, size, split = config.data, config.model.vision.image_size, config.eval.split
   probe = bool(set(PROBE_TASKS) & set(config.eval.tasks))
   if name.startswith('synthetic'):
-    images, train = _synthetic_sizes(data, name, split)
-    probe_images = capped(train, data.probe_train_examples) if probe and name == 'synthetic' else 0
-    classes = len(synthetic.CLASS_NAMES) if name == 'synthetic' else 0
+    base = name.removesuffix(NOVEL_SUFFIX)  # the set a novel one restricts: its probe, an upper bound on its images
+    images, train = _synthetic_sizes(data, base, split)
+    probe_images = capped(train, data.probe_train_examples) if probe and base == 'synthetic' else 0
+    classes = len(synthetic.CLASS_NAMES) if base == 'synthetic' else 0
     texts = images + classes * len(prompts.SYNTHETIC_TEMPLATES)
     return SetCost(name, images, probe_images, held_bytes(images + probe_images, size), 0, texts)
   if (name, split) not in EVAL_SPLIT_SIZES:
