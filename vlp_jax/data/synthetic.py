@@ -163,8 +163,8 @@ def seen_in_train(train_captions: list[str], train_layouts: list[Layout], captio
   if len(captions) != len(layouts):
     raise ValueError(f'need one layout per caption, got {len(captions)} captions and {len(layouts)} layouts')
   known_captions, known_layouts = set(train_captions), set(train_layouts)
-  return (np.array([c in known_captions for c in captions], dtype=bool).reshape(-1),
-          np.array([layout in known_layouts for layout in layouts], dtype=bool).reshape(-1))
+  return (np.array([c in known_captions for c in captions], dtype=bool),
+          np.array([layout in known_layouts for layout in layouts], dtype=bool))
 
 
 def relation(a: SceneObject, b: SceneObject) -> str:
