@@ -3,8 +3,8 @@
 big_vision itself is not on PyPI, so the reference reader of our big_vision exports is open_clip's
 `convert.load_big_vision_weights`: an independent implementation of the same layout, the one open_clip converts
 Google's released `.npz` files with. A file our export writes must load there into an open_clip SigLIP model of the
-same shapes (timm image trunk) and embed the same images and texts; our import of it must give back our parameters
-bit for bit. Skipped without torch and open_clip (and timm, which open_clip builds SigLIP image trunks with).
+same shapes (timm image trunk) and embed the same images and texts (its image tower also in timm's own reader of
+big_vision ViTs, `vision_transformer._load_weights`); our import of it must give back our parameters bit for bit. Skipped without torch and open_clip (and timm, which open_clip builds SigLIP image trunks with).
 """
 import sys
 
@@ -38,6 +38,15 @@ def _small_preset(monkeypatch, name, text_width=768, text_heads=12):
   return models.preset(name)
 
 
+def _base_trunk(timm, seed=0):
+  """timm's base SigLIP ViT as open_clip's TimmModel asks for it (MAP pooling, no classifier), at IMAGE_SIZE with two
+  blocks and the tanh GELU."""
+  torch = sys.modules['torch']
+  torch.manual_seed(seed)
+  return timm.create_model('vit_base_patch16_siglip_224', pretrained=False, num_classes=0, global_pool='map',
+                           img_size=IMAGE_SIZE, depth=2, act_layer='gelu_tanh').eval()
+
+
 def _open_clip_siglip(torch, text_width=768, text_heads=12, seed=0):
   """An open_clip SigLIP model (CustomTextCLIP: timm's base SigLIP trunk, open_clip's text tower, as open_clip's
   `ViT-B-16-SigLIP*` configs) with two blocks per tower, IMAGE_SIZE, VOCAB and random weights, and the tanh GELU
@@ -54,9 +63,7 @@ def _open_clip_siglip(torch, text_width=768, text_heads=12, seed=0):
   model = oc_model.CustomTextCLIP(768, vision, text, init_logit_bias=-10.0)
   # open_clip builds the trunk at the size its timm name says (224 px, 12 blocks); the same trunk at our test size,
   # as open_clip's TimmModel asks timm for it (MAP pooling, no classifier).
-  model.visual.trunk = sys.modules['open_clip.timm_model'].timm.create_model(
-      'vit_base_patch16_siglip_224', pretrained=False, num_classes=0, global_pool='map', img_size=IMAGE_SIZE,
-      depth=2, act_layer='gelu_tanh')
+  model.visual.trunk = _base_trunk(sys.modules['open_clip.timm_model'].timm)
   generator = torch.Generator().manual_seed(seed)
   with torch.no_grad():
     for name, p in model.named_parameters():
@@ -119,8 +126,17 @@ def test_big_vision_export_loads_in_open_clip_and_imports_back_exactly(name, sta
   reference = _open_clip_siglip(torch, text_width=384, text_heads=6, seed=1)
   convert.load_big_vision_weights(reference, npz)
   images, tokens = _inputs()
-  _assert_close(_our_embeddings(model_config, params, {}, images, tokens),
-                _open_clip_embeddings(torch, reference, images, tokens), f'{name} as big_vision, in open_clip')
+  ours = _our_embeddings(model_config, params, {}, images, tokens)
+  _assert_close(ours, _open_clip_embeddings(torch, reference, images, tokens), f'{name} as big_vision, in open_clip')
+  # timm's own reader of big_vision image towers (it finds `params/img/`), a second one, into a fresh trunk
+  timm = sys.modules['open_clip.timm_model'].timm
+  trunk = _base_trunk(timm, seed=2)
+  timm.models.vision_transformer._load_weights(trunk, npz)
+  with torch.no_grad():
+    pooled = trunk(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()
+  error = np.abs(pooled / np.linalg.norm(pooled, axis=-1, keepdims=True) - ours[0]).max()
+  print(f'{name} image tower as big_vision, in timm: max abs error {error:.2e}')
+  assert error < PARITY_ATOL
   np.testing.assert_array_equal(reference.logit_scale.detach().numpy().reshape(()), params['logit_scale'])
   np.testing.assert_array_equal(reference.logit_bias.detach().numpy().reshape(()), params['logit_bias'])
   imported = import_weights('big_vision', name, npz, str(tmp_path / 'imported'))
