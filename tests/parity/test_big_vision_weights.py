@@ -4,7 +4,8 @@ big_vision itself is not on PyPI, so the reference reader of our big_vision expo
 `convert.load_big_vision_weights`: an independent implementation of the same layout, the one open_clip converts
 Google's released `.npz` files with. A file our export writes must load there into an open_clip SigLIP model of the
 same shapes (timm image trunk) and embed the same images and texts (its image tower also in timm's own reader of
-big_vision ViTs, `vision_transformer._load_weights`); our import of it must give back our parameters bit for bit. Skipped without torch and open_clip (and timm, which open_clip builds SigLIP image trunks with).
+big_vision ViTs, `vision_transformer._load_weights`); our import of it must give back our parameters bit for bit.
+Skipped without torch and open_clip (and timm, which open_clip builds SigLIP image trunks with).
 """
 import sys
 

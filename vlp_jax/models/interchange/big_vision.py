@@ -5,7 +5,7 @@ A file holds the flattened Flax parameters of big_vision's two-tower model, '/'-
 temperature and `b` the bias, each [1]. Attention kernels keep their heads apart (query/key/value [w, H, w/H], out
 [H, w/H, w]); a tower's blocks are either `encoderblock_{i}` each or one `encoderblock` stacked on a leading axis (a
 model trained with `scan=True`). Import reads either layout; export writes the one each family's checkpoints were
-released in (see `big_vision_file`).
+released in (see `big_vision_stacked`).
 """
 from __future__ import annotations
 
