@@ -1,5 +1,6 @@
-"""Weight interchange as checkpoints: a state dict of OpenAI CLIP, open_clip or Hugging Face transformers imported
-into a new vlp_jax checkpoint, and a checkpoint's towers exported as open_clip or Hugging Face files. The naming and
+"""Weight interchange as checkpoints: a state dict of OpenAI CLIP, open_clip, Hugging Face transformers or big_vision
+(SigLIP's .npz) imported into a new vlp_jax checkpoint, and a checkpoint's towers exported as open_clip, Hugging Face
+or big_vision files. The naming and
 config rules are models/interchange/; this module adds what needs the full config and the checkpoints (the layer
 above training/), for the weights command (cli/weights.py) and for scripts and tests, which find the rules'
 `WeightsError` and `read_state_dict` here too.
@@ -23,19 +24,20 @@ from vlp_jax.config import base_config
 from vlp_jax.data import image_ops
 from vlp_jax.data.tokenizer import (CLIP_BPE, GEMMA, GEMMA_FILENAME, SPIECE_FILENAME, default_tokenizer,
                                       resolve_tokenizer_file, tokenizer_options)
-from vlp_jax.models.interchange import (WeightsError, check_hf_config, clip_tokenizer_files, expected_variables,
-                                        hf_config, hf_input_files, hf_matching_presets, hf_siglip_config, hf_to_openai,
-                                        model_config_for, open_clip_config_problem, open_clip_model_config,
-                                        open_clip_preprocess_arguments, open_clip_siglip_to_openai, openai_to_hf,
-                                        openai_to_open_clip_siglip, openai_to_variables, preprocessing_from_hf,
-                                        preprocessor_config, read_hf_config, read_state_dict,
-                                        siglip2_tokenizer_files, siglip_mismatches, siglip_model_config,
-                                        siglip_tokenizer_files, variables_to_openai)
+from vlp_jax.models.interchange import (WeightsError, big_vision_problem, big_vision_to_openai, check_hf_config,
+                                        clip_tokenizer_files, expected_variables, hf_config, hf_input_files,
+                                        hf_matching_presets, hf_siglip_config, hf_to_openai, model_config_for,
+                                        open_clip_config_problem, open_clip_model_config,
+                                        open_clip_preprocess_arguments, open_clip_siglip_to_openai,
+                                        openai_to_big_vision, openai_to_hf, openai_to_open_clip_siglip,
+                                        openai_to_variables, preprocessing_from_hf, preprocessor_config,
+                                        read_hf_config, read_state_dict, siglip2_tokenizer_files, siglip_mismatches,
+                                        siglip_model_config, siglip_tokenizer_files, variables_to_openai)
 from vlp_jax.models.transformer import unstacked_layout
 from vlp_jax.training.checkpoint import load_config
 
-IMPORT_FORMATS = ('openai', 'open_clip', 'hf')
-EXPORT_FORMATS = ('open_clip', 'hf')
+IMPORT_FORMATS = ('openai', 'open_clip', 'hf', 'big_vision')
+EXPORT_FORMATS = ('open_clip', 'hf', 'big_vision')
 
 
 def _note(message: str) -> None:
@@ -133,6 +135,12 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
       _note(f'--model={name} uses GELU; weights trained by OpenAI (open_clip\'s "openai" tags) need '
             f'--model={name}-quickgelu (or --format=openai)')
   siglip = model_config.vision.type == 'siglip_vit'
+  if fmt == 'big_vision' and (problem := big_vision_problem(model_config)):
+    raise WeightsError(f'--format=big_vision reads big_vision\'s SigLIP and SigLIP 2 files, and --model={name} is not '
+                       f'such a model: {problem}; valid choices: '
+                       f'{sorted(n for n in models.PRESETS if not big_vision_problem(models.preset(n)))}')
+  if fmt == 'big_vision' and not input_path.endswith('.npz'):
+    raise WeightsError(f'import --format=big_vision --input={input_path}: big_vision\'s files end in .npz')
   if siglip and fmt == 'openai':
     raise WeightsError(f'--model={name} is a SigLIP model, and OpenAI released no SigLIP weights; import its '
                        'weights with --format=open_clip or --format=hf')
@@ -154,6 +162,8 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
     state_dict = hf_to_openai(state_dict, siglip=siglip)
+  elif fmt == 'big_vision':
+    state_dict = big_vision_to_openai(state_dict)
   elif siglip:
     state_dict = open_clip_siglip_to_openai(state_dict)
   params, model_state = openai_to_variables(state_dict, model_config)
@@ -276,7 +286,9 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
     open_clip: the weights X.safetensors and, for a CLIP model, open_clip's model config X.json beside them
       (`open_clip.add_model_config('X.json'); open_clip.create_model('X', pretrained='X.safetensors')`);
     hf: a transformers model folder: model.safetensors, config.json, the tokenizer's files and
-      preprocessor_config.json (`CLIPModel.from_pretrained(folder)`, `CLIPProcessor.from_pretrained(folder)`).
+      preprocessor_config.json (`CLIPModel.from_pretrained(folder)`, `CLIPProcessor.from_pretrained(folder)`);
+    big_vision: a SigLIP or SigLIP 2 model as big_vision's two-tower X.npz (models/interchange/big_vision.py), for
+      `two_towers.load(None, 'X.npz', model_cfg)` with the model config of its released files.
 
   An existing `output` is refused unless `overwrite`; everything is written to a temporary path first and renamed
   into place, so a failure leaves what was there. Files get the modes the umask gives new files. An `output` on an
@@ -289,6 +301,9 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
   if fmt == 'open_clip' and not output.endswith('.safetensors'):
     raise WeightsError(f'export --format=open_clip --output={output} must end in .safetensors (open_clip reads '
                        'other names as torch files)')
+  if fmt == 'big_vision' and not output.endswith('.npz'):
+    raise WeightsError(f'export --format=big_vision --output={output} must end in .npz (big_vision reads numpy '
+                       'files by that name)')
   _check_output(output, overwrite)
   checkpoint = resolve_checkpoint(checkpoint)
   config = load_config(checkpoint)
@@ -296,6 +311,8 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
   config_problem = open_clip_config_problem(config.model) if fmt == 'open_clip' else None
   if fmt == 'open_clip' and not config_problem:
     _check_output(open_clip_config_path(output), overwrite)
+  if fmt == 'big_vision' and (problem := big_vision_problem(config.model)):
+    raise WeightsError(f'export --format=big_vision: {problem}')
   if fmt == 'hf' and config.model.vision.type not in ('vit', 'siglip_vit'):
     raise WeightsError('transformers has no CLIPModel for ResNet towers; export RN models with --format=open_clip')
   params, model_state = load_variables(checkpoint, ema=ema)
@@ -312,7 +329,13 @@ def export_weights(fmt: str, checkpoint: str, output: str, ema: bool = False, ov
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(output)}.tmp-')
   try:
-    if fmt == 'open_clip':
+    if fmt == 'big_vision':
+      weights = os.path.join(staging, 'weights.npz')
+      np.savez(weights, **openai_to_big_vision(state_dict, config.model))
+      staged = {weights: output}
+      _note(f'{output} holds the weights only: big_vision reads its model config (variant, pool_type=\'map\', '
+            'vocab_size, out_dim) and the tokenizer from the experiment config')
+    elif fmt == 'open_clip':
       weights = os.path.join(staging, 'weights.safetensors')
       save_file(openai_to_open_clip_siglip(state_dict) if siglip else state_dict, weights)
       staged = {weights: output}

@@ -32,7 +32,8 @@ def test_cli_commands_and_their_flags_are_checked(tmp_path, capsys):
   assert weights.main(['import', '--format=open_clip', f'--input={tmp_path}', f'--output={output}']) == 2
   assert 'import --format=open_clip needs --model' in capsys.readouterr().err
   assert weights.main(['export', '--format=openai', f'--checkpoint={tmp_path}', f'--output={output}']) == 2
-  assert "export --format=openai is not valid; valid choices: ['open_clip', 'hf']" in capsys.readouterr().err
+  assert ("export --format=openai is not valid; valid choices: ['open_clip', 'hf', 'big_vision']"
+          in capsys.readouterr().err)
   assert weights.main(['import', '--formats=hf']) == 2  # absl's own flag errors are bad requests too
   assert "Unknown command line flag 'formats'" in capsys.readouterr().err
   assert weights.main(['export', '--format=hf', f'--checkpoint={tmp_path / "none"}', f'--output={output}']) == 2

@@ -209,7 +209,8 @@ def test_siglip2_config_json_records_the_gemma_tokenizer():
               'vision_config': {'model_type': 'siglip_vision_model'}}
   for tokenizer_config in (_SIGLIP2_TOKENIZER_CONFIG, None):  # without one, the vocabulary's size decides
     config = interchange.siglip_model_config(released, tokenizer_config)
-    assert config.text.tokenizer == 'gemma' and config.name == 'hf-siglip2'
+    # the SigLIP 2 preset of its shapes, named as open_clip names the same weights
+    assert config.text.tokenizer == 'gemma' and config.name == 'ViT-B-16-SigLIP2'
     assert (config.text.context_length, config.text.vocab_size, config.vision.image_size) == (64, 256_000, 224)
     mismatches = interchange.siglip_mismatches(config, models.preset('ViT-B-16-SigLIP'))
     assert mismatches == [('text.vocab_size', 256_000, 32_000), ('text.tokenizer', 'gemma', 'sentencepiece')]

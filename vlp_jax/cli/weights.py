@@ -1,7 +1,8 @@
-"""Weight interchange with OpenAI CLIP, open_clip and Hugging Face transformers.
+"""Weight interchange with OpenAI CLIP, open_clip, Hugging Face transformers and big_vision (SigLIP's .npz).
 
-  python -m vlp_jax.weights import --format={openai,open_clip,hf} [--model=NAME] --input=FILE --output=CKPT
-  python -m vlp_jax.weights export --format={open_clip,hf} --checkpoint=CKPT --output=FILE [--ema] [--overwrite]
+  python -m vlp_jax.weights import --format={openai,open_clip,hf,big_vision} [--model=NAME] --input=FILE --output=CKPT
+  python -m vlp_jax.weights export --format={open_clip,hf,big_vision} --checkpoint=CKPT --output=FILE [--ema]
+      [--overwrite]
 
 Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
   - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
@@ -20,7 +21,11 @@ X.safetensors and, for a CLIP model, open_clip's model config X.json beside it; 
 the weights, config.json, the tokenizer's files and preprocessor_config.json (our evaluation's resize, crop, mean and
 std). An existing --output is replaced only with --overwrite, and only once the new files are complete.
 
-Inputs are `.safetensors` or torch files read with `torch.load(weights_only=True)`: nothing is ever unpickled.
+big_vision's two-tower `.npz` files (the released SigLIP and SigLIP 2 checkpoints) import into the SigLIP preset
+--model names and export in the same layout (models/interchange/big_vision.py).
+
+Inputs are `.safetensors`, `.npz` or torch files read with `torch.load(weights_only=True)`: nothing is ever
+unpickled.
 Flags are absl flags; the first argument is the command, import or export. Exit codes as for every command
 (cli/common.py): 2 for a bad request, a file that does not fit the model, or a missing input.
 """
@@ -47,13 +52,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       f'{", ".join(EXPORT_FORMATS)}.', flag_values=flag_values)
   flags.DEFINE_string('model', None, f'import: the open_clip model name, one of {", ".join(sorted(models.PRESETS))}.',
                       flag_values=flag_values)
-  flags.DEFINE_string('input', None, 'import: .safetensors, or a torch state dict (read with weights_only); for '
-                      '--format=hf also the model folder (its config.json is checked against --model).',
-                      flag_values=flag_values)
+  flags.DEFINE_string('input', None, 'import: .safetensors, .npz (big_vision), or a torch state dict (read with '
+                      'weights_only); for --format=hf also the model folder (its config.json is checked against '
+                      '--model).', flag_values=flag_values)
   flags.DEFINE_string('checkpoint', None, 'export: a checkpoint step directory, an imported checkpoint, or a workdir '
                       '(its latest step).', flag_values=flag_values)
   flags.DEFINE_string('output', None, 'import: the checkpoint directory to create; export: the .safetensors file '
-                      '(open_clip) or the folder (hf) to create.', flag_values=flag_values)
+                      '(open_clip), the folder (hf) or the .npz file (big_vision) to create.', flag_values=flag_values)
   flags.DEFINE_bool('ema', None, "export: the run's EMA of the weights (trained with config.ema.decay > 0) instead "
                     'of its parameters.', flag_values=flag_values)
   flags.DEFINE_bool('overwrite', None, 'export: replace an existing --output (the new files are written first, then '

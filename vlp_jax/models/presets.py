@@ -48,16 +48,30 @@ def validate_text(text: ml_collections.ConfigDict) -> None:
 
 
 def _siglip(image_size: int, patch_size: int, width: int, layers: int, heads: int, context_length: int,
-            mlp_width: int = 0) -> dict:
+            mlp_width: int = 0, text: dict | None = None) -> dict:
   """A SigLIP preset (transformers' SiglipModel, open_clip's '-SigLIP' models): tanh-GELU, LayerNorm eps 1e-6,
   the same width in both towers and the joint space, a bidirectional text tower pooled at its last position with a
   biased projection, SentencePiece tokens (32k vocabulary), logit scale log 10 and bias -10 at initialisation, and
-  images resized to a square (no crop) and scaled to [-1, 1], as every SigLIP checkpoint was trained."""
+  images resized to a square (no crop) and scaled to [-1, 1], as every SigLIP checkpoint was trained. `text`
+  overrides text tower options (SigLIP 2's vocabulary and tokenizer, g's So400m-sized text tower)."""
   return dict(embed_dim=width, act='gelu_tanh', init_logit_scale=math.log(10.0), init_logit_bias=-10.0,
               preprocess=SIGLIP_PREPROCESSING.config(),
               vision=SiglipViTTower.options(image_size, patch_size, width, layers, heads, mlp_width=mlp_width),
               text=text_options(width, layers, heads, context_length, vocab_size=32000, causal=False, pool='last',
-                                proj_bias=True, mlp_width=mlp_width, ln_eps=1e-6, tokenizer='sentencepiece'))
+                                proj_bias=True, mlp_width=mlp_width, ln_eps=1e-6, tokenizer='sentencepiece')
+              | (text or {}))
+
+
+def _siglip2(image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0,
+             text: dict | None = None) -> dict:
+  """A SigLIP 2 preset (open_clip's '-SigLIP2' models, big_vision's fixed-resolution SigLIP 2 checkpoints): SigLIP's
+  towers with Gemma's tokenizer (256k vocabulary) and 64 tokens; `text` as for `_siglip`."""
+  return _siglip(image_size, patch_size, width, layers, heads, context_length=64, mlp_width=mlp_width,
+                 text={'vocab_size': 256_000, 'tokenizer': 'gemma', **(text or {})})
+
+
+# The So400m text tower that SigLIP 2's g-opt/16 image tower is paired with (projected to g-opt's 1536 wide space).
+_SO400M_TEXT = dict(width=1152, layers=27, heads=16, mlp_width=4304)
 
 
 _PRESETS = {
@@ -92,6 +106,23 @@ _PRESETS = {
     # drops the last 6 pixels), as in the checkpoints.
     'ViT-SO400M-14-SigLIP': _siglip(224, 14, 1152, 27, 16, context_length=16, mlp_width=4304),
     'ViT-SO400M-14-SigLIP-384': _siglip(384, 14, 1152, 27, 16, context_length=64, mlp_width=4304),
+    # SigLIP 2 (Tschannen et al. 2025) at the released fixed resolutions, named and shaped as open_clip's configs;
+    # big_vision's So400m/14 at 384 px is open_clip's -378 (the same 27 x 27 grid).
+    'ViT-B-32-SigLIP2-256': _siglip2(256, 32, 768, 12, 12),
+    'ViT-B-16-SigLIP2': _siglip2(224, 16, 768, 12, 12),
+    'ViT-B-16-SigLIP2-256': _siglip2(256, 16, 768, 12, 12),
+    'ViT-B-16-SigLIP2-384': _siglip2(384, 16, 768, 12, 12),
+    'ViT-B-16-SigLIP2-512': _siglip2(512, 16, 768, 12, 12),
+    'ViT-L-16-SigLIP2-256': _siglip2(256, 16, 1024, 24, 16),
+    'ViT-L-16-SigLIP2-384': _siglip2(384, 16, 1024, 24, 16),
+    'ViT-L-16-SigLIP2-512': _siglip2(512, 16, 1024, 24, 16),
+    'ViT-SO400M-14-SigLIP2': _siglip2(224, 14, 1152, 27, 16, mlp_width=4304),
+    'ViT-SO400M-14-SigLIP2-378': _siglip2(378, 14, 1152, 27, 16, mlp_width=4304),
+    'ViT-SO400M-16-SigLIP2-256': _siglip2(256, 16, 1152, 27, 16, mlp_width=4304),
+    'ViT-SO400M-16-SigLIP2-384': _siglip2(384, 16, 1152, 27, 16, mlp_width=4304),
+    'ViT-SO400M-16-SigLIP2-512': _siglip2(512, 16, 1152, 27, 16, mlp_width=4304),
+    'ViT-gopt-16-SigLIP2-256': _siglip2(256, 16, 1536, 40, 16, text=_SO400M_TEXT),
+    'ViT-gopt-16-SigLIP2-384': _siglip2(384, 16, 1536, 40, 16, text=_SO400M_TEXT),
 }
 
 

@@ -8,8 +8,11 @@ is cli/weights.py). One job per module:
   clip_config.py       transformers' CLIPConfig <-> our model config, and every field where a file and a preset differ
   siglip_config.py     transformers' SiglipConfig <-> our model config
   open_clip_siglip.py  open_clip's SigLIP names (timm image trunk) <-> OpenAI names
+  big_vision.py        big_vision's two-tower `.npz` names (SigLIP, SigLIP 2) <-> OpenAI names
   loader_files.py      the tokenizer, preprocessor and model config files other libraries' loaders read
 """
+from vlp_jax.models.interchange.big_vision import (  # noqa: F401
+    big_vision_problem, big_vision_stacked, big_vision_to_openai, openai_to_big_vision)
 from vlp_jax.models.interchange.clip_config import (  # noqa: F401
     HF_CLIP_DEFAULTS, HF_CONFIG_FIELDS, check_hf_config, hf_config, hf_config_mismatches, hf_input_files,
     hf_matching_presets, read_hf_config)

@@ -20,10 +20,13 @@ class WeightsError(errors.ConfigError):
 
 
 def read_state_dict(path: str) -> dict[str, np.ndarray]:
-  """A flat {name: float32 array} from `.safetensors` or a torch state-dict file (weights_only=True)."""
+  """A flat {name: float32 array} from `.safetensors`, numpy's `.npz` (big_vision's files) or a torch state-dict
+  file (weights_only=True)."""
   if not os.path.exists(path):
     raise errors.DataNotFoundError(f'no weights file at {path}')
-  if path.endswith('.safetensors'):
+  if path.endswith('.npz'):
+    tensors = _npz_arrays(path)
+  elif path.endswith('.safetensors'):
     try:
       tensors = load_file(path)
     except Exception as error:  # bfloat16 files cannot be read by numpy alone
@@ -33,6 +36,21 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   else:
     tensors = _torch_tensors(_torch_load(path))
   return {k: np.asarray(v, np.float32) for k, v in tensors.items() if not _IGNORED_KEYS.search(k)}
+
+
+def _npz_arrays(path: str) -> dict[str, np.ndarray]:
+  """The arrays of an `.npz` file, never unpickled; bfloat16 arrays, which numpy saves as 2-byte voids, widened to
+  float32 (a bfloat16 is the upper half of a float32)."""
+  try:
+    with np.load(path, allow_pickle=False) as npz:
+      arrays = {name: npz[name] for name in npz.files}
+  except Exception as error:  # zipfile.BadZipFile, ValueError (pickled objects), OSError
+    raise WeightsError(f'{path} could not be read as an .npz file of arrays (truncated, corrupt, or holding Python '
+                       f'objects?): {type(error).__name__}: {error}') from None
+  for name, value in arrays.items():
+    if value.dtype.kind == 'V' and value.dtype.itemsize == 2:
+      arrays[name] = (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+  return arrays
 
 
 # torch is imported where it is used, not at the top: it is an optional dependency (`.safetensors` files need none).
