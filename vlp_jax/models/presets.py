@@ -125,6 +125,8 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       # 128-row blocks
       'attention': 'auto',
       'attention_pad_multiple': 0,
+      # a pooled tower's last block computes its pooled row only (False: every row, as open_clip; the same values)
+      'pool_last_block': True,
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),

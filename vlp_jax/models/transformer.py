@@ -263,12 +263,15 @@ class BlockStack:
     its pooled row there. `stacked_layout`/`unstacked_layout` convert parameter trees between the two layouts.
   attention: how self-attention runs (ATTENTION_ROUTES; `attention_route`), padding the rows to a multiple of
     `attention_pad_multiple` on the 'padded' and 'cudnn' routes (0: as little as cuDNN needs; `self_attention`).
+  pool_last_block: a pooled tower computes only its pooled row in the last block (`Transformer`); False computes
+    every row there, as open_clip does: the architecture's full work, which MFU counts (training/flops.py).
   """
   remat: bool = False
   remat_policy: str = 'nothing_saveable'
   scan: bool = False
   attention: str = 'auto'
   attention_pad_multiple: int = 0
+  pool_last_block: bool = True
 
   def __post_init__(self):
     check_attention(self.attention, self.attention_pad_multiple)
@@ -278,7 +281,8 @@ class BlockStack:
     return cls(remat=bool(model_config.get('remat', False)),
                remat_policy=model_config.get('remat_policy', 'nothing_saveable'),
                scan=bool(model_config.get('scan_layers', False)), attention=model_config.get('attention', 'auto'),
-               attention_pad_multiple=model_config.get('attention_pad_multiple', 0))
+               attention_pad_multiple=model_config.get('attention_pad_multiple', 0),
+               pool_last_block=bool(model_config.get('pool_last_block', True)))
 
 
 class Transformer(nn.Module):
@@ -315,9 +319,12 @@ class Transformer(nn.Module):
       scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
                         split_rngs={'params': True}, length=first)
       x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, None)
+    last_query = pool_index if self.stack.pool_last_block else None
     for i in range(first, self.layers):
       x = block(*block_options, name=f'resblocks_{i}')(
-          x, causal, pool_index if i == self.layers - 1 else None)
+          x, causal, last_query if i == self.layers - 1 else None)
+    if pool_index is not None and last_query is None:  # every row computed: keep the pooled one
+      x = jnp.take_along_axis(x, pool_index[:, None, None], axis=1)
     return x
 
 
