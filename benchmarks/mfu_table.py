@@ -56,7 +56,8 @@ def timed_sides(row: dict) -> list[tuple[str, float, str]]:
   """[(side, step seconds, what was stored as its MFU)] of a stored row; [] for a row without a step time."""
   if 'step_seconds' in row:
     stored = row.get('mfu')
-    return [(row.get('attention', ''), row['step_seconds'], '' if stored is None else f'{stored:.3f}')]
+    flags = f", XLA flags: {row['xla_flags_variant']}" if 'xla_flags_variant' in row else ''
+    return [(row.get('attention', '') + flags, row['step_seconds'], '' if stored is None else f'{stored:.3f}')]
   if 'vlp_jax_samples_per_sec' in row:
     return [(f"vlp_jax ({row['attention']})", row['batch_size'] / row['vlp_jax_samples_per_sec'], ''),
             ('open_clip', row['batch_size'] / row['open_clip_samples_per_sec'], '')]

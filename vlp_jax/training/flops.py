@@ -4,11 +4,12 @@ Two counts of a train step. The architecture's FLOPs (`architecture_config`: wha
 FLOPs) are the matmuls of the step of the same model with every row through every block, nothing recomputed and
 attention over the true rows: for a transformer, 6 x (matmul parameters) per token plus 12 x layers x width x rows
 per token for attention (forward 1x, backward 2x). The executed FLOPs (`device_flops`: perf/step_flops and
-perf/mfu_executed) are what the compiled step runs: less, since a pooled tower's last block computes its pooled row
-only (`transformer.BlockStack.pool_last_block`; for ViT-B/16 CLIP about 5% of the step), more with remat's
-recomputation; padded attention rows count there too where XLA runs them.
+perf/mfu_executed) are the compiled step's own: fewer, since a pooled tower's last block computes its pooled row
+only (`transformer.BlockStack.pool_last_block`; a ViT-B/16 CLIP step at batch 256 executes 29.5 of the
+architecture's 31.5 TFLOP, benchmarks/mfu_table.py); more with remat's recomputation or padded attention rows that
+XLA runs; and on a GPU without the attention that a fused cuDNN kernel computes (a call no jaxpr count sees).
 
-The executed count (device_flops below): there XLA's cost analysis of the compiled
+The executed count on a GPU (device_flops below) comes from the jaxpr: there XLA's cost analysis of the compiled
 step leaves out the matmuls it hands to cuBLAS and cuDNN, and jax 0.11's GPU backend gives no count for the lowered
 program. The jaxpr is the same on every backend. Elementwise work (LayerNorm, GELU, softmax, the optimizer) is not
 counted, as the usual MFU definition leaves it out: XLA's count of a ViT-B/16 CLIP step is 0.3% higher, of the tiny
