@@ -19,6 +19,7 @@ shapes, tests) it is 'padded', the same program through XLA.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import statistics
@@ -60,9 +61,15 @@ def patch_in_the_cudnn_rule_fix() -> None:
   """The one-line fix of docs/scaling.md, in this process only: jax's cuDNN training rule told that no bias is given
   (none is here) instead of seeing its zero-size placeholder as one."""
   check = cudnn_rule._fused.check_is_flash_attention
+  signature = inspect.signature(check)
+  if 'has_bias' not in signature.parameters:  # another jax: leave its rule alone ('unpadded' may then be refused)
+    print(f'the cuDNN shape check of jax {jax.__version__} takes no has_bias: not patched', file=sys.stderr)
+    return
 
-  def fixed(query, key, value, layout, cudnn_version, has_bias, is_training, *rest, **options):
-    return check(query, key, value, layout, cudnn_version, False, is_training, *rest, **options)
+  def fixed(*args, **options):
+    bound = signature.bind(*args, **options)
+    bound.arguments['has_bias'] = False
+    return check(*bound.args, **bound.kwargs)
 
   cudnn_rule._fused.check_is_flash_attention = fixed
   cudnn_rule.cudnn_trains_odd_lengths.cache_clear()
@@ -186,10 +193,12 @@ def main(argv):
   del argv
   on_gpu = jax.default_backend() == 'gpu'
   route = 'cudnn' if on_gpu else 'padded'
-  print(json.dumps({'kind': 'setup', 'backend': jax.default_backend(), 'route': route, 'jax': jax.__version__,
-                    'cudnn_trains_odd_lengths_as_installed': cudnn_rule.cudnn_trains_odd_lengths(),
-                    'batch': _BATCH.value, 'heads': _HEADS.value, 'head_dim': _HEAD_DIM.value}), flush=True)
+  as_installed = cudnn_rule.cudnn_trains_odd_lengths()
   patch_in_the_cudnn_rule_fix()
+  print(json.dumps({'kind': 'setup', 'backend': jax.default_backend(), 'route': route, 'jax': jax.__version__,
+                    'cudnn_trains_odd_lengths_as_installed': as_installed,
+                    'cudnn_trains_odd_lengths_patched': cudnn_rule.cudnn_trains_odd_lengths(),
+                    'batch': _BATCH.value, 'heads': _HEADS.value, 'head_dim': _HEAD_DIM.value}), flush=True)
   dtype = jnp.bfloat16 if on_gpu else jnp.float32
   for text in _LENGTHS.value:
     length, causal, heads = parse_length(text, _HEADS.value)

@@ -201,6 +201,7 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   # values and gradients, odd and causal-even rows; each variant and torch's SDPA timed forward and backward
   rows = _jsonl(out / 'attention.jsonl')
   assert rows[0]['kind'] == 'setup' and rows[0]['cudnn_trains_odd_lengths_as_installed'] is False
+  assert rows[0]['cudnn_trains_odd_lengths_patched'] is True  # the fix, in that process only
   checks = [r for r in rows if r['kind'] == 'check']
   assert sorted((r['length'], r['causal'], r['variant']) for r in checks) == sorted(
       (length, causal, v) for length, causal in ((17, False), (16, True)) for v in ('pad64', 'pad2', 'unpadded'))
