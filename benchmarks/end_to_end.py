@@ -123,7 +123,9 @@ def trainer_figures(workdir: str) -> dict:
   return {'samples_per_sec': [round(r['perf/samples_per_sec'], 1) for r in rows],
           'data_wait_fraction': [round(r['perf/data_wait_fraction'], 4) for r in rows],
           'device_wait_fraction': [round(r['perf/device_wait_fraction'], 4) for r in rows],
-          'mfu': [round(r['perf/mfu'], 4) for r in rows if 'perf/mfu' in r]}
+          # the trainer's perf/mfu (the architecture's FLOPs) and perf/mfu_executed (the step's own count)
+          'mfu': [round(r['perf/mfu'], 4) for r in rows if 'perf/mfu' in r],
+          'mfu_executed': [round(r['perf/mfu_executed'], 4) for r in rows if 'perf/mfu_executed' in r]}
 
 
 def step_only_seconds(config, state, steps: int) -> list[float]:

@@ -14,6 +14,9 @@
 #   so400m: train_step.py, a SigLIP So400m/14 step (sigmoid loss) in bf16 at batch 256.
 #   l14: train_step.py, a ViT-L/14 CLIP step in bf16 at batch 256.
 # Named only (each compiles afresh; `levers` names the four levers_* stages, about 13 minutes on a fresh machine):
+#   attention: attention.py, self-attention alone at ViT-B/16's shapes in bf16 (batch 256; 197 image rows, 77 causal
+#     text rows): cuDNN's values and gradients against XLA's (padded to 64, to 2, unpadded), then those, XLA's and
+#     torch's SDPA timed forward and backward in alternating rounds.
 #   profile: vs_open_clip.py profiling 5 steps of each side: GPU kernel time by op kind, the GPU's idle time, the
 #     costliest kernels. XLA's command buffers are off here, since a CUDA graph hides which HLO op each kernel runs.
 #   levers_variants: patch dropout 0.5 and remat against neither, alternating rounds in one process.
@@ -40,7 +43,7 @@ done
 out=${positional[0]:-benchmarks/results/gpu/$(date +%F)}
 default_stages="b16 vs_open_clip end_to_end so400m l14"
 lever_stages="levers_variants levers_batch levers_xla levers_workers"
-all_stages="$default_stages profile $lever_stages"
+all_stages="$default_stages attention profile $lever_stages"
 stages=${positional[1]:-$( (( dry )) && echo "$all_stages" || echo "$default_stages")}
 stages=${stages//levers_/LEVER_}  # 'levers' names every lever stage
 stages=${stages//levers/$lever_stages}
@@ -126,6 +129,7 @@ if (( dry )); then
   l14_on=
   # one run with every lever flag: XLA stops at a flag it does not know, so a typo fails here
   xla_variants=("--variant=${xla_levers[*]}")
+  attn=(--batch=2 --heads=2 --head_dim=8 --lengths=17,16t --rounds=2 --steps=1 --warmup=0)
 else
   # XLA's Triton GEMM autotuning off: cuBLAS takes the matmuls, and the step compiles in a fraction of the time
   # (with it on, a ViT-B/16 step had not compiled after 130 s on an H200).
@@ -142,6 +146,7 @@ else
   lever_batch=256 lever_dropouts=0,0.5 lever_remats=false,true lever_batches=256,512,1024 lever_rounds=3 xla_rounds=2
   lever_workers=4 l14_on=1
   xla_variants=(--variant=default)
+  attn=(--batch=256 --heads=12 --head_dim=64 --lengths=197,77t:8 --rounds=5 --steps=20 --warmup=3)
   for flag in "${xla_levers[@]}"; do xla_variants+=("--variant=$flag"); done
 fi
 
@@ -156,6 +161,7 @@ for name in $stages; do
               --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
     l14) stage_if "$l14_on" "the b16 stage runs the same script on a ViT" l14 100 python3 benchmarks/train_step.py \
            --model=ViT-L-14 --precision=bf16 "${big[@]}" --attention="$(fastest_route)" ;;
+    attention) stage attention 150 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 python3 benchmarks/attention.py "${attn[@]}" ;;
     profile) stage_if "$profiled" "the vs_open_clip stage profiled" profile 170 \
                env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
                python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled \

@@ -8,8 +8,10 @@
 Each line has the compile time, the step time (median of --steps after --warmup), samples/s, the step's FLOPs from
 XLA's cost analysis (on a GPU, the traced program's matmuls: training.flops.device_flops) and the FLOP/s achieved, and
 the utilisation: achieved FLOP/s over the machine's peak, measured in the same run as the fastest of 15 runs of a
-large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and `mfu`, the trainer's perf/mfu: achieved FLOP/s over
-the device's published bf16 peak (vlp_jax/hardware.py; None on a CPU). With --scan_layers the FLOPs count every
+large matmul (--peak_size square; fp32 on CPU, bf16 on GPU), and `mfu`, the trainer's perf/mfu: the architecture's
+FLOPs per step (`architecture_flops_per_step`, training/flops.py: every row through every block) per second over the
+device's published bf16 peak (vlp_jax/hardware.py; None on a CPU), and `mfu_executed`, the same for the step's own
+count (`flops_per_step`; this was `mfu` before issue 65). With --scan_layers the FLOPs count every
 block (XLA counts the layer loop's body once). It also has the compiled step's peak memory per device (arguments +
 outputs + temporaries) and the process's peak RSS.
 
@@ -109,7 +111,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
   from vlp_jax.hardware import peak_flops
-  from vlp_jax.training.loop import unrolled_flops_of
+  from vlp_jax.training.loop import architecture_flops_of, unrolled_flops_of
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.flops import device_flops
   from vlp_jax.training.step import train_step
@@ -145,7 +147,9 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   if counter is not None and flops and device.platform != 'gpu':
     flops += counter.missing(lowered, batch, rng)
   published = peak_flops(device.device_kind)
-  row = {**row, 'flops_per_step': flops, 'published_peak': published}
+  # what `mfu` counts (PaLM's model FLOPs: every row through every block, no remat, attention on the true rows)
+  architecture = architecture_flops_of(config, tx, mesh).traced_flops(batch, rng)
+  row = {**row, 'flops_per_step': flops, 'architecture_flops_per_step': architecture, 'published_peak': published}
 
   def step():
     nonlocal state
@@ -165,8 +169,10 @@ def timed_row(row: dict, seconds: float, peak: dict) -> dict:
       **row, 'step_seconds': round(seconds, 4), 'samples_per_sec': round(row['batch_size'] / seconds, 2),
       'achieved_flops_per_sec': achieved, 'peak_flops_per_sec': peak['peak_flops_per_sec'],
       'peak_matmul_size': peak['peak_matmul_size'], 'utilisation': round(achieved / peak['peak_flops_per_sec'], 4),
-      # as the trainer's perf/mfu: against the device's published bf16 peak (hardware.py); None where unknown (CPU)
-      'mfu': round(achieved / published, 4) if published else None,
+      # as the trainer's perf/mfu and perf/mfu_executed: the architecture's FLOPs and the executed ones
+      # (flops_per_step) against the device's published bf16 peak (hardware.py); None where unknown (CPU)
+      'mfu': round(row['architecture_flops_per_step'] / seconds / published, 4) if published else None,
+      'mfu_executed': round(achieved / published, 4) if published else None,
       'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
       'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
   }

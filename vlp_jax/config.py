@@ -21,7 +21,7 @@ from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower, with_tower_defaults
-from vlp_jax.models.transformer import ACTIVATIONS, ATTENTION_ROUTES, REMAT_POLICIES
+from vlp_jax.models.transformer import ACTIVATIONS, ATTENTION_ROUTES, REMAT_POLICIES, check_attention
 from vlp_jax.objectives import OBJECTIVES, TERMS, accumulation, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
 
@@ -207,8 +207,7 @@ _CHOICES: dict[str, Any] = {
     'eval.templates': TEMPLATE_CHOICES,
 }
 _POSITIVE_INTS = ('total_steps', 'batch_size', 'log_every_steps', 'eval.every_steps', 'eval.batch_size',
-                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim',
-                  'model.attention_pad_multiple')
+                  'checkpoint.every_steps', 'checkpoint.keep', 'mesh.fsdp', 'model.embed_dim')
 _COUNTS = ('data.eval_max_examples', 'data.probe_train_examples')  # 0 = all
 
 
@@ -328,6 +327,7 @@ def _check_counts(config: ml_collections.ConfigDict) -> None:
     value = _get(config, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
       raise ValueError(f'config.{key} must be 0 (all) or a positive integer, got {value!r}')
+  check_attention(config.model.get('attention', 'auto'), config.model.get('attention_pad_multiple', 0))  # 0 is valid
 
 
 def _check_choices(config: ml_collections.ConfigDict) -> None:

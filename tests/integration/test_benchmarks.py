@@ -121,7 +121,7 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
-  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'levers_variants', 'levers_xla'):
+  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'attention', 'levers_variants', 'levers_xla'):
     assert f'== {name} exit 0' in result.stdout, (name, result.stdout[-3000:], result.stderr[-3000:])
   assert '== l14 skipped in the dry run' in result.stdout
   assert 'jax' in (out / 'environment.txt').read_text()
@@ -131,6 +131,8 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   assert (xla['attention'], padded['attention'], xla['precision']) == ('xla', 'padded', 'bf16')
   for row in (xla, padded):
     assert row['flops_per_step'] > 0 and row['samples_per_sec'] > 0 and len(row['round_step_seconds']) == 2
+    # what `mfu` counts: the same model with every row through every block (no peak on a CPU: no MFU figures)
+    assert row['architecture_flops_per_step'] > 0 and row['mfu'] is None and row['mfu_executed'] is None
   assert padded['speedup_vs_first']['first_attention'] == 'xla'
   ratios = [a / b for a, b in zip(xla['round_step_seconds'], padded['round_step_seconds'])]
   assert padded['speedup_vs_first']['min'] == pytest.approx(min(ratios), abs=2e-3)
@@ -194,6 +196,18 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   assert run['xla_flags_variant'] == summary['xla_flags_variant'] == ' '.join(XLA_LEVERS)
   assert run['samples_per_sec'] > 0 and run['xla_flags'].endswith(' '.join(XLA_LEVERS))
   assert summary['samples_per_sec_median'] == run['samples_per_sec']
+
+  # attention: each fused variant (padded to 64, to 2, unpadded with jax's rule fixed in that process) equals XLA in
+  # values and gradients, odd and causal-even rows; each variant and torch's SDPA timed forward and backward
+  rows = _jsonl(out / 'attention.jsonl')
+  assert rows[0]['kind'] == 'setup' and rows[0]['cudnn_trains_odd_lengths_as_installed'] is False
+  assert rows[0]['cudnn_trains_odd_lengths_patched'] is True  # the fix, in that process only
+  checks = [r for r in rows if r['kind'] == 'check']
+  assert sorted((r['length'], r['causal'], r['variant']) for r in checks) == sorted(
+      (length, causal, v) for length, causal in ((17, False), (16, True)) for v in ('pad64', 'pad2', 'unpadded'))
+  assert all(r['ok'] for r in checks), checks
+  timed = [r for r in rows if r['kind'] == 'time']
+  assert len(timed) == 2 * 2 * 5 and all(r['ms'] > 0 and len(r['round_ms']) == 2 for r in timed), timed
 
 
 def test_gpu_script_refuses_an_unknown_stage_or_option(tmp_path):

@@ -44,10 +44,14 @@ def _tensorboard_tags(workdir):
 @pytest.mark.slow
 def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
   workdir = tmp_path / 'run'
+  # a peak for the CPU (1 TFLOP/s): the MFU of the architecture's FLOPs and of the executed ones are logged
   first = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS,
-                '--config.total_steps=2'], tmp_path)
+                '--config.total_steps=2', '--config.log.peak_device_tflops=1'], tmp_path)
   assert first.returncode == 0, first.stderr[-3000:]
   assert 'step 2/2' in first.stdout and 'samples/s' in first.stdout
+  assert 'GFLOP per device, from XLA; the architecture: ' in first.stdout and '| MFU ' in first.stdout
+  logged = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert any(r.get('perf/mfu', 0) > 0 and r.get('perf/mfu_executed', 0) > 0 for r in logged)
   # Extending the run resumes from the step-2 checkpoint.
   second = _run(['--config=configs/clip_shapes.py', f'--workdir={workdir}', *MICRO_FLAGS], tmp_path)
   assert second.returncode == 0, second.stderr[-3000:]

@@ -152,9 +152,12 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'scan_layers': False,  # run each tower's blocks as one scanned layer (transformer.BlockStack)
       # how self-attention runs: 'auto' (cuDNN's fused kernel on a GPU in bf16/fp16, else XLA's), 'xla', 'padded',
       # 'cudnn' or 'pallas' (TPU; transformer.ATTENTION_ROUTES); 'padded' and 'cudnn' pad the rows to a multiple of
-      # attention_pad_multiple, 'pallas' to its 128-row blocks
+      # attention_pad_multiple (0: as little as the installed jax's cuDNN rule needs, 2 or 1), 'pallas' to its
+      # 128-row blocks
       'attention': 'auto',
-      'attention_pad_multiple': 64,
+      'attention_pad_multiple': 0,
+      # a pooled tower's last block computes its pooled row only (False: every row, as open_clip; the same values)
+      'pool_last_block': True,
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),

@@ -19,6 +19,7 @@ except ImportError as error:
   splash, _SPLASH_IMPORT_ERROR = None, f'{type(error).__name__}: {error}'
 
 from vlp_jax.errors import ConfigError
+from vlp_jax.models.cudnn_rule import cudnn_pad_multiple
 from vlp_jax.parallel import BATCH_AXES, SCANNED_BLOCKS
 from vlp_jax.registry import Registry
 
@@ -51,8 +52,10 @@ def layer_norm(name: str, dtype: Any, eps: float = LN_EPS) -> nn.LayerNorm:
 
 # How self-attention runs (`config.model.attention`, docs/scaling.md). 'xla': XLA's unfused matmul-softmax-matmul on
 # the T rows as they are. 'padded': the rows padded to a multiple of `config.model.attention_pad_multiple` with the
-# true length passed, through XLA: the program cuDNN gets, runnable anywhere. 'cudnn': that program through cuDNN's
-# fused kernel (which refuses odd lengths such as 197, hence the padding). 'pallas': jax's Pallas splash-attention
+# true length passed where the padding needs masking, through XLA: the program cuDNN gets, runnable anywhere. 'cudnn':
+# that program through cuDNN's fused kernel. Pad multiple 0 (the default) pads as little as the installed jax needs:
+# its cuDNN training rule refuses odd lengths such as 197 (a jax bug, `cudnn_rule`), so to an even count (198), and
+# not at all once a jax with the fix is installed. 'pallas': jax's Pallas splash-attention
 # kernel for TPUs, the rows padded to its 128-row blocks (on the CPU the same kernel in Pallas' interpret mode, for
 # tests). 'auto': 'cudnn' on a GPU or 'pallas' on a TPU where the kernel applies, else 'xla'.
 ATTENTION_ROUTES = ('auto', 'xla', 'padded', 'cudnn', 'pallas')
@@ -62,13 +65,13 @@ _CUDNN_MAX_HEAD_DIM = 128
 _PALLAS_BLOCK = 128  # splash attention's default query and key block: the rows are padded to a multiple of it
 
 
-def check_attention(requested: Any, pad_multiple: Any = 64) -> None:
+def check_attention(requested: Any, pad_multiple: Any = 0) -> None:
   """Raise ConfigError naming the key when `config.model.attention` / `attention_pad_multiple` is invalid."""
   if requested not in ATTENTION_ROUTES:
     raise ConfigError(f'config.model.attention={requested!r} is not valid; valid choices: {list(ATTENTION_ROUTES)}')
-  if not isinstance(pad_multiple, int) or isinstance(pad_multiple, bool) or pad_multiple < 1:
-    raise ConfigError(f'config.model.attention_pad_multiple must be a positive integer (64 for cuDNN), got '
-                      f'{pad_multiple!r}')
+  if not isinstance(pad_multiple, int) or isinstance(pad_multiple, bool) or pad_multiple < 0:
+    raise ConfigError(f'config.model.attention_pad_multiple must be 0 (pad as little as cuDNN needs: 2 with this '
+                      f'jax, `cudnn_rule`) or a positive integer, got {pad_multiple!r}')
 
 
 def attention_route(requested: str, dtype: Any, head_dim: int, backend: str) -> str:
@@ -135,22 +138,28 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool) -> 
 
 
 def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route: str,
-                   pad_multiple: int = 64) -> jax.Array:
+                   pad_multiple: int = 0) -> jax.Array:
   """Every row's query against every row's keys and values (the later rows masked when `causal`):
   q, k, v [B, T, heads, head_dim] -> [B, T, heads, head_dim].
 
   route 'xla': the T rows as they are. 'padded' / 'cudnn': the rows padded with zeros to a multiple of
-  `pad_multiple`, and T passed as every example's query and key length, which masks the padding (cuDNN's padding
-  mask, no bias tensor); the padded rows are then dropped. 'pallas': `pallas_attention`, padded to its own 128-row
-  blocks (`pad_multiple` is not used). The same values as 'xla' up to rounding.
+  `pad_multiple` (0: `cudnn_pad_multiple()`, 2 or 1), the padded rows dropped after. Non-causal, T is passed as
+  every example's query and key length, which masks the padded keys (cuDNN's padding mask, no bias tensor). Causal,
+  nothing is passed: the padded keys come after every real row, so the causal mask already hides them from each
+  real row (a padded query row sees real keys and is dropped). Nothing padded, nothing passed either: cuDNN's plain
+  (or causal) kernel. 'pallas': `pallas_attention`, padded to its own 128-row blocks (`pad_multiple` is not used).
+  The same values as 'xla' up to rounding.
   """
   if route == 'xla':
     return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
   if route == 'pallas':
     return pallas_attention(q, k, v, causal)
   batch, length = q.shape[:2]
-  padding = ((0, 0), (0, -length % pad_multiple), (0, 0), (0, 0))
-  lengths = jnp.full((batch,), length, jnp.int32)
+  padded = length + -length % (pad_multiple or cudnn_pad_multiple())
+  if padded == length:
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=_IMPLEMENTATION[route])
+  padding = ((0, 0), (0, padded - length), (0, 0), (0, 0))
+  lengths = None if causal else jnp.full((batch,), length, jnp.int32)
   out = jax.nn.dot_product_attention(*(jnp.pad(x, padding) for x in (q, k, v)), is_causal=causal,
                                      query_seq_lengths=lengths, key_value_seq_lengths=lengths,
                                      implementation=_IMPLEMENTATION[route])
@@ -164,7 +173,7 @@ class MultiHeadAttention(nn.Module):
   layers: int  # of the whole tower, for the output-projection init
   dtype: Any = jnp.float32
   attention: str = 'auto'  # ATTENTION_ROUTES, resolved by `attention_route` at trace time
-  attention_pad_multiple: int = 64
+  attention_pad_multiple: int = 0  # 0: as little as cuDNN needs (self_attention)
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
@@ -216,7 +225,7 @@ class ResidualAttentionBlock(nn.Module):
   mlp_width: int = 0  # Mlp.hidden
   ln_eps: float = LN_EPS
   attention: str = 'auto'  # MultiHeadAttention's
-  attention_pad_multiple: int = 64
+  attention_pad_multiple: int = 0
 
   @nn.compact
   def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
@@ -253,13 +262,16 @@ class BlockStack:
     longer grow with depth. The last block stays its own (`resblocks_{layers-1}`): a pooled tower computes only
     its pooled row there. `stacked_layout`/`unstacked_layout` convert parameter trees between the two layouts.
   attention: how self-attention runs (ATTENTION_ROUTES; `attention_route`), padding the rows to a multiple of
-    `attention_pad_multiple` on the 'padded' and 'cudnn' routes (`self_attention`).
+    `attention_pad_multiple` on the 'padded' and 'cudnn' routes (0: as little as cuDNN needs; `self_attention`).
+  pool_last_block: a pooled tower computes only its pooled row in the last block (`Transformer`); False computes
+    every row there, as open_clip does: the architecture's full work, which MFU counts (training/flops.py).
   """
   remat: bool = False
   remat_policy: str = 'nothing_saveable'
   scan: bool = False
   attention: str = 'auto'
-  attention_pad_multiple: int = 64
+  attention_pad_multiple: int = 0
+  pool_last_block: bool = True
 
   def __post_init__(self):
     check_attention(self.attention, self.attention_pad_multiple)
@@ -269,7 +281,8 @@ class BlockStack:
     return cls(remat=bool(model_config.get('remat', False)),
                remat_policy=model_config.get('remat_policy', 'nothing_saveable'),
                scan=bool(model_config.get('scan_layers', False)), attention=model_config.get('attention', 'auto'),
-               attention_pad_multiple=model_config.get('attention_pad_multiple', 64))
+               attention_pad_multiple=model_config.get('attention_pad_multiple', 0),
+               pool_last_block=bool(model_config.get('pool_last_block', True)))
 
 
 class Transformer(nn.Module):
@@ -306,9 +319,12 @@ class Transformer(nn.Module):
       scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
                         split_rngs={'params': True}, length=first)
       x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, None)
+    last_query = pool_index if self.stack.pool_last_block else None
     for i in range(first, self.layers):
       x = block(*block_options, name=f'resblocks_{i}')(
-          x, causal, pool_index if i == self.layers - 1 else None)
+          x, causal, last_query if i == self.layers - 1 else None)
+    if pool_index is not None and last_query is None:  # every row computed: keep the pooled one
+      x = jnp.take_along_axis(x, pool_index[:, None, None], axis=1)
     return x
 
 

@@ -1,6 +1,15 @@
 """FLOPs of a traced program counted from its jaxpr: its matrix products and convolutions, 2 per multiply-add.
 
-The count the GPU trainer's perf/mfu divides by (device_flops below): there XLA's cost analysis of the compiled
+Two counts of a train step. The architecture's FLOPs (`architecture_config`: what perf/mfu counts, PaLM's model
+FLOPs) are the matmuls of the step of the same model with every row through every block, nothing recomputed and
+attention over the true rows: for a transformer, 6 x (matmul parameters) per token plus 12 x layers x width x rows
+per token for attention (forward 1x, backward 2x). The executed FLOPs (`device_flops`: perf/step_flops and
+perf/mfu_executed) are the compiled step's own: fewer, since a pooled tower's last block computes its pooled row
+only (`transformer.BlockStack.pool_last_block`; a ViT-B/16 CLIP step at batch 256 executes 29.5 of the
+architecture's 31.5 TFLOP, benchmarks/mfu_table.py); more with remat's recomputation or padded attention rows that
+XLA runs; and on a GPU without the attention that a fused cuDNN kernel computes (a call no jaxpr count sees).
+
+The executed count on a GPU (device_flops below) comes from the jaxpr: there XLA's cost analysis of the compiled
 step leaves out the matmuls it hands to cuBLAS and cuDNN, and jax 0.11's GPU backend gives no count for the lowered
 program. The jaxpr is the same on every backend. Elementwise work (LayerNorm, GELU, softmax, the optimizer) is not
 counted, as the usual MFU definition leaves it out: XLA's count of a ViT-B/16 CLIP step is 0.3% higher, of the tiny
@@ -14,6 +23,7 @@ import math
 from typing import Any
 
 import jax
+import ml_collections
 from jax.extend import core as jex_core
 
 
@@ -106,3 +116,13 @@ def program_memory(compiled) -> int | None:
     return None
   return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
              - analysis.alias_size_in_bytes)
+
+
+def architecture_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of a training config whose step's traced matmuls (`traced_flops`) are the architecture's FLOPs: the
+  last block computes every row (`model.pool_last_block` off), nothing is recomputed (`model.remat` off), attention
+  runs through XLA on the true rows (`model.attention='xla'`: a fused kernel is a call whose FLOPs no jaxpr shows,
+  and padded rows are not the architecture's work). The same model and batch otherwise."""
+  counted = ml_collections.ConfigDict(config.to_dict())
+  counted.model.update(pool_last_block=False, remat=False, attention='xla')
+  return counted

@@ -28,6 +28,7 @@ from vlp_jax.training import guards, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
+from vlp_jax.training.flops import architecture_config
 from vlp_jax.training.hooks import Hook, default_hooks
 from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.progress import Progress, end_summary, print_summary
@@ -130,6 +131,14 @@ def unrolled_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFl
                        num_micro_batches(config), config.ema.decay)
 
 
+def architecture_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFlops:
+  """What counts the architecture's FLOPs of a step, which perf/mfu divides (flops.architecture_config)."""
+  counted = architecture_config(config)
+  objective = objectives.build(counted, models.build_model(counted.model))
+  return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
+                       num_micro_batches(config), config.ema.decay)
+
+
 def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[str], checkpointer: Checkpointer,
                   latest: int | None, stop_at_step: int | None) -> TrainContext:
   """Mesh, model, objective, optimizer, data, state (restored when `latest`), the compiled step, eval sets and the
@@ -154,7 +163,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
                                num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
-                               config.ema.decay)
+                               config.ema.decay, architecture_flops_of(config, tx, mesh))
   eval_sets = evalsets.load_eval_sets(config)
   report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
@@ -187,13 +196,19 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
     # perf/mfu's denominator: config.log.peak_device_tflops, else the device's published bf16 peak (None: no MFU)
     peak = hardware.peak_device_flops(ctx.mesh.devices.flat[0].device_kind,
                                       ctx.config.log.peak_device_tflops) if flops else None
-    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak)
+    # the architecture's FLOPs (perf/mfu) are traced only where an MFU is reported
+    count_architecture = getattr(ctx.step_fn, 'architecture_flops', None)
+    architecture = count_architecture(batch, ctx.step_rng) if peak and count_architecture else None
+    ctx.progress = Progress(ctx.config.total_steps, ctx.config.batch_size, step, flops, ctx.mesh.size, peak,
+                            architecture)
     peak_text = f'; MFU against {peak / 1e12:g} TFLOP/s per device' if peak else ''
     source = 'the traced matmuls' if ctx.mesh.devices.flat[0].platform == 'gpu' else 'XLA'  # flops.device_flops
     memory = getattr(ctx.step_fn, 'memory', None)
     memory_text = f'; {hardware.gib(memory)} of memory per device' if memory else ''
-    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}'
-                                             f'{memory_text}).' if flops else '.'), flush=True)
+    architecture_text = f'; the architecture: {architecture / 1e9:.2f} GFLOP' if architecture else ''
+    print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}'
+                                             f'{architecture_text}{peak_text}{memory_text}).' if flops else '.'),
+          flush=True)
   return metrics
 
 

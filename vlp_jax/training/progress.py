@@ -19,12 +19,14 @@ class Progress:
   The loop dispatches step n + 1 before it reads step n's results, so device time that is not waited for overlaps
   the input pipeline and the host's work. `device_flops`: one step's floating-point operations on one of the
   `devices` devices (XLA's count, training/step.py), which adds the step's FLOPs and the achieved TFLOP/s per device
-  to every tick; with `peak_flops`, the device's peak FLOP/s (`hardware.peak_device_flops`), the MFU too."""
+  to every tick; with `peak_flops`, the device's peak FLOP/s (`hardware.peak_device_flops`), the MFU too, of the
+  architecture's FLOPs per step and device (`architecture_flops`, training/flops.py) and of the executed ones."""
 
   def __init__(self, total_steps: int, batch_size: int, start_step: int, device_flops: float | None = None,
-               devices: int = 1, peak_flops: float | None = None):
+               devices: int = 1, peak_flops: float | None = None, architecture_flops: float | None = None):
     self.total_steps, self.batch_size = total_steps, batch_size
     self.device_flops, self.devices, self.peak_flops = device_flops, devices, peak_flops
+    self.architecture_flops = architecture_flops
     self.last_step, self.last_time, self.train_seconds, self.train_steps = start_step, time.perf_counter(), 0.0, 0
     self.data_seconds = self.device_seconds = 0.0
 
@@ -59,15 +61,21 @@ class Progress:
             'perf/eta_seconds': (self.total_steps - step) / max(mean_rate, 1e-9), **self.utilisation(rate)}
 
   def utilisation(self, steps_per_sec: float) -> dict[str, float]:
-    """XLA's FLOPs of one step on all devices, the TFLOP/s per device achieved at `steps_per_sec`, and, where the
-    device's peak is known, the model FLOPs utilisation `perf/mfu`: achieved FLOP/s per device / peak FLOP/s per
-    device (a fraction, 0.413 = 41.3%). The peak is the dense bf16 one whatever the compute dtype (as maxtext and
-    PaLM report MFU). The FLOPs are XLA's count of the compiled step, so rematerialised recomputation (model.remat)
-    counts as work done: with remat this is nearer PaLM's hardware FLOPs utilisation than its MFU."""
+    """The executed FLOPs of one step on all devices (`perf/step_flops`), the TFLOP/s per device they make at
+    `steps_per_sec`, and, where the device's peak is known, the model FLOPs utilisation (a fraction, 0.413 = 41.3%)
+    against the dense bf16 peak whatever the compute dtype (as maxtext and PaLM report it). `perf/mfu`: PaLM's MFU,
+    the architecture's FLOPs per second and device (every row through every block, no recomputation) / the peak.
+    `perf/mfu_executed`: the executed FLOPs (the step's own count: a pooled tower's last block computes one row,
+    model.remat's recomputation counts as work) / the peak; with remat this is nearer PaLM's hardware FLOPs
+    utilisation. Before issue 65, `perf/mfu` was the executed figure."""
     if not self.device_flops:
       return {}
     achieved = self.device_flops * steps_per_sec
-    mfu = {'perf/mfu': achieved / self.peak_flops} if self.peak_flops else {}
+    mfu = {}
+    if self.peak_flops:
+      mfu['perf/mfu_executed'] = achieved / self.peak_flops
+      if self.architecture_flops:
+        mfu['perf/mfu'] = self.architecture_flops * steps_per_sec / self.peak_flops
     return {'perf/step_flops': self.device_flops * self.devices, 'perf/device_tflops_per_sec': achieved / 1e12,
             **mfu}
 

@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from vlp_jax import errors, hardware, parallel
 from vlp_jax.training import accumulation
 from vlp_jax.training import ema as ema_lib
-from vlp_jax.training.flops import device_flops, program_cost, program_memory
+from vlp_jax.training.flops import device_flops, program_cost, program_memory, traced_flops
 from vlp_jax.training.optim import clamp_logit_scales
 from vlp_jax.training.state import TrainState, create_train_state
 
@@ -79,10 +79,12 @@ class CompiledStep:
   a scanned model (`unrolled_flops` given) adds the blocks the count of its layer loop leaves out; the GPU's count
   (from the jaxpr) has every loop in full already."""
 
-  def __init__(self, jitted, mesh: Mesh, num_micro: int = 1, unrolled_flops=None):
+  def __init__(self, jitted, mesh: Mesh, num_micro: int = 1, unrolled_flops=None, architecture=None):
     self.jitted, self.mesh, self.num_micro, self.unrolled_flops = jitted, mesh, num_micro, unrolled_flops
+    self.architecture = architecture  # an UnrolledFlops of flops.architecture_config's step, or None
     self.compiled: dict = {}  # one program per batch signature (the loop's batches all share one)
     self.flops: float | None = None
+    self.counted_architecture: float | None = None
     self.memory: int | None = None  # bytes per device while the step runs (flops.program_memory)
 
   def __call__(self, state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict]:
@@ -104,6 +106,13 @@ class CompiledStep:
           self.flops = flops if flops > 0 else None
       return self.compiled[signature](state, batch, rng)
 
+  def architecture_flops(self, batch: dict, rng: jax.Array) -> float | None:
+    """The architecture's FLOPs of one step per device (what perf/mfu counts: flops.architecture_config), traced
+    once on the first call (a few seconds for a large model); None without an `architecture` counter."""
+    if self.counted_architecture is None and self.architecture is not None:
+      self.counted_architecture = self.architecture.traced_flops(batch, rng) or None
+    return self.counted_architecture
+
 
 class UnrolledFlops:
   """What XLA's FLOP count of a scanned model's step (model.scan_layers) leaves out. The cost analysis counts a loop
@@ -116,14 +125,25 @@ class UnrolledFlops:
     self.objective, self.tx, self.mesh, self.min_size = objective, tx, mesh, fsdp_min_size
     self.mode, self.num_micro, self.ema_decay = mode, num_micro, ema_decay
 
-  def lowered_cost(self, batch: dict, rng: jax.Array) -> dict[str, float]:
-    """The cost analysis of `objective`'s step lowered (not compiled) on `mesh`: whole-program, not per device."""
+  def _traced(self, batch: dict, rng: jax.Array):
+    """`objective`'s step traced on `mesh` with an abstract state (nothing allocated or compiled)."""
     abstract = jax.eval_shape(lambda r: create_train_state(self.objective, self.tx, r, self.ema_decay), rng)
     shardings = parallel.tree_shardings(abstract, self.mesh, self.min_size)
     state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     with jax.set_mesh(self.mesh):
-      return program_cost(jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode,
-                                         self.num_micro, self.ema_decay).lower(state, batch, rng))
+      return jit_train_step(self.objective, self.tx, self.mesh, shardings, self.mode, self.num_micro,
+                            self.ema_decay).trace(state, batch, rng)
+
+  def lowered_cost(self, batch: dict, rng: jax.Array) -> dict[str, float]:
+    """The cost analysis of `objective`'s step lowered (not compiled) on `mesh`: whole-program, not per device."""
+    traced = self._traced(batch, rng)
+    with jax.set_mesh(self.mesh):
+      return program_cost(traced.lower())
+
+  def traced_flops(self, batch: dict, rng: jax.Array) -> float:
+    """The matmul FLOPs per device of `objective`'s step, from its jaxpr (flops.traced_flops: every loop in full),
+    split evenly over the mesh's devices."""
+    return traced_flops(self._traced(batch, rng)) / self.mesh.size
 
   def missing(self, scanned_lowered, batch: dict, rng: jax.Array) -> float:
     """The FLOPs per device that the scanned program's count leaves out."""
@@ -133,8 +153,8 @@ class UnrolledFlops:
 
 def compile_train_step(objective, tx: optax.GradientTransformation, mesh: Mesh, state_shardings: Any,
                        mode: str = 'none', num_micro: int = 1, unrolled_flops: UnrolledFlops | None = None,
-                       ema_decay: float = 0.0) -> CompiledStep:
+                       ema_decay: float = 0.0, architecture: UnrolledFlops | None = None) -> CompiledStep:
   """`jit_train_step`, compiled on its first call and run under the mesh, with its FLOPs (`CompiledStep`; a scanned
-  model passes `unrolled_flops`)."""
+  model passes `unrolled_flops`; `architecture` counts the architecture's FLOPs for perf/mfu)."""
   return CompiledStep(jit_train_step(objective, tx, mesh, state_shardings, mode, num_micro, ema_decay), mesh,
-                      num_micro if mode != 'none' else 1, unrolled_flops)
+                      num_micro if mode != 'none' else 1, unrolled_flops, architecture)

@@ -1,6 +1,8 @@
-"""config.model.attention: the padded program cuDNN gets (rows padded to a multiple of 64, true lengths passed), run
-through XLA on the CPU, equals today's unpadded attention and a naive numpy reference, in values and gradients, in a
-block and in the whole CLIP model; the Pallas splash kernel (route 'pallas', run in Pallas' interpret mode on the CPU)
+"""config.model.attention: the padded program cuDNN gets (rows padded to an even count by default, or a multiple of
+64, true lengths passed where the padding is not causally masked anyway), run through XLA on the CPU, equals today's
+unpadded attention and a naive numpy reference, in values and gradients, on odd and even lengths, causal or not, in a
+block and in the whole CLIP model; nothing is padded or passed for an even length; the probe of jax's cuDNN training
+rule (cudnn_rule) reads this jax's bug and sees the fix; the Pallas splash kernel (route 'pallas', run in Pallas' interpret mode on the CPU)
 equals 'xla' too, and compiles for a TPU topology; 'auto' resolves per platform, dtype and head width, and leaves CPU
 programs as they were."""
 import importlib.util
@@ -17,11 +19,16 @@ from support import assert_close_at_scale, jit_init, random_tokens
 from vlp_jax import models, parallel
 from vlp_jax.config import base_config, validate
 from vlp_jax.errors import ConfigError
+from vlp_jax.models import cudnn_rule
 from vlp_jax.models.transformer import BlockStack, MultiHeadAttention, attention_route, self_attention
 
 BATCH, HEADS, HEAD_DIM = 2, 3, 8
 # (length, causal): the image tower's odd row count (ViT-B-16's 196 patches + [cls]) and CLIP's causal text rows.
 CASES = {'image': (197, False), 'text': (77, True)}
+# odd and even lengths, causal and not, each with the default pad multiple (0: as little as cuDNN needs) and 64
+PADDED_CASES = {f'{name}_{length}_pad{multiple}': (length, causal, multiple)
+                for name, causal, lengths in (('image', False, (197, 196)), ('text', True, (77, 76)))
+                for length in lengths for multiple in (0, 64)}
 
 
 def _qkv_and_cotangent(length: int, seed: int = 0) -> tuple[jax.Array, ...]:
@@ -43,21 +50,23 @@ def _numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) 
   return np.einsum('bhts,bshd->bthd', weights, v)
 
 
-def _values_and_grads(route: str, q, k, v, cotangent, causal: bool):
+def _values_and_grads(route: str, q, k, v, cotangent, causal: bool, pad_multiple: int = 0):
   """(attention output, its vector-Jacobian product with `cotangent` wrt (q, k, v)) on `route`, jitted."""
   def run(q, k, v, cotangent):
-    out, vjp = jax.vjp(lambda *qkv: self_attention(*qkv, causal, route, 64), q, k, v)
+    out, vjp = jax.vjp(lambda *qkv: self_attention(*qkv, causal, route, pad_multiple), q, k, v)
     return out, vjp(cotangent)
 
   return jax.jit(run)(q, k, v, cotangent)
 
 
-@pytest.mark.parametrize('case', CASES)
+@pytest.mark.parametrize('case', PADDED_CASES)
 def test_padded_attention_equals_xla_and_a_numpy_reference(case):
-  length, causal = CASES[case]
+  """Causal cases pass no lengths (the padded keys are in every real row's future): every real row, the text
+  tower's pooled [eot] row among them, and every gradient still equals 'xla'."""
+  length, causal, pad_multiple = PADDED_CASES[case]
   q, k, v, cotangent = _qkv_and_cotangent(length)
   want, want_grads = _values_and_grads('xla', q, k, v, cotangent, causal)
-  got, got_grads = _values_and_grads('padded', q, k, v, cotangent, causal)
+  got, got_grads = _values_and_grads('padded', q, k, v, cotangent, causal, pad_multiple)
   assert got.shape == (BATCH, length, HEADS, HEAD_DIM)
   chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
   chex.assert_trees_all_close(got_grads, want_grads, rtol=1e-6, atol=1e-6)
@@ -150,9 +159,12 @@ def test_a_bad_attention_option_names_the_key():
     attention_route('pallas', jnp.bfloat16, 64, 'gpu')
   with pytest.raises(ConfigError, match=r"config.model.attention='flash'"):
     BlockStack(attention='flash')
-  with pytest.raises(ConfigError, match='config.model.attention_pad_multiple must be a positive integer'):
-    BlockStack(attention='padded', attention_pad_multiple=0)
+  for bad in (-1, 2.0, True, '2'):
+    with pytest.raises(ConfigError, match=r'config.model.attention_pad_multiple must be 0 .* or a positive integer'):
+      BlockStack(attention='padded', attention_pad_multiple=bad)
+  BlockStack(attention='padded', attention_pad_multiple=0)  # as little as cuDNN needs
   config = base_config()
+  assert config.model.attention_pad_multiple == 0
   validate(config)  # the defaults are valid
   config.model.attention = 'flash'
   with pytest.raises(ConfigError, match=r"config.model.attention='flash'"):
@@ -178,7 +190,7 @@ def test_auto_leaves_the_cpu_program_unchanged():
 
 @pytest.fixture(scope='module')
 def micro_models():
-  """{route: CLIP model} for 'xla' and 'padded', at micro shapes (17 image rows, 16 text rows: both padded to 64;
+  """{route: CLIP model} for 'xla' and 'padded', at micro shapes (17 image rows padded to 18, 16 text rows as they are;
   one block per tower, which computes every row: the outputs keep the tokens), the parameters they share and a
   batch."""
   config = models.preset('tiny')
@@ -217,3 +229,61 @@ def test_clip_with_padded_attention_equals_xla(micro_models):
   (p_image, p_text), p_grads = embeddings_and_grads(built['padded'])
   chex.assert_trees_all_close((p_image, p_text), (image, text), rtol=1e-5, atol=1e-6)
   assert_close_at_scale(p_grads, grads, rtol=1e-5)
+
+
+def _attention_jaxpr(fn, length: int) -> str:
+  x = jax.ShapeDtypeStruct((BATCH, length, HEADS, HEAD_DIM), jnp.float32)
+  return str(jax.make_jaxpr(fn)(x, x, x))
+
+
+@pytest.mark.parametrize('causal', (False, True))
+def test_an_even_length_is_neither_padded_nor_given_lengths(causal):
+  """At 196 rows the default 'padded' program is XLA's plain one (what cuDNN then gets: its plain or causal kernel,
+  not the padding-mask variant); at 197 it pads one row, passing the lengths only where causality does not mask it."""
+  xla = lambda q, k, v: self_attention(q, k, v, causal, 'xla')
+  padded = lambda q, k, v: self_attention(q, k, v, causal, 'padded')
+  assert _attention_jaxpr(padded, 196) == _attention_jaxpr(xla, 196)
+  odd = _attention_jaxpr(padded, 197)
+  assert f'{BATCH},198,{HEADS},{HEAD_DIM}' in odd and f'{BATCH},256,' not in odd
+
+  def by_hand(q, k, v):  # one zero row, the true lengths passed only when not causal
+    lengths = None if causal else jnp.full((BATCH,), 197, jnp.int32)
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, 1), (0, 0), (0, 0)))
+    return jax.nn.dot_product_attention(pad(q), pad(k), pad(v), is_causal=causal, query_seq_lengths=lengths,
+                                        key_value_seq_lengths=lengths, implementation='xla')[:, :197]
+
+  assert odd == _attention_jaxpr(by_hand, 197)
+
+
+@pytest.fixture
+def fixed_cudnn_rule(monkeypatch):
+  """jax's cuDNN training rule with the one-line fix of docs/scaling.md: its shape check told whether a bias was
+  given (none is, in this library) instead of seeing the zero-size placeholder as one."""
+  check = cudnn_rule._fused.check_is_flash_attention
+
+  def fixed_check(query, key, value, layout, cudnn_version, has_bias, is_training, *rest, **options):
+    return check(query, key, value, layout, cudnn_version, False, is_training, *rest, **options)
+
+  cudnn_rule.cudnn_trains_odd_lengths.cache_clear()
+  monkeypatch.setattr(cudnn_rule._fused, 'check_is_flash_attention', fixed_check)
+  yield
+  cudnn_rule.cudnn_trains_odd_lengths.cache_clear()
+
+
+def test_the_probe_reads_this_jax_rule_as_refusing_odd_lengths():
+  """jax 0.10.2 has the bug: the probe says so (even padding), though the rule traces fine at an even length (so the
+  'no' is the bug, not a probe that cannot read the rule)."""
+  cudnn_rule._trace_training_rule(4)
+  with pytest.raises(NotImplementedError, match='Unsupported sequence length Q 3, KV 3'):
+    cudnn_rule._trace_training_rule(3)
+  assert cudnn_rule.cudnn_trains_odd_lengths() is False
+  assert cudnn_rule.cudnn_pad_multiple() == 2
+
+
+def test_with_the_fix_the_probe_unpads_the_rows(fixed_cudnn_rule):
+  """Once the rule accepts odd lengths, pad multiple 0 pads nothing: 197 rows go as they are, no lengths."""
+  assert cudnn_rule.cudnn_trains_odd_lengths() is True
+  assert cudnn_rule.cudnn_pad_multiple() == 1
+  xla = lambda q, k, v: self_attention(q, k, v, False, 'xla')
+  padded = lambda q, k, v: self_attention(q, k, v, False, 'padded')
+  assert _attention_jaxpr(padded, 197) == _attention_jaxpr(xla, 197)

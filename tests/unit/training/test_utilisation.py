@@ -44,24 +44,29 @@ def test_the_override_replaces_the_looked_up_peak():
 
 
 def test_utilisation_gives_the_mfu_against_the_peak():
-  device_flops, peak = 3e12, 50e12
+  """perf/mfu counts the architecture's FLOPs, perf/mfu_executed the step's own; perf/step_flops stays executed."""
+  device_flops, architecture_flops, peak = 3e12, 3.2e12, 50e12
   progress = Progress(total_steps=10, batch_size=4, start_step=0, device_flops=device_flops, devices=8,
-                      peak_flops=peak)
+                      peak_flops=peak, architecture_flops=architecture_flops)
   steps_per_sec = 2.5
   got = progress.utilisation(steps_per_sec)
-  assert got['perf/mfu'] == pytest.approx(device_flops * steps_per_sec / peak, rel=1e-12)  # 0.15
+  assert got['perf/mfu'] == pytest.approx(architecture_flops * steps_per_sec / peak, rel=1e-12)  # 0.16
+  assert got['perf/mfu_executed'] == pytest.approx(device_flops * steps_per_sec / peak, rel=1e-12)  # 0.15
   assert got['perf/device_tflops_per_sec'] == pytest.approx(7.5)
   assert got['perf/step_flops'] == 8 * device_flops
   # Through tick: 4 steps in about 2 seconds.
   progress.last_time -= 2.0
   logged = progress.tick(4)
-  assert logged['perf/mfu'] == pytest.approx(device_flops * logged['perf/steps_per_sec'] / peak, rel=1e-12)
+  assert logged['perf/mfu'] == pytest.approx(architecture_flops * logged['perf/steps_per_sec'] / peak, rel=1e-12)
   # about 2 s: the wall clock also runs between the two lines above, by milliseconds on a loaded machine
-  assert logged['perf/mfu'] == pytest.approx(3e12 * 2 / 50e12, rel=2e-2)
+  assert logged['perf/mfu_executed'] == pytest.approx(3e12 * 2 / 50e12, rel=2e-2)
 
 
 def test_no_mfu_without_a_peak_or_without_flops():
   assert 'perf/mfu' not in Progress(10, 4, 0, device_flops=3e12, devices=1).utilisation(2.0)
+  assert 'perf/mfu_executed' not in Progress(10, 4, 0, device_flops=3e12, architecture_flops=3e12).utilisation(2.0)
+  no_architecture = Progress(10, 4, 0, device_flops=3e12, peak_flops=1e13).utilisation(2.0)
+  assert 'perf/mfu' not in no_architecture and no_architecture['perf/mfu_executed'] == pytest.approx(0.6)
   assert Progress(10, 4, 0, device_flops=None, peak_flops=1e12).utilisation(2.0) == {}
 
 
