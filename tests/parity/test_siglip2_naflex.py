@@ -14,6 +14,7 @@ from vlp_jax.checkpoint_files import load_variables
 from vlp_jax.data import image_ops
 from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.interchange import export_weights, import_weights
+from vlp_jax.models import interchange
 from vlp_jax.models.naflex import NaflexImages
 from vlp_jax.training.checkpoint import load_config
 
@@ -120,3 +121,19 @@ def test_hf_siglip2_naflex_import_parity_load_and_export(tmp_path):
   # Re-imported, the export is the same model (the config.json a Siglip2Model writes describes it).
   again = load_config(import_weights('hf', None, out, str(tmp_path / 'again'))).model
   assert again.vision.to_dict() == config.vision.to_dict() and again.preprocess.to_dict() == config.preprocess.to_dict()
+
+
+def test_siglip2_config_json_round_trip():
+  # google/siglip2-base-patch16-naflex's config.json sets about these; the rest are Siglip2Config's defaults.
+  released = {'architectures': ['Siglip2Model'], 'model_type': 'siglip2',
+              'text_config': {'model_type': 'siglip2_text_model', 'projection_size': 768, 'vocab_size': 256_000},
+              'vision_config': {'model_type': 'siglip2_vision_model', 'num_patches': 256, 'patch_size': 16}}
+  config = interchange.siglip2_model_config(released, _SIGLIP2_TOKENIZER_CONFIG, max_patches=576)
+  assert (config.vision.naflex, config.vision.max_patches, config.vision.image_size) == (True, 576, 256)
+  assert (config.name, config.text.tokenizer, image_ops.preprocessing_of(config).resample) == (
+      'hf-siglip2-naflex', 'gemma', 'bilinear')
+  written = interchange.hf_siglip2_config(config)
+  assert written['vision_config']['num_patches'] == 256 and 'image_size' not in written['vision_config']
+  assert not interchange.siglip_mismatches(interchange.siglip2_model_config(written, _SIGLIP2_TOKENIZER_CONFIG), config)
+  with pytest.raises(interchange.WeightsError, match=r'vision_config\.num_patches=200 is not a square'):
+    interchange.siglip2_model_config({**released, 'vision_config': {'num_patches': 200}})
