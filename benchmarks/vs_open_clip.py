@@ -179,18 +179,29 @@ def batch_digest(batch: dict) -> str:
   return h.hexdigest()[:16]
 
 
-def jax_step_flops(spec: dict, tx, mesh, shardings, state, batch, rng) -> float:
+def jax_step_flops(spec: dict) -> float:
   """Matmul and convolution FLOPs of one vlp_jax train step (training.flops, from its jaxpr, 2 per multiply-add),
-  with attention on XLA's route, whose matmuls the jaxpr shows (a fused kernel's do not; the work is the same): the
-  towers' last blocks compute the pooled row alone, as the trained step does."""
+  traced on the CPU without compiling, with attention on XLA's route, whose matmuls the jaxpr shows (a fused
+  kernel's do not; the work is the same): the towers' last blocks compute the pooled row alone, as the trained step
+  does."""
   import jax
-  from vlp_jax import models, objectives
+  import numpy as np
+  from vlp_jax import models, objectives, parallel
+  from vlp_jax.training import optim
   from vlp_jax.training.flops import traced_flops
+  from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import jit_train_step
   config = spec_config(spec['model'], spec['batch_size'], spec['precision'], 'xla', spec.get('model_config', ''))
   objective = objectives.build(config, models.build_model(config.model))
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  mesh = parallel.make_mesh(1, jax.devices('cpu')[:1])
+  state = jax.eval_shape(lambda key: create_train_state(objective, tx, key), jax.random.key(0))
+  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
+  size, batch_size = spec['image_size'], spec['batch_size']
+  batch = {'image': jax.ShapeDtypeStruct((batch_size, size, size, 3), np.float32),
+           'text': jax.ShapeDtypeStruct((batch_size, spec['context_length']), np.int32)}
   with jax.set_mesh(mesh):
-    return traced_flops(jit_train_step(objective, tx, mesh, shardings).trace(state, batch, rng))
+    return traced_flops(jit_train_step(objective, tx, mesh, shardings).trace(state, batch, jax.random.key(1)))
 
 
 def jax_side(spec: dict):
@@ -213,7 +224,7 @@ def jax_side(spec: dict):
   batch = parallel.global_batch(shared_batch(spec), mesh)
   rng = jax.random.key(1)
   count = sum(x.size for x in jax.tree.leaves(state.params))
-  flops = jax_step_flops(spec, tx, mesh, shardings, state, batch, rng)
+  flops = jax_step_flops(spec)
 
   def step():
     nonlocal state

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from benchmarks.vs_open_clip import (
-    KINDS, batch_digest, device_kernel_kind, parse_rows, profile_table, round_order, shared_batch, sum_by_kind,
-    summary)
+    KINDS, batch_digest, device_kernel_kind, jax_step_flops, open_clip_sides, parse_rows, profile_table, round_order,
+    row_spec, shared_batch, sum_by_kind, summary, torch_settings, torch_side, work_fields)
+from support import MICRO_CONFIG, import_open_clip_module
 
 
 # The subprocess run of the script (both sides on one batch, isolated workers, alternating rounds) is the
@@ -14,6 +15,54 @@ from benchmarks.vs_open_clip import (
 
 def test_rows_alternate_which_side_goes_first():
   assert [round_order(i) for i in range(4)] == [('vlp_jax', 'open_clip'), ('open_clip', 'vlp_jax')] * 2
+
+
+def test_several_compile_modes_alternate_with_vlp_jax():
+  assert open_clip_sides(['default']) == ['open_clip']
+  names = ['vlp_jax', *open_clip_sides(['default', 'max-autotune'])]
+  assert names == ['vlp_jax', 'open_clip:default', 'open_clip:max-autotune']
+  assert [round_order(i, names)[0] for i in range(2)] == ['vlp_jax', 'open_clip:max-autotune']
+
+
+def test_open_clip_runs_at_its_best_on_cuda():
+  """Fused AdamW and channels-last on a GPU, torch's defaults on the CPU; the compile mode is recorded."""
+  gpu = torch_settings({'device': 'gpu', 'torch_compile': 'inductor', 'torch_compile_mode': 'max-autotune'})
+  assert gpu == {'optimizer': 'AdamW(fused=True)', 'channels_last': True, 'torch_compile': 'inductor',
+                 'torch_compile_mode': 'max-autotune'}
+  cpu = torch_settings({'device': 'cpu', 'torch_compile': ''})
+  assert (cpu['optimizer'], cpu['channels_last'], cpu['torch_compile_mode']) == ('AdamW(foreach)', False, '')
+
+
+def _block_flops(rows: int, width: int, pooled: bool) -> int:
+  """Forward FLOPs of one transformer block over `rows` rows (MLP 4x wide): the qkv projection of every row, and
+  attention, output projection and MLP of every row or (pooled) of one query row."""
+  queries = 1 if pooled else rows
+  return 2 * rows * width * 3 * width + queries * (4 * rows * width + 2 * width * width + 2 * 2 * width * 4 * width)
+
+
+@pytest.mark.slow  # traces vlp_jax's step, runs an open_clip step
+def test_both_sides_flops_per_step_match_a_hand_count():
+  """The micro shapes (tests/support.py: 16 px images of 4 px patches, 17 rows and 16 tokens, width 32, one block
+  per tower, embed 32), batch 4: forward FLOPs x 3 for the backward's two products, except the patch embedding's
+  (no gradient for the images: x 2). vlp_jax's last block computes the pooled row alone and its loss one logit
+  matrix; open_clip computes every row and two logit matrices."""
+  batch, width, patch_flops = 4, 32, 2 * 16 * (4 * 4 * 3) * 32
+  heads = 2 * width * 32 * 2  # the two towers' projections into the joint space
+
+  def step(pooled: bool, logit_matrices: int) -> int:
+    forward = batch * (patch_flops + _block_flops(17, width, pooled) + _block_flops(16, width, pooled) + heads)
+    forward += logit_matrices * 2 * batch * batch * 32
+    return 3 * forward - batch * patch_flops
+
+  spec = row_spec('tiny', batch, 'fp32', 'cpu', model_config=MICRO_CONFIG)
+  assert jax_step_flops(spec) == step(pooled=True, logit_matrices=1)
+  modules = import_open_clip_module('model'), import_open_clip_module('loss')
+  _, _, torch_flops = torch_side(spec, modules)
+  assert torch_flops == step(pooled=False, logit_matrices=2)
+  fields = work_fields({'flops_per_step': 10.0}, {'flops_per_step': 40.0},
+                       {'vlp_jax_samples_per_sec': 8.0, 'open_clip_samples_per_sec': 4.0}, batch_size=4)
+  assert (fields['vlp_jax_flops_per_sec'], fields['open_clip_flops_per_sec']) == (20.0, 40.0)
+  assert (fields['flops_per_step_ratio'], fields['flops_per_sec_ratio']) == (0.25, 0.5)
 
 
 def test_summary_pairs_each_round_of_the_two_sides():
