@@ -372,9 +372,14 @@ def turn(step, warmup: int, steps: int) -> list[float]:
 
 def profile(worker: str, step, steps: int, on_gpu: bool) -> dict:
   """{'kinds': {kind: ms per step}, 'top': the costliest ops, 'clock': 'device' (GPU kernel time, which leaves out
-  the GPU's idle gaps) or 'thread' (CPU time)}."""
-  kinds, top = (jax_op_profile if worker == 'jax' else torch_op_profile)(step, steps, on_gpu)
-  return {'kinds': kinds, 'top': top, 'clock': 'device' if on_gpu else 'thread'}
+  the GPU's idle gaps) or 'thread' (CPU time)}; vlp_jax's also 'kernel_kinds' and 'kernel_top', its kernels sorted
+  by their own names first (`kernel_name_kind`)."""
+  if worker == 'jax':
+    kinds, top, (kernel_kinds, kernel_top) = jax_op_profile(step, steps, on_gpu)
+    by_kernel = {'kernel_kinds': kernel_kinds, 'kernel_top': kernel_top}
+  else:
+    (kinds, top), by_kernel = torch_op_profile(step, steps, on_gpu), {}
+  return {'kinds': kinds, 'top': top, 'clock': 'device' if on_gpu else 'thread', **by_kernel}
 
 
 def serve(worker: str, spec: dict) -> None:
@@ -476,10 +481,31 @@ def sum_by_kind(times: list[tuple[str, str, float]], steps: int) -> tuple[dict, 
   return dict(kinds), [(round(ms, 2), op, kind_of[op]) for op, ms in by_op.most_common(10)]
 
 
-def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
-  """({kind: ms per step}, the 10 costliest ops as (ms per step, HLO op, model-code path or kind)). On a CPU the
-  time is the ops' thread time; on a GPU the kernels' time on the device (the planes named /device:GPU, their
-  stream lines), each kernel by the HLO op the profile names, else by its own name."""
+# Marks of a matrix-multiply kernel's name (cuBLAS, cuBLASLt's nvjet, CUTLASS, cuDNN's implicit-GEMM convolutions,
+# XLA's Triton GEMM fusions), whatever HLO op the profile files it under: XLA fuses a GELU, a bias or a cast into a
+# matmul's epilogue, and the fused op is then named after the elementwise op.
+MATMUL_KERNEL_MARKS = ('gemm', 'nvjet', 'cutlass', 'cublas', 'xmma', 'matmul', 'dot_fusion', 'tensorop', 'wgmma')
+# Marks of a fused attention kernel (cuDNN's and others' flash attention), which may run on CUTLASS too.
+ATTENTION_KERNEL_MARKS = ('flash', 'fmha', 'sdpa', 'attention')
+
+
+def kernel_name_kind(kernel: str, op_kind: str) -> str:
+  """The kind of a GPU kernel by its own name first: a fused attention kernel is attention, a matmul kernel
+  (MATMUL_KERNEL_MARKS) is a matmul, whatever the HLO op it runs for; any other keeps `op_kind`, its HLO op's."""
+  name = kernel.lower()
+  if any(mark in name for mark in ATTENTION_KERNEL_MARKS):
+    return KINDS[1]
+  if any(mark in name for mark in MATMUL_KERNEL_MARKS):
+    return KINDS[0]
+  return op_kind
+
+
+def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list, tuple[dict, list]]:
+  """({kind: ms per step}, the 10 costliest ops as (ms per step, HLO op, model-code path or kind), and the same two
+  with each kernel sorted by its own name first (`kernel_name_kind`; the top as (ms per step, kernel, kind))). On a
+  CPU the time is the ops' thread time (the "kernel" is the op); on a GPU the kernels' time on the device (the
+  planes named /device:GPU, their stream lines), each kernel by the HLO op the profile names, else by its own
+  name."""
   import glob
   import re
   import tempfile
@@ -493,7 +519,7 @@ def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
       step()
     jax.profiler.stop_trace()
     data = ProfileData.from_file(glob.glob(f'{trace_dir}/**/*.xplane.pb', recursive=True)[0])
-  times = []
+  times, by_kernel = [], []
   if on_gpu:
     for plane in (p for p in data.planes if p.name.startswith('/device:GPU')):
       # the kernels as they ran on the streams; other lines (if any) summarise the same time again
@@ -506,15 +532,18 @@ def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
           else:
             kind = jax_op_kind(origin.get(op, '')) if op else device_kernel_kind(event.name)
           times.append((op or event.name, kind, event.duration_ns / 1e6))
+          by_kernel.append((event.name, kernel_name_kind(event.name, kind), event.duration_ns / 1e6))
   else:
     for plane in data.planes:
       for line in plane.lines:
         for event in line.events:
           op = dict(event.stats).get('hlo_op')
           if op:
-            times.append((op, jax_op_kind(origin.get(op, '')), event.duration_ns / 1e6))
+            kind = jax_op_kind(origin.get(op, ''))
+            times.append((op, kind, event.duration_ns / 1e6))
+            by_kernel.append((event.name, kernel_name_kind(event.name, kind), event.duration_ns / 1e6))
   kinds, top = sum_by_kind(times, steps)
-  return kinds, [(ms, op, origin.get(op, kind)) for ms, op, kind in top]
+  return kinds, [(ms, op, origin.get(op, kind)) for ms, op, kind in top], sum_by_kind(by_kernel, steps)
 
 
 def torch_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
@@ -568,6 +597,20 @@ def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_
     idle = (jax_step_ms - jax_total, torch_step_ms - torch_total)
     lines.append(f'| GPU idle: no kernel running | | {idle[0]:.1f} | | {idle[1]:.1f} |')
   lines.append(f'| **step** | {jax_total:.1f} | {jax_step_ms:.1f} | {torch_total:.1f} | {torch_step_ms:.1f} |')
+  return '\n'.join(lines)
+
+
+def kernel_name_table(by_op: dict, by_kernel: dict, torch_kinds: dict) -> str:
+  """Markdown: vlp_jax's profiled time per op kind with each kernel filed by its HLO op and by its own name
+  (`kernel_name_kind`: a matmul kernel counts as matmul whatever op it runs for), beside open_clip's (filed by
+  kernel name on a GPU), and the difference the names make."""
+  lines = ['| op kind | vlp_jax by HLO op ms/step | vlp_jax by kernel name ms/step | moved | open_clip ms/step |',
+           '|---|---|---|---|---|']
+  for kind in KINDS:
+    op, name, t = by_op.get(kind, 0.0), by_kernel.get(kind, 0.0), torch_kinds.get(kind, 0.0)
+    lines.append(f'| {kind} | {op:.1f} | {name:.1f} | {name - op:+.1f} | {t:.1f} |')
+  lines.append(f'| **all kernels** | {sum(by_op.values()):.1f} | {sum(by_kernel.values()):.1f} | | '
+               f'{sum(torch_kinds.values()):.1f} |')
   return '\n'.join(lines)
 
 
@@ -707,8 +750,13 @@ def print_profile(name: str, batch_size: int, sides: dict, result: dict, open_cl
   step_ms = {side: 1e3 * batch_size / result[f'{side}_samples_per_sec'] for side in SIDES}
   print(profile_table(jax_profile['kinds'], torch_profile['kinds'], step_ms['vlp_jax'], step_ms['open_clip'],
                       device_clock))
+  print('\nThe same kernels, vlp_jax\'s filed by HLO op and by kernel name (matmul kernels as matmul):\n')
+  print(kernel_name_table(jax_profile['kinds'], jax_profile['kernel_kinds'], torch_profile['kinds']))
   print('\nvlp_jax costliest ops (ms/step, HLO op, model code):')
   for row in jax_profile['top']:
+    print('  ', *row)
+  print('vlp_jax costliest kernels (ms/step, kernel, kind by its name):')
+  for row in jax_profile['kernel_top']:
     print('  ', *row)
   print('open_clip costliest ' + ('kernels (ms/step, kernel, kind):' if device_clock else
                                   'ops (ms/step, aten op, input shapes):'))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from benchmarks.vs_open_clip import (
-    KINDS, batch_digest, device_kernel_kind, jax_step_flops, open_clip_sides, parse_rows, profile_table, round_order,
+    KINDS, batch_digest, device_kernel_kind, jax_step_flops, kernel_name_kind, kernel_name_table, open_clip_sides, parse_rows, profile_table, round_order,
     row_spec, shared_batch, sum_by_kind, summary, torch_settings, torch_side, work_fields)
 from support import MICRO_CONFIG, import_open_clip_module
 
@@ -107,6 +107,32 @@ def test_gpu_kernels_are_sorted_into_the_profiles_kinds():
   kinds, top = sum_by_kind([('gemm_a', KINDS[0], 6.0), ('gemm_a', KINDS[0], 2.0), ('add', KINDS[5], 1.0)], steps=2)
   assert kinds == {KINDS[0]: 4.0, KINDS[5]: 0.5}
   assert top == [(4.0, 'gemm_a', KINDS[0]), (0.5, 'add', KINDS[5])]
+
+
+def test_matmul_kernels_count_as_matmul_whatever_hlo_op_runs_them():
+  """The profile's second table: a cuBLAS/cuBLASLt/CUTLASS/Triton GEMM kernel that XLA filed under a fused GELU or
+  a cast is matmul time; fused attention stays attention; any other kernel keeps its HLO op's kind."""
+  gelu, other = KINDS[2], KINDS[5]
+  expected = {
+      ('nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN', gelu): KINDS[0],
+      ('sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel'
+       '__5x_cublas', gelu): KINDS[0],
+      ('void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>', other): KINDS[0],
+      ('cutlass3x_sm90_tensorop_h64x128x16gemm_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1_0_tnn_align8_warpspecialized'
+       '_cooperative_epi_tma', KINDS[6]): KINDS[0],
+      ('gemm_fusion_dot_general_43', gelu): KINDS[0],
+      ('sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64', other): KINDS[0],
+      ('cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0', KINDS[0]): KINDS[1],
+      ('loop_gelu_fusion_12', gelu): gelu,
+      ('input_reduce_fusion_3', KINDS[3]): KINDS[3],
+      ('loop_convert_fusion_7', other): other,
+  }
+  assert {key: kernel_name_kind(*key) for key in expected} == expected
+  table = kernel_name_table({KINDS[0]: 26.7, KINDS[2]: 18.0}, {KINDS[0]: 40.7, KINDS[2]: 4.0}, {KINDS[0]: 45.0})
+  matmul, _, gelu_row = table.splitlines()[2:5]
+  assert [c.strip() for c in matmul.split('|')[2:6]] == ['26.7', '40.7', '+14.0', '45.0']
+  assert [c.strip() for c in gelu_row.split('|')[2:5]] == ['18.0', '4.0', '-14.0']
+  assert table.splitlines()[-1].split('|')[2:4] == [' 44.7 ', ' 44.7 ']
 
 
 def test_profile_table_on_a_gpu_shows_the_idle_time_and_does_not_rescale():
