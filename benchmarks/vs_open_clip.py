@@ -3,12 +3,16 @@
 
 python benchmarks/vs_open_clip.py [--rows=tiny:128,ViT-B-32:32] [--rounds=6] [--steps=5] [--warmup=1]
                                   [--precision=fp32] [--device=auto] [--isolated=true] [--profile=N]
+                                  [--torch_compile --torch_compile_mode=default,reduce-overhead]
 
 Both sides train the same architecture (the vlp_jax preset's widths, layers, heads, patch, image size, context and
 vocab, with its activation; the parameter counts must agree), with AdamW (the config's betas, eps, weight decay) and
 the CLIP loss, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under autocast, as open_clip's
 --precision amp_bf16 does). Both sides run on the CPU, or both on the GPU (--device; by default the GPU where jax has
-one).
+one). On a GPU open_clip runs at its best: AdamW's fused kernel (fused=True), channels-last images and patch
+convolution, and with --torch_compile each mode of --torch_compile_mode ('reduce-overhead': CUDA graphs;
+'max-autotune': autotuned kernels too) in a worker of its own, all timed in the same alternating rounds against one
+vlp_jax worker (one row per mode).
 
 The batch is the same on both sides: images drawn from a standard normal (float32, already normalised; NHWC for
 vlp_jax, the same values as NCHW for torch) and token ids with the tokenizer's layout (start token, random ids, the
@@ -31,9 +35,14 @@ under the trainer's malloc, with XLA's and torch's thread pools side by side: th
 Prints one JSON line per row: each side's median samples/s over its turns and the ratio of the medians (> 1: vlp_jax
 is faster); the ratio within each round (vlp_jax's turn over the adjacent open_clip turn) with its median, min and
 max; the turns' rates; the 1-minute load average before and after the rounds (a busy machine makes the run
-meaningless); and per side the malloc setting, thread counts and versions. With --profile=N it then profiles N steps
-of each side (in its worker, or in this process) and prints a table of where the step's time goes by op kind
-(matmuls, attention, GELU, LayerNorm, embeddings, copies, optimizer), side by side, and each side's costliest ops.
+meaningless); per side the malloc setting, thread counts and versions (and open_clip's optimizer, memory format and
+compile mode); and each side's matmul FLOPs per step and FLOP/s with their ratios (`flops_per_step_ratio`,
+`flops_per_sec_ratio`: work per second beside `ratio`, steps per second): vlp_jax's towers run their last block on
+the pooled row alone, open_clip's on every row. With --profile=N it then profiles N steps of each side (in its
+worker, or in this process) and prints a table of where the step's time goes by op kind (matmuls, attention, GELU,
+LayerNorm, embeddings, copies, optimizer), side by side, a second with vlp_jax's kernels filed by their own names
+(a cuBLAS/CUTLASS/Triton GEMM kernel as matmul, whatever HLO op XLA fused it into), and the costliest ops and
+kernels.
 Without torch or open_clip_torch it prints why and exits 0.
 """
 from __future__ import annotations
