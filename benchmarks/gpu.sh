@@ -178,6 +178,7 @@ for name in $stages; do
     profile) stage_if "$profiled" "the vs_open_clip stage profiled" profile 170 \
                env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
                python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled \
+               --torch_compile_mode=default \
                --attention="$(fastest_route)" ;;
     levers_variants) stage levers_variants 240 python3 benchmarks/train_step.py "${lever[@]}" \
                        --batch_size=$lever_batch --patch_dropout=$lever_dropouts --remat=$lever_remats \

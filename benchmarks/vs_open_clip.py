@@ -300,7 +300,8 @@ def torch_side(spec: dict, modules):
     mode = settings['torch_compile_mode']
     model = torch.compile(model, backend=settings['torch_compile'], mode=None if mode == 'default' else mode)
   optimizer = torch.optim.AdamW(parameters, lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
-                                weight_decay=o['weight_decay'], fused=True if device.type == 'cuda' else None)
+                                weight_decay=o['weight_decay'],
+                                fused=True if settings['optimizer'] == 'AdamW(fused=True)' else None)
   precision = spec['precision']
 
   def step():
@@ -315,7 +316,7 @@ def torch_side(spec: dict, modules):
     optimizer.step()
     if device.type == 'cuda':  # the step's kernels run asynchronously: a step ends when they have
       torch.cuda.synchronize()
-  step.optimizer = optimizer
+  step.optimizer, step.model, step.images = optimizer, model, images  # what a test checks the settings reached
   return step, sum(p.numel() for p in parameters), flops
 
 

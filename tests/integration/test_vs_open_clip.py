@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from benchmarks.vs_open_clip import (
-    KINDS, batch_digest, device_kernel_kind, jax_step_flops, kernel_name_kind, kernel_name_table, open_clip_sides, parse_rows, profile_table, round_order,
-    row_spec, shared_batch, sum_by_kind, summary, torch_settings, torch_side, work_fields)
+    KINDS, batch_digest, device_kernel_kind, jax_step_flops, kernel_name_kind, kernel_name_table, open_clip_sides,
+    parse_rows, profile_table, round_order, row_spec, shared_batch, sum_by_kind, summary, torch_settings, torch_side,
+    work_fields)
 from support import MICRO_CONFIG, import_open_clip_module
 
 
@@ -31,6 +32,24 @@ def test_open_clip_runs_at_its_best_on_cuda():
                  'torch_compile_mode': 'max-autotune'}
   cpu = torch_settings({'device': 'cpu', 'torch_compile': ''})
   assert (cpu['optimizer'], cpu['channels_last'], cpu['torch_compile_mode']) == ('AdamW(foreach)', False, '')
+
+
+@pytest.mark.slow  # builds and runs an open_clip step
+def test_open_clips_settings_reach_its_step(monkeypatch):
+  """The GPU's settings, given on the CPU (torch has a fused CPU AdamW too): the optimizer is fused, the images and
+  the patch convolution channels-last, the model compiled (the eager backend: dynamo without code generation)."""
+  import torch
+  import benchmarks.vs_open_clip as vs
+  gpu = torch_settings({'device': 'gpu', 'torch_compile': 'eager', 'torch_compile_mode': 'reduce-overhead'})
+  monkeypatch.setattr(vs, 'torch_settings', lambda spec: gpu)
+  spec = {**row_spec('tiny', 2, 'fp32', 'cpu', 'eager', model_config=MICRO_CONFIG),
+          'torch_compile_mode': 'reduce-overhead'}
+  step, _, _ = torch_side(spec, (import_open_clip_module('model'), import_open_clip_module('loss')))
+  step()
+  assert step.optimizer.defaults['fused'] is True
+  assert step.images.is_contiguous(memory_format=torch.channels_last)
+  assert step.model.visual.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+  assert isinstance(step.model, torch._dynamo.eval_frame.OptimizedModule)
 
 
 def _block_flops(rows: int, width: int, pooled: bool) -> int:
