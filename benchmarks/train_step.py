@@ -203,8 +203,9 @@ def measure_variants(model: str, batch_size: int, objective: str, precision: str
                      variants: list[tuple[float, str, bool, str, str]],
                      peak: dict, rounds: int) -> list[dict]:
   """One row per (patch dropout, attention route, remat, embedding gradient, patch embedding) variant of a setting:
-  all compiled first, then timed in `rounds` alternating rounds (each round the median of --steps steps per variant). A row's step time is the median over
-  rounds; rows after the first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
+  all compiled first, then timed in `rounds` alternating rounds (each round the median of --steps steps per
+  variant). A row's step time is the median over rounds; rows after the first carry `speedup_vs_first`, the first
+  variant's step time over theirs, round by round."""
   prepared = []
   for variant in variants:
     try:
