@@ -138,12 +138,12 @@ class CLIP(nn.Module):
     else:
       eot_index = jnp.argmax(tokens, axis=-1)
     causal = self.text.get('causal', True)
-    # a causal tower that returns the pooled row alone: later positions cannot reach it, so their gradient is zero
-    keep = jnp.arange(length)[None] <= eot_index[:, None] if causal and not with_tokens else None
     grad = self.text.get('embedding_grad', 'scatter')
     if grad == 'scatter':
       x = self.token_embedding(tokens)
     else:
+      # a causal tower that returns the pooled row alone: later positions cannot reach it, their gradient is zero
+      keep = jnp.arange(length)[None] <= eot_index[:, None] if causal and not with_tokens else None
       with jax.named_scope('token_embedding'):  # the profile's op metadata files it as the embedding
         x = embed_tokens(jnp.asarray(self.token_embedding.embedding, self.dtype), tokens, grad, keep)
     x = x + self.positional_embedding[:length].astype(self.dtype)
