@@ -115,6 +115,10 @@ triton="--xla_gpu_enable_triton_gemm=true --xla_gpu_per_fusion_autotune_cache_di
 xla_levers=(--xla_gpu_enable_cublaslt=true --xla_gpu_enable_cudnn_layer_norm=true "$triton"
             "$triton --xla_gpu_cudnn_gemm_fusion_level=2")
 
+# the patch embedding and embedding-gradient levers: each switch's values in one process, alternating (the same in
+# the dry run, so that it checks the values the GPU run takes)
+patch_embeddings=conv,matmul embedding_grads=scatter,sorted,drop_after_eot
+
 if (( dry )); then
   # The CPU, the micro shapes, one step: every stage's code path, with the routes the CPU can run.
   export JAX_PLATFORMS=cpu
@@ -137,8 +141,6 @@ if (( dry )); then
   # workers levers are train_step.py and end_to_end.py again with another --batch_size or --workers, which the b16
   # and end_to_end stages run
   lever_batch=8 lever_dropouts=0,0.5 lever_remats=true lever_batches= lever_rounds=2 xla_rounds=1 lever_workers=
-  # the patch embedding and embedding-gradient levers: each switch's values in one process, alternating
-  patch_embeddings=conv,matmul embedding_grads=scatter,sorted,drop_after_eot
   # l14 is train_step.py on another ViT preset, which the micro shapes make b16's program again
   l14_on=
   # one run with every lever flag: XLA stops at a flag it does not know, so a typo fails here
@@ -159,7 +161,7 @@ else
   big=(--batch_size=256 --steps=5 --warmup=2)
   lever=(--model=ViT-B-16 --precision=bf16 --steps=10 --warmup=3)
   lever_batch=256 lever_dropouts=0,0.5 lever_remats=false,true lever_batches=256,512,1024 lever_rounds=3 xla_rounds=2
-  lever_workers=4 l14_on=1 patch_embeddings=conv,matmul embedding_grads=scatter,sorted,drop_after_eot
+  lever_workers=4 l14_on=1
   xla_variants=(--variant=default)
   for flag in "${xla_levers[@]}"; do xla_variants+=("--variant=$flag"); done
 fi
