@@ -31,7 +31,7 @@
 #
 # Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
 # stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
-# open_clip_torch. --dry_run runs every stage's code with the test suite's micro shapes on the CPU (about three
+# open_clip_torch. --dry_run runs every stage's code with the test suite's micro shapes on the CPU (about five
 # minutes; the stages that only rerun another's script with other flags say so), so that no GPU minute is lost to a
 # typo (tests/integration/test_benchmarks.py runs it).
 set -u
