@@ -188,8 +188,8 @@ for name in $stages; do
     levers_batch) stage_if "$lever_batches" "the b16 stage runs the same script" levers_batch 360 \
                     python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
                     --attention="$(fastest_route)" ;;
-    levers_xla) stage levers_xla 540 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
-                  "${xla_variants[@]}" --run_timeout=200 -- "${lever[@]}" --batch_size=$lever_batch \
+    levers_xla) stage levers_xla 600 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
+                  "${xla_variants[@]}" --run_timeout=240 -- "${lever[@]}" --batch_size=$lever_batch \
                   --attention="$(fastest_route)" ;;
     rival_autotune) stage_if "$rival_modes" "the vs_open_clip stage runs the same script" rival_autotune 540 \
                       env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 python3 benchmarks/vs_open_clip.py "${vs[@]}" \
