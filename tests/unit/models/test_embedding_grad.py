@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from support import jit_init
 from vlp_jax import models
 from vlp_jax.config import base_config, validate
 from vlp_jax.errors import ConfigError
@@ -40,6 +41,7 @@ def test_table_gradient_sums_the_kept_positions(grad):
   np.testing.assert_allclose(pullback(jnp.asarray(cotangent))[0], expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # three towers' gradients, eagerly (about 30 s of op-by-op dispatch)
 @pytest.mark.parametrize('causal,pool,with_tokens', [(True, 'eot', False), (True, 'eot', True),
                                                      (False, 'last', False)])
 def test_text_tower_gradients_equal_the_default_scatter(causal, pool, with_tokens):
@@ -50,16 +52,17 @@ def test_text_tower_gradients_equal_the_default_scatter(causal, pool, with_token
   cfg.embed_dim = 8
   cfg.text.update(context_length=12, width=8, layers=1, heads=2, vocab_size=50, causal=causal, pool=pool)
   tokens = jnp.asarray(_padded_tokens(6, 12, 50))
+  model = models.build_model(cfg)
+  params = jit_init(lambda key: models.init_variables(model, key)[0])(jax.random.key(0))  # one tree for all
   grads = {}
   for grad in EMBEDDING_GRADS:
     cfg.text.embedding_grad = grad
     model = models.build_model(cfg)
-    params = models.init_variables(model, jax.random.key(0))[0]
 
     def loss(p):
       out = model.apply({'params': p}, tokens, with_tokens, method=model.encode_text)
       return jnp.sum(jnp.sin(out['embed'])) + (jnp.sum(out['tokens'] ** 2) if with_tokens else 0.0)
-    grads[grad] = jax.grad(loss)(params)
+    grads[grad] = jax.grad(loss)(params)  # eager: no compiler fusions that round each program its own way
   for grad in EMBEDDING_GRADS[1:]:
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), grads[grad], grads['scatter'])
 
