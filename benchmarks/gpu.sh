@@ -7,27 +7,34 @@
 #     each attention route (XLA's unfused attention, cuDNN's fused kernel on padded rows) in alternating rounds,
 #     against the bf16 matmul peak measured in the same process (`utilisation`) and the published peak (`mfu`).
 #   vs_open_clip: vs_open_clip.py, the same network, optimizer and batch trained by open_clip at its fastest (torch
-#     autocast bf16 as --precision amp_bf16, torch.compile as --torchcompile, its fused SDPA attention) and by
-#     vlp_jax, each in its own process on the same GPU, in alternating rounds.
+#     autocast bf16 as --precision amp_bf16, torch.compile as --torchcompile, its fused SDPA attention, fused AdamW,
+#     channels-last; torch.compile's default mode and 'reduce-overhead' (CUDA graphs), each a process) and by
+#     vlp_jax, each in its own process on the same GPU, in alternating rounds; each side's FLOPs per step beside.
 #   end_to_end: end_to_end.py, the trainer fed from 256 px JPEG webdataset shards through the real input pipeline on
 #     the host's cores, against its own step alone; checkpoint save and restore times.
 #   so400m: train_step.py, a SigLIP So400m/14 step (sigmoid loss) in bf16 at batch 256.
 #   l14: train_step.py, a ViT-L/14 CLIP step in bf16 at batch 256.
-# Named only (each compiles afresh; `levers` names the four levers_* stages, about 13 minutes on a fresh machine):
+# Named only (each compiles afresh; `levers` names the levers_* stages, about 25 minutes on a fresh machine):
 #   attention: attention.py, self-attention alone at ViT-B/16's shapes in bf16 (batch 256; 197 image rows, 77 causal
 #     text rows): cuDNN's values and gradients against XLA's (padded to 64, to 2, unpadded), then those, XLA's and
 #     torch's SDPA timed forward and backward in alternating rounds.
 #   profile: vs_open_clip.py profiling 5 steps of each side: GPU kernel time by op kind, the GPU's idle time, the
-#     costliest kernels. XLA's command buffers are off here, since a CUDA graph hides which HLO op each kernel runs.
+#     costliest kernels; vlp_jax's kernels also by kernel name (matmul kernels as matmul, whatever HLO op). XLA's
+#     command buffers are off here, since a CUDA graph hides which HLO op each kernel runs.
 #   levers_variants: patch dropout 0.5 and remat against neither, alternating rounds in one process.
 #   levers_batch: batch 256, 512 and 1024.
 #   levers_xla: xla_flags.py, a process per XLA flag set (xla_levers below) in alternating rounds.
+#   levers_patch_embedding: the patch embedding as a convolution and as a reshape and one matmul, alternating.
+#   levers_embedding_grad: the token table's gradient as one scatter-add, sorted, and without the positions after
+#     the EOT, alternating.
+#   rival_autotune: vs_open_clip.py with open_clip's torch.compile in its default mode and 'max-autotune'
+#     (autotuned kernels and CUDA graphs; minutes of autotuning), alternating.
 #   levers_workers: end_to_end.py with 4 grain workers instead of the host's cores less two.
 # The stages after b16 use the attention route that b16 found fastest; the levers use the ViT-B/16 step at batch 256.
 #
 # Each stage has its own time limit (cut to what --budget_s leaves) and writes its JSON lines as they come, so a
 # stage that fails or runs out of time leaves the others' rows. Needs jax with CUDA, torch with CUDA and
-# open_clip_torch. --dry_run runs every stage's code with the test suite's micro shapes on the CPU (about three
+# open_clip_torch. --dry_run runs every stage's code with the test suite's micro shapes on the CPU (about five
 # minutes; the stages that only rerun another's script with other flags say so), so that no GPU minute is lost to a
 # typo (tests/integration/test_benchmarks.py runs it).
 set -u
@@ -42,8 +49,8 @@ for arg in "$@"; do
 done
 out=${positional[0]:-benchmarks/results/gpu/$(date +%F)}
 default_stages="b16 vs_open_clip end_to_end so400m l14"
-lever_stages="levers_variants levers_batch levers_xla levers_workers"
-all_stages="$default_stages attention profile $lever_stages"
+lever_stages="levers_variants levers_batch levers_xla levers_workers levers_patch_embedding levers_embedding_grad"
+all_stages="$default_stages attention profile rival_autotune $lever_stages"
 stages=${positional[1]:-$( (( dry )) && echo "$all_stages" || echo "$default_stages")}
 stages=${stages//levers_/LEVER_}  # 'levers' names every lever stage
 stages=${stages//levers/$lever_stages}
@@ -101,9 +108,19 @@ print(max(timed, key=lambda r: r['samples_per_sec'])['attention'] if timed else 
 EOF
 }
 
-# XLA's GPU flags the levers stage times, each against the default (on top of the Triton setting below)
+# XLA's GPU flag sets the levers stage times, each against the default (on top of the Triton setting below): cuBLASLt,
+# cuDNN's LayerNorm, Triton GEMMs with a persistent autotune cache (a second run reads the tuned configs instead of
+# tuning again), and cuDNN GEMM fusions (level 2) among those candidates. The latency-hiding scheduler and command
+# buffers off were measured before (benchmarks/RESULTS.md: 1.008x and 0.956x).
 no_command_buffers=--xla_gpu_enable_command_buffer=
-xla_levers=(--xla_gpu_enable_latency_hiding_scheduler=true $no_command_buffers --xla_gpu_enable_cublaslt=true)
+autotune_cache=${GPU_SH_AUTOTUNE_CACHE:-/tmp/vlp_jax_autotune_cache}
+triton="--xla_gpu_enable_triton_gemm=true --xla_gpu_per_fusion_autotune_cache_dir=$autotune_cache"
+xla_levers=(--xla_gpu_enable_cublaslt=true --xla_gpu_enable_cudnn_layer_norm=true "$triton"
+            "$triton --xla_gpu_cudnn_gemm_fusion_level=2")
+
+# the patch embedding and embedding-gradient levers: each switch's values in one process, alternating (the same in
+# the dry run, so that it checks the values the GPU run takes)
+patch_embeddings=conv,matmul embedding_grads=scatter,sorted,drop_after_eot
 
 if (( dry )); then
   # The CPU, the micro shapes, one step: every stage's code path, with the routes the CPU can run.
@@ -114,7 +131,9 @@ if (( dry )); then
   # the vs_open_clip stage profiles too (the profile stage is the same script with --profile, run separately on a
   # GPU only because there its XLA flags differ)
   vs=(--rows=tiny:8 "${micro[@]}" --precision=fp32 --device=cpu --torch_compile --torch_compile_backend=eager
-      --rounds=2 --steps=1 --warmup=0 --profile=1)
+      --torch_compile_mode=default,reduce-overhead --rounds=2 --steps=1 --warmup=0 --profile=1)
+  # rival_autotune is vs_open_clip.py again with other compile modes, which the eager backend ignores
+  rival_modes=
   profiled=
   e2e=("${micro[@]}" --precision=fp32 --batch_size=8 --steps=4 --log_every=2 --shards=1 --per_shard=32 --side=64
        --workers=1 --timed_steps=1 --dir="$out/end_to_end_data")
@@ -138,7 +157,9 @@ else
   # one compilation cache for every stage's processes: a program compiled once is not compiled again
   export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/vlp_jax_gpu_cache}
   b16=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --attention=xla,cudnn --rounds=3 --steps=10 --warmup=3)
-  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --rounds=3 --steps=10 --warmup=2)
+  vs=(--rows=ViT-B-16:256 --precision=bf16 --device=gpu --torch_compile --torch_compile_mode=default,reduce-overhead
+      --rounds=3 --steps=10 --warmup=2)
+  rival_modes=default,max-autotune
   profiled=5
   e2e=(--model=ViT-B-16 --precision=bf16 --batch_size=256 --steps=60 --log_every=10)
   big=(--batch_size=256 --steps=5 --warmup=2)
@@ -154,7 +175,7 @@ for name in $stages; do
   case $name in
     b16) stage b16 150 python3 benchmarks/train_step.py "${b16[@]}" ;;
     # two processes share the GPU: jax takes under half of its memory, torch the rest
-    vs_open_clip) stage vs_open_clip 170 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 python3 benchmarks/vs_open_clip.py \
+    vs_open_clip) stage vs_open_clip 240 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 python3 benchmarks/vs_open_clip.py \
                     "${vs[@]}" --attention="$(fastest_route)" ;;
     end_to_end) stage end_to_end 150 python3 benchmarks/end_to_end.py "${e2e[@]}" --attention="$(fastest_route)" ;;
     so400m) stage so400m 110 python3 benchmarks/train_step.py --model=ViT-SO400M-14-SigLIP --objective=siglip \
@@ -165,16 +186,26 @@ for name in $stages; do
     profile) stage_if "$profiled" "the vs_open_clip stage profiled" profile 170 \
                env XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 XLA_FLAGS="${XLA_FLAGS:-} $no_command_buffers" \
                python3 benchmarks/vs_open_clip.py "${vs[@]}" --rounds=1 --profile=$profiled \
+               --torch_compile_mode=default \
                --attention="$(fastest_route)" ;;
     levers_variants) stage levers_variants 240 python3 benchmarks/train_step.py "${lever[@]}" \
                        --batch_size=$lever_batch --patch_dropout=$lever_dropouts --remat=$lever_remats \
                        --rounds=$lever_rounds --attention="$(fastest_route)" ;;
-    levers_batch) stage_if "$lever_batches" "the b16 stage runs the same script" levers_batch 200 \
+    levers_batch) stage_if "$lever_batches" "the b16 stage runs the same script" levers_batch 360 \
                     python3 benchmarks/train_step.py "${lever[@]}" --batch_size=$lever_batches \
                     --attention="$(fastest_route)" ;;
-    levers_xla) stage levers_xla 300 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
-                  "${xla_variants[@]}" --run_timeout=150 -- "${lever[@]}" --batch_size=$lever_batch \
+    levers_xla) stage levers_xla 600 python3 benchmarks/xla_flags.py --rounds=$xla_rounds \
+                  "${xla_variants[@]}" --run_timeout=240 -- "${lever[@]}" --batch_size=$lever_batch \
                   --attention="$(fastest_route)" ;;
+    rival_autotune) stage_if "$rival_modes" "the vs_open_clip stage runs the same script" rival_autotune 540 \
+                      env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 python3 benchmarks/vs_open_clip.py "${vs[@]}" \
+                      --torch_compile_mode=$rival_modes --attention="$(fastest_route)" ;;
+    levers_patch_embedding) stage levers_patch_embedding 200 python3 benchmarks/train_step.py "${lever[@]}" \
+                              --batch_size=$lever_batch --patch_embedding=$patch_embeddings --rounds=$lever_rounds \
+                              --attention="$(fastest_route)" ;;
+    levers_embedding_grad) stage levers_embedding_grad 240 python3 benchmarks/train_step.py "${lever[@]}" \
+                             --batch_size=$lever_batch --embedding_grad=$embedding_grads --rounds=$lever_rounds \
+                             --attention="$(fastest_route)" ;;
     levers_workers) stage_if "$lever_workers" "end_to_end's stage runs the same script" levers_workers 150 \
                       python3 benchmarks/end_to_end.py "${e2e[@]}" --workers=$lever_workers \
                       --attention="$(fastest_route)" ;;

@@ -16,8 +16,10 @@ block (XLA counts the layer loop's body once). It also has the compiled step's p
 outputs + temporaries) and the process's peak RSS.
 
 --patch_dropout takes several fractions (`--patch_dropout=0,0.5`), --attention several routes
-(`--attention=xla,cudnn`, config.model.attention) and --remat both settings (`--remat=false,true`): the variants of
-each setting are compiled first, then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
+(`--attention=xla,cudnn`, config.model.attention), --remat both settings (`--remat=false,true`), --embedding_grad
+several ways of summing the token table's gradient (config.model.text.embedding_grad) and --patch_embedding both
+patch embeddings (`--patch_embedding=conv,matmul`, config.model.vision.patch_embedding): the variants of each
+setting are compiled first, then timed in --rounds alternating rounds (A B A B ...), and each row after the first says its step time over the
 first variant's, round by round (`speedup_vs_first`: the median of the per-round ratios, with min and max), so a
 comparison holds while the machine's speed drifts.
 
@@ -64,6 +66,12 @@ _PATCH_DROPOUTS = flags.DEFINE_list('patch_dropout', ['0'], 'Fractions of image 
 _ATTENTIONS = flags.DEFINE_list('attention', ['auto'], "Attention routes (config.model.attention: 'auto', 'xla', "
                                  "'padded', 'cudnn', 'pallas'); several are timed in alternating rounds, as "
                                  "--patch_dropout's.")
+_EMBEDDING_GRADS = flags.DEFINE_list('embedding_grad', ['scatter'], "How the token table's gradient is summed "
+                                      "(config.model.text.embedding_grad: 'scatter', 'sorted', 'drop_after_eot'); "
+                                      "several are timed in alternating rounds, as --patch_dropout's.")
+_PATCH_EMBEDDINGS = flags.DEFINE_list('patch_embedding', ['conv'], "The image tower's patch embedding "
+                                      "(config.model.vision.patch_embedding: 'conv', 'matmul'); several are timed "
+                                      "in alternating rounds, as --patch_dropout's.")
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Alternating timing rounds over the variants of one setting.')
 _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model's shapes (embed_dim, the towers' "
                                     'sizes) replace the preset\'s, keeping its name: tests/support.py gives the test '
@@ -102,8 +110,25 @@ def available_memory_bytes() -> int | None:
   return int(psutil.virtual_memory().available)
 
 
+def variant_settings(variant: tuple) -> dict:
+  """A variant (patch dropout, attention route, remat, embedding gradient, patch embedding) as a row's fields."""
+  return dict(zip(('patch_dropout', 'attention', 'remat', 'embedding_grad', 'patch_embedding'), variant))
+
+
+def with_levers(config, embedding_grad: str, patch_embedding: str):
+  """`config` with the text tower's embedding gradient and the image tower's patch embedding set where they differ
+  from the defaults (a config without a key keeps its default), validated again."""
+  from vlp_jax.config import validate
+  if embedding_grad != 'scatter':
+    config.model.text.embedding_grad = embedding_grad
+  if patch_embedding != 'conv':
+    config.model.vision.patch_embedding = patch_embedding
+  validate(config, num_devices=1)
+  return config
+
+
 def prepare(model: str, batch_size: int, objective: str, precision: str, patch_dropout: float, attention: str,
-            remat: bool):
+            remat: bool, embedding_grad: str = 'scatter', patch_embedding: str = 'conv'):
   """Compile one variant's step. Returns (row, step): the row so far (compile time, memory, FLOPs) and a function
   that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
   import jax
@@ -118,6 +143,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   config = build_config(model, batch_size, objective, precision, remat, patch_dropout, _SCAN.value, attention)
   if _MODEL_CONFIG.value:
     config = with_model_shapes(config, _MODEL_CONFIG.value)
+  config = with_levers(config, embedding_grad, patch_embedding)
   net = models.build_model(config.model)
   obj = objectives.build(config, net)
   tx = optim.make_optimizer(config.optim, config.total_steps, obj.late_starts())
@@ -136,6 +162,7 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   available = available_memory_bytes()
   row = {'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
          'remat': remat, 'scan_layers': _SCAN.value, 'patch_dropout': patch_dropout, 'attention': attention,
+         'embedding_grad': embedding_grad, 'patch_embedding': patch_embedding,
          'device': device.device_kind, 'platform': device.platform,
          'compile_seconds': round(compile_seconds, 2), 'peak_bytes': memory['peak_bytes'],
          'xla_flags': os.environ.get('XLA_FLAGS', '').strip()}
@@ -179,19 +206,19 @@ def timed_row(row: dict, seconds: float, peak: dict) -> dict:
 
 
 def measure_variants(model: str, batch_size: int, objective: str, precision: str,
-                     variants: list[tuple[float, str, bool]],
+                     variants: list[tuple[float, str, bool, str, str]],
                      peak: dict, rounds: int) -> list[dict]:
-  """One row per (patch dropout, attention route, remat) variant of a setting: all compiled first, then timed in `rounds`
-  alternating rounds (each round the median of --steps steps per variant). A row's step time is the median over
-  rounds; rows after the first carry `speedup_vs_first`, the first variant's step time over theirs, round by round."""
+  """One row per (patch dropout, attention route, remat, embedding gradient, patch embedding) variant of a setting:
+  all compiled first, then timed in `rounds` alternating rounds (each round the median of --steps steps per
+  variant). A row's step time is the median over rounds; rows after the first carry `speedup_vs_first`, the first
+  variant's step time over theirs, round by round."""
   prepared = []
-  for fraction, attention, remat in variants:
+  for variant in variants:
     try:
-      prepared.append(prepare(model, batch_size, objective, precision, fraction, attention, remat))
+      prepared.append(prepare(model, batch_size, objective, precision, *variant))
     except Exception as error:  # noqa: BLE001 -- a route the backend refuses (cuDNN's limits): say so, time the rest
       prepared.append(({'model': model, 'batch_size': batch_size, 'objective': objective, 'precision': precision,
-                        'patch_dropout': fraction, 'attention': attention, 'remat': remat,
-                        'failed': f'{type(error).__name__}: {str(error)[:2000]}'}, None))
+                        **variant_settings(variant), 'failed': f'{type(error).__name__}: {str(error)[:2000]}'}, None))
   runnable = [i for i, (_, step) in enumerate(prepared) if step is not None]
   per_round = {i: [] for i in runnable}
   for _ in range(rounds):
@@ -206,8 +233,8 @@ def measure_variants(model: str, batch_size: int, objective: str, precision: str
     result['round_step_seconds'] = [round(t, 6) for t in per_round[i]]  # to the microsecond: ratios of them stay exact
     if i and 0 in per_round:
       ratios = [first / mine for first, mine in zip(per_round[0], per_round[i])]
-      result['speedup_vs_first'] = {**ratio_range(ratios), 'first_patch_dropout': variants[0][0],
-                                    'first_attention': variants[0][1], 'first_remat': variants[0][2]}
+      result['speedup_vs_first'] = {**ratio_range(ratios),
+                                    **{f'first_{k}': v for k, v in variant_settings(variants[0]).items()}}
     rows.append(result)
   return rows
 
@@ -232,7 +259,8 @@ def main(argv):
     for batch_size in (int(b) for b in _BATCHES.value):
       for objective in _OBJECTIVES.value:
         for precision in _PRECISIONS.value:
-          variants = [(float(f), a, r) for f in _PATCH_DROPOUTS.value for a in _ATTENTIONS.value for r in remats]
+          variants = [(float(f), a, r, g, p) for f in _PATCH_DROPOUTS.value for a in _ATTENTIONS.value
+                      for r in remats for g in _EMBEDDING_GRADS.value for p in _PATCH_EMBEDDINGS.value]
           for row in measure_variants(model, batch_size, objective, precision, variants, peak, _ROUNDS.value):
             print(json.dumps(row), flush=True)
 

@@ -3,12 +3,16 @@
 
 python benchmarks/vs_open_clip.py [--rows=tiny:128,ViT-B-32:32] [--rounds=6] [--steps=5] [--warmup=1]
                                   [--precision=fp32] [--device=auto] [--isolated=true] [--profile=N]
+                                  [--torch_compile --torch_compile_mode=default,reduce-overhead]
 
 Both sides train the same architecture (the vlp_jax preset's widths, layers, heads, patch, image size, context and
 vocab, with its activation; the parameter counts must agree), with AdamW (the config's betas, eps, weight decay) and
 the CLIP loss, in fp32 unless --precision=bf16 (vlp_jax's compute dtype; torch then runs under autocast, as open_clip's
 --precision amp_bf16 does). Both sides run on the CPU, or both on the GPU (--device; by default the GPU where jax has
-one).
+one). On a GPU open_clip runs at its best: AdamW's fused kernel (fused=True), channels-last images and patch
+convolution, and with --torch_compile each mode of --torch_compile_mode ('reduce-overhead': CUDA graphs;
+'max-autotune': autotuned kernels too) in a worker of its own, all timed in the same alternating rounds against one
+vlp_jax worker (one row per mode).
 
 The batch is the same on both sides: images drawn from a standard normal (float32, already normalised; NHWC for
 vlp_jax, the same values as NCHW for torch) and token ids with the tokenizer's layout (start token, random ids, the
@@ -31,9 +35,14 @@ under the trainer's malloc, with XLA's and torch's thread pools side by side: th
 Prints one JSON line per row: each side's median samples/s over its turns and the ratio of the medians (> 1: vlp_jax
 is faster); the ratio within each round (vlp_jax's turn over the adjacent open_clip turn) with its median, min and
 max; the turns' rates; the 1-minute load average before and after the rounds (a busy machine makes the run
-meaningless); and per side the malloc setting, thread counts and versions. With --profile=N it then profiles N steps
-of each side (in its worker, or in this process) and prints a table of where the step's time goes by op kind
-(matmuls, attention, GELU, LayerNorm, embeddings, copies, optimizer), side by side, and each side's costliest ops.
+meaningless); per side the malloc setting, thread counts and versions (and open_clip's optimizer, memory format and
+compile mode); and each side's matmul FLOPs per step and FLOP/s with their ratios (`flops_per_step_ratio`,
+`flops_per_sec_ratio`: work per second beside `ratio`, steps per second): vlp_jax's towers run their last block on
+the pooled row alone, open_clip's on every row. With --profile=N it then profiles N steps of each side (in its
+worker, or in this process) and prints a table of where the step's time goes by op kind (matmuls, attention, GELU,
+LayerNorm, embeddings, copies, optimizer), side by side, a second with vlp_jax's kernels filed by their own names
+(a cuBLAS/CUTLASS/Triton GEMM kernel as matmul, whatever HLO op XLA fused it into), and the costliest ops and
+kernels.
 Without torch or open_clip_torch it prints why and exits 0.
 """
 from __future__ import annotations
@@ -59,7 +68,6 @@ from benchmarks.common import alternating_order  # noqa: E402
 
 FLAGS = flags.FLAGS
 SIDES = ('vlp_jax', 'open_clip')  # the names in the output; the workers are 'jax' and 'torch'
-WORKERS = {'vlp_jax': 'jax', 'open_clip': 'torch'}
 
 
 def define_flags() -> None:
@@ -76,6 +84,9 @@ def define_flags() -> None:
   flags.DEFINE_enum('precision', 'fp32', ['fp32', 'bf16'], 'Compute precision of both sides.')
   flags.DEFINE_bool('torch_compile', False, "open_clip's --torchcompile: torch.compile the model (forward and "
                     'backward; the optimizer step stays eager), over its fused scaled_dot_product_attention.')
+  flags.DEFINE_list('torch_compile_mode', ['default'], "torch.compile's modes, each an open_clip worker of its own "
+                    "timed in the same rounds ('reduce-overhead': CUDA graphs; 'max-autotune': autotuned kernels and "
+                    "CUDA graphs; 'max-autotune-no-cudagraphs'), with --torch_compile.")
   flags.DEFINE_string('torch_compile_backend', 'inductor', "torch.compile's backend ('eager': dynamo's tracing "
                       "without code generation, the dry run's quick check of the compiled path).")
   flags.DEFINE_string('attention', 'auto', "vlp_jax's config.model.attention (its attention route; 'auto': cuDNN's "
@@ -177,8 +188,34 @@ def batch_digest(batch: dict) -> str:
   return h.hexdigest()[:16]
 
 
+def jax_step_flops(spec: dict) -> float:
+  """Matmul and convolution FLOPs of one vlp_jax train step (training.flops, from its jaxpr, 2 per multiply-add),
+  traced on the CPU without compiling, with attention on XLA's route, whose matmuls the jaxpr shows (a fused
+  kernel's do not; the work is the same): the towers' last blocks compute the pooled row alone, as the trained step
+  does."""
+  import jax
+  import numpy as np
+  from vlp_jax import models, objectives, parallel
+  from vlp_jax.training import optim
+  from vlp_jax.training.flops import traced_flops
+  from vlp_jax.training.state import create_train_state
+  from vlp_jax.training.step import jit_train_step
+  config = spec_config(spec['model'], spec['batch_size'], spec['precision'], 'xla', spec.get('model_config', ''))
+  objective = objectives.build(config, models.build_model(config.model))
+  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  mesh = parallel.make_mesh(1, jax.devices('cpu')[:1])
+  state = jax.eval_shape(lambda key: create_train_state(objective, tx, key), jax.random.key(0))
+  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
+  size, batch_size = spec['image_size'], spec['batch_size']
+  batch = {'image': jax.ShapeDtypeStruct((batch_size, size, size, 3), np.float32),
+           'text': jax.ShapeDtypeStruct((batch_size, spec['context_length']), np.int32)}
+  with jax.set_mesh(mesh):
+    return traced_flops(jit_train_step(objective, tx, mesh, shardings).trace(state, batch, jax.random.key(1)))
+
+
 def jax_side(spec: dict):
-  """(a function running one vlp_jax train step (blocking) on `shared_batch`, the parameter count)."""
+  """(a function running one vlp_jax train step (blocking) on `shared_batch`, the parameter count, the step's
+  FLOPs: `jax_step_flops`)."""
   import jax
   from vlp_jax import models, objectives, parallel
   from vlp_jax.training import optim
@@ -196,6 +233,7 @@ def jax_side(spec: dict):
   batch = parallel.global_batch(shared_batch(spec), mesh)
   rng = jax.random.key(1)
   count = sum(x.size for x in jax.tree.leaves(state.params))
+  flops = jax_step_flops(spec)
 
   def step():
     nonlocal state
@@ -208,29 +246,62 @@ def jax_side(spec: dict):
     with jax.set_mesh(mesh):
       return jit_train_step(objective, tx, mesh, shardings).lower(state, batch, rng).compile().as_text()
   step.hlo_text = hlo_text
-  return step, count
+  return step, count, flops
+
+
+def torch_settings(spec: dict) -> dict:
+  """How the open_clip side runs, at its fastest where the device allows: AdamW's fused kernel (fused=True, on cuda;
+  the CPU keeps torch's default foreach AdamW), channels-last images and patch convolution (cuda), and
+  torch.compile's backend and mode (spec['torch_compile'], spec['torch_compile_mode']; '' = eager PyTorch)."""
+  on_cuda = spec.get('device') == 'gpu'
+  return {'optimizer': 'AdamW(fused=True)' if on_cuda else 'AdamW(foreach)', 'channels_last': on_cuda,
+          'torch_compile': spec.get('torch_compile', ''),
+          'torch_compile_mode': spec.get('torch_compile_mode', 'default') if spec.get('torch_compile') else ''}
+
+
+def torch_step_flops(model, loss_fn, images, texts) -> float:
+  """Matmul and convolution FLOPs of one forward and backward pass of `model` (torch's FlopCounterMode, 2 per
+  multiply-add), attention through the math kernel, whose matmuls the counter sees on every device (its fused CPU
+  kernel has no count): every row of every block, as open_clip computes them."""
+  import torch
+  from torch.nn.attention import SDPBackend, sdpa_kernel
+  from torch.utils.flop_counter import FlopCounterMode
+  with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    out = model(images, texts)
+    features = (out['image_features'], out['text_features'], out['logit_scale']) if isinstance(out, dict) else out[:3]
+    loss_fn(*features).backward()
+  model.zero_grad(set_to_none=True)
+  return float(counter.get_total_flops())
 
 
 def torch_side(spec: dict, modules):
   """(a function running one open_clip train step of the same architecture and optimizer on `shared_batch`, the
-  parameter count). On a GPU (spec['device']) the model and batch live on cuda and each step waits for the GPU."""
+  parameter count, the step's FLOPs: `torch_step_flops`). On a GPU (spec['device']) the model and batch live on
+  cuda and each step waits for the GPU. `torch_settings` says how it runs."""
   import torch
   model_module, loss_module = modules
+  settings = torch_settings(spec)
   device = torch.device('cuda' if spec.get('device') == 'gpu' else 'cpu')
   torch.manual_seed(0)
   model = model_module.CLIP(**spec['open_clip']).to(device)
   model.train()
   o = spec['optim']
   parameters = list(model.parameters())
-  if spec.get('torch_compile'):  # as open_clip's --torchcompile: the module, not the loss or the optimizer
-    model = torch.compile(model, backend=spec['torch_compile'])
-  optimizer = torch.optim.AdamW(parameters, lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
-                                weight_decay=o['weight_decay'])
   loss_fn = loss_module.ClipLoss()
   batch = shared_batch(spec)
-  # NCHW, as torch's patch conv takes it
+  # NCHW, as torch's patch conv takes it; channels-last (NHWC in memory) where cuDNN's convolutions prefer it
   images = torch.from_numpy(batch['image'].transpose(0, 3, 1, 2).copy()).to(device)
+  if settings['channels_last']:
+    model = model.to(memory_format=torch.channels_last)
+    images = images.contiguous(memory_format=torch.channels_last)
   texts = torch.from_numpy(batch['text']).long().to(device)
+  flops = torch_step_flops(model, loss_fn, images, texts)  # eager, before compiling: the same network's work
+  if settings['torch_compile']:  # as open_clip's --torchcompile: the module, not the loss or the optimizer
+    mode = settings['torch_compile_mode']
+    model = torch.compile(model, backend=settings['torch_compile'], mode=None if mode == 'default' else mode)
+  optimizer = torch.optim.AdamW(parameters, lr=o['lr'], betas=tuple(o['betas']), eps=o['eps'],
+                                weight_decay=o['weight_decay'],
+                                fused=True if settings['optimizer'] == 'AdamW(fused=True)' else None)
   precision = spec['precision']
 
   def step():
@@ -245,7 +316,8 @@ def torch_side(spec: dict, modules):
     optimizer.step()
     if device.type == 'cuda':  # the step's kernels run asynchronously: a step ends when they have
       torch.cuda.synchronize()
-  return step, sum(p.numel() for p in parameters)
+  step.optimizer, step.model, step.images = optimizer, model, images  # what a test checks the settings reached
+  return step, sum(p.numel() for p in parameters), flops
 
 
 def malloc_setting(retained: bool) -> str:
@@ -280,16 +352,20 @@ def build_side(worker: str, spec: dict, retained: bool):
   """(step, ready message) of one side, after the build's two untimed steps; (None, {'skipped': why}) when
   open_clip cannot be imported."""
   if worker == 'jax':
-    step, count = jax_side(spec)
+    step, count, flops = jax_side(spec)
+    settings = {}
   else:
     modules = open_clip_modules()
     if isinstance(modules, str):
       return None, {'skipped': modules}
-    step, count = torch_side(spec, modules)
+    step, count, flops = torch_side(spec, modules)
+    settings = torch_settings(spec)
   for _ in range(2):  # compile (jax) and first-touch of the buffers, outside every turn
     step()
-  return step, {'parameters': count, 'batch_digest': batch_digest(shared_batch(spec)),
-                **process_info(worker, retained)}
+  if worker == 'torch':  # what the optimizer really is, once its first step has set it up
+    settings['optimizer_fused'] = bool(step.optimizer.defaults.get('fused'))
+  return step, {'parameters': count, 'batch_digest': batch_digest(shared_batch(spec)), 'flops_per_step': flops,
+                **settings, **process_info(worker, retained)}
 
 
 def turn(step, warmup: int, steps: int) -> list[float]:
@@ -306,9 +382,14 @@ def turn(step, warmup: int, steps: int) -> list[float]:
 
 def profile(worker: str, step, steps: int, on_gpu: bool) -> dict:
   """{'kinds': {kind: ms per step}, 'top': the costliest ops, 'clock': 'device' (GPU kernel time, which leaves out
-  the GPU's idle gaps) or 'thread' (CPU time)}."""
-  kinds, top = (jax_op_profile if worker == 'jax' else torch_op_profile)(step, steps, on_gpu)
-  return {'kinds': kinds, 'top': top, 'clock': 'device' if on_gpu else 'thread'}
+  the GPU's idle gaps) or 'thread' (CPU time)}; vlp_jax's also 'kernel_kinds' and 'kernel_top', its kernels sorted
+  by their own names first (`kernel_name_kind`)."""
+  if worker == 'jax':
+    kinds, top, (kernel_kinds, kernel_top) = jax_op_profile(step, steps, on_gpu)
+    by_kernel = {'kernel_kinds': kernel_kinds, 'kernel_top': kernel_top}
+  else:
+    (kinds, top), by_kernel = torch_op_profile(step, steps, on_gpu), {}
+  return {'kinds': kinds, 'top': top, 'clock': 'device' if on_gpu else 'thread', **by_kernel}
 
 
 def serve(worker: str, spec: dict) -> None:
@@ -410,10 +491,31 @@ def sum_by_kind(times: list[tuple[str, str, float]], steps: int) -> tuple[dict, 
   return dict(kinds), [(round(ms, 2), op, kind_of[op]) for op, ms in by_op.most_common(10)]
 
 
-def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
-  """({kind: ms per step}, the 10 costliest ops as (ms per step, HLO op, model-code path or kind)). On a CPU the
-  time is the ops' thread time; on a GPU the kernels' time on the device (the planes named /device:GPU, their
-  stream lines), each kernel by the HLO op the profile names, else by its own name."""
+# Marks of a matrix-multiply kernel's name (cuBLAS, cuBLASLt's nvjet, CUTLASS, cuDNN's implicit-GEMM convolutions,
+# XLA's Triton GEMM fusions), whatever HLO op the profile files it under: XLA fuses a GELU, a bias or a cast into a
+# matmul's epilogue, and the fused op is then named after the elementwise op.
+MATMUL_KERNEL_MARKS = ('gemm', 'nvjet', 'cutlass', 'cublas', 'xmma', 'matmul', 'dot_fusion', 'tensorop', 'wgmma')
+# Marks of a fused attention kernel (cuDNN's and others' flash attention), which may run on CUTLASS too.
+ATTENTION_KERNEL_MARKS = ('flash', 'fmha', 'sdpa', 'attention')
+
+
+def kernel_name_kind(kernel: str, op_kind: str) -> str:
+  """The kind of a GPU kernel by its own name first: a fused attention kernel is attention, a matmul kernel
+  (MATMUL_KERNEL_MARKS) is a matmul, whatever the HLO op it runs for; any other keeps `op_kind`, its HLO op's."""
+  name = kernel.lower()
+  if any(mark in name for mark in ATTENTION_KERNEL_MARKS):
+    return KINDS[1]
+  if any(mark in name for mark in MATMUL_KERNEL_MARKS):
+    return KINDS[0]
+  return op_kind
+
+
+def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list, tuple[dict, list]]:
+  """({kind: ms per step}, the 10 costliest ops as (ms per step, HLO op, model-code path or kind), and the same two
+  with each kernel sorted by its own name first (`kernel_name_kind`; the top as (ms per step, kernel, kind))). On a
+  CPU the time is the ops' thread time (the "kernel" is the op); on a GPU the kernels' time on the device (the
+  planes named /device:GPU, their stream lines), each kernel by the HLO op the profile names, else by its own
+  name."""
   import glob
   import re
   import tempfile
@@ -427,7 +529,7 @@ def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
       step()
     jax.profiler.stop_trace()
     data = ProfileData.from_file(glob.glob(f'{trace_dir}/**/*.xplane.pb', recursive=True)[0])
-  times = []
+  times, by_kernel = [], []
   if on_gpu:
     for plane in (p for p in data.planes if p.name.startswith('/device:GPU')):
       # the kernels as they ran on the streams; other lines (if any) summarise the same time again
@@ -440,15 +542,18 @@ def jax_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
           else:
             kind = jax_op_kind(origin.get(op, '')) if op else device_kernel_kind(event.name)
           times.append((op or event.name, kind, event.duration_ns / 1e6))
+          by_kernel.append((event.name, kernel_name_kind(event.name, kind), event.duration_ns / 1e6))
   else:
     for plane in data.planes:
       for line in plane.lines:
         for event in line.events:
           op = dict(event.stats).get('hlo_op')
           if op:
-            times.append((op, jax_op_kind(origin.get(op, '')), event.duration_ns / 1e6))
+            kind = jax_op_kind(origin.get(op, ''))
+            times.append((op, kind, event.duration_ns / 1e6))
+            by_kernel.append((event.name, kernel_name_kind(event.name, kind), event.duration_ns / 1e6))
   kinds, top = sum_by_kind(times, steps)
-  return kinds, [(ms, op, origin.get(op, kind)) for ms, op, kind in top]
+  return kinds, [(ms, op, origin.get(op, kind)) for ms, op, kind in top], sum_by_kind(by_kernel, steps)
 
 
 def torch_op_profile(step, steps: int, on_gpu: bool = False) -> tuple[dict, list]:
@@ -502,6 +607,20 @@ def profile_table(jax_kinds: dict, torch_kinds: dict, jax_step_ms: float, torch_
     idle = (jax_step_ms - jax_total, torch_step_ms - torch_total)
     lines.append(f'| GPU idle: no kernel running | | {idle[0]:.1f} | | {idle[1]:.1f} |')
   lines.append(f'| **step** | {jax_total:.1f} | {jax_step_ms:.1f} | {torch_total:.1f} | {torch_step_ms:.1f} |')
+  return '\n'.join(lines)
+
+
+def kernel_name_table(by_op: dict, by_kernel: dict, torch_kinds: dict) -> str:
+  """Markdown: vlp_jax's profiled time per op kind with each kernel filed by its HLO op and by its own name
+  (`kernel_name_kind`: a matmul kernel counts as matmul whatever op it runs for), beside open_clip's (filed by
+  kernel name on a GPU), and the difference the names make."""
+  lines = ['| op kind | vlp_jax by HLO op ms/step | vlp_jax by kernel name ms/step | moved | open_clip ms/step |',
+           '|---|---|---|---|---|']
+  for kind in KINDS:
+    op, name, t = by_op.get(kind, 0.0), by_kernel.get(kind, 0.0), torch_kinds.get(kind, 0.0)
+    lines.append(f'| {kind} | {op:.1f} | {name:.1f} | {name - op:+.1f} | {t:.1f} |')
+  lines.append(f'| **all kernels** | {sum(by_op.values()):.1f} | {sum(by_kernel.values()):.1f} | | '
+               f'{sum(torch_kinds.values()):.1f} |')
   return '\n'.join(lines)
 
 
@@ -560,14 +679,21 @@ class WorkerSide:
     self.process.wait()
 
 
-def start_sides(spec: dict, retained: bool) -> dict:
-  """{side name: LocalSide or WorkerSide}, built and warmed up. The two workers build at the same time (nothing is
-  timed yet); open_clip's answers first, so that a missing open_clip does not wait for vlp_jax's compile."""
+def open_clip_sides(modes: list[str]) -> list[str]:
+  """The open_clip sides' names, one per torch.compile mode: 'open_clip' alone, or 'open_clip:<mode>' each."""
+  return ['open_clip'] if len(modes) == 1 else [f'open_clip:{mode}' for mode in modes]
+
+
+def start_sides(specs: dict, retained: bool) -> dict:
+  """{side name: LocalSide or WorkerSide}, built and warmed up; specs: {side name: its row spec}, vlp_jax's first.
+  The workers build at the same time (nothing is timed yet); open_clip's answer first, so that a missing open_clip
+  does not wait for vlp_jax's compile."""
+  worker = {side: 'jax' if side == 'vlp_jax' else 'torch' for side in specs}
   if not FLAGS.isolated:
-    return {side: LocalSide(WORKERS[side], spec, retained) for side in SIDES}
-  sides = {side: WorkerSide(WORKERS[side], spec) for side in SIDES}
+    return {side: LocalSide(worker[side], spec, retained) for side, spec in specs.items()}
+  sides = {side: WorkerSide(worker[side], spec) for side, spec in specs.items()}
   try:
-    for side in SIDES[::-1]:
+    for side in list(specs)[::-1]:
       sides[side].ready = sides[side].reply()
       if 'skipped' in sides[side].ready:
         break
@@ -578,16 +704,16 @@ def start_sides(spec: dict, retained: bool) -> dict:
   return sides
 
 
-def round_order(index: int) -> tuple[str, str]:
-  """vlp_jax first in even rounds, open_clip first in odd ones: ABBA ABBA ..."""
-  return tuple(alternating_order(SIDES, index))
+def round_order(index: int, names=SIDES) -> tuple[str, ...]:
+  """vlp_jax first in even rounds, last in odd ones: ABBA ABBA ... (with several open_clip sides: ABC CBA ...)."""
+  return tuple(alternating_order(names, index))
 
 
 def time_rounds(sides: dict, rounds: int, steps: int, batch_size: int) -> dict:
   """{side: [samples/s of each round's turn]}; one side computes at a time."""
-  rates = {side: [] for side in SIDES}
+  rates = {side: [] for side in sides}
   for index in range(rounds):
-    for side in round_order(index):
+    for side in round_order(index, list(sides)):
       rates[side].append(steps * batch_size / sum(sides[side].turn(steps)))
   return rates
 
@@ -604,25 +730,43 @@ def summary(rates: dict) -> dict:
           'round_rates': {side: [round(r, 1) for r in rates[side]] for side in SIDES}}
 
 
-def check_same_work(name: str, ready: dict) -> None:
+def check_same_work(name: str, ready: dict, open_clip: str = 'open_clip') -> None:
   """The two sides must train the same network on the same batch."""
-  j, t = ready['vlp_jax'], ready['open_clip']
+  j, t = ready['vlp_jax'], ready[open_clip]
   if j['parameters'] != t['parameters']:
     raise RuntimeError(f"{name}: vlp_jax has {j['parameters']} parameters, open_clip {t['parameters']}")
   if j['batch_digest'] != t['batch_digest']:
     raise RuntimeError(f"{name}: the sides' batches differ ({j['batch_digest']} vs {t['batch_digest']})")
 
 
-def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None:
-  jax_profile, torch_profile = sides['vlp_jax'].profile(FLAGS.profile), sides['open_clip'].profile(FLAGS.profile)
+def work_fields(ready_jax: dict, ready_torch: dict, result: dict, batch_size: int) -> dict:
+  """Each side's FLOPs per step (vlp_jax: the towers' last blocks on the pooled row alone; open_clip: on every row)
+  and FLOP/s at its median rate, and the ratio of the FLOP/s (> 1: vlp_jax does more work per second), beside
+  `ratio`, the ratio of samples per second."""
+  fields = {}
+  for side, ready in (('vlp_jax', ready_jax), ('open_clip', ready_torch)):
+    fields[f'{side}_flops_per_step'] = ready['flops_per_step']
+    fields[f'{side}_flops_per_sec'] = ready['flops_per_step'] * result[f'{side}_samples_per_sec'] / batch_size
+  fields['flops_per_step_ratio'] = round(ready_jax['flops_per_step'] / ready_torch['flops_per_step'], 4)
+  fields['flops_per_sec_ratio'] = round(fields['vlp_jax_flops_per_sec'] / fields['open_clip_flops_per_sec'], 3)
+  return fields
+
+
+def print_profile(name: str, batch_size: int, sides: dict, result: dict, open_clip: str = 'open_clip') -> None:
+  jax_profile, torch_profile = sides['vlp_jax'].profile(FLAGS.profile), sides[open_clip].profile(FLAGS.profile)
   device_clock = jax_profile['clock'] == 'device'
   print(f"\n{name}, batch {batch_size}, {FLAGS.profile} profiled steps per side "
         f"({'GPU kernel time' if device_clock else 'CPU thread time'}):\n")
   step_ms = {side: 1e3 * batch_size / result[f'{side}_samples_per_sec'] for side in SIDES}
   print(profile_table(jax_profile['kinds'], torch_profile['kinds'], step_ms['vlp_jax'], step_ms['open_clip'],
                       device_clock))
+  print('\nThe same kernels, vlp_jax\'s filed by HLO op and by kernel name (matmul kernels as matmul):\n')
+  print(kernel_name_table(jax_profile['kinds'], jax_profile['kernel_kinds'], torch_profile['kinds']))
   print('\nvlp_jax costliest ops (ms/step, HLO op, model code):')
   for row in jax_profile['top']:
+    print('  ', *row)
+  print('vlp_jax costliest kernels (ms/step, kernel, kind by its name):')
+  for row in jax_profile['kernel_top']:
     print('  ', *row)
   print('open_clip costliest ' + ('kernels (ms/step, kernel, kind):' if device_clock else
                                   'ops (ms/step, aten op, input shapes):'))
@@ -632,34 +776,46 @@ def print_profile(name: str, batch_size: int, sides: dict, result: dict) -> None
 
 
 def run_row(name: str, batch_size: int, retained: bool) -> bool:
-  """Time (and profile) one row and print its JSON line; False when open_clip is not there (the line says why).
-  retained: whether this process has the trainer's malloc (in-process mode)."""
+  """Time (and profile) one row and print its JSON line, one per torch.compile mode (--torch_compile_mode: each an
+  open_clip worker of its own, all timed in the same alternating rounds against one vlp_jax worker); False when
+  open_clip is not there (the line says why). retained: whether this process has the trainer's malloc (in-process
+  mode)."""
   spec = row_spec(name, batch_size, FLAGS.precision, resolve_device(FLAGS.device),
                   FLAGS.torch_compile_backend if FLAGS.torch_compile else '', FLAGS.attention, FLAGS.model_config)
-  sides = start_sides(spec, retained)
+  modes = FLAGS.torch_compile_mode if FLAGS.torch_compile else ['default']
+  rivals = open_clip_sides(modes)
+  specs = {'vlp_jax': spec, **{side: {**spec, 'torch_compile_mode': mode} for side, mode in zip(rivals, modes)}}
+  sides = start_sides(specs, retained)
   try:
-    ready = {side: sides[side].ready for side in SIDES}
-    if 'skipped' in ready['open_clip']:  # vlp_jax's worker was not waited for
-      print(json.dumps({'benchmark': 'vs_open_clip', 'skipped': ready['open_clip']['skipped']}), flush=True)
+    ready = {side: sides[side].ready for side in specs}
+    skipped = next((ready[side]['skipped'] for side in rivals if 'skipped' in ready[side]), None)
+    if skipped:  # vlp_jax's worker was not waited for
+      print(json.dumps({'benchmark': 'vs_open_clip', 'skipped': skipped}), flush=True)
       return False
-    check_same_work(name, ready)
+    for side in rivals:
+      check_same_work(name, ready, side)
     load_before = os.getloadavg()[0]
-    result = summary(time_rounds(sides, FLAGS.rounds, FLAGS.steps, batch_size))
+    rates = time_rounds(sides, FLAGS.rounds, FLAGS.steps, batch_size)
     # The 1-minute load around the rounds: anything else running shows here (torch's OpenMP threads slow down many
     # times over when a core is taken from them, XLA's far less), and such a run measures the load, not the sides.
-    result['load_average'] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    print(json.dumps({
-        'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
-        'device': spec['device'], 'torch_compile': spec['torch_compile'] or False, 'attention': FLAGS.attention,
-        **({'model_config': FLAGS.model_config} if FLAGS.model_config else {}),
-        'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'rounds': FLAGS.rounds,
-        'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'parameters': ready['vlp_jax']['parameters'],
-        'batch_digest': ready['vlp_jax']['batch_digest'],
-        'sides': {side: {k: v for k, v in ready[side].items() if k not in ('parameters', 'batch_digest')}
-                  for side in SIDES},
-        'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count()}), flush=True)
-    if FLAGS.profile:
-      print_profile(name, batch_size, sides, result)
+    load_average = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    for side in rivals:
+      result = summary({'vlp_jax': rates['vlp_jax'], 'open_clip': rates[side]})
+      print(json.dumps({
+          'benchmark': 'vs_open_clip', 'model': name, 'batch_size': batch_size, 'precision': FLAGS.precision,
+          'device': spec['device'], 'torch_compile': spec['torch_compile'] or False,
+          'torch_compile_mode': ready[side]['torch_compile_mode'], 'attention': FLAGS.attention,
+          **({'model_config': FLAGS.model_config} if FLAGS.model_config else {}),
+          'mode': 'isolated' if FLAGS.isolated else 'in-process', **result, 'load_average': load_average,
+          **work_fields(ready['vlp_jax'], ready[side], result, batch_size),
+          'rounds': FLAGS.rounds, 'steps': FLAGS.steps, 'warmup': FLAGS.warmup,
+          'parameters': ready['vlp_jax']['parameters'], 'batch_digest': ready['vlp_jax']['batch_digest'],
+          'sides': {out: {k: v for k, v in ready[key].items() if k not in ('parameters', 'batch_digest')}
+                    for out, key in (('vlp_jax', 'vlp_jax'), ('open_clip', side))},
+          'machine': platform.processor() or platform.machine(), 'cpus': os.cpu_count()}), flush=True)
+    if FLAGS.profile:  # against the first mode's open_clip
+      print_profile(name, batch_size, sides, summary({'vlp_jax': rates['vlp_jax'], 'open_clip': rates[rivals[0]]}),
+                    rivals[0])
     return True
   finally:
     for side in sides.values():

@@ -102,9 +102,11 @@ def _jsonl(path) -> list[dict]:
     return [json.loads(line) for line in f if line.startswith('{')]
 
 
-# the XLA flags gpu.sh's levers stage times (its xla_levers), each a flag name XLA must know
-XLA_LEVERS = ('--xla_gpu_enable_latency_hiding_scheduler=true', '--xla_gpu_enable_command_buffer=',
-              '--xla_gpu_enable_cublaslt=true')
+# the XLA flag sets gpu.sh's levers stage times (its xla_levers), each a flag name XLA must know
+def _xla_levers(autotune_cache) -> tuple[str, ...]:
+  triton = f'--xla_gpu_enable_triton_gemm=true --xla_gpu_per_fusion_autotune_cache_dir={autotune_cache}'
+  return ('--xla_gpu_enable_cublaslt=true', '--xla_gpu_enable_cudnn_layer_norm=true', triton,
+          f'{triton} --xla_gpu_cudnn_gemm_fusion_level=2')
 
 
 @pytest.mark.slow  # every stage of the GPU script on the CPU: ten processes, micro shapes
@@ -115,15 +117,17 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   # Unoptimised XLA (as the unit tests, conftest.UNOPTIMISED_FOLDERS): the dry run checks the rows each stage writes,
   # not their speeds, and its stages compile many programs to run each a few times (81 -> 58 CPU-s alone).
   env = {**os.environ, 'VLP_JAX_CACHE': data_cache, 'XLA_FLAGS': FAST_COMPILE_XLA_FLAGS,
-         'JAX_DISABLE_MOST_OPTIMIZATIONS': '1'}
+         'JAX_DISABLE_MOST_OPTIMIZATIONS': '1', 'GPU_SH_AUTOTUNE_CACHE': str(tmp_path / 'autotune')}
   env.pop('VLP_JAX_MALLOC', None)
   out = tmp_path / 'gpu'
   result = subprocess.run(['bash', os.path.join(ROOT, 'benchmarks', 'gpu.sh'), '--dry_run', str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
-  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'attention', 'levers_variants', 'levers_xla'):
+  for name in ('b16', 'vs_open_clip', 'end_to_end', 'so400m', 'attention', 'levers_variants', 'levers_xla',
+               'levers_patch_embedding', 'levers_embedding_grad'):
     assert f'== {name} exit 0' in result.stdout, (name, result.stdout[-3000:], result.stderr[-3000:])
   assert '== l14 skipped in the dry run' in result.stdout
+  assert '== rival_autotune skipped in the dry run' in result.stdout
   assert 'jax' in (out / 'environment.txt').read_text()
 
   # b16: both attention routes the CPU runs, timed in the same alternating rounds
@@ -139,9 +143,18 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   route = max((xla, padded), key=lambda r: r['samples_per_sec'])['attention']  # what the later stages use
 
   # vs_open_clip: open_clip through torch.compile and vlp_jax, isolated workers, the same network and batch
-  (row,) = _jsonl(out / 'vs_open_clip.jsonl')
-  if 'skipped' in row:
-    pytest.skip(row['skipped'])
+  rows = _jsonl(out / 'vs_open_clip.jsonl')
+  if 'skipped' in rows[0]:
+    pytest.skip(rows[0]['skipped'])
+  # one row per torch.compile mode, each an open_clip worker timed in the same rounds against one vlp_jax worker
+  row, graphed = rows
+  assert (row['torch_compile_mode'], graphed['torch_compile_mode']) == ('default', 'reduce-overhead')
+  assert row['round_rates']['vlp_jax'] == graphed['round_rates']['vlp_jax']
+  assert row['sides']['open_clip']['pid'] != graphed['sides']['open_clip']['pid']
+  # open_clip's settings (torch's defaults on the CPU) and both sides' FLOPs: vlp_jax's pooled last blocks do less
+  assert row['sides']['open_clip']['optimizer'] == 'AdamW(foreach)' and not row['sides']['open_clip']['channels_last']
+  assert 0 < row['vlp_jax_flops_per_step'] < row['open_clip_flops_per_step']
+  assert row['flops_per_sec_ratio'] == pytest.approx(row['ratio'] * row['flops_per_step_ratio'], rel=2e-2)
   # the tiny preset with the micro shapes, on both sides (the parent checks that their parameter counts agree)
   config = spec_config('tiny', 8, 'fp32', model_config=MICRO_CONFIG)
   init = objectives.build(config, models.build_model(config.model)).init_variables
@@ -161,6 +174,8 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   profile = (out / 'vs_open_clip.jsonl').read_text()
   assert '| op kind | vlp_jax profiled ms/step' in profile and '| **step** |' in profile
   assert 'vlp_jax costliest ops' in profile and 'open_clip costliest ops' in profile
+  assert '| op kind | vlp_jax by HLO op ms/step | vlp_jax by kernel name ms/step |' in profile
+  assert 'vlp_jax costliest kernels' in profile
 
   # end_to_end: the trainer read every step's batch from the JPEG tars; its rate against its step alone
   (row,) = _jsonl(out / 'end_to_end.jsonl')
@@ -193,9 +208,17 @@ def test_gpu_script_dry_run(tmp_path, data_cache):
   assert (speedup['min'], speedup['max']) == (pytest.approx(min(ratios), abs=2e-3), pytest.approx(max(ratios), abs=2e-3))
   assert (speedup['first_patch_dropout'], speedup['first_remat']) == (0.0, True) and 'speedup_vs_first' not in dense
   run, summary = _jsonl(out / 'levers_xla.jsonl')
-  assert run['xla_flags_variant'] == summary['xla_flags_variant'] == ' '.join(XLA_LEVERS)
-  assert run['samples_per_sec'] > 0 and run['xla_flags'].endswith(' '.join(XLA_LEVERS))
+  levers = ' '.join(_xla_levers(tmp_path / 'autotune'))
+  assert run['xla_flags_variant'] == summary['xla_flags_variant'] == levers
+  assert run['samples_per_sec'] > 0 and run['xla_flags'].endswith(levers)
   assert summary['samples_per_sec_median'] == run['samples_per_sec']
+  # the patch embedding and the token table's gradient: each switch's values timed in alternating rounds
+  for stage, key, values in (('levers_patch_embedding', 'patch_embedding', ['conv', 'matmul']),
+                             ('levers_embedding_grad', 'embedding_grad', ['scatter', 'sorted', 'drop_after_eot'])):
+    rows = _jsonl(out / f'{stage}.jsonl')
+    assert [r[key] for r in rows] == values and all('failed' not in r for r in rows), rows
+    assert all(r['samples_per_sec'] > 0 and len(r['round_step_seconds']) == 2 for r in rows)
+    assert all(r['speedup_vs_first'][f'first_{key}'] == values[0] for r in rows[1:])
 
   # attention: each fused variant (padded to 64, to 2, unpadded with jax's rule fixed in that process) equals XLA in
   # values and gradients, odd and causal-even rows; each variant and torch's SDPA timed forward and backward

@@ -10,9 +10,13 @@ attention), `pool='last'` (the feature read at the last position, not at the EOT
 `text_projection_bias`), `mlp_width` and `ln_eps`; `config.model.init_logit_bias` (not None) adds a learned
 `logit_bias`, the sigmoid loss's bias, so that it travels with the weights. The image tower comes from
 `config.model.vision.type` ('vit', 'resnet', 'siglip_vit').
+
+`text.embedding_grad` picks how the token table's gradient is summed (`embed_tokens`); every choice gives the same
+forward pass and the same gradient up to summation order.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -20,9 +24,57 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS, with_tower_defaults
 from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
+
+
+# How the token table's gradient is summed over a batch's positions (`embed_tokens`):
+#   'scatter': the gather's own transpose, one scatter-add over every position. On a GPU the padding positions'
+#     (zero) gradients all pile their atomic adds onto the pad token's row.
+#   'sorted': positions sorted by token id, then a sorted segment sum (no two threads add into one row at once).
+#   'drop_after_eot': positions after the pooled one left out of the scatter where they cannot reach the output (a
+#     causal tower whose later rows are not returned, `with_tokens=False`); elsewhere every position, as 'scatter'.
+EMBEDDING_GRADS = ('scatter', 'sorted', 'drop_after_eot')
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _lookup(table: jax.Array, ids: jax.Array, keep: jax.Array, grad: str, vocab: int) -> jax.Array:
+  """table: [V, w]; ids, keep: [N] -> [N, w], the rows of `ids`; `grad` and `keep` shape the backward pass only."""
+  del keep, grad, vocab
+  return jnp.take(table, ids, axis=0)
+
+
+def _lookup_fwd(table, ids, keep, grad, vocab):
+  return _lookup(table, ids, keep, grad, vocab), (ids, keep)
+
+
+def _lookup_bwd(grad, vocab, residuals, cotangent):
+  """The table's gradient ([V, w], the cotangent's dtype), summed as `grad` says; none for the ids and mask."""
+  ids, keep = residuals
+  if grad == 'sorted':
+    order = jnp.argsort(ids)
+    table_grad = jax.ops.segment_sum(cotangent[order], ids[order], vocab, indices_are_sorted=True)
+  else:  # 'drop_after_eot': the left-out positions go to an index past the table, which the scatter drops
+    table_grad = jnp.zeros((vocab, cotangent.shape[-1]), cotangent.dtype).at[jnp.where(keep, ids, vocab)].add(
+        cotangent, mode='drop')
+  no_grad = np.zeros(ids.shape, jax.dtypes.float0)
+  return table_grad, no_grad, no_grad
+
+
+_lookup.defvjp(_lookup_fwd, _lookup_bwd)
+
+
+def embed_tokens(table: jax.Array, tokens: jax.Array, grad: str = 'scatter', keep: jax.Array | None = None
+                 ) -> jax.Array:
+  """table: [V, w]; tokens: [B, L] int -> [B, L, w], the table's rows. grad: one of EMBEDDING_GRADS; keep: [B, L]
+  bool, the positions whose gradient can be nonzero (None: all), used by 'drop_after_eot' only."""
+  if grad == 'scatter':
+    return jnp.take(table, tokens, axis=0)
+  keep = jnp.ones(tokens.shape, bool) if keep is None else keep
+  rows = _lookup(table, tokens.reshape(-1), keep.reshape(-1), grad, table.shape[0])
+  return rows.reshape(*tokens.shape, table.shape[1])
 
 
 class CLIP(nn.Module):
@@ -81,12 +133,20 @@ class CLIP(nn.Module):
     length = tokens.shape[1]
     if length > self.text.context_length:
       raise ValueError(f'text of length {length} exceeds the model context_length {self.text.context_length}')
-    x = self.token_embedding(tokens) + self.positional_embedding[:length].astype(self.dtype)
     if self.text.get('pool', 'eot') == 'last':
       eot_index = jnp.full(tokens.shape[:1], length - 1, jnp.int32)
     else:
       eot_index = jnp.argmax(tokens, axis=-1)
     causal = self.text.get('causal', True)
+    grad = self.text.get('embedding_grad', 'scatter')
+    if grad == 'scatter':
+      x = self.token_embedding(tokens)
+    else:
+      # a causal tower that returns the pooled row alone: later positions cannot reach it, their gradient is zero
+      keep = jnp.arange(length)[None] <= eot_index[:, None] if causal and not with_tokens else None
+      with jax.named_scope('token_embedding'):  # the profile's op metadata files it as the embedding
+        x = embed_tokens(jnp.asarray(self.token_embedding.embedding, self.dtype), tokens, grad, keep)
+    x = x + self.positional_embedding[:length].astype(self.dtype)
     x = self.ln_final(self.transformer(x, causal=causal, pool_index=None if with_tokens else eot_index))
     eot = jnp.take_along_axis(x, eot_index[:, None, None], axis=1)[:, 0] if with_tokens else x[:, 0]
     embed = eot @ self.text_projection.astype(x.dtype)

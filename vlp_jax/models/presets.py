@@ -7,6 +7,7 @@ import math
 
 import ml_collections
 
+from vlp_jax.models.clip import EMBEDDING_GRADS
 from vlp_jax.models.resnet import ResNetTower
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.models.towers import VISION_TOWERS, check_heads, vision_tower
@@ -22,11 +23,12 @@ def text_options(width: int = 512, layers: int = 12, heads: int = 8, context_len
   causal: attention masks later tokens; pool: 'eot' (the position of the largest id, CLIP's EOT) or 'last' (the
   last position); proj_bias: a bias after `text_projection`; mlp_width: the blocks' MLP hidden width (0 = 4 *
   width); ln_eps: the LayerNorms' epsilon; tokenizer: 'clip_bpe' or 'sentencepiece', whose model file is read
-  from tokenizer_path (data/tokenizer.py).
+  from tokenizer_path (data/tokenizer.py); embedding_grad: how the token table's gradient is summed (a speed
+  setting, clip.EMBEDDING_GRADS).
   """
   spec = dict(vocab_size=49408, context_length=context_length, width=width, layers=layers, heads=heads,
               causal=True, pool='eot', proj_bias=False, mlp_width=0, ln_eps=1e-5, tokenizer='clip_bpe',
-              tokenizer_path='')
+              tokenizer_path='', embedding_grad='scatter')
   unknown = set(options) - set(spec)
   if unknown:
     raise TypeError(f'unknown text tower options {sorted(unknown)}')
@@ -40,6 +42,7 @@ TEXT_POOLING = ('eot', 'last')
 def validate_text(text: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the key when an option of config.model.text is invalid."""
   check_choice('model.text.pool', text.pool, TEXT_POOLING)
+  check_choice('model.text.embedding_grad', text.get('embedding_grad', 'scatter'), EMBEDDING_GRADS)
   check_choice('model.text.tokenizer', text.tokenizer, TOKENIZERS)
   check_heads('text', text.width, text.heads)
   if text.tokenizer == 'sentencepiece' and not text.tokenizer_path:
