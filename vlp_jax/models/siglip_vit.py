@@ -117,6 +117,7 @@ class SiglipViTTower(VisionTower):
   So400m/14 checkpoints at 384 px)."""
   patch_based = True
   layer_groups = True
+  position_prefix = 0  # no class token
 
   @classmethod
   def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0

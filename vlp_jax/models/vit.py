@@ -100,6 +100,7 @@ class ViTTower(VisionTower):
   patch_dropout, the fraction of patch tokens each image drops in training (FLIP), in [0, 1)."""
   patch_based = True
   layer_groups = True
+  position_prefix = 1  # the class token's row
 
   @classmethod
   def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0,
