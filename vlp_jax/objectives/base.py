@@ -228,6 +228,12 @@ class Objective:
     del params, step
     return model_state
 
+  def after_load(self, params: dict, model_state: dict) -> dict:
+    """Model state once `params` come from a checkpoint (config.init.checkpoint): what `init_variables` derives from
+    the parameters (an EMA teacher's copy of the tower) derived again from the loaded ones. Default: as is."""
+    del params
+    return model_state
+
   def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
     """The tower variables to evaluate, by metric-name prefix: '' is what the eval metrics report (the trained
     model); objectives with a teacher add it, e.g. {'teacher_': ...}."""
@@ -305,6 +311,9 @@ class Composite(Objective):
 
   def after_step(self, params, model_state, step):
     return self.base.after_step(params, model_state, step)
+
+  def after_load(self, params, model_state):
+    return self.base.after_load(params, model_state)
 
   def eval_variants(self, params, model_state):
     return self.base.eval_variants(params, model_state)

@@ -63,7 +63,10 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
     params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
   except ValueError as error:  # a checkpoint that does not fit the model: before compiling, exit 2
     raise errors.ConfigError(str(error)) from error
-  print(f'Initialised from {config.init.checkpoint}' + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
+  model_state = objective.after_load(params, model_state)  # e.g. an EMA teacher starts as the loaded tower
+  loaded = sorted(name for name in params if name not in fresh)  # `fresh` names a whole new subtree by its root
+  print(f'Initialised from {config.init.checkpoint}: loaded {", ".join(loaded)}'
+        + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
   state = with_ema(TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state,
                               opt_state=tx.init(params)), config.ema.decay)
   return jax.device_put(state, state_shardings)
