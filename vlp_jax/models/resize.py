@@ -3,7 +3,7 @@ size or patch size) and the patch embedding resized to another patch size (Flexi
 SigLIP 2 uses for its /14 models from /16 weights). Pure functions on host arrays; `resize_tower` applies them to a
 tower's variables when a checkpoint's config.model.vision and the model's differ in image_size or patch_size.
 
-Both use the interpolation the towers use at other resolutions (positional.py: `jax.image.resize` bicubic with
+Both use the interpolation the towers use at other resolutions (positional.py's: `jax.image.resize` bicubic with
 antialiasing, Keys' a = -0.5), which is also torch's antialiased bicubic: timm's `resample_abs_pos_embed` and
 `resample_patch_embed` agree with them (tests/unit/models/test_resize.py).
 """
@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlp_jax.models.positional import resize_positional_embedding
 
 # The shape keys a resize is defined for; a change of any other key of config.model.vision is refused.
 RESIZABLE = ('image_size', 'patch_size')
@@ -28,13 +27,17 @@ def grid_of(vision: Any) -> int:
   return vision['image_size'] // vision['patch_size']
 
 
-def resize_position_embedding(pos: np.ndarray, old_grid: int, new_grid: int, prefix: int) -> np.ndarray:
-  """[prefix + g*g, w] -> [prefix + n*n, w]: the spatial part resized bicubically from g x g to n x n, the `prefix`
-  leading rows (a class token's: 1 for CLIP's ViT, 0 for SigLIP's) kept; the same array at the same grid."""
+def resize_position_embedding(pos: np.ndarray, old_grid: int, new_grid: int, prefix: int, method: str = 'bicubic'
+                              ) -> np.ndarray:
+  """[prefix + g*g, w] -> [prefix + n*n, w]: the spatial part resized from g x g to n x n, the `prefix` leading rows
+  (a class token's: 1 for CLIP's ViT, 0 for SigLIP's) kept; the same array at the same grid. `method`: bicubic (the
+  towers' own: positional.py), or 'linear', whose weights are never negative (for Adam's second moments, which must
+  stay positive: training/stages.py)."""
   if old_grid == new_grid:
     return pos
-  resized = resize_positional_embedding(jnp.asarray(pos, jnp.float32), old_grid, (new_grid, new_grid), prefix)
-  return np.asarray(resized).astype(pos.dtype)
+  spatial = jnp.asarray(pos[prefix:], jnp.float32).reshape(old_grid, old_grid, -1)
+  spatial = jax.image.resize(spatial, (new_grid, new_grid, spatial.shape[-1]), method=method)
+  return np.concatenate([pos[:prefix], np.asarray(spatial).reshape(new_grid * new_grid, -1).astype(pos.dtype)])
 
 
 def patch_resize_matrix(old: int, new: int) -> np.ndarray:

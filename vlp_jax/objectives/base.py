@@ -35,6 +35,7 @@ import ml_collections
 
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
 from vlp_jax.data.record_needs import RecordNeed
+from vlp_jax.data.resolution import stage_starts
 from vlp_jax.data.tokenizer import tokenizer_options
 from vlp_jax.models import init_variables
 from vlp_jax.models.towers import fold_in_rows
@@ -162,7 +163,8 @@ class Objective:
     in the data workers). CLIP's: one resized image and the caption tokenised by the model's tokenizer."""
     return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
-                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model))
+                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
+                     size_stages=stage_starts(config.data.get('resolution_stages', ()), config.total_steps))
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the
