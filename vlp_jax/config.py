@@ -354,13 +354,13 @@ def _check_resolution_stages(config: ml_collections.ConfigDict, objective_cls: t
   if not stages:
     return
   vision = config.model.vision
-  resolution.check_stages(stages, vision.image_size, vision.patch_size, config.total_steps)
   if objective_cls.name not in STAGED_RESOLUTION_OBJECTIVES:
     raise ValueError(f'config.data.resolution_stages applies to config.objective.name in '
                      f'{list(STAGED_RESOLUTION_OBJECTIVES)}, not {objective_cls.name!r}')
   if vision_tower(vision).position_prefix is None:
     raise ValueError(f'config.data.resolution_stages needs a tower whose position embedding can be resized, not '
                      f"config.model.vision.type={vision.type!r}")
+  resolution.check_stages(stages, vision.image_size, vision.patch_size, config.total_steps)
 
 
 def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
