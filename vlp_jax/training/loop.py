@@ -229,7 +229,7 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
     memory_text = f'; {hardware.gib(memory)} of memory per device' if memory else ''
     print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}{peak_text}'
                                              f'{memory_text}).' if flops else '.'), flush=True)
-    if ctx.config.data.resolution_stages:  # each stage's program: what it costs to compile and to run
+    if stages.stage_starts(ctx.config):  # each stage's program: what it costs to compile and to run
       seconds = getattr(ctx.step_fn, 'compile_seconds', None)
       print(f'Stage at image size {stages.size_at(ctx.config, step - 1)}: compiled in '
             + (f'{seconds:.1f} s' if seconds is not None else '? s')

@@ -30,8 +30,10 @@ POSITION_PATH = ('visual', 'positional_embedding')
 
 
 def stage_starts(config: ml_collections.ConfigDict) -> tuple[tuple[int, int], ...]:
-  """((first batch index, image size), ...) of the run; () without stages."""
-  return resolution.stage_starts(config.data.resolution_stages, config.total_steps)
+  """((first batch index, image size), ...) of the run; () without stages (or without config.data: a stand-in)."""
+  data = config.get('data', None)
+  stages = data.get('resolution_stages', ()) if data is not None else ()
+  return resolution.stage_starts(stages, config.total_steps) if stages else ()
 
 
 def size_at(config: ml_collections.ConfigDict, index: int) -> int:
@@ -41,12 +43,14 @@ def size_at(config: ml_collections.ConfigDict, index: int) -> int:
 
 def switches_at(config: ml_collections.ConfigDict, index: int) -> bool:
   """Whether batch `index` is the first of a stage after the first (the state is resized before it)."""
-  return index > 0 and size_at(config, index) != size_at(config, index - 1)
+  return bool(stage_starts(config)) and index > 0 and size_at(config, index) != size_at(config, index - 1)
 
 
 def config_at(config: ml_collections.ConfigDict, index: int) -> ml_collections.ConfigDict:
   """The run's config with config.model.vision.image_size at the size of batch `index`: what the model, the
   objective and the compiled step of that stage are built from (`config` itself when the size is the model's)."""
+  if not stage_starts(config):
+    return config
   size = size_at(config, index)
   if size == config.model.vision.image_size:
     return config
