@@ -27,17 +27,18 @@ def grid_of(vision: Any) -> int:
   return vision['image_size'] // vision['patch_size']
 
 
-def resize_position_embedding(pos: np.ndarray, old_grid: int, new_grid: int, prefix: int, method: str = 'bicubic'
-                              ) -> np.ndarray:
+def resize_position_embedding(pos: Any, old_grid: int, new_grid: int, prefix: int, method: str = 'bicubic') -> Any:
   """[prefix + g*g, w] -> [prefix + n*n, w]: the spatial part resized from g x g to n x n, the `prefix` leading rows
   (a class token's: 1 for CLIP's ViT, 0 for SigLIP's) kept; the same array at the same grid. `method`: bicubic (the
   towers' own: positional.py), or 'linear', whose weights are never negative (for Adam's second moments, which must
-  stay positive: training/stages.py)."""
+  stay positive: training/stages.py). A numpy array gives a numpy array; a jax array (sharded over processes too)
+  a jax array."""
   if old_grid == new_grid:
     return pos
   spatial = jnp.asarray(pos[prefix:], jnp.float32).reshape(old_grid, old_grid, -1)
   spatial = jax.image.resize(spatial, (new_grid, new_grid, spatial.shape[-1]), method=method)
-  return np.concatenate([pos[:prefix], np.asarray(spatial).reshape(new_grid * new_grid, -1).astype(pos.dtype)])
+  out = jnp.concatenate([jnp.asarray(pos[:prefix]), spatial.reshape(new_grid * new_grid, -1).astype(pos.dtype)])
+  return np.asarray(out) if isinstance(pos, np.ndarray) else out
 
 
 def patch_resize_matrix(old: int, new: int) -> np.ndarray:

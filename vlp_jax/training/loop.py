@@ -184,7 +184,8 @@ def switch_resolution(ctx: TrainContext, index: int) -> None:
   model = models.build_model(new.model)
   objective = objectives.build(new, model)
   tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  state, resized = stages.resize_state(jax.device_get(ctx.state), old.model.vision, new.model.vision)
+  # on the devices: the other leaves stay where they are, and a state sharded over processes needs no gather
+  state, resized = stages.resize_state(ctx.state, old.model.vision, new.model.vision)
   abstract = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), jax.random.key(0))
   if [np.shape(leaf) for leaf in jax.tree.leaves(state)] != [leaf.shape for leaf in jax.tree.leaves(abstract)]:
     raise ValueError(f'the train state resized to image size {new.model.vision.image_size} does not have the '

@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
 
 from vlp_jax.data import resolution
 from vlp_jax.models.resize import grid_of, resize_position_embedding
@@ -73,7 +72,7 @@ def _keys(path: tuple) -> tuple[str, ...]:
 
 def resize_state(state: Any, old_vision: ml_collections.ConfigDict, new_vision: ml_collections.ConfigDict
                  ) -> tuple[Any, int]:
-  """A train state on the host at `old_vision`'s image size -> (the same at `new_vision`'s, the number of leaves
+  """A train state (on the devices, or numpy) at `old_vision`'s image size -> (the same at `new_vision`'s, the number of leaves
   resized): every leaf at a path ending in visual/positional_embedding resized to the new grid, bicubically, or
   linearly under Adam's `nu` (the module docstring says why)."""
   old, new = with_tower_defaults(old_vision), with_tower_defaults(new_vision)
@@ -90,6 +89,6 @@ def resize_state(state: Any, old_vision: ml_collections.ConfigDict, new_vision: 
       return leaf
     resized += 1
     method = 'linear' if 'nu' in keys else 'bicubic'
-    return resize_position_embedding(np.asarray(leaf), old_grid, new_grid, prefix, method)
+    return resize_position_embedding(leaf, old_grid, new_grid, prefix, method)  # on the devices for a jax array
 
   return jax.tree_util.tree_map_with_path(resize, state), resized
