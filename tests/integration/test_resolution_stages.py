@@ -35,7 +35,7 @@ def runs(data_cache, tmp_path_factory):
   config = micro_config(data_cache)  # 16 px images, patch 4: a 4x4 grid; 2x2 at 8 px
   config.data.resolution_stages = ((0.0, 8), (0.5, 16))  # batches 0-2 at 8 px, 3-5 (steps 4-6) at 16 px
   config.ema.decay = 0.5
-  config.eval.every_steps = 100
+  config.eval.every_steps = 3  # step 3: the 8 px model on the eval set's 16 px images (the tower resizes)
   config.eval.tasks = ('zeroshot',)
   config.log_every_steps = 1
   config.checkpoint.async_save = False
@@ -77,6 +77,11 @@ def test_the_state_is_resized_at_the_switch_and_each_stage_reports_its_program(r
   flops = [float(line.split(', ')[1].split(' GFLOP')[0]) for line in lines]
   assert 0 < flops[0] < flops[1]  # a quarter of the tokens: the low stage's step costs less
   assert all(' compiled in ' in line for line in lines)
+
+
+def test_the_low_stage_evaluates_on_the_models_image_size(runs):
+  evals = {r['step']: r for r in read_metrics(runs['full_dir']) if 'eval/synthetic/zeroshot_top1' in r}
+  assert sorted(evals) == [3, 6] and all(np.isfinite(r['eval/synthetic/zeroshot_top1']) for r in evals.values())
 
 
 def test_a_checkpoint_holds_its_stages_model(runs):

@@ -50,7 +50,7 @@ def test_position_embedding_resize_is_timms(old_grid, new_grid, prefix):
   assert resize_position_embedding(pos, old_grid, old_grid, prefix) is pos  # the identity, bit for bit
 
 
-@pytest.mark.parametrize('old,new', [(16, 14), (14, 16), (8, 12), (32, 16)])
+@pytest.mark.parametrize('old,new', [(16, 14), (14, 16), (8, 12)])
 def test_patch_kernel_resize_is_flexivits_pseudo_inverse_as_timm(old, new):
   kernel = np.random.default_rng(old).normal(size=(old, old, 3, 5)).astype(np.float32)
   got = resize_patch_kernel(kernel, new)
