@@ -198,8 +198,8 @@ def switch_resolution(ctx: TrainContext, index: int) -> None:
   ctx.encoder = Encoder(model, tower_variables(ctx.state.params, ctx.state.model_state), ctx.mesh,
                         config.eval.batch_size, config.model.text.context_length)
   print(f'Resolution stage from step {index + 1}: image size {old.model.vision.image_size} -> '
-        f'{new.model.vision.image_size}; resized {resized} copies of visual/positional_embedding (parameters, '
-        "Adam's moments, EMA, teacher)", flush=True)
+        f'{new.model.vision.image_size}; resized {resized} copies of visual/positional_embedding (the parameters, '
+        "Adam's moments and any EMA or teacher copy)", flush=True)
 
 
 def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
