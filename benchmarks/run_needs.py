@@ -85,6 +85,7 @@ DATA = {
     'siglip2_webli': Data(1_000_000_000, 100_000, '100,000 tars x 10,000 samples (assumed)'),
     'clip_continue': Data(595_000, _shards(595_000), 'LLaVA-595K'),
     'saco_continue': Data(595_000, _shards(595_000), 'LLaVA-595K'),
+    'siglip2_continue': Data(595_000, _shards(595_000), 'LLaVA-595K as tars, the config\'s TRAIN_EXAMPLES'),
 }
 
 

@@ -14,7 +14,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import models, parallel
-from vlp_jax.data import formats, image_ops, mixing
+from vlp_jax.data import formats, image_ops, mixing, resolution
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
@@ -116,6 +116,9 @@ def _data_config() -> ml_collections.ConfigDict:
       # | 'dino' (one of DINO's global-view augmentations: COSMOS's CLIP baseline).
       'crop_scale': (),
       'augment': 'none',
+      # Staged resolution in one run (data/resolution.py, training/stages.py): ((fraction of the steps, image
+      # size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
+      'resolution_stages': (),
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
@@ -303,6 +306,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     for _, data_format in formats.DATA_FORMATS.items():  # every format's options are in every config
       data_format.validate(config.data)
     _check_data(config.data, objective_cls)
+    _check_resolution_stages(config, objective_cls)
     check(_check_training, config, num_devices)
     _check_tower_options(config)
     accumulation.validate(config, objective_cls, terms, num_devices)
@@ -337,6 +341,26 @@ def _check_choices(config: ml_collections.ConfigDict) -> None:
     EVALUATORS.check(task)
   for name in config.eval.datasets:
     EVAL_SETS.check(name)
+
+
+# The objectives whose views draw the image size of each example from its step (CLIP's views, objectives/views.py).
+STAGED_RESOLUTION_OBJECTIVES = ('clip', 'siglip')
+
+
+def _check_resolution_stages(config: ml_collections.ConfigDict, objective_cls: type) -> None:
+  """config.data.resolution_stages: the schedule (data/resolution.py), an objective whose views follow it and a
+  tower whose position embedding can be resized at a switch."""
+  stages = config.data.resolution_stages
+  if not stages:
+    return
+  vision = config.model.vision
+  if objective_cls.name not in STAGED_RESOLUTION_OBJECTIVES:
+    raise ValueError(f'config.data.resolution_stages applies to config.objective.name in '
+                     f'{list(STAGED_RESOLUTION_OBJECTIVES)}, not {objective_cls.name!r}')
+  if vision_tower(vision).position_prefix is None:
+    raise ValueError(f'config.data.resolution_stages needs a tower whose position embedding can be resized, not '
+                     f"config.model.vision.type={vision.type!r}")
+  resolution.check_stages(stages, vision.image_size, vision.patch_size, config.total_steps)
 
 
 def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:

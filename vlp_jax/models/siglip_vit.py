@@ -151,6 +151,7 @@ class SiglipViTTower(VisionTower):
   uses when none is given. `patch_embedding` (naflex.PATCH_EMBEDDINGS): how fixed-size images are embedded."""
   patch_based = True
   layer_groups = True
+  position_prefix = 0  # no class token
 
   @classmethod
   def default_config(cls) -> dict:

@@ -50,10 +50,13 @@ class VisionTower:
       at the patch size);
     layer_groups: transformer blocks that make layer groups (locked-tower groups and layer-wise lr decay,
       models/groups.py); a tower without them locks whole.
+    position_prefix: the rows of its `positional_embedding` before the patches' (a class token's), for weights
+      resized to another image or patch size (models/resize.py); None: no resize defined.
   """
   name: str = ''
   patch_based: bool = False
   layer_groups: bool = False
+  position_prefix: int | None = None
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:

@@ -107,6 +107,7 @@ class ViTTower(VisionTower):
   (naflex.PATCH_EMBEDDINGS: 'conv' or 'matmul', the same parameters and values up to rounding)."""
   patch_based = True
   layer_groups = True
+  position_prefix = 1  # the class token's row
 
   @classmethod
   def default_config(cls) -> dict:

@@ -35,6 +35,7 @@ import ml_collections
 
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
 from vlp_jax.data.record_needs import RecordNeed
+from vlp_jax.data.resolution import stage_starts
 from vlp_jax.data.tokenizer import tokenizer_options
 from vlp_jax.models import init_variables
 from vlp_jax.models.towers import fold_in_rows
@@ -162,7 +163,8 @@ class Objective:
     in the data workers). CLIP's: one resized image and the caption tokenised by the model's tokenizer."""
     return ClipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
-                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model))
+                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
+                     size_stages=stage_starts(config.data.get('resolution_stages', ()), config.total_steps))
 
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """(params, model_state): the trainable parameters of the two towers plus any heads the objective adds, and the
@@ -226,6 +228,12 @@ class Objective:
   def after_step(self, params: dict, model_state: dict, step: jax.Array) -> dict:
     """Model state after the optimizer step, inside the jitted step (e.g. an EMA teacher update). Default: as is."""
     del params, step
+    return model_state
+
+  def after_load(self, params: dict, model_state: dict) -> dict:
+    """Model state once `params` come from a checkpoint (config.init.checkpoint): what `init_variables` derives from
+    the parameters (an EMA teacher's copy of the tower) derived again from the loaded ones. Default: as is."""
+    del params
     return model_state
 
   def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
@@ -305,6 +313,9 @@ class Composite(Objective):
 
   def after_step(self, params, model_state, step):
     return self.base.after_step(params, model_state, step)
+
+  def after_load(self, params, model_state):
+    return self.base.after_load(params, model_state)
 
   def eval_variants(self, params, model_state):
     return self.base.eval_variants(params, model_state)

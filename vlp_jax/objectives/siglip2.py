@@ -460,9 +460,19 @@ class Siglip2Objective(SiglipObjective):
       params[name] = self._head().init(jax.random.fold_in(head_rng, i), jnp.zeros((1, width)))['params']
     if self.masked_on:
       params[MASK_TOKEN] = jnp.zeros((width,), jnp.float32)  # iBOT's initialisation
+    return params, {**model_state, **self._teacher_state(params)}
+
+  def _teacher_state(self, params: dict) -> dict:
+    """The teacher's model state at the start of a run: a copy of the student's tower and heads, the centres at
+    zero, the late losses on when they start at step 0."""
     centers = {loss: jnp.zeros((self.config.head_prototypes,), jnp.float32) for loss in self.head_names()}
-    return params, {**model_state, TEACHER: jax.tree.map(jnp.array, self.teacher_params(params)), CENTERS: centers,
-                    ACTIVE: jnp.int32(self.start_step <= 0)}
+    return {TEACHER: jax.tree.map(jnp.array, self.teacher_params(params)), CENTERS: centers,
+            ACTIVE: jnp.int32(self.start_step <= 0)}
+
+  def after_load(self, params: dict, model_state: dict) -> dict:
+    """A run started from a checkpoint starts its teacher as a copy of the loaded tower (with the losses on from
+    step 0, the teacher would otherwise be the random initialisation's), whatever teacher the checkpoint held."""
+    return {**model_state, **self._teacher_state(params)} if self.uses_teacher else model_state
 
   def eval_variants(self, params: dict, model_state: dict) -> dict[str, dict]:
     """The base's variants, each with the decoder's text vocabulary (VOCABULARY) where it is not the tokenizer's,

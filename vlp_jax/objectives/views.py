@@ -8,9 +8,9 @@ from typing import Any, Callable
 import grain
 import numpy as np
 
-from vlp_jax.data import autoaugment, transforms
+from vlp_jax.data import autoaugment, resolution, transforms
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
-from vlp_jax.data.pipeline import passthrough
+from vlp_jax.data.pipeline import STEP_KEY, passthrough
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer
 
 
@@ -39,15 +39,21 @@ class ClipViews(grain.transforms.RandomMap):
   tokenizer: str = CLIP_BPE
   tokenizer_path: str = ''
   preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING  # the model's resize (config.model.preprocess)
+  # staged resolution (data/resolution.py): ((first batch index, image size), ...); an example's image is at the
+  # size of the step its batch is for (pipeline.STEP_KEY); () or no step: image_size
+  size_stages: tuple[tuple[int, int], ...] = ()
 
   def __post_init__(self):
     cached_tokenizer(self.tokenizer, self.tokenizer_path)  # a bad tokenizer setting fails here, not in a worker
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    size = self.image_size
+    if self.size_stages and STEP_KEY in example:
+      size = resolution.size_at(self.size_stages, example[STEP_KEY], self.image_size)
     if self.crop_scale:
-      image = transforms.random_resized_crop(example['image'], self.image_size, tuple(self.crop_scale), rng)
+      image = transforms.random_resized_crop(example['image'], size, tuple(self.crop_scale), rng)
     else:
-      image = self.preprocessing.resize_image(example['image'], self.image_size)
+      image = self.preprocessing.resize_image(example['image'], size)
     if self.augment != 'none':
       image = autoaugment.AUGMENTATIONS.get(self.augment)(image, rng)
     return {'image': image, 'text': self.text_tokens(example, rng), **passthrough(example)}

@@ -17,6 +17,8 @@ import orbax.checkpoint as ocp
 from vlp_jax import paths
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
 from vlp_jax.data.image_ops import preprocessing_of
+from vlp_jax.models.resize import resize_tower, shape_changes
+from vlp_jax.models.towers import vision_tower, with_tower_defaults
 from vlp_jax.models.transformer import BlockStack, in_layout
 from vlp_jax.config import with_current_defaults
 
@@ -204,14 +206,42 @@ def _flag_value(value: Any) -> str:
   return f'({",".join(str(v) for v in value)})' if isinstance(value, (tuple, list)) else str(value)
 
 
+# The text tower's keys whose change alters its parameters' shapes or count; no resize is defined for any of them.
+TEXT_STRUCTURAL = ('width', 'layers', 'heads', 'mlp_width', 'vocab_size', 'context_length')
+
+
+def resized_to_model(saved_params: dict, saved_model: ml_collections.ConfigDict,
+                     model_config: ml_collections.ConfigDict) -> tuple[dict, list[str]]:
+  """A checkpoint's parameters with its image tower resized to the model's image_size and patch_size
+  (models/resize.py), and one line per resized variable (from, to, how); unchanged when the sizes agree, and when a
+  key with no resize defined (a width, a depth) differs too, which `load_pretrained` refuses naming the variables.
+  Raises ValueError for a tower with no resize defined."""
+  saved_vision, vision = with_tower_defaults(saved_model.vision), with_tower_defaults(model_config.vision)
+  resizable, structural = shape_changes(saved_vision, vision)
+  if not resizable or structural or 'visual' not in saved_params:  # a structural change: refused by the caller
+    return saved_params, []
+  visual, notes = resize_tower(saved_params['visual'], saved_vision, vision, vision_tower(vision).position_prefix)
+  return {**saved_params, 'visual': visual}, notes
+
+
+def unresizable_changes(saved_model: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict) -> list[str]:
+  """'config.model.<tower>.<key> (checkpoint a, model b)' for each key with no resize defined that differs."""
+  _, structural = shape_changes(with_tower_defaults(saved_model.vision), with_tower_defaults(model_config.vision))
+  lines = [f'config.model.vision.{k} (checkpoint {a!r}, model {b!r})' for k, (a, b) in structural.items()]
+  return lines + [f'config.model.text.{k} (checkpoint {saved_model.text.get(k)!r}, model {model_config.text.get(k)!r})'
+                  for k in TEXT_STRUCTURAL if saved_model.text.get(k) != model_config.text.get(k)]
+
+
 def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_config: ml_collections.ConfigDict
                     ) -> tuple[dict, dict, list[str]]:
   """Replace the towers' variables in (params, model_state) by a checkpoint's (continue pre-training).
 
-  Variables the checkpoint lacks (heads an objective adds) keep their fresh values and are returned by name.
-  Raises ValueError naming every shape mismatch and unexpected variable, an activation mismatch (loading OpenAI
-  weights into a GELU model gives silently wrong results otherwise), or a preprocessing mismatch (the weights would
-  be trained on pixels other than those they were trained or imported with).
+  Variables the checkpoint lacks (heads an objective adds) keep their fresh values and are returned by name. A
+  checkpoint at another image_size or patch_size has its image tower resized to the model's (`resized_to_model`;
+  each resize printed). Raises ValueError naming every shape mismatch and unexpected variable and every changed key
+  with no resize defined (a width, a depth), an activation mismatch (loading OpenAI weights into a GELU model gives
+  silently wrong results otherwise), or a preprocessing mismatch (the weights would be trained on pixels other than
+  those they were trained or imported with).
   """
   saved_config = load_config(checkpoint_dir)
   if saved_config.model.act != model_config.act:
@@ -226,6 +256,9 @@ def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_
                      + f'); set {flags}')
   saved_params, saved_state = load_variables(checkpoint_dir)
   saved_params = in_layout(saved_params, BlockStack.from_config(model_config))  # scanned or not, as configured
+  saved_params, resized = resized_to_model(saved_params, saved_config.model, model_config)
+  for line in resized:
+    print(f'Resized {line}', flush=True)
   problems, fresh = [], []
 
   def merge(current: dict, saved: dict, prefix: str) -> dict:
@@ -248,7 +281,9 @@ def load_pretrained(checkpoint_dir: str, params: dict, model_state: dict, model_
 
   params = merge(params, saved_params, '')
   model_state = merge(model_state, saved_state, '')
-  if problems:
+  # a depth change can fit (extra blocks fresh): refused all the same, no resize being defined for it
+  unresizable = unresizable_changes(saved_config.model, model_config)
+  if problems or unresizable:
     raise ValueError(f'config.init.checkpoint={checkpoint_dir} does not fit config.model ({model_config.name}): '
-                     + '; '.join(problems[:40]))
+                     + '; '.join(problems[:40] + [f'no resize is defined for {line}' for line in unresizable]))
   return params, model_state, fresh

@@ -10,6 +10,7 @@ from jax.sharding import Mesh
 
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder
+from vlp_jax.training import stages
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.progress import Progress
 from vlp_jax.training.state import TrainState
@@ -43,7 +44,8 @@ class TrainContext:
   def save(self, step: int) -> None:
     """Checkpoint the current state and data position (the time is kept out of the throughput figures)."""
     self.progress.pause()
-    self.checkpointer.save(step, self.state, self.data_iterator, self.config)
+    # the config of the state's resolution stage (training/stages.py): the model the saved parameters are of
+    self.checkpointer.save(step, self.state, self.data_iterator, stages.state_config(self.config, step))
     self.progress.resume()
 
   def close(self) -> None:

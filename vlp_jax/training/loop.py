@@ -24,7 +24,7 @@ from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_skipped_tasks
 from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
-from vlp_jax.training import guards, start_checks
+from vlp_jax.training import guards, stages, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
@@ -64,7 +64,10 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
     params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
   except ValueError as error:  # a checkpoint that does not fit the model: before compiling, exit 2
     raise errors.ConfigError(str(error)) from error
-  print(f'Initialised from {config.init.checkpoint}' + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
+  model_state = objective.after_load(params, model_state)  # e.g. an EMA teacher starts as the loaded tower
+  loaded = sorted(name for name in params if name not in fresh)  # `fresh` names a whole new subtree by its root
+  print(f'Initialised from {config.init.checkpoint}: loaded {", ".join(loaded)}'
+        + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
   state = with_ema(TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state,
                               opt_state=tx.init(params)), config.ema.decay)
   return jax.device_put(state, state_shardings)
@@ -144,8 +147,10 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   """Mesh, model, objective, optimizer, data, state (restored when `latest`), the compiled step, eval sets and the
   metric writer, in that order."""
   mesh = parallel.make_mesh(config.mesh.fsdp)
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
+  # with config.data.resolution_stages: the model, state and step of the stage the state to restore is at
+  staged = stages.state_config(config, latest or 0)
+  model = models.build_model(staged.model)
+  objective = objectives.build(staged, model)
   tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
   schedule = learning_rate_schedule(config.optim, config.total_steps)
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
@@ -154,7 +159,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   # refused (exit 2) when it cannot fit
   held = eval_budget.host_memory(config, record_stats.mapped_bytes)
   print(f'Host memory: {host_memory.check(held, hardware.host_memory_bytes())}', flush=True)
-  state, state_shardings = build_state(config, objective, tx, init_rng, mesh, checkpointer, latest, data_iterator)
+  state, state_shardings = build_state(staged, objective, tx, init_rng, mesh, checkpointer, latest, data_iterator)
   start_step = int(state.step)
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
   objective_name = ' + '.join((config.objective.name, *config.objective.terms))
@@ -162,8 +167,8 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
   step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
-                               num_micro_batches(config), unrolled_flops_of(config, tx, mesh),
-                               config.ema.decay, architecture_flops_of(config, tx, mesh))
+                               num_micro_batches(config), unrolled_flops_of(staged, tx, mesh),
+                               config.ema.decay, architecture_flops_of(staged, tx, mesh))
   eval_sets = evalsets.load_eval_sets(config)
   report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
@@ -179,18 +184,50 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
       last_eval=latest_eval(workdir) if start_step else {})
 
 
+def switch_resolution(ctx: TrainContext, index: int) -> None:
+  """Before batch `index`, the first of a new resolution stage (config.data.resolution_stages): the state resized
+  to the stage's image size (training/stages.py: parameters, EMA, teacher and Adam's moments), and the objective,
+  the compiled step and the encoder rebuilt for it; said in the log."""
+  config = ctx.config
+  old, new = stages.config_at(config, index - 1), stages.config_at(config, index)
+  model = models.build_model(new.model)
+  objective = objectives.build(new, model)
+  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  # on the devices: the other leaves stay where they are, and a state sharded over processes needs no gather
+  state, resized = stages.resize_state(ctx.state, old.model.vision, new.model.vision)
+  abstract = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), jax.random.key(0))
+  if [np.shape(leaf) for leaf in jax.tree.leaves(state)] != [leaf.shape for leaf in jax.tree.leaves(abstract)]:
+    raise ValueError(f'the train state resized to image size {new.model.vision.image_size} does not have the '
+                     "stage's shapes")
+  shardings = parallel.tree_shardings(abstract, ctx.mesh, config.mesh.fsdp_min_size)
+  ctx.state = jax.device_put(state, shardings)
+  ctx.objective = objective
+  ctx.step_fn = compile_train_step(objective, tx, ctx.mesh, shardings, config.accumulation.mode,
+                                   num_micro_batches(config), unrolled_flops_of(new, tx, ctx.mesh), config.ema.decay,
+                                   architecture_flops_of(new, tx, ctx.mesh))
+  ctx.encoder = Encoder(model, tower_variables(ctx.state.params, ctx.state.model_state), ctx.mesh,
+                        config.eval.batch_size, config.model.text.context_length)
+  print(f'Resolution stage from step {index + 1}: image size {old.model.vision.image_size} -> '
+        f'{new.model.vision.image_size}; resized {resized} copies of visual/positional_embedding (the parameters, '
+        "Adam's moments and any EMA or teacher copy)", flush=True)
+
+
 def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
   """Take the next batch and dispatch train step `step`, without waiting for it (except the first step of the run,
   which compiles: it is waited for and kept out of the throughput figures). Returns its metrics, on the devices."""
+  switched = stages.switches_at(ctx.config, step - 1)
+  if switched:
+    switch_resolution(ctx, step - 1)
   began = time.perf_counter()
   local_batch, status = pipeline.pop_status(next(ctx.data_iterator))
   ctx.record_stats.update(status)
   batch = parallel.global_batch(local_batch, ctx.mesh)
   ctx.progress.waited_for_data(time.perf_counter() - began)
-  if step == ctx.start_step + 1:  # the compilation can take minutes on a big model: say what is going on
+  compiles = step == ctx.start_step + 1 or switched
+  if compiles:  # the compilation can take minutes on a big model: say what is going on
     print(f'Compiling the train step (global batch {ctx.config.batch_size}) ...', flush=True)
   ctx.state, metrics = ctx.step_fn(ctx.state, batch, ctx.step_rng)
-  if step == ctx.start_step + 1:
+  if compiles:
     jax.block_until_ready(ctx.state)
     flops = getattr(ctx.step_fn, 'flops', None)
     # perf/mfu's denominator: config.log.peak_device_tflops, else the device's published bf16 peak (None: no MFU)
@@ -209,6 +246,11 @@ def dispatch_step(ctx: TrainContext, step: int) -> dict[str, jax.Array]:
     print(f'Compiled and ran step {step}' + (f' ({flops / 1e9:.2f} GFLOP per device, from {source}'
                                              f'{architecture_text}{peak_text}{memory_text}).' if flops else '.'),
           flush=True)
+    if stages.stage_starts(ctx.config):  # each stage's program: what it costs to compile and to run
+      seconds = getattr(ctx.step_fn, 'compile_seconds', None)
+      print(f'Stage at image size {stages.size_at(ctx.config, step - 1)}: compiled in '
+            + (f'{seconds:.1f} s' if seconds is not None else '? s')
+            + (f', {flops / 1e9:.4g} GFLOP per step per device' if flops else ''), flush=True)
   return metrics
 
 

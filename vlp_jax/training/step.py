@@ -2,6 +2,7 @@
 over the mesh."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jax
@@ -86,14 +87,17 @@ class CompiledStep:
     self.flops: float | None = None
     self.counted_architecture: float | None = None
     self.memory: int | None = None  # bytes per device while the step runs (flops.program_memory)
+    self.compile_seconds: float | None = None  # the wall time of the last trace, lowering and compilation
 
   def __call__(self, state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict]:
     signature = (jax.tree.structure(batch), tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
     with jax.set_mesh(self.mesh):  # lets the losses place row-sharding constraints on logit matrices
       if signature not in self.compiled:
+        began = time.perf_counter()
         traced = self.jitted.trace(state, batch, rng)
         lowered = traced.lower()
         self.compiled[signature] = lowered.compile()
+        self.compile_seconds = time.perf_counter() - began
         self.memory = program_memory(self.compiled[signature])
         check_memory(self.memory, self.mesh)  # before running: a step that cannot fit stops with the figures
         if self.flops is None:

@@ -125,7 +125,7 @@ def test_a_step_that_cannot_fit_stops_before_it_runs(monkeypatch):
 # ------------------------------------------------------------------------------------------ start checks (issue 61)
 
 FULL_SCALE_CONFIGS = ('clip_cc3m', 'cosmos_cc3m', 'saco_cc3m', 'slip_cc3m', 'siglip2_webli', 'zerovl_multisource',
-                      'clip_continue', 'saco_continue')
+                      'clip_continue', 'saco_continue', 'siglip2_continue')
 
 
 def test_the_list_holds_every_shipped_full_scale_config():
