@@ -198,6 +198,11 @@ class CosmosObjective(Objective):
     # The teacher starts as an exact copy of the student's towers.
     return params, {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
 
+  def after_load(self, params: dict, model_state: dict) -> dict:
+    """A run started from a checkpoint (config.init.checkpoint) starts its teacher as a copy of the loaded towers,
+    as a fresh run's starts as a copy of its initial ones (otherwise it would distil from random weights)."""
+    return {**model_state, 'ema': jax.tree.map(jnp.array, tower_params(params))}
+
   def _embed_images(self, params, model_state, images: jax.Array, train: bool, rng: jax.Array | None = None):
     """[B, C, H, W, 3] -> (embeddings [B, C, d], model_state); rng: None or [B, C] keys, one per crop."""
     b, c = images.shape[:2]

@@ -125,6 +125,19 @@ def test_ema_update():
   chex.assert_trees_all_close(ema_update(teacher, student, 0.9)['w'], jnp.full((3,), 1.4))
 
 
+def test_a_run_from_a_checkpoint_starts_its_teacher_as_the_loaded_towers(micro):
+  """config.init.checkpoint replaces the towers after init_variables copied the random ones into the teacher:
+  after_load copies the loaded ones (the trainer calls it right after loading)."""
+  config = _cosmos(micro)
+  objective = objectives.build(config, models.build_model(config.model))
+  params, model_state = objective.init_variables(jax.random.key(0))
+  loaded = jax.tree.map(lambda x: x + 1.0, params)  # stands for the checkpoint's towers
+  model_state = objective.after_load(loaded, model_state)
+  chex.assert_trees_all_equal(model_state['ema'], tower_params(loaded))
+  assert not jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), model_state['ema'],
+                                       tower_params(params)))
+
+
 def _train(config, mesh, state, steps=2):
   """(state, losses) after `steps` steps from the host `state` on `mesh`."""
   model = models.build_model(config.model)
