@@ -155,7 +155,7 @@ class SiglipViTTower(VisionTower):
 
   @classmethod
   def default_config(cls) -> dict:
-    return dict(super().default_config(), naflex=False, max_patches=256, patch_embedding='conv')
+    return dict(super().default_config(), naflex=False, max_patches=256)
 
   @classmethod
   def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0

@@ -63,7 +63,7 @@ class VisionTower:
     """Every key `config.model.vision` may have for this tower, with its default. The keys below are the ones code
     outside the tower reads (FLOP counts, layer groups, preprocessing); a tower adds its own options."""
     return dict(type=cls.name, image_size=224, patch_size=32, width=768, layers=0, heads=12, stages=(),
-                patch_dropout=0.0, mlp_width=0, ln_eps=1e-5)
+                patch_dropout=0.0, mlp_width=0, ln_eps=1e-5, patch_embedding='conv')
 
   @classmethod
   def validate(cls, vision: ml_collections.ConfigDict, model: ml_collections.ConfigDict) -> None:
@@ -72,6 +72,10 @@ class VisionTower:
     if vision.patch_dropout and not cls.patch_based:  # the tower would ignore it silently
       raise ValueError(f'config.model.vision.patch_dropout={vision.patch_dropout} applies to patch-based towers only '
                        f"({', '.join(patch_based_towers())}), not config.model.vision.type='{cls.name}'; leave it at 0")
+    if vision.get('patch_embedding', 'conv') != 'conv' and not cls.patch_based:
+      raise ValueError(f"config.model.vision.patch_embedding={vision.patch_embedding!r} applies to patch-based towers "
+                       f"only ({', '.join(patch_based_towers())}), not config.model.vision.type='{cls.name}'; leave it "
+                       "at 'conv'")
 
   @classmethod
   def build(cls, vision: ml_collections.FrozenConfigDict, embed_dim: int, act: str, dtype: Any, stack: Any):

@@ -110,10 +110,6 @@ class ViTTower(VisionTower):
   position_prefix = 1  # the class token's row
 
   @classmethod
-  def default_config(cls) -> dict:
-    return dict(super().default_config(), patch_embedding='conv')
-
-  @classmethod
   def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0,
               ln_eps: float = LN_EPS) -> dict:
     """A preset's config.model.vision for this tower."""

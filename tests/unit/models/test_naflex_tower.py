@@ -159,3 +159,13 @@ def test_naflex_with_pallas_is_a_config_error_and_valid_keys_pass():
   config.model.vision.patch_embedding = 'dense'
   with pytest.raises(ConfigError, match=r'patch_embedding.*valid choices'):
     config_lib.validate(config, num_devices=8)
+
+
+def test_the_patch_embedding_option_belongs_to_every_tower_and_matmul_to_patch_based_ones_only(micro):
+  """A config switched from a ViT to a ResNet keeps the key (every tower knows it, as patch_dropout); 'matmul' is
+  refused on a tower without patches, naming the key."""
+  micro.model.vision.update(type='resnet', stages=(1, 1, 1, 1), width=8, heads=2, image_size=32)
+  config_lib.validate(micro)
+  micro.model.vision.patch_embedding = 'matmul'
+  with pytest.raises(ConfigError, match=r"config\.model\.vision\.patch_embedding='matmul' applies to patch-based"):
+    config_lib.validate(micro)
