@@ -144,13 +144,26 @@ def _hue(x: jax.Array, factor: jax.Array) -> jax.Array:
 
 
 def _colour_jitter(x: jax.Array, p: jax.Array) -> jax.Array:
-  """[H, W, 3] float -> the four adjustments in the row's order, with its factors (transforms.color_jitter)."""
-  ops = (lambda y: _blend(y, 0.0, p[_F['brightness']]),
-         lambda y: _blend(y, jnp.mean(_gray(y)), p[_F['contrast']]),
-         lambda y: _blend(y, _gray(y), p[_F['saturation']]),
-         lambda y: jnp.where(p[_F['hue']] != 0, _hue(y, p[_F['hue']]), y))
+  """[H, W, 3] float -> the four adjustments in the row's order, with its factors (transforms.color_jitter).
+
+  Under vmap each view may put the hue at another position, so a switch per position would compute the costly hue
+  four times: instead the three blends before the hue run (the others as identity blends, factor 1), then the hue
+  once, then the blends after it."""
+  order = p[_F['order0']:_F['order0'] + 4].astype(jnp.int32)
+  hue_at = jnp.sum(jnp.where(order == 3, jnp.arange(4), 0))
+
+  def blend(y: jax.Array, position: int, active: jax.Array) -> jax.Array:
+    op = order[position]  # brightness (0: with black), contrast (1: with the mean grey), saturation (2: with grey)
+    gray = _gray(y)
+    other = jnp.where(op == 0, 0.0, jnp.where(op == 1, jnp.mean(gray), gray))
+    factor = jnp.where(op == 0, p[_F['brightness']], jnp.where(op == 1, p[_F['contrast']], p[_F['saturation']]))
+    return _blend(y, other, jnp.where(active & (op != 3), factor, 1.0))
+
   for position in range(4):
-    x = jax.lax.switch(p[_F['order0'] + position].astype(jnp.int32), ops, x)
+    x = blend(x, position, position < hue_at)
+  x = jnp.where(p[_F['hue']] != 0, _hue(x, p[_F['hue']]), x)
+  for position in range(4):
+    x = blend(x, position, position > hue_at)
   return _round(x)
 
 
