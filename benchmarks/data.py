@@ -17,6 +17,10 @@ adds a line with the per-core ratio, webdataset / ArrayRecord, of that pair.
           caption
   cosmos: COSMOS multi-crop (2 global 224px + 6 local 96px crops, DINO colour/blur/solarise) and 8 text crops
   clip_randaugment: clip with a (0.9, 1) RandomResizedCrop and RandAugment(2, 9)
+  cosmos_device, slip_device: cosmos, or SLIP's three views (CLIP crop + two SimCLR views at 224px), with
+          config.data.augment_on='device': the host decodes, squashes to --device_source_size and draws each view's
+          crop and colour parameters; the crops themselves are made in the train step (not timed here)
+  slip: SLIP's three views made on the host
 
 With --profile, also prints where the time of one inline pass goes (cProfile, top functions by own time).
 """
@@ -42,7 +46,8 @@ from sklearn.datasets import load_sample_images  # noqa: E402
 from benchmarks.common import photo_jpeg  # noqa: E402
 from vlp_jax.data import records, synthetic  # noqa: E402
 
-_PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], 'clip, cosmos and/or clip_randaugment.')
+PIPELINES = ('clip', 'cosmos', 'clip_randaugment', 'cosmos_device', 'slip', 'slip_device')
+_PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], f'Any of {", ".join(PIPELINES)}.')
 _WORKERS = flags.DEFINE_list('workers', ['0', '1', '2'], 'grain worker processes to try (0 = in the main process).')
 _EXAMPLES = flags.DEFINE_integer('examples', 2048, 'Records to write.')
 _SIDE = flags.DEFINE_integer('side', 256, 'Stored JPEG side.')
@@ -53,6 +58,8 @@ _CACHE = flags.DEFINE_string('cache_dir', os.path.join(tempfile.gettempdir(), 'v
                              'Where the JPEG shards are written once.')
 _FORMATS = flags.DEFINE_list('formats', ['array_record', 'webdataset'],
                               'Shard formats to read: array_record and/or webdataset (the same images and captions).')
+_SOURCE_SIZE = flags.DEFINE_integer('device_source_size', 256, "config.data.device_source_size of the *_device "
+                                   'pipelines.')
 _PROFILE = flags.DEFINE_bool('profile', False, 'Print a cProfile of one inline pass per pipeline.')
 
 
@@ -99,19 +106,22 @@ def write_tar_shards(directory: str, array_record_paths: list[str]) -> list[str]
   return paths
 
 
-def views_for(pipeline_name: str, image_size: int):
+def views_for(pipeline_name: str, image_size: int, source_size: int = 256):
   from vlp_jax import objectives
   from vlp_jax.config import base_config
   config = base_config()
   config.model.vision.image_size = image_size
   config.model.text.context_length = 77
-  if pipeline_name == 'cosmos':
-    config.objective = ml_collections.ConfigDict({'name': 'cosmos'})
-    return objectives.OBJECTIVES.get('cosmos').views(config)
+  if pipeline_name not in PIPELINES:
+    raise ValueError(f"--pipelines has '{pipeline_name}'; valid choices: {', '.join(PIPELINES)}")
+  method, _, placement = pipeline_name.partition('_')
+  if method in ('cosmos', 'slip'):
+    config.objective = ml_collections.ConfigDict({'name': method})
+    if placement == 'device':
+      config.data.augment_on, config.data.device_source_size = 'device', source_size
+    return objectives.OBJECTIVES.get(method).views(config)
   if pipeline_name == 'clip_randaugment':
     config.data.crop_scale, config.data.augment = (0.9, 1.0), 'randaugment'
-  elif pipeline_name != 'clip':
-    raise ValueError(f"--pipelines has '{pipeline_name}'; valid choices: clip, cosmos, clip_randaugment")
   return objectives.OBJECTIVES.get('clip').views(config)
 
 
@@ -188,7 +198,7 @@ def main(argv):
     paths_of['webdataset'] = write_tar_shards(_CACHE.value, paths)
   cores = os.cpu_count()
   for name in _PIPELINES.value:
-    views = views_for(name, _IMAGE_SIZE.value)
+    views = views_for(name, _IMAGE_SIZE.value, _SOURCE_SIZE.value)
     for workers in (int(w) for w in _WORKERS.value):
       per_core = {}
       for shard_format in _FORMATS.value:

@@ -8,7 +8,8 @@ step alone, and the time to save and restore the run's checkpoint.
    crops of scikit-learn's two photographs: benchmarks/common.photo_jpeg) with the embedded dataset's captions, one shard
    per process (in parallel when there are several shards and cores); reused when present.
 2. Trains `--steps` steps with `vlp_jax.training.loop.train_and_evaluate` from those shards (data.name='webdataset',
-   grain with `--workers` worker processes; CLIP, the preset's image size, no eval sets) and reads the trainer's own
+   grain with `--workers` worker processes; `--objective` (CLIP, or SLIP with `--augment_on=device` for its views
+   made in the step), the preset's image size, no eval sets) and reads the trainer's own
    figures from metrics.jsonl: samples/s per logged interval (the compile step excluded), the fraction of the host's
    time spent waiting for the input pipeline (`perf/data_wait_fraction`) and for the device.
 3. Saves the trained state with the trainer's `Checkpointer` (synchronously) and restores it, timed.
@@ -50,6 +51,10 @@ from vlp_jax.training.step import compile_train_step  # noqa: E402
 _MODEL = flags.DEFINE_string('model', 'ViT-B-16', 'Model preset (vlp_jax.models.PRESETS).')
 _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model shapes replace the preset's "
                                     '(tests/support.py: the micro model).')
+_OBJECTIVE = flags.DEFINE_enum('objective', 'clip', ['clip', 'slip'], 'The objective trained (its default options); '
+                                'the tars hold no long captions, which COSMOS needs.')
+_AUGMENT_ON = flags.DEFINE_enum('augment_on', 'host', ['host', 'device'], "config.data.augment_on: 'device' makes "
+                                "SLIP's three views in the step (data/device_augment.py).")
 _PRECISION = flags.DEFINE_enum('precision', 'bf16', ['fp32', 'bf16'], 'Model compute precision.')
 _ATTENTION = flags.DEFINE_string('attention', 'auto', 'config.model.attention.')
 _BATCH = flags.DEFINE_integer('batch_size', 256, 'Global batch size.')
@@ -97,8 +102,9 @@ def write_tars(directory: str, shards: int, per_shard: int, side: int) -> tuple[
 
 
 def run_config(tar_dir: str, shards: int, workers: int):
-  config = build_config(_MODEL.value, _BATCH.value, 'clip', _PRECISION.value, remat=False,
+  config = build_config(_MODEL.value, _BATCH.value, _OBJECTIVE.value, _PRECISION.value, remat=False,
                         attention=_ATTENTION.value)
+  config.data.augment_on = _AUGMENT_ON.value
   if _MODEL_CONFIG.value:
     config = with_model_shapes(config, _MODEL_CONFIG.value)
   config.data.name = 'webdataset'
@@ -189,7 +195,8 @@ def main(argv):
   step_seconds = step_only_seconds(config, result['state'], _TIMED_STEPS.value)
   step_only = _BATCH.value / statistics.median(step_seconds)
   device = jax.devices()[0]
-  row = {'benchmark': 'end_to_end', 'model': _MODEL.value, 'model_config': _MODEL_CONFIG.value,
+  row = {'benchmark': 'end_to_end', 'objective': _OBJECTIVE.value, 'augment_on': _AUGMENT_ON.value,
+         'model': _MODEL.value, 'model_config': _MODEL_CONFIG.value,
          'precision': _PRECISION.value, 'attention': _ATTENTION.value, 'batch_size': _BATCH.value,
          'steps': _STEPS.value, 'grain_workers': workers, 'cpus': os.cpu_count(), 'shards': len(paths),
          'samples_per_shard': _PER_SHARD.value, 'jpeg_side': _SIDE.value, 'write_seconds': round(write_seconds, 1),

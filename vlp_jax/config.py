@@ -14,7 +14,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import models, parallel
-from vlp_jax.data import formats, image_ops, mixing, resolution
+from vlp_jax.data import device_augment, formats, image_ops, mixing, resolution
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
@@ -119,6 +119,10 @@ def _data_config() -> ml_collections.ConfigDict:
       # Staged resolution in one run (data/resolution.py, training/stages.py): ((fraction of the steps, image
       # size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
       'resolution_stages': (),
+      # Where the multi-crop views of COSMOS and SLIP are cropped, resized and colour-augmented: 'host' (the data
+      # workers) or 'device' (the train step, from one decoded image per example squashed to device_source_size
+      # pixels a side, with the host's draws; data/device_augment.py, docs/data.md)
+      'augment_on': 'host', 'device_source_size': 256,
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
       'eval_max_examples': 0,  # evaluate on the first N examples of each eval set (0 = all)
@@ -370,6 +374,11 @@ def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:
   if scale and not (len(scale) == 2 and 0 < scale[0] <= scale[1] <= 1):
     raise ValueError(f'config.data.crop_scale={scale} must be () (centre crop) or (low, high) with '
                      '0 < low <= high <= 1')
+  device_augment.check_options(data.augment_on, data.device_source_size)
+  if data.augment_on == 'device' and not objective_cls.supports_device_augment:
+    raise ValueError(f"config.data.augment_on='device' does not apply to config.objective.name="
+                     f"'{objective_cls.name}'; objectives whose views the step can make: "
+                     f"{sorted(name for name, cls in OBJECTIVES.items() if cls.supports_device_augment)}")
   if (scale or data.augment != 'none') and not objective_cls.uses_data_augment:
     raise ValueError(f"config.data.crop_scale / config.data.augment do not apply to config.objective.name="
                      f"'{objective_cls.name}', whose views are set by its own options (config.objective)")

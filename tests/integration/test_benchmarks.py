@@ -44,7 +44,8 @@ def test_data_benchmark(tmp_path):
   env['XLA_FLAGS'] = FAST_COMPILE_XLA_FLAGS
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'data.py'), '--examples=48', '--side=48',
                            '--image_size=32', '--batch_size=8', '--batches=2', '--workers=0,1',
-                           '--pipelines=clip,cosmos', '--profile', f'--cache_dir={tmp_path}'],
+                           '--pipelines=clip,cosmos,cosmos_device', '--device_source_size=40', '--profile',
+                           f'--cache_dir={tmp_path}'],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
@@ -52,11 +53,12 @@ def test_data_benchmark(tmp_path):
   # Both formats, back to back for each pipeline and worker count (the same images: the tars are written from the
   # ArrayRecord shards), and the per-core ratio of each pair.
   assert [(r['pipeline'], r['workers'], r['format']) for r in timed] == [
-      (p, w, f) for p in ('clip', 'cosmos') for w in (0, 1) for f in ('array_record', 'webdataset')]
+      (p, w, f) for p in ('clip', 'cosmos', 'cosmos_device') for w in (0, 1) for f in ('array_record', 'webdataset')]
   assert all(r['samples_per_sec'] > 0 and r['samples_per_cpu_sec'] > 0 for r in timed)
   ratios = [r for r in rows if 'webdataset_over_array_record_per_core' in r]
-  assert [(r['pipeline'], r['workers']) for r in ratios] == [('clip', 0), ('clip', 1), ('cosmos', 0), ('cosmos', 1)]
-  assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos'}
+  assert [(r['pipeline'], r['workers']) for r in ratios] == [
+      (p, w) for p in ('clip', 'cosmos', 'cosmos_device') for w in (0, 1)]
+  assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos', 'cosmos_device'}
 
 
 @pytest.mark.slow  # compiles the towers several times over

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vlp_jax.data import device_augment
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
 from vlp_jax.data.record_needs import RecordNeed
 from vlp_jax.data.resolution import stage_starts
@@ -110,6 +111,8 @@ class Objective:
     self.freeze_image_batch_norm = bool(config.optim.get('lock_image', False))
     self.total_steps = int(config.total_steps)
     self.preprocessing = preprocessing_of(config.model)
+    on_device = config.data.get('augment_on', 'host') == 'device'
+    self.device_views = self.device_view_sizes(config) if on_device else {}
 
   @classmethod
   def default_config(cls) -> dict[str, Any]:
@@ -152,6 +155,17 @@ class Objective:
     step > 0 (SigLIP 2's self-distillation heads); the optimizer keeps weight decay off them until then. Empty by
     default: every parameter trains from step 0."""
     return {}
+
+  # Whether the views can leave their crops and colour augmentations to the train step
+  # (config.data.augment_on='device'; data/device_augment.py), and {batch key: side} of the views the step then
+  # renders (set by `bind`; empty: the host makes every view).
+  supports_device_augment = False
+  device_views: dict[str, int] = {}
+
+  @classmethod
+  def device_view_sizes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    """{batch key: side} of the image views this objective's device-mode views leave to the step."""
+    raise NotImplementedError(f"objective '{cls.name}' has no device-made views (config.data.augment_on)")
 
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).
@@ -216,6 +230,7 @@ class Objective:
   def prepared(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
     """The whole batch as the towers take it: uint8 images normalised with the model's mean and std
     (`image_ops.images_to_float`), then `prepare`. Every path from a pipeline batch to `features` goes through here."""
+    batch = device_augment.render_batch(batch, self.device_views)  # config.data.augment_on='device'
     return self.prepare(images_to_float(batch, self.preprocessing), rng, train)
 
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
@@ -301,6 +316,7 @@ class Composite(Objective):
     self.per_example_loss = base.per_example_loss and all(term.per_example_loss for term in terms)
     self.max_log_logit_scale = base.max_log_logit_scale
     self.total_steps = base.total_steps
+    self.device_views = base.device_views
 
   def late_starts(self) -> dict[str, int]:
     return self.base.late_starts()

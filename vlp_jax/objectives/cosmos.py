@@ -17,6 +17,7 @@ sym_nce is the symmetric InfoNCE of `clip_infonce`. Padding tokens after the EOT
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlp_jax.data import transforms
+from vlp_jax.data import device_augment, transforms
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.text_crops import long_caption_need, text_crops
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
@@ -88,21 +89,49 @@ class CosmosViews(grain.transforms.RandomMap):
     return transforms.dino_augment(crop, rng, self.color_jitter, self.grayscale_prob, blur_p, solarize_p)
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    image = example['image']
+    images = self.image_views(example['image'], rng)
+    return {**images, **self.text_views(example, rng), **passthrough(example)}
+
+  def image_views(self, image: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """[H, W, 3] uint8 -> {'global_images': [G, S, S, 3], 'local_images': [N, s, s, 3]} uint8."""
     # DINO: the first global view is always blurred, the second (and any after it) rarely but may be solarised.
     global_views = [self._augment(transforms.random_resized_crop(image, self.image_size, self.global_scale, rng),
                                   rng, *transforms.DINO_GLOBAL_VIEWS[min(i, 1)])
                     for i in range(self.num_global)]
     local_views = [self._augment(transforms.random_resized_crop(image, self.local_size, self.local_scale, rng),
                                  rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
+    return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views)}
+
+  def text_views(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """-> {'texts': [G, L], 'local_texts': [M, l]} int32 token rows of the text crops, drawn after the images."""
     crops = text_crops(example.get('long_caption', ''), example['caption'], rng, self.num_global,
                        self.num_text_local, include_caption=self.caption_in_text_crops,
                        caption_first=self.caption_first_global, max_sentences=self.text_crop_max_sentences)
     tokenize = cached_tokenizer(self.tokenizer, self.tokenizer_path)
-    return {'global_images': np.stack(global_views), 'local_images': np.stack(local_views),
-            'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
-            'local_texts': tokenize(crops[self.num_global:], context_length=self.local_context_length),
-            **passthrough(example)}
+    return {'texts': tokenize(crops[:self.num_global], context_length=self.context_length),
+            'local_texts': tokenize(crops[self.num_global:], context_length=self.local_context_length)}
+
+
+@dataclasses.dataclass
+class CosmosDeviceViews(CosmosViews):
+  """CosmosViews with the image crops left to the train step (config.data.augment_on='device'): -> the text crops
+  and passthrough fields as CosmosViews, and {device_augment.SOURCE_KEY: [R, R, 3] uint8 (the decoded image
+  squashed to `source_size`), 'global_images_params': [G, P], 'local_images_params': [N, P] float32}, drawn from
+  the generator exactly as CosmosViews draws its crops (so the text crops are the same too);
+  `Objective.prepared` renders 'global_images' and 'local_images' from them."""
+  source_size: int = 256
+
+  def image_views(self, image: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    height, width = image.shape[:2]
+    draw = functools.partial(device_augment.dino_view_params, height, width, jitter=self.color_jitter,
+                             grayscale_p=self.grayscale_prob)
+    global_params = [draw(self.global_scale, rng, blur_p=blur_p, solarize_p=solarize_p)
+                     for blur_p, solarize_p in (transforms.DINO_GLOBAL_VIEWS[min(i, 1)]
+                                                for i in range(self.num_global))]
+    local_params = [draw(self.local_scale, rng, blur_p=0.5, solarize_p=0.0) for _ in range(self.num_local)]
+    return {device_augment.SOURCE_KEY: device_augment.source_image(image, self.source_size),
+            'global_images' + device_augment.PARAMS_SUFFIX: np.stack(global_params),
+            'local_images' + device_augment.PARAMS_SUFFIX: np.stack(local_params)}
 
 
 @OBJECTIVES.register('cosmos')
@@ -159,19 +188,29 @@ class CosmosObjective(Objective):
 
   uses_data_augment = False  # its views follow its own options
 
+  supports_device_augment = True
+
+  @classmethod
+  def device_view_sizes(cls, config):
+    return {'global_images': config.model.vision.image_size,
+            'local_images': cls.options(config.objective).local_crop_size}
+
   @classmethod
   def views(cls, config):
     c = cls.options(config.objective)
     require_clip_bpe(config.model.text, "objective 'cosmos'")  # as `validate`, for a config that skipped it
     context = config.model.text.context_length
-    return CosmosViews(config.model.vision.image_size, c.local_crop_size, context,
-                       c.local_text_context_length or context, num_local=c.num_local_crops,
-                       num_text_local=c.num_local_texts,
-                       global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
-                       caption_in_text_crops=c.caption_in_text_crops, caption_first_global=c.caption_first_global,
-                       text_crop_max_sentences=c.text_crop_max_sentences,
-                       color_jitter=tuple(float(x) for x in c.crop_color_jitter),
-                       grayscale_prob=float(c.crop_grayscale_prob), **tokenizer_options(config.model.text))
+    on_device = config.data.get('augment_on', 'host') == 'device'
+    views_cls = functools.partial(CosmosDeviceViews, source_size=config.data.device_source_size) if on_device \
+        else CosmosViews
+    return views_cls(config.model.vision.image_size, c.local_crop_size, context,
+                     c.local_text_context_length or context, num_local=c.num_local_crops,
+                     num_text_local=c.num_local_texts,
+                     global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
+                     caption_in_text_crops=c.caption_in_text_crops, caption_first_global=c.caption_first_global,
+                     text_crop_max_sentences=c.text_crop_max_sentences,
+                     color_jitter=tuple(float(x) for x in c.crop_color_jitter),
+                     grayscale_prob=float(c.crop_grayscale_prob), **tokenizer_options(config.model.text))
 
   def _cross_attention(self) -> CrossAttention:
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,

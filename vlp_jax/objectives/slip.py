@@ -9,6 +9,7 @@ SLIP's SyncBatchNorm), so the head runs in `batch_features`, on the whole batch,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import grain
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import records, transforms
+from vlp_jax.data import device_augment, records, transforms
 from vlp_jax.data.pipeline import passthrough
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, tokenizer_options
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
@@ -72,6 +73,29 @@ class SlipViews(grain.transforms.RandomMap):
     return records.decode_mask(example['mask'])
 
 
+@dataclasses.dataclass
+class SlipDeviceViews(SlipViews):
+  """SlipViews with the image views left to the train step (config.data.augment_on='device'): -> 'text' and the
+  passthrough fields as SlipViews, and {device_augment.SOURCE_KEY: [R, R, 3] uint8 (the decoded image squashed to
+  `source_size`), 'image_params', 'ssl_a_params', 'ssl_b_params': [P] float32}, drawn from the generator as
+  SlipViews draws its views; `Objective.prepared` renders 'image', 'ssl_a' and 'ssl_b' from them. Not with
+  ssl_background='random' (it edits the decoded image per view)."""
+  source_size: int = 256
+
+  def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    image = example['image']
+    height, width = image.shape[:2]
+    suffix = device_augment.PARAMS_SUFFIX
+    out = {device_augment.SOURCE_KEY: device_augment.source_image(image, self.source_size),
+           'image' + suffix: device_augment.crop_params(height, width, tuple(self.clip_crop_scale), rng)}
+    for view in SSL_VIEWS:
+      out[view + suffix] = device_augment.simclr_view_params(height, width, rng, self.ssl_crop_scale,
+                                                             self.ssl_color_jitter, self.ssl_grayscale_prob)
+    tokenize = cached_tokenizer(self.tokenizer, self.tokenizer_path)
+    out['text'] = tokenize(example[self.caption_field], context_length=self.context_length)[0]
+    return {**out, **passthrough(example)}
+
+
 @OBJECTIVES.register('slip')
 class SlipObjective(ClipObjective):
   """CLIP InfoNCE on the CLIP view plus `ssl_scale` times SimCLR on the two SSL views."""
@@ -106,8 +130,11 @@ class SlipObjective(ClipObjective):
 
   @classmethod
   def validate(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
-    del config  # the options alone decide
     cls.check_options(options)
+    if config.data.get('augment_on', 'host') == 'device' and options.ssl_background != 'keep':
+      raise ValueError(f"config.objective.ssl_background={options.ssl_background!r} needs "
+                       "config.data.augment_on='host' (it replaces each SSL view's background on the host); valid "
+                       "choice with augment_on='device': 'keep'")
 
   @classmethod
   def check_options(cls, options: ml_collections.ConfigDict) -> None:
@@ -130,11 +157,20 @@ class SlipObjective(ClipObjective):
 
   uses_data_augment = False  # its views follow its own options
 
+  supports_device_augment = True
+
+  @classmethod
+  def device_view_sizes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    return {view: config.model.vision.image_size for view in VIEWS}
+
   @classmethod
   def views(cls, config: ml_collections.ConfigDict) -> SlipViews:
     options = cls.options(config.objective)
-    cls.check_options(options)
-    return SlipViews(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+    cls.validate(options, config)
+    on_device = config.data.get('augment_on', 'host') == 'device'
+    views_cls = functools.partial(SlipDeviceViews, source_size=config.data.device_source_size) if on_device \
+        else SlipViews
+    return views_cls(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                      tuple(float(s) for s in options.clip_crop_scale), tuple(float(s) for s in options.ssl_crop_scale),
                      tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob),
                      str(options.ssl_background), **tokenizer_options(config.model.text))
