@@ -60,6 +60,10 @@ OPENAI_CLIP_PREPROCESSING = ImagePreprocessing()
 # torchvision's centre crop, as OpenAI's and open_clip's CLIP transforms run it.
 TORCHVISION_CLIP_PREPROCESSING = ImagePreprocessing(crop_offset='round')
 SIGLIP_PREPROCESSING = ImagePreprocessing(resize='squash', mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+# SigLIP 2's NaFlex checkpoints (transformers' Siglip2ImageProcessor): bilinear, SigLIP's mean and std; NaFlex
+# preprocessing (data/naflex.py) keeps the aspect ratio, and a fixed-size input of the same model is squashed.
+SIGLIP2_NAFLEX_PREPROCESSING = ImagePreprocessing(resize='squash', resample='bilinear', mean=(0.5, 0.5, 0.5),
+                                                  std=(0.5, 0.5, 0.5))
 
 
 def check_preprocessing(preprocess: Mapping[str, Any], key: str = 'model.preprocess') -> None:

@@ -135,7 +135,7 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool) -> 
 
 
 def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route: str,
-                   pad_multiple: int = 64) -> jax.Array:
+                   pad_multiple: int = 64, lengths: jax.Array | None = None) -> jax.Array:
   """Every row's query against every row's keys and values (the later rows masked when `causal`):
   q, k, v [B, T, heads, head_dim] -> [B, T, heads, head_dim].
 
@@ -143,14 +143,24 @@ def self_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, route
   `pad_multiple`, and T passed as every example's query and key length, which masks the padding (cuDNN's padding
   mask, no bias tensor); the padded rows are then dropped. 'pallas': `pallas_attention`, padded to its own 128-row
   blocks (`pad_multiple` is not used). The same values as 'xla' up to rounding.
+
+  `lengths` [B] int (NaFlex: each example's real rows, the padding after them): every route but 'pallas' masks the
+  rows past an example's length as keys (their own outputs are finite and meaningless); None: every row is real.
   """
+  if lengths is not None and route == 'pallas':
+    raise ConfigError("config.model.attention='pallas' does not take per-example lengths (NaFlex images); use "
+                      "'xla', 'padded', 'cudnn' or 'auto'")
   if route == 'xla':
-    return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    if lengths is None:
+      return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
+                                        key_value_seq_lengths=lengths)
   if route == 'pallas':
     return pallas_attention(q, k, v, causal)
   batch, length = q.shape[:2]
   padding = ((0, 0), (0, -length % pad_multiple), (0, 0), (0, 0))
-  lengths = jnp.full((batch,), length, jnp.int32)
+  if lengths is None:
+    lengths = jnp.full((batch,), length, jnp.int32)
   out = jax.nn.dot_product_attention(*(jnp.pad(x, padding) for x in (q, k, v)), is_causal=causal,
                                      query_seq_lengths=lengths, key_value_seq_lengths=lengths,
                                      implementation=_IMPLEMENTATION[route])
@@ -167,9 +177,11 @@ class MultiHeadAttention(nn.Module):
   attention_pad_multiple: int = 64
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
+  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None,
+               lengths: jax.Array | None = None) -> jax.Array:
     """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, the output at that row alone, [B, 1, w] (its query
-    against every row's keys and values; `causal` then masks the keys after it)."""
+    against every row's keys and values; `causal` then masks the keys after it). `lengths` [B]: each example's real
+    rows, the keys past them masked (`self_attention`)."""
     if self.width % self.heads:
       raise ValueError(f'width {self.width} is not divisible by heads {self.heads}')
     batch, length, _ = x.shape
@@ -179,10 +191,13 @@ class MultiHeadAttention(nn.Module):
     q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
     if query_index is None:
       route = attention_route(self.attention, self.dtype, head_dim, jax.default_backend())
-      out = self_attention(q, k, v, causal, route, self.attention_pad_multiple)
+      out = self_attention(q, k, v, causal, route, self.attention_pad_multiple, lengths)
     else:  # one query per example (the pooled last block): XLA's call whatever the route
       q = jnp.take_along_axis(q, query_index[:, None, None, None], axis=1)  # [B, 1, heads, head_dim]
       mask = (jnp.arange(length)[None, :] <= query_index[:, None])[:, None, None, :] if causal else None
+      if lengths is not None:
+        real = (jnp.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
+        mask = real if mask is None else mask & real
       out = jax.nn.dot_product_attention(q, k, v, mask=mask)
     out = out.reshape(batch, q.shape[1], self.width)
     proj_std = self.width**-0.5 * (2 * self.layers)**-0.5
@@ -219,11 +234,13 @@ class ResidualAttentionBlock(nn.Module):
   attention_pad_multiple: int = 64
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None) -> jax.Array:
-    """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, only that row, [B, 1, w] (see `Transformer`)."""
+  def __call__(self, x: jax.Array, causal: bool, query_index: jax.Array | None = None,
+               lengths: jax.Array | None = None) -> jax.Array:
+    """x: [B, T, w] -> [B, T, w]; with `query_index` [B] int, only that row, [B, 1, w] (see `Transformer`);
+    `lengths` [B]: each example's real rows (the attention ignores the others)."""
     attended = MultiHeadAttention(self.width, self.heads, self.layers, self.dtype, self.attention,
                                   self.attention_pad_multiple, name='attn')(
-        layer_norm('ln_1', self.dtype, self.ln_eps)(x), causal, query_index)
+        layer_norm('ln_1', self.dtype, self.ln_eps)(x), causal, query_index, lengths)
     if query_index is not None:
       x = jnp.take_along_axis(x, query_index[:, None, None], axis=1)
     x = x + attended
@@ -285,8 +302,10 @@ class Transformer(nn.Module):
   ln_eps: float = LN_EPS
 
   @nn.compact
-  def __call__(self, x: jax.Array, causal: bool = False, pool_index: jax.Array | None = None) -> jax.Array:
+  def __call__(self, x: jax.Array, causal: bool = False, pool_index: jax.Array | None = None,
+               lengths: jax.Array | None = None) -> jax.Array:
     """x: [B, T, w] -> [B, T, w]; with `pool_index` [B] int, the output row at that index alone, [B, 1, w].
+    `lengths` [B] int: each example's real rows, padding after them (NaFlex images), which no attention reads.
 
     A tower whose output is one pooled token (CLIP's [cls] or [eot] embedding) needs nothing else of the last block:
     it then computes that row's query, attention, output projection and MLP only (every row's keys and values
@@ -303,12 +322,18 @@ class Transformer(nn.Module):
     first = 0
     if self.stack.scan and self.layers > 1:
       first = self.layers - 1
-      scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
-                        split_rngs={'params': True}, length=first)
-      x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, None)
+      if lengths is None:
+        scanned = nn.scan(lambda module, carry, _: (module(carry, causal), None), variable_axes={'params': 0},
+                          split_rngs={'params': True}, length=first)
+        x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, None)
+      else:  # the lengths are the same for every block: broadcast, not scanned over
+        scanned = nn.scan(lambda module, carry, lengths: (module(carry, causal, None, lengths), None),
+                          variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=nn.broadcast,
+                          length=first)
+        x, _ = scanned(block(*block_options, name=SCANNED_BLOCKS), x, lengths)
     for i in range(first, self.layers):
       x = block(*block_options, name=f'resblocks_{i}')(
-          x, causal, pool_index if i == self.layers - 1 else None)
+          x, causal, pool_index if i == self.layers - 1 else None, lengths)
     return x
 
 

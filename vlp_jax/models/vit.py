@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vlp_jax.models.naflex import PatchEmbedding, check_patch_embedding, patchify
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS, VisionTower, check_heads, check_patch_dropout, fold_in_rows
 from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm
@@ -52,6 +53,7 @@ class VisionTransformer(nn.Module):
   patch_dropout: float = 0.0  # fraction of patch tokens dropped per image in training (FLIP); 0 = none
   mlp_width: int = 0  # each block's MLP hidden width; 0 = 4 * width
   ln_eps: float = LN_EPS
+  patch_embedding: str = 'conv'  # naflex.PATCH_EMBEDDINGS: a strided conv, or one matmul over flattened patches
 
   @nn.compact
   def __call__(self, images: jax.Array, train: bool = False, with_tokens: bool = True,
@@ -70,10 +72,14 @@ class VisionTransformer(nn.Module):
     ascending by patch index. Without `train` (evaluation, export) or without keys, nothing is dropped.
     """
     scale = self.width**-0.5
-    x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
-                use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
-    batch, grid_h, grid_w, _ = x.shape
-    x = x.reshape(batch, grid_h * grid_w, self.width)
+    batch, grid_h, grid_w = images.shape[0], images.shape[1] // self.patch_size, images.shape[2] // self.patch_size
+    if self.patch_embedding == 'matmul':
+      x = PatchEmbedding(self.width, self.patch_size, use_bias=False, dtype=self.dtype, name='conv1')(
+          patchify(images, self.patch_size))
+    else:
+      x = nn.Conv(self.width, (self.patch_size,) * 2, strides=(self.patch_size,) * 2, padding='VALID',
+                  use_bias=False, dtype=self.dtype, name='conv1')(images.astype(self.dtype))
+      x = x.reshape(batch, grid_h * grid_w, self.width)
     class_embedding = self.param('class_embedding', nn.initializers.normal(scale), (self.width,))
     grid = self.image_size // self.patch_size
     pos = self.param('positional_embedding', nn.initializers.normal(scale), (grid * grid + 1, self.width))
@@ -96,10 +102,15 @@ class VisionTransformer(nn.Module):
 
 @VISION_TOWERS.register('vit')
 class ViTTower(VisionTower):
-  """OpenAI's ViT. Options: image_size, patch_size, width, layers, heads, mlp_width (0 = 4 * width), ln_eps and
-  patch_dropout, the fraction of patch tokens each image drops in training (FLIP), in [0, 1)."""
+  """OpenAI's ViT. Options: image_size, patch_size, width, layers, heads, mlp_width (0 = 4 * width), ln_eps,
+  patch_dropout, the fraction of patch tokens each image drops in training (FLIP), in [0, 1), and patch_embedding
+  (naflex.PATCH_EMBEDDINGS: 'conv' or 'matmul', the same parameters and values up to rounding)."""
   patch_based = True
   layer_groups = True
+
+  @classmethod
+  def default_config(cls) -> dict:
+    return dict(super().default_config(), patch_embedding='conv')
 
   @classmethod
   def options(cls, image_size: int, patch_size: int, width: int, layers: int, heads: int, mlp_width: int = 0,
@@ -112,6 +123,7 @@ class ViTTower(VisionTower):
   def validate(cls, vision: ml_collections.ConfigDict, model: ml_collections.ConfigDict) -> None:
     check_patch_dropout(vision.patch_dropout)
     check_heads('vision', vision.width, vision.heads)
+    check_patch_embedding(vision.patch_embedding)
     if vision.image_size % vision.patch_size:
       raise ValueError(f'config.model.vision.image_size={vision.image_size} is not a multiple of '
                        f'config.model.vision.patch_size={vision.patch_size}')
@@ -122,4 +134,5 @@ class ViTTower(VisionTower):
     # .get: model configs written before the option (presets registered by hand, say) have no key.
     return VisionTransformer(vision.image_size, vision.patch_size, vision.width, vision.layers, vision.heads,
                              embed_dim, act, dtype, stack, patch_dropout=vision.get('patch_dropout', 0.0),
-                             mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', LN_EPS))
+                             mlp_width=vision.get('mlp_width', 0), ln_eps=vision.get('ln_eps', LN_EPS),
+                             patch_embedding=vision.get('patch_embedding', 'conv'))
