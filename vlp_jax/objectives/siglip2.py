@@ -34,6 +34,14 @@ up), and the centres move in `batch_features`, on the whole batch: decoupled acc
 task sequences come from the host (`Siglip2Views`, from the example's own rng, after every other draw), and its
 features are per sequence (mean cross-entropy, target count), reduced over the whole batch in `loss`: exact too.
 
+NaFlex stage (SigLIP 2 §2.4.2; `naflex_start_fraction` < 1). From round(naflex_start_fraction * total_steps) the
+views send NaFlex patches of the whole image ('image_patches', 'image_spatial_shapes'; data/naflex_stage.py) at a
+patch budget drawn per batch from the step, which `prepare` wraps into NaflexImages for the image tower. A NaFlex
+batch trains the sigmoid loss and the decoder only (the paper drops self-distillation and masked prediction there;
+their views are not made), the decoder reading each image's real patches only. Each budget is a batch signature of
+its own, so the train step compiles once per sequence length (training/step.CompiledStep). Padding is masked in
+the tower and the decoder, and the features stay per example: decoupled accumulation is exact on NaFlex batches.
+
 Memory. The decoder runs one task at a time under `jax.checkpoint`, so only one task's logits [B, L, V] exist at
 once, in the forward pass and in the backward pass (which recomputes them), never [B, T, L, V].
 """

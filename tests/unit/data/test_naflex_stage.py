@@ -2,13 +2,16 @@
 budget (deterministic, uniform over the declared set, a function of the step alone, so resume-safe), the examples'
 NaFlex patches against data/naflex.py's `naflex_patches` of the decoded image, the pipeline's batches across the
 switch and a resumed iterator, and the config checks."""
+import os
+
 import chex
 import numpy as np
 import pytest
 from scipy import stats
 
+from support import ROOT
 from vlp_jax import objectives
-from vlp_jax.config import ConfigError, validate
+from vlp_jax.config import ConfigError, from_file, validate
 from vlp_jax.data import formats, pipeline, records, synthetic
 from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.naflex import naflex_patches
@@ -126,3 +129,22 @@ def test_bad_naflex_settings_are_refused_by_name(micro, key, value, named):
     config.eval.naflex_max_patches = ()
   with pytest.raises(ConfigError, match=named.replace('[', r'\[').replace(']', r'\]').replace('.', r'\.')):
     validate(config)
+
+
+def test_the_siglip2_configs_offer_the_naflex_stage_as_a_variant():
+  for name, budgets in (('siglip2_shapes.py', (16, 64)), ('siglip2_webli.py', (256, 576, 1024))):
+    path = os.path.join(ROOT, 'configs', name)
+    plain, naflex = from_file(path), from_file(path, 'naflex')
+    for config in (plain, naflex):
+      config.model.text.tokenizer_path = config.model.text.tokenizer_path or 'gemma.model'  # webli's: the user's
+      validate(config)
+    options = objectives.OBJECTIVES.get('siglip2').options
+    assert options(plain.objective).naflex_start_fraction == 1.0 and plain.eval.naflex_max_patches == ()
+    assert options(naflex.objective).naflex_start_fraction == 0.9 and naflex.model.vision.type == 'siglip_vit'
+    assert tuple(naflex.eval.naflex_max_patches) == budgets
+    with pytest.raises(ConfigError, match="valid choices: \\['naflex'\\]"):
+      from_file(path, 'navit')
+  shapes = from_file(os.path.join(ROOT, 'configs', 'siglip2_shapes.py'), 'naflex')
+  # the paper's lengths over its 256 patches, scaled to the tiny model's 16
+  grid = (shapes.model.vision.image_size // shapes.model.vision.patch_size) ** 2
+  assert [round(n * 256 / grid) for n in shapes.data.naflex.sequence_lengths] == [128, 256, 576, 784, 1024]
