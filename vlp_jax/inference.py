@@ -22,8 +22,10 @@ from vlp_jax import models, parallel
 from vlp_jax.models.towers import vision_tower
 from vlp_jax.data import image_ops
 from vlp_jax.data import records
+from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.evaluation.encoder import Encoder
+from vlp_jax.models.naflex import NaflexImages
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
@@ -161,13 +163,49 @@ class LoadedModel:
       raise ValueError(problem)
     return np.stack(batch)
 
-  def encode_image(self, images: Any) -> np.ndarray:
+  @property
+  def naflex(self) -> bool:
+    """Whether the model's own preprocessing is NaFlex (config.model.vision.naflex: SigLIP 2's NaFlex models)."""
+    return bool(self.config.model.vision.get('naflex', False))
+
+  def naflex_images(self, images: Any, max_patches: int | None = None) -> NaflexImages:
+    """What `encode_image` takes (PIL images or uint8 arrays, of any sizes) -> NaflexImages on the host: each image
+    resized to the patch grid that keeps its aspect ratio within `max_patches` patches (default: the model's
+    config.model.vision.max_patches), normalised by the model's preprocessing (data/naflex.py)."""
+    vision = self.config.model.vision
+    if vision.type != 'siglip_vit':
+      raise ValueError(f"NaFlex images need a config.model.vision.type='siglip_vit' tower; this model's is "
+                       f'{vision.type!r}')
+    budget = vision.get('max_patches', 256) if max_patches is None else max_patches
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+      raise ValueError(f'max_patches={budget!r} must be a positive integer (the patch budget per image)')
+    items = image_list(images)
+    if not all(isinstance(x, Image.Image) or (isinstance(x, np.ndarray) and x.dtype == np.uint8) for x in items):
+      raise TypeError('NaFlex encode_image takes PIL images or [H, W, 3] uint8 arrays (raw pixels of any size), got '
+                      f'{[_describe(x) for x in items][:3]}; pass NaflexImages to give preprocessed patches')
+    rgb = [records.to_rgb(x) if isinstance(x, Image.Image) else x for x in items]
+    pairs = [naflex_patches(x, vision.patch_size, budget, self.preprocessing) for x in rgb]
+    width = vision.patch_size ** 2 * 3
+    return NaflexImages(np.stack([p for p, _ in pairs]) if pairs else np.zeros((0, budget, width), np.float32),
+                        np.stack([s for _, s in pairs]) if pairs else np.zeros((0, 2), np.int32))
+
+  def encode_image(self, images: Any, max_patches: int | None = None) -> np.ndarray:
     """Images -> [N, d] float32 L2-normalised embeddings ([1, d] for one image).
 
     images: a PIL image, a uint8 array [H, W, 3] or [N, H, W, 3] (raw RGB pixels), or a list of them: resized,
     centre-cropped and normalised as the eval pipeline does (`preprocess`); or float arrays, taken as already
     normalised model input (what `preprocess` returns, what `python -m vlp_jax.embed --pixels` takes).
+
+    NaFlex (a model with config.model.vision.naflex, or any SigLIP model when `max_patches` is given): PIL images
+    or uint8 arrays of any sizes and aspect ratios in one call, each resized to at most `max_patches` patches
+    keeping its aspect ratio (`naflex_images`); or NaflexImages, taken as they are.
     """
+    if isinstance(images, NaflexImages) or self.naflex or max_patches is not None:
+      if not isinstance(images, NaflexImages):
+        images = self.naflex_images(images, max_patches)
+      if not len(images.patches):
+        return np.zeros((0, self.embed_dim), np.float32)
+      return self._encoder_for(len(images.patches)).naflex_images(images)
     pixels = self.pixels(images)
     if not len(pixels):
       return np.zeros((0, self.embed_dim), np.float32)

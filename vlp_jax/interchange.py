@@ -24,11 +24,13 @@ from vlp_jax.data import image_ops
 from vlp_jax.data.tokenizer import (CLIP_BPE, GEMMA, GEMMA_FILENAME, SPIECE_FILENAME, default_tokenizer,
                                       resolve_tokenizer_file, tokenizer_options)
 from vlp_jax.models.interchange import (WeightsError, check_hf_config, clip_tokenizer_files, expected_variables,
-                                        hf_config, hf_input_files, hf_matching_presets, hf_siglip_config, hf_to_openai,
-                                        model_config_for, open_clip_config_problem, open_clip_model_config,
-                                        open_clip_preprocess_arguments, open_clip_siglip_to_openai, openai_to_hf,
-                                        openai_to_open_clip_siglip, openai_to_variables, preprocessing_from_hf,
-                                        preprocessor_config, read_hf_config, read_state_dict,
+                                        hf_config, hf_input_files, hf_matching_presets, hf_siglip2_config,
+                                        hf_siglip_config, hf_to_openai, model_config_for,
+                                        naflex_preprocessing_from_hf, open_clip_config_problem,
+                                        open_clip_model_config, open_clip_preprocess_arguments,
+                                        open_clip_siglip_to_openai, openai_to_hf, openai_to_open_clip_siglip,
+                                        openai_to_variables, preprocessing_from_hf, preprocessor_config,
+                                        read_hf_config, read_state_dict, siglip2_model_config,
                                         siglip2_tokenizer_files, siglip_mismatches, siglip_model_config,
                                         siglip_tokenizer_files, variables_to_openai)
 from vlp_jax.models.transformer import unstacked_layout
@@ -85,19 +87,24 @@ def _hf_model_config(hf: dict | None, config_path: str | None, name: str | None,
     _note(f'no config.json beside {weights_path}, so --model={name} (act={model_config.act!r}) was not checked '
           'against the model; OpenAI CLIP models on the Hugging Face hub need a -quickgelu variant')
     return model_config
-  if hf.get('model_type') == 'siglip':
-    described = siglip_model_config(hf, _json_file(os.path.dirname(config_path), 'tokenizer_config.json'))
+  if hf.get('model_type') in ('siglip', 'siglip2'):  # SiglipModel, or Siglip2Model (NaFlex)
+    tokenizer_config = _json_file(os.path.dirname(config_path), 'tokenizer_config.json')
+    described = (siglip2_model_config if hf['model_type'] == 'siglip2' else siglip_model_config)(hf, tokenizer_config)
     if name is None:
       return described
     model_config = model_config_for(name, 'hf')
     mismatches = siglip_mismatches(described, model_config)
     if model_config.vision.type != 'siglip_vit' or mismatches:
-      lines = [f'{config_path} describes a SiglipModel that does not match --model={name}:']
+      model_class = 'Siglip2Model' if hf['model_type'] == 'siglip2' else 'SiglipModel'
+      lines = [f'{config_path} describes a {model_class} that does not match --model={name}:']
       lines += [f'  {field}: file {got!r}, --model={name} {want!r}' for field, got, want in mismatches]
       fits = described.name if described.name in models.PRESETS else None
       lines.append(f'Use --model={fits}, which matches the file.' if fits else
                    'Leave out --model to import the model the file describes.')
       raise WeightsError('\n'.join(lines))
+    if hf['model_type'] == 'siglip2':  # the preset's towers, run as the file's NaFlex model
+      model_config.vision.naflex = True
+      model_config.preprocess = described.preprocess
     return model_config
   if name is None:
     fitting = hf_matching_presets(hf)
@@ -114,8 +121,9 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
 
   For 'hf', `input_path` may be the model folder; its config.json (in the folder, or beside the weights file) must
   agree with the preset, activation included, or nothing is written (WeightsError lists every mismatch). Without
-  `name` the model is the one the config.json describes: a transformers CLIPModel (a preset it fits) or
-  SiglipModel (any size). A SigLIP import records the SentencePiece file found beside the weights (spiece.model or
+  `name` the model is the one the config.json describes: a transformers CLIPModel (a preset it fits),
+  SiglipModel (any size) or Siglip2Model (NaFlex: a siglip_vit model with `vision.naflex`, its patch budget read from
+  the folder's preprocessor_config.json). A SigLIP import records the SentencePiece file found beside the weights (spiece.model or
   tokenizer.json) as the model's `text.tokenizer_path`.
   """
   if fmt not in IMPORT_FORMATS:
@@ -149,7 +157,10 @@ def import_weights(fmt: str, name: str | None, input_path: str, output: str) -> 
       _note(f'no {GEMMA_FILENAME if gemma else "spiece.model or tokenizer.json"} beside {input_path}: set '
             '--config.model.text.tokenizer_path to the SentencePiece file of these weights when training or '
             'evaluating')
-  if fmt == 'hf':
+  if fmt == 'hf' and model_config.vision.get('naflex', False):
+    preprocessing, model_config.vision.max_patches = _hf_naflex_preprocessing(input_path, model_config)
+    model_config.preprocess = preprocessing.config()
+  elif fmt == 'hf':
     model_config.preprocess = _hf_preprocessing(input_path, model_config).config()
   state_dict = read_state_dict(input_path)
   if fmt == 'hf':
@@ -172,6 +183,19 @@ def _hf_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict
     return family
   return preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'),
                                model_config.vision.image_size, family)
+
+
+def _hf_naflex_preprocessing(weights_path: str, model_config: ml_collections.ConfigDict
+                             ) -> tuple[image_ops.ImagePreprocessing, int]:
+  """(the preprocessing, the patch budget) of a NaFlex Hugging Face model: its folder's preprocessor_config.json
+  (a Siglip2ImageProcessor's) when it has one, else the model config's own."""
+  folder = os.path.dirname(os.path.abspath(weights_path))
+  family = image_ops.preprocessing_of(model_config)
+  processor = _json_file(folder, 'preprocessor_config.json')
+  if processor is None:
+    return family, model_config.vision.max_patches
+  return naflex_preprocessing_from_hf(processor, os.path.join(folder, 'preprocessor_config.json'),
+                                      model_config.vision.patch_size, family)
 
 
 def _check_output(output: str, overwrite: bool) -> None:
@@ -257,10 +281,12 @@ def _write_hf_folder(folder: str, state_dict: dict[str, np.ndarray], model_confi
   """A transformers model folder: weights, config.json, tokenizer and preprocessor files. Returns why the tokenizer
   files are missing, or None."""
   siglip = model_config.vision.type == 'siglip_vit'
-  save_file(openai_to_hf(state_dict, siglip=siglip), os.path.join(folder, 'model.safetensors'),
+  naflex = siglip and model_config.vision.get('naflex', False)  # a Siglip2Model
+  save_file(openai_to_hf(state_dict, siglip=siglip, naflex=naflex), os.path.join(folder, 'model.safetensors'),
             metadata={'format': 'pt'})
   tokenizer_files, missing = _hf_tokenizer_files(model_config)
-  files = {'config.json': json.dumps(hf_siglip_config(model_config) if siglip else hf_config(model_config), indent=2),
+  model_json = (hf_siglip2_config if naflex else hf_siglip_config if siglip else hf_config)(model_config)
+  files = {'config.json': json.dumps(model_json, indent=2),
            'preprocessor_config.json': json.dumps(preprocessor_config(model_config), indent=2),
            **tokenizer_files}
   for name, content in files.items():

@@ -13,7 +13,8 @@ Hugging Face `CLIPModel` names are translated to OpenAI's first (q/k/v projectio
 model's config.json (`--input` may be the model folder) must agree with --model: activation, widths, depths, heads,
 patch and image size, context length and projection dim, or nothing is imported. Without --model the config.json
 names the model: a CLIP preset it fits, or a `SiglipModel` of whatever size it describes (SigLIP's towers,
-models/siglip_vit.py; its SentencePiece file beside the weights becomes the model's tokenizer).
+models/siglip_vit.py; its SentencePiece file beside the weights becomes the model's tokenizer), or a SigLIP 2 NaFlex
+`Siglip2Model` (the same towers with config.model.vision.naflex; exported back as one).
 
 Exports load in the target library's own loaders with nothing added by hand: `--format=open_clip` writes
 X.safetensors and, for a CLIP model, open_clip's model config X.json beside it; `--format=hf` writes a folder with

@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from vlp_jax import parallel
 from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.losses.contrastive import l2_normalize
+from vlp_jax.models.naflex import NaflexImages
 from vlp_jax.models.towers import patch_based_towers, vision_tower
 
 
@@ -125,6 +126,20 @@ class Encoder:
   def images(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 (an array, or data.streamed.StreamedImages) -> [N, d] unit-norm float32."""
     return self._chunked(self._images, images, 'images', np.float32)
+
+  def naflex_images(self, images: NaflexImages) -> np.ndarray:
+    """NaflexImages of N images (host arrays: patches [N, L, P*P*3], spatial_shapes [N, 2]) -> [N, d] unit-norm
+    float32, in chunks of `batch_size` images (the last padded with copies of its last image)."""
+    outputs = []
+    for start in range(0, len(images.patches), self.batch_size):
+      chunk = NaflexImages(*(np.asarray(x[start:start + self.batch_size]) for x in images))
+      rows = len(chunk.patches)
+      padded = NaflexImages(*(np.pad(x, [(0, -rows % self.batch_size)] + [(0, 0)] * (x.ndim - 1), mode='edge')
+                              for x in chunk))
+      with jax.set_mesh(self.mesh):
+        out = self._images(self.variables, NaflexImages(*(parallel.sharded_from_host(x, self.mesh) for x in padded)))
+      outputs.append(parallel.to_host(out)[:rows])
+    return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
 
   def image_features(self, images: np.ndarray) -> np.ndarray:
     """[N, H, W, 3] normalised float32 -> [N, w] float32, the image tower's feature before the projection into the

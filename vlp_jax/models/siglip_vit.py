@@ -122,7 +122,7 @@ class SiglipVisionTransformer(nn.Module):
                                          x.shape[1]).astype(x.dtype)
       if self.patch_dropout and train and rng is not None:
         raise ConfigError(f'config.model.vision.patch_dropout={self.patch_dropout} does not apply to NaFlex images '
-                         '(their padding would be drawn as patches); set it to 0 to train on NaFlex batches')
+                          '(their padding would be drawn as patches); set it to 0 to train on NaFlex batches')
     else:
       grid_h, grid_w = images.shape[1] // self.patch_size, images.shape[2] // self.patch_size
       x = x + resize_positional_embedding(pos, grid, (grid_h, grid_w), prefix=0).astype(x.dtype)
@@ -147,7 +147,7 @@ class SiglipViTTower(VisionTower):
 
   NaFlex (SigLIP 2's aspect-preserving, variable-length images): the tower takes NaflexImages with the same
   parameters whatever these options say. `naflex` (bool) says the model's own preprocessing is NaFlex (what
-  `vlp_jax.load(...).encode_image` and the evaluations feed it), `max_patches` the patch budget that preprocessing
+  `vlp_jax.load(...).encode_image` feeds it), `max_patches` the patch budget that preprocessing
   uses when none is given. `patch_embedding` (naflex.PATCH_EMBEDDINGS): how fixed-size images are embedded."""
   patch_based = True
   layer_groups = True

@@ -27,8 +27,12 @@ def _config(attention='auto', patch_embedding='conv', tower='siglip_vit', scan=F
   return config
 
 
-def _params(config):
-  params = jax.jit(lambda: models.init_variables(models.build_model(config), jax.random.key(0))[0])()
+def _init(config):
+  return jax.jit(lambda: models.init_variables(models.build_model(config), jax.random.key(0))[0])()
+
+
+def _params(config, init=None):
+  params = _init(config) if init is None else init
   rng = np.random.default_rng(1)  # non-trivial values everywhere (biases and LayerNorm shifts start at zero)
   return jax.tree.map(lambda x: np.asarray(x) + np.float32(0.05) * rng.standard_normal(x.shape, np.float32), params)
 
@@ -49,18 +53,23 @@ def _naflex(images_by_shape, length, rng, padding='zeros'):
   return NaflexImages(patches, np.array(images_by_shape, np.int32))
 
 
-def test_a_naflex_image_on_the_fixed_grid_gives_the_fixed_towers_output():
-  config = _config()
-  params = _params(config)
-  images = np.random.default_rng(0).normal(size=(2, GRID * PATCH, GRID * PATCH, 3)).astype(np.float32)
-  fixed = _embed(config, params, images)
-  naflex = _embed(config, params, NaflexImages(np.asarray(patchify(images, PATCH)), np.full((2, 2), GRID, np.int32)))
-  chex.assert_trees_all_close(naflex, fixed, atol=1e-5, rtol=1e-5)
+def test_naflex_images_on_the_fixed_grid_and_the_matmul_embedding_give_the_conv_towers_output():
+  conv, matmul = _config(), _config(patch_embedding='matmul')
+  init = _init(conv)
+  chex.assert_trees_all_equal(_init(matmul), init)  # the same parameters, initialised alike
+  params = _params(conv, init)
+  # Two rows past the last whole patch: the conv drops them, and so do patchify and the matmul.
+  images = np.random.default_rng(0).normal(size=(2, GRID * PATCH + 2, GRID * PATCH, 3)).astype(np.float32)
+  fixed = _embed(conv, params, images)
+  chex.assert_trees_all_close(_embed(matmul, params, images), fixed, atol=1e-5, rtol=1e-5)
+  naflex = NaflexImages(np.asarray(patchify(images, PATCH)), np.full((2, 2), GRID, np.int32))
+  chex.assert_trees_all_close(_embed(conv, params, naflex), fixed, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize('attention, scan', [('xla', False), pytest.param('padded', True, marks=pytest.mark.slow)])
 def test_padding_rows_change_nothing(attention, scan):
   config = _config(attention, scan=scan)
+  config.remat = scan  # the scanned variant rematerialised too: the lengths pass through both transforms
   params = _params(_config())
   if scan:
     params = stacked_layout(params)
@@ -76,7 +85,7 @@ def test_padding_rows_change_nothing(attention, scan):
   # The same image alone, with no padding at all, embeds the same.
   alone = _embed(config, params, NaflexImages(zeros.patches[2:, :14], zeros.spatial_shapes[2:]))
   chex.assert_trees_all_close(alone['embed'][0], out_zeros['embed'][2], atol=1e-5, rtol=1e-5)
-  if scan:  # the scanned blocks with lengths give the unrolled 'xla' tower's output
+  if scan:  # the scanned, rematerialised blocks with lengths give the unrolled 'xla' tower's output
     unrolled = _embed(_config('xla'), unstacked_layout(params), zeros)
     chex.assert_trees_all_close(out_zeros['embed'], unrolled['embed'], atol=1e-5, rtol=1e-5)
 
@@ -94,13 +103,12 @@ def test_position_embedding_resize_equals_torch_antialiased_bilinear(shape):
   np.testing.assert_allclose(np.asarray(ours)[0, :rows * cols], reference, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize('tower', ['siglip_vit', pytest.param('vit', marks=pytest.mark.slow)])
-def test_matmul_patch_embedding_equals_the_conv(tower):
-  conv, matmul = _config(tower=tower), _config(tower=tower, patch_embedding='matmul')
-  params = _params(conv)
-  init_matmul = jax.jit(lambda: models.init_variables(models.build_model(matmul), jax.random.key(0))[0])()
-  init_conv = jax.jit(lambda: models.init_variables(models.build_model(conv), jax.random.key(0))[0])()
-  chex.assert_trees_all_equal(init_matmul, init_conv)  # the same parameters, initialised alike
+@pytest.mark.slow
+def test_matmul_patch_embedding_equals_the_conv_in_the_vit():
+  conv, matmul = _config(tower='vit'), _config(tower='vit', patch_embedding='matmul')
+  init = _init(conv)
+  chex.assert_trees_all_equal(_init(matmul), init)  # the same parameters (no bias), initialised alike
+  params = _params(conv, init)
   images = np.random.default_rng(0).normal(size=(2, GRID * PATCH + 2, GRID * PATCH, 3)).astype(np.float32)
   chex.assert_trees_all_close(_embed(matmul, params, images), _embed(conv, params, images), atol=1e-5, rtol=1e-5)
 

@@ -77,16 +77,17 @@ def hf_input_files(input_path: str) -> tuple[str, str | None]:
 
 
 def read_hf_config(path: str) -> dict:
-  """A transformers CLIPModel config.json as a dict; WeightsError if it is unreadable or not a CLIP config."""
+  """A transformers CLIPModel (or SiglipModel, Siglip2Model) config.json as a dict; WeightsError if it is unreadable
+  or none of those."""
   try:
     with open(path, encoding='utf-8') as f:
       hf = json.load(f)
   except (OSError, ValueError) as error:
     raise WeightsError(f'{path} could not be read as JSON: {error}') from None
-  if not isinstance(hf, dict) or hf.get('model_type', 'clip') not in ('clip', 'siglip'):
+  if not isinstance(hf, dict) or hf.get('model_type', 'clip') not in ('clip', 'siglip', 'siglip2'):
     kind = hf.get('model_type') if isinstance(hf, dict) else type(hf).__name__
     raise WeightsError(f"{path} describes a {kind!r} model; --format=hf imports a transformers CLIPModel "
-                       "(model_type 'clip') or SiglipModel (model_type 'siglip')")
+                       "(model_type 'clip'), SiglipModel (model_type 'siglip') or Siglip2Model (model_type 'siglip2')")
   return hf
 
 

@@ -1,8 +1,9 @@
-"""Hugging Face state dicts (transformers' `CLIPModel`, `SiglipModel`) <-> OpenAI names: the fixed names by table,
+"""Hugging Face state dicts (transformers' `CLIPModel`, `SiglipModel`, `Siglip2Model`) <-> OpenAI names: the fixed names by table,
 the blocks by rule (named as CLIPModel's in both), q/k/v projections packed into OpenAI's `in_proj`, projections
 transposed. SigLIP's parts take our names (models/siglip_vit.py)."""
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -55,9 +56,24 @@ _HF_SIGLIP_TRANSPOSED = {'text_model.head.weight': 'text_projection'}
 _HF_SIGLIP_SCALARS = ('logit_scale', 'logit_bias')  # [1] in transformers, scalars in our tree
 
 
+_HF_PATCH_EMBEDDING = 'vision_model.embeddings.patch_embedding.weight'
+
+
+def _linear_to_conv_patch_embedding(weight: np.ndarray) -> np.ndarray:
+  """Siglip2Model's patch embedding, a Linear [w, P*P*3] over patches flattened as (row, column, channel) -> the
+  conv weight [w, 3, P, P] that SiglipModel and OpenAI store (the same map)."""
+  patch_size = math.isqrt(weight.shape[1] // 3)
+  if 3 * patch_size * patch_size != weight.shape[1]:
+    raise WeightsError(f'{_HF_PATCH_EMBEDDING} has shape {weight.shape}: its inputs are not P*P*3 pixels')
+  return weight.reshape(weight.shape[0], patch_size, patch_size, 3).transpose(0, 3, 1, 2)
+
+
 def hf_to_openai(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dict[str, np.ndarray]:
-  """transformers CLIPModel names (SiglipModel's with `siglip`) -> OpenAI names (ours, for the SigLIP parts); q/k/v
-  are packed into in_proj, projections transposed."""
+  """transformers CLIPModel names (SiglipModel's or Siglip2Model's with `siglip`: a Siglip2Model's patch embedding
+  is a 2-D Linear weight) -> OpenAI names (ours, for the SigLIP parts); q/k/v are packed into in_proj, projections
+  transposed."""
+  if siglip and np.ndim(state_dict.get(_HF_PATCH_EMBEDDING)) == 2:
+    state_dict = {**state_dict, _HF_PATCH_EMBEDDING: _linear_to_conv_patch_embedding(state_dict[_HF_PATCH_EMBEDDING])}
   fixed, transposed = (_HF_SIGLIP_FIXED, _HF_SIGLIP_TRANSPOSED) if siglip else (_HF_FIXED, _HF_TRANSPOSED)
   out, qkv, unknown = {}, {}, []
   for key, value in state_dict.items():
@@ -85,8 +101,9 @@ def hf_to_openai(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dic
   return out
 
 
-def openai_to_hf(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dict[str, np.ndarray]:
-  """Inverse of `hf_to_openai`."""
+def openai_to_hf(state_dict: dict[str, np.ndarray], siglip: bool = False, naflex: bool = False
+                 ) -> dict[str, np.ndarray]:
+  """Inverse of `hf_to_openai`; `naflex`: Siglip2Model's names (its patch embedding a Linear [w, P*P*3])."""
   fixed = {v: k for k, v in (_HF_SIGLIP_FIXED if siglip else _HF_FIXED).items()}
   transposed = {v: k for k, v in (_HF_SIGLIP_TRANSPOSED if siglip else _HF_TRANSPOSED).items()}
   block = {v: k for k, v in _HF_BLOCK.items()}
@@ -109,4 +126,7 @@ def openai_to_hf(state_dict: dict[str, np.ndarray], siglip: bool = False) -> dic
     else:
       raise WeightsError(f'{key} has no Hugging Face {"SiglipModel" if siglip else "CLIPModel"} equivalent (only '
                          'ViT models export to hf)')
+  if naflex and _HF_PATCH_EMBEDDING in out:  # [w, 3, P, P] -> Siglip2Model's Linear [w, P*P*3]
+    weight = out[_HF_PATCH_EMBEDDING]
+    out[_HF_PATCH_EMBEDDING] = np.array(weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1), order='C')
   return out

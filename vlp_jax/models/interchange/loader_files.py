@@ -59,6 +59,8 @@ def preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
   config cannot say."""
   kind = 'Siglip' if model_config.vision.type == 'siglip_vit' else 'CLIP'
   preprocessing, image_size = preprocessing_of(model_config), model_config.vision.image_size
+  if model_config.vision.get('naflex', False):
+    return naflex_preprocessor_config(model_config)
   square = {'height': image_size, 'width': image_size}
   geometry = ({'size': square, 'do_center_crop': False} if preprocessing.resize == 'squash' else
               {'size': {'shortest_edge': image_size}, 'do_center_crop': True, 'crop_size': square})
@@ -67,6 +69,38 @@ def preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
           'resample': int(RESAMPLING[preprocessing.resample]), 'do_rescale': True, 'rescale_factor': 1 / 255,
           'do_normalize': True, 'image_mean': [float(x) for x in preprocessing.mean],
           'image_std': [float(x) for x in preprocessing.std]}
+
+
+def naflex_preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
+  """transformers' Siglip2ImageProcessor config for a NaFlex model: its patch size, its patch budget
+  (`vision.max_patches`), and the filter, mean and std of its preprocessing (data/naflex.py's rule is that
+  processor's)."""
+  preprocessing = preprocessing_of(model_config)
+  return {'image_processor_type': 'Siglip2ImageProcessor', 'processor_class': 'Siglip2Processor',
+          'do_convert_rgb': True, 'do_resize': True, 'resample': int(RESAMPLING[preprocessing.resample]),
+          'do_rescale': True, 'rescale_factor': 1 / 255, 'do_normalize': True,
+          'image_mean': [float(x) for x in preprocessing.mean], 'image_std': [float(x) for x in preprocessing.std],
+          'patch_size': model_config.vision.patch_size,
+          'max_num_patches': model_config.vision.get('max_patches', 256)}
+
+
+def naflex_preprocessing_from_hf(processor: dict, path: str, patch_size: int, default: ImagePreprocessing
+                                 ) -> tuple[ImagePreprocessing, int]:
+  """(the preprocessing, the patch budget) a transformers Siglip2ImageProcessor config (`processor`, read from
+  `path`) describes for a model of `patch_size` patches; fields it leaves out take `default` and transformers'
+  default budget (256). WeightsError naming the field for what vlp_jax cannot do."""
+  if processor.get('patch_size', patch_size) != patch_size:
+    raise WeightsError(f'{path}: patch_size={processor["patch_size"]!r} differs from the patch size of the model, '
+                       f'{patch_size}')
+  budget = processor.get('max_num_patches', 256)
+  if not isinstance(budget, int) or budget < 1:
+    raise WeightsError(f'{path}: max_num_patches={budget!r} must be a positive integer')
+  if not processor.get('do_resize', True):
+    raise WeightsError(f'{path}: do_resize=false; NaFlex preprocessing always resizes to its patch grid')
+  # The pixel fields are those of a fixed-size processor; the geometry is NaFlex's own.
+  fixed = preprocessing_from_hf({k: v for k, v in processor.items() if k not in ('size', 'crop_size')}, path, 1,
+                                default)
+  return fixed, budget
 
 
 def _hf_geometry(processor: dict, path: str, image_size: int, default: str) -> str:

@@ -1,14 +1,18 @@
 """transformers' `SiglipConfig` (a SiglipModel's config.json) <-> our model config: the model a file describes,
 the config.json an export writes, and the fields on which two SigLIP model configs differ. SigLIP 2's fixed-resolution
-checkpoints are SiglipModels too; only their tokenizer (Gemma's, 256k ids) tells them apart."""
+checkpoints are SiglipModels too; only their tokenizer (Gemma's, 256k ids) tells them apart. SigLIP 2's NaFlex
+checkpoints are `Siglip2Model`s (`Siglip2Config`, model_type 'siglip2'): the same towers, with the patch grid given as
+`num_patches` instead of an image size, imported as a siglip_vit model with `vision.naflex=True`."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import ml_collections
 
 from vlp_jax import models
+from vlp_jax.data.image_ops import SIGLIP2_NAFLEX_PREPROCESSING
 from vlp_jax.data.tokenizer import GEMMA, SENTENCEPIECE
 from vlp_jax.models.interchange.files import WeightsError
 
@@ -111,6 +115,43 @@ def siglip_mismatches(got: ml_collections.ConfigDict, want: ml_collections.Confi
     if a != b:
       out.append((field, a, b))
   return out
+
+
+# transformers' Siglip2VisionConfig default for the learned position grid's size (16 x 16), and its image processor's
+# default patch budget.
+HF_SIGLIP2_NUM_PATCHES = 256
+HF_SIGLIP2_MAX_NUM_PATCHES = 256
+
+
+def siglip2_model_config(hf: dict, tokenizer_config: dict | None = None,
+                         max_patches: int = HF_SIGLIP2_MAX_NUM_PATCHES) -> ml_collections.ConfigDict:
+  """The model config a transformers Siglip2Config dict (a NaFlex Siglip2Model's config.json) describes: as
+  `siglip_model_config`, the image size the side of the position grid (sqrt(num_patches)) times the patch size,
+  `vision.naflex=True` and `vision.max_patches` (the patch budget of its image processor), named 'hf-siglip2-naflex'."""
+  vision = hf.get('vision_config') or {}
+  num_patches, patch_size = vision.get('num_patches', HF_SIGLIP2_NUM_PATCHES), vision.get('patch_size', 16)
+  grid = math.isqrt(num_patches) if isinstance(num_patches, int) and num_patches > 0 else 0
+  if grid * grid != num_patches:
+    raise WeightsError(f'vision_config.num_patches={num_patches!r} is not a square: vlp_jax keeps the learned '
+                       'position embedding as a square grid')
+  if not isinstance(patch_size, int):
+    raise WeightsError(f'vision_config.patch_size={patch_size!r}: vlp_jax takes square patches, one integer')
+  config = siglip_model_config({**hf, 'vision_config': {**vision, 'image_size': grid * patch_size}}, tokenizer_config)
+  config.vision.update(naflex=True, max_patches=max_patches)
+  config.preprocess = SIGLIP2_NAFLEX_PREPROCESSING.config()  # Siglip2ImageProcessor's defaults
+  config.name = 'hf-siglip2-naflex'
+  return config
+
+
+def hf_siglip2_config(model_config: ml_collections.ConfigDict) -> dict:
+  """A transformers Siglip2Config (as JSON) describing a SigLIP `model_config` (a NaFlex model's, or a fixed one's:
+  the towers are the same)."""
+  siglip = hf_siglip_config(model_config)
+  vision = {k: v for k, v in siglip['vision_config'].items() if k != 'image_size'}
+  grid = model_config.vision.image_size // model_config.vision.patch_size
+  return {'architectures': ['Siglip2Model'], 'model_type': 'siglip2',
+          'text_config': {**siglip['text_config'], 'model_type': 'siglip2_text_model'},
+          'vision_config': {**vision, 'model_type': 'siglip2_vision_model', 'num_patches': grid * grid}}
 
 
 def hf_siglip_config(model_config: ml_collections.ConfigDict) -> dict:
