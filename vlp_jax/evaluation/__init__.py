@@ -93,10 +93,11 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
     encoder.variables = variables
     began = time.perf_counter()
     results.update(run_evaluations(encoder, eval_sets, tasks, prefix, templates))
-    for budget, budget_encoder in naflex.budget_encoders(encoder, tuple(naflex_max_patches),
-                                                         encoder.model.vision.patch_size, preprocessing):
-      results.update(run_evaluations(budget_encoder, eval_sets, naflex.naflex_tasks(tasks), prefix + budget,
-                                     templates))
+    if naflex_max_patches:
+      for budget, budget_encoder in naflex.budget_encoders(encoder, tuple(naflex_max_patches),
+                                                           encoder.model.vision.patch_size, preprocessing):
+        results.update(run_evaluations(budget_encoder, eval_sets, naflex.naflex_tasks(tasks), prefix + budget,
+                                       templates))
     if after_variant is not None:
       after_variant(prefix, time.perf_counter() - began)
   return results
