@@ -60,7 +60,6 @@ import numpy as np
 
 from vlp_jax.data import formats as data_formats
 from vlp_jax.data import locca_tasks, naflex_stage, pipeline, transforms
-from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
@@ -157,8 +156,8 @@ class Siglip2Views(ClipViews):
   draws (`fill_batch` puts zeros in their place in the training process).
 
   From `naflex_from_step` (the NaFlex stage; None: none) an example's image comes as NaFlex patches of the whole
-  decoded image at its aspect ratio ('image_patches' [N, P*P*3] float32 normalised, 'image_spatial_shapes' [2] int32;
-  data/naflex.py's `naflex_patches`, patch size `patch_size`) in place of 'image', N the budget of its step's batch
+  decoded image at its aspect ratio ('image_patches' [N, P*P*3] uint8, 'image_spatial_shapes' [2] int32;
+  naflex_stage.naflex_pixels, patch size `patch_size`) in place of 'image', N the budget of its step's batch
   (naflex_stage.batch_sequence_length of `naflex_seed`, the step and `naflex_sequence_lengths`); the augmented views
   are then not made (the stage drops the losses that read them), their draws still are, and the decoder's boxes
   are the record's (the whole image is kept)."""
@@ -184,7 +183,7 @@ class Siglip2Views(ClipViews):
     budget = self.naflex_budget(example.get(pipeline.STEP_KEY))
     if budget:  # the NaFlex stage: the whole image at its aspect ratio, as patches, in place of the square view
       del out['image']
-      out[naflex_stage.PATCHES], out[naflex_stage.SPATIAL_SHAPES] = naflex_patches(
+      out[naflex_stage.PATCHES], out[naflex_stage.SPATIAL_SHAPES] = naflex_stage.naflex_pixels(
           image, self.patch_size, budget, self.preprocessing)
     # Before the switch the late losses read no view: their draws are made (transforms.dino_view_draws), so that the
     # decoder's rows, drawn after them, are the same either way, but not the views (about 85% of the host work and
@@ -266,6 +265,14 @@ def decoder_layout(options: Any, config: Any) -> locca_tasks.LoccaLayout:
 def naflex_token_mask(spatial_shapes: jax.Array, length: int) -> jax.Array:
   """spatial_shapes [B, 2] (rows, cols) -> [B, length] bool: True at each NaFlex image's rows * cols real patches."""
   return jnp.arange(length)[None, :] < sequence_lengths(spatial_shapes)[:, None]
+
+
+def normalized_naflex_patches(patches: jax.Array, spatial_shapes: jax.Array, preprocessing) -> jax.Array:
+  """patches [B, N, P*P*3] uint8, spatial_shapes [B, 2] -> [B, N, P*P*3] float32 normalised with the model's mean and
+  std (image_ops.normalize_image, the formula `naflex_patches` uses), zero rows past each image's rows * cols."""
+  pixels = preprocessing.normalize(patches.reshape(*patches.shape[:-1], -1, 3)).reshape(patches.shape)
+  real = naflex_token_mask(spatial_shapes, patches.shape[1])
+  return jnp.where(real[..., None], pixels, 0.0)
 
 
 def _zeros_of(fn, *args) -> Any:
@@ -553,6 +560,15 @@ class Siglip2Objective(SiglipObjective):
     return {prefix: {**variables, VOCABULARY: model_state[VOCABULARY]} for prefix, variables in variants.items()}
 
   # ------------------------------------------------------------------------------------------ the step
+
+  def prepared(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
+    """The base's, with a NaFlex batch's uint8 patches normalised first (`normalized_naflex_patches`); float
+    patches are taken as normalised already."""
+    patches = batch.get(naflex_stage.PATCHES)
+    if patches is not None and patches.dtype == jnp.uint8:
+      batch = {**batch, naflex_stage.PATCHES: normalized_naflex_patches(
+          patches, batch[naflex_stage.SPATIAL_SHAPES], self.preprocessing)}
+    return super().prepared(batch, rng, train)
 
   def prepare(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
     """A NaFlex batch's patches and grids ('image_patches', 'image_spatial_shapes') become its 'image', as the

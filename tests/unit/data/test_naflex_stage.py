@@ -17,6 +17,7 @@ from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.data.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
 from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.objectives.siglip2 import normalized_naflex_patches
 
 LENGTHS = (4, 9, 16)
 
@@ -68,9 +69,11 @@ def test_examples_from_the_switch_are_naflex_patches_of_the_decoded_image(micro)
       at = views.random_map({**example, pipeline.STEP_KEY: step}, np.random.default_rng([0, i]))
       budget = batch_sequence_length(config.seed, step, LENGTHS)
       want_patches, want_shape = naflex_patches(example['image'], 4, budget, preprocessing)
-      np.testing.assert_array_equal(at[PATCHES], want_patches)
+      # uint8 on the host, normalised in the train step: then naflex_patches of the decoded image
+      assert at[PATCHES].shape == (budget, 4 * 4 * 3) and at[PATCHES].dtype == np.uint8
+      normalized = normalized_naflex_patches(at[PATCHES][None], at[SPATIAL_SHAPES][None], preprocessing)[0]
+      np.testing.assert_allclose(np.asarray(normalized), want_patches, rtol=1e-6, atol=1e-6)
       np.testing.assert_array_equal(at[SPATIAL_SHAPES], want_shape)
-      assert at[PATCHES].shape == (budget, 4 * 4 * 3) and at[PATCHES].dtype == np.float32
       # no square image and no augmented view; the caption and the decoder's rows are drawn as before
       assert set(before) - set(at) == {'image', 'global_view', 'local_views'}
       assert set(at) - set(before) == {PATCHES, SPATIAL_SHAPES}

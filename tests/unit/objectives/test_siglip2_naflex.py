@@ -12,7 +12,7 @@ from vlp_jax.config import validate
 from vlp_jax.data import pipeline, records, synthetic
 from vlp_jax.data.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
 from vlp_jax.data.pipeline import DecodeRecord
-from vlp_jax.objectives.siglip2 import ACTIVE, DECODER, NAFLEX_BUDGET
+from vlp_jax.objectives.siglip2 import ACTIVE, DECODER, NAFLEX_BUDGET, normalized_naflex_patches
 
 LENGTHS = (12, 20)
 
@@ -77,11 +77,13 @@ def test_a_naflex_batch_trains_the_sigmoid_loss_and_the_decoder_on_real_patches_
   assert 'distill_loss' not in metrics and 'masked_loss' not in metrics and 'distill_teacher' not in features
   assert metrics['naflex_sequence_length'] == budget and metrics['decoder_loss'] > 0
   np.testing.assert_allclose(loss, metrics['siglip_loss'] + metrics['decoder_loss'], rtol=1e-6)
-  # What lies in the padding rows is read by nothing: not the tower, not the decoder's cross-attention.
-  noisy = dict(batch)
+  # What lies in the padding rows is read by nothing: not the tower, not the decoder's cross-attention. (The
+  # train step zeroes them when it normalises uint8 patches; patches given normalised keep what they hold.)
+  assert batch[PATCHES].dtype == np.uint8
+  normalized = np.asarray(normalized_naflex_patches(batch[PATCHES], batch[SPATIAL_SHAPES], objective.preprocessing))
   padding = np.arange(budget)[None, :, None] >= real[:, None, None]
-  noisy[PATCHES] = np.where(padding, np.random.default_rng(0).normal(size=batch[PATCHES].shape) * 10,
-                            batch[PATCHES]).astype(np.float32)
+  noisy = {**batch, PATCHES: np.where(padding, np.random.default_rng(0).normal(size=normalized.shape) * 10,
+                                      normalized).astype(np.float32)}
   noisy_features, noisy_loss, _ = forward(params, state, noisy)
   for key in ('zi', 'decoder_nll', 'decoder_correct'):
     np.testing.assert_allclose(noisy_features[key], features[key], rtol=1e-5, atol=1e-6, err_msg=key)
