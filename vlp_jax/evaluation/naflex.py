@@ -9,22 +9,14 @@ aspect ratio of the original images.
 """
 from __future__ import annotations
 
-import weakref
-from typing import Callable
-
-import jax
 import numpy as np
 
-from vlp_jax import parallel
 from vlp_jax.data.image_ops import ImagePreprocessing, denormalize_image
 from vlp_jax.data.naflex import naflex_patches
-from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.models.naflex import NaflexImages
 
 # The evaluators that run at each budget: those that read only image embeddings and captions.
 NAFLEX_TASKS = ('zeroshot', 'retrieval')
-# One jitted NaFlex embedding per encoder (its model and mesh), compiled once per budget and kept across evaluations.
-_EMBEDDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def budget_prefix(budget: int) -> str:
@@ -46,16 +38,6 @@ def naflex_batch(images: np.ndarray, patch_size: int, budget: int, preprocessing
   return np.stack([p for p, _ in pairs]), np.stack([s for _, s in pairs]).astype(np.int32)
 
 
-def _embedder(encoder) -> Callable:
-  """(variables, patches, spatial_shapes) -> [n, d] unit-norm embeddings, jitted once per encoder."""
-  if encoder not in _EMBEDDERS:
-    model = encoder.model
-    _EMBEDDERS[encoder] = jax.jit(
-        lambda v, p, s: l2_normalize(model.apply(v, NaflexImages(p, s), method=model.encode_image)['embed']),
-        out_shardings=parallel.replicated(encoder.mesh))
-  return _EMBEDDERS[encoder]
-
-
 class BudgetEncoder:
   """An `Encoder` whose `images` embeds NaFlex patches at one patch budget; captions (and everything else) are the
   encoder's own, memo included."""
@@ -68,19 +50,13 @@ class BudgetEncoder:
 
   def images(self, images: np.ndarray) -> np.ndarray:
     """[N, S, S, 3] normalised float32 (an array or streamed images) -> [N, d] unit-norm float32, in chunks of the
-    encoder's batch size (the patches of one chunk at a time on the host)."""
-    encoder, embed, outputs = self.encoder, _embedder(self.encoder), []
-    for start in range(0, len(images), encoder.batch_size):
-      chunk = np.asarray(images[start:start + encoder.batch_size], np.float32)
+    encoder's batch size (the patches of one chunk at a time on the host), each through `Encoder.naflex_images`
+    (its image program, compiled once per budget)."""
+    outputs = []
+    for start in range(0, len(images), self.encoder.batch_size):
+      chunk = np.asarray(images[start:start + self.encoder.batch_size], np.float32)
       patches, shapes = naflex_batch(chunk, self.patch_size, self.budget, self.preprocessing)
-      pad = (-len(chunk)) % encoder.batch_size
-      # padding rows get a 1 x 1 grid: an empty image would attend to nothing (their outputs are dropped)
-      patches = parallel.pad_rows(patches, encoder.batch_size)
-      shapes = np.concatenate([shapes, np.ones((pad, 2), np.int32)])
-      with jax.set_mesh(encoder.mesh):
-        out = embed(encoder.variables, parallel.sharded_from_host(patches, encoder.mesh),
-                    parallel.sharded_from_host(shapes, encoder.mesh))
-      outputs.append(parallel.to_host(out)[:len(chunk)])
+      outputs.append(self.encoder.naflex_images(NaflexImages(patches, shapes)))
     return np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
 
 
