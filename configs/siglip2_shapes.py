@@ -35,7 +35,8 @@ docs/methods.md): the image tower becomes SigLIP's (MAP head, no class token; th
 patches) at the same size, and from 90% of the steps each batch is NaFlex patches of the whole images at a patch
 budget drawn per batch from the paper's set scaled to our 16-patch images, (8, 16, 36, 49, 64) as (128, 256, 576,
 784, 1024) is to 256; self-distillation and masked prediction stop there, as in the paper. Zero-shot and retrieval
-are also evaluated at budgets 16 and 64 (eval/<set>/naflex16_*, naflex64_*). Not the paper's branch: one run, not
+are also evaluated at budgets 16 and 64 (eval/<set>/naflex16_*, naflex64_*). The model is saved as a NaFlex model
+(model.vision.naflex, 16 patches by default): `vlp_jax.load(...).encode_image` takes images of any aspect ratio. Not the paper's branch: one run, not
 a restart from 90% with a stretched schedule, and every length at the same batch size.
 """
 import os
@@ -84,6 +85,8 @@ def get_config(variant=None):
     vision = config.model.vision
     config.model.vision = SiglipViTTower.options(vision.image_size, vision.patch_size, vision.width, vision.layers,
                                                  vision.heads)
+    # a NaFlex model: vlp_jax.load(...).encode_image cuts images into NaFlex patches, 16 by default (max_patches)
+    config.model.vision.update(naflex=True, max_patches=(vision.image_size // vision.patch_size) ** 2)
     config.objective.naflex_start_fraction = 0.9
     config.data.naflex.sequence_lengths = NAFLEX_SEQUENCE_LENGTHS
     config.eval.naflex_max_patches = NAFLEX_EVAL_BUDGETS

@@ -25,7 +25,8 @@ Set by us where the paper is silent or the code differs (docs/methods.md §5):
   - Not included: ACID's data-curation fine-tune of the B models (§2.5) and the fixed-resolution branches.
   - NaFlex (§2.4.2) as `get_config('naflex')` (--config=configs/siglip2_webli.py:naflex): from 90% of the steps each
     batch is NaFlex patches at a budget drawn per batch from (128, 256, 576, 784, 1024), without self-distillation
-    and masked prediction, and zero-shot and retrieval are also evaluated at 256, 576 and 1024 patches. It is one
+    and masked prediction, and zero-shot and retrieval are also evaluated at 256, 576 and 1024 patches; the model
+    is a NaFlex model (model.vision.naflex, 256 patches by default in `vlp_jax.load(...).encode_image`). It is one
     run, not the paper's restart from the 90% checkpoint with the last 10% stretched 3.75x, and every length trains
     at the full batch (the paper halves the batch and doubles the steps at 1024): 5 train-step programs.
 
@@ -80,6 +81,7 @@ def get_config(variant=None):
   config.checkpoint.every_steps = 2000
   config.log_every_steps = 100
   if variant == 'naflex':  # the paper's sequence lengths are config.data.naflex's defaults
+    config.model.vision.update(naflex=True, max_patches=256)  # encode_image: NaFlex, 256 patches by default
     config.objective.naflex_start_fraction = 0.9
     config.eval.naflex_max_patches = NAFLEX_EVAL_BUDGETS
   return config

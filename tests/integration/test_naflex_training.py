@@ -8,6 +8,7 @@ import chex
 import numpy as np
 import pytest
 
+import vlp_jax
 from vlp_jax import parallel
 from vlp_jax.config import from_file, validate
 from vlp_jax.data.naflex_stage import batch_sequence_length
@@ -31,6 +32,7 @@ def _config(data_cache):
   config.objective.update(num_local_crops=2, local_crop_size=8, head_hidden_dim=16, head_bottleneck_dim=8,
                           head_prototypes=12, decoder_length=8, distill_start_fraction=0.5, naflex_start_fraction=0.75)
   config.model.vision = SiglipViTTower.options(16, 4, width=32, layers=1, heads=2)
+  config.model.vision.update(naflex=True, max_patches=16)  # as the config: a NaFlex model for vlp_jax.load
   config.data.synthetic.regions = True
   config.data.naflex.sequence_lengths = LENGTHS
   config.eval.naflex_max_patches = BUDGETS
@@ -65,3 +67,7 @@ def test_the_naflex_stage_trains_resumes_exactly_across_its_switch_and_evaluates
     for metric in ('zeroshot_top1', 'i2t_r1', 't2i_r1'):
       assert np.isfinite(scores[f'eval/synthetic/naflex{budget}_{metric}'])
   assert 'eval/synthetic/zeroshot_top1' in scores  # the square images too
+  # The trained model embeds images of any aspect ratio, as NaFlex patches (the inference side's own tests check how).
+  clip = vlp_jax.load(str(tmp_path / 'full'))
+  embeddings = clip.encode_image([np.full((12, 28, 3), 200, np.uint8), np.zeros((30, 10, 3), np.uint8)])
+  assert embeddings.shape == (2, 32) and np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)

@@ -145,6 +145,8 @@ def test_the_siglip2_configs_offer_the_naflex_stage_as_a_variant():
     assert options(plain.objective).naflex_start_fraction == 1.0 and plain.eval.naflex_max_patches == ()
     assert options(naflex.objective).naflex_start_fraction == 0.9 and naflex.model.vision.type == 'siglip_vit'
     assert tuple(naflex.eval.naflex_max_patches) == budgets
+    grid = (naflex.model.vision.image_size // naflex.model.vision.patch_size) ** 2
+    assert naflex.model.vision.naflex and naflex.model.vision.max_patches == grid  # encode_image's default budget
     with pytest.raises(ConfigError, match="valid choices: \\['naflex'\\]"):
       from_file(path, 'navit')
   shapes = from_file(os.path.join(ROOT, 'configs', 'siglip2_shapes.py'), 'naflex')
