@@ -29,10 +29,21 @@ Scale adaptations (docs/evidence.md):
     saturation and blur stay.
 
 python -m vlp_jax.main --config=configs/siglip2_shapes.py --workdir=/tmp/siglip2
+
+`get_config('naflex')` (--config=configs/siglip2_shapes.py:naflex) adds SigLIP 2's NaFlex stage (§2.4.2,
+docs/methods.md): the image tower becomes SigLIP's (MAP head, no class token; the only tower that takes NaFlex
+patches) at the same size, and from 90% of the steps each batch is NaFlex patches of the whole images at a patch
+budget drawn per batch from the paper's set scaled to our 16-patch images, (8, 16, 36, 49, 64) as (128, 256, 576,
+784, 1024) is to 256; self-distillation and masked prediction stop there, as in the paper. Zero-shot and retrieval
+are also evaluated at budgets 16 and 64 (eval/<set>/naflex16_*, naflex64_*). The model is saved as a NaFlex model
+(model.vision.naflex, 16 patches by default): `vlp_jax.load(...).encode_image` takes images of any aspect ratio. Not the paper's branch: one run, not
+a restart from 90% with a stretched schedule, and every length at the same batch size.
 """
 import os
 
 from vlp_jax.config import from_file
+from vlp_jax.errors import ConfigError
+from vlp_jax.models.siglip_vit import SiglipViTTower
 
 LABEL = 'SigLIP 2'
 # What SigLIP 2 claims over SigLIP (its Tables 1-6): zero-shot and retrieval, then localisation (referring expressions
@@ -44,7 +55,16 @@ COMPUTE_CONTROL = 'siglip_compute'
 BASELINE = 'clip_regions'
 
 
-def get_config():
+VARIANTS = ('naflex',)  # get_config's argument
+# The NaFlex variant: SigLIP 2's sequence lengths over its 256 patches, scaled to the tiny model's 16 (32 px, patch 8).
+NAFLEX_SEQUENCE_LENGTHS = (8, 16, 36, 49, 64)
+NAFLEX_EVAL_BUDGETS = (16, 64)
+
+
+def get_config(variant=None):
+  if variant is not None and variant not in VARIANTS:
+    raise ConfigError(f'--config=configs/siglip2_shapes.py:{variant}: no such variant; valid choices: '
+                      f'{list(VARIANTS)}')
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'siglip_shapes.py'))
   config.objective.name = 'siglip2'
   config.data.synthetic.regions = True  # the boxes and descriptions of the location tasks
@@ -61,4 +81,13 @@ def get_config():
       decoder_weight=1.0, decoder_tasks=('cap', 'aref', 'gcap'), decoder_parallel_prob=0.5, decoder_box_bins=32,
       decoder_length=0, decoder_layers=0, decoder_loss_on_condition=True, decoder_normalize='sequence',
       decoder_vocabulary='train_texts')
+  if variant == 'naflex':
+    vision = config.model.vision
+    config.model.vision = SiglipViTTower.options(vision.image_size, vision.patch_size, vision.width, vision.layers,
+                                                 vision.heads)
+    # a NaFlex model: vlp_jax.load(...).encode_image cuts images into NaFlex patches, 16 by default (max_patches)
+    config.model.vision.update(naflex=True, max_patches=(vision.image_size // vision.patch_size) ** 2)
+    config.objective.naflex_start_fraction = 0.9
+    config.data.naflex.sequence_lengths = NAFLEX_SEQUENCE_LENGTHS
+    config.eval.naflex_max_patches = NAFLEX_EVAL_BUDGETS
   return config

@@ -22,7 +22,13 @@ Set by us where the paper is silent or the code differs (docs/methods.md §5):
     refuses them on webdataset: this config runs captioning only. For the paper's three tasks, convert shards whose
     records hold `regions` to ArrayRecord and add --config.data.name=array_record
     --config.objective.decoder_tasks="('cap','aref','gcap')".
-  - Not included: ACID's data-curation fine-tune of the B models (§2.5), the NaFlex and fixed-resolution branches.
+  - Not included: ACID's data-curation fine-tune of the B models (§2.5) and the fixed-resolution branches.
+  - NaFlex (§2.4.2) as `get_config('naflex')` (--config=configs/siglip2_webli.py:naflex): from 90% of the steps each
+    batch is NaFlex patches at a budget drawn per batch from (128, 256, 576, 784, 1024), without self-distillation
+    and masked prediction, and zero-shot and retrieval are also evaluated at 256, 576 and 1024 patches; the model
+    is a NaFlex model (model.vision.naflex, 256 patches by default in `vlp_jax.load(...).encode_image`). It is one
+    run, not the paper's restart from the 90% checkpoint with the last 10% stretched 3.75x, and every length trains
+    at the full batch (the paper halves the batch and doubles the steps at 1024): 5 train-step programs.
 
 python -m vlp_jax.main --config=configs/siglip2_webli.py --workdir=gs://bucket/siglip2_b16 \
     --config.data.path='webli=/data/web/{00000..99999}.tar' \
@@ -34,13 +40,21 @@ import math
 
 from vlp_jax import models
 from vlp_jax.config import base_config
+from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import PAPER_EVAL_SETS
 
 BATCH_SIZE = 32_768
 EXAMPLES_SEEN = 40_000_000_000  # §2.1: 40B examples
 
 
-def get_config():
+VARIANTS = ('naflex',)  # get_config's argument
+NAFLEX_EVAL_BUDGETS = (256, 576, 1024)
+
+
+def get_config(variant=None):
+  if variant is not None and variant not in VARIANTS:
+    raise ConfigError(f'--config=configs/siglip2_webli.py:{variant}: no such variant; valid choices: '
+                      f'{list(VARIANTS)}')
   config = base_config()
   config.seed = 0
   config.batch_size = BATCH_SIZE
@@ -66,4 +80,8 @@ def get_config():
   config.eval.batch_size = 1024
   config.checkpoint.every_steps = 2000
   config.log_every_steps = 100
+  if variant == 'naflex':  # the paper's sequence lengths are config.data.naflex's defaults
+    config.model.vision.update(naflex=True, max_patches=256)  # encode_image: NaFlex, 256 patches by default
+    config.objective.naflex_start_fraction = 0.9
+    config.eval.naflex_max_patches = NAFLEX_EVAL_BUDGETS
   return config

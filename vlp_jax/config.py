@@ -14,7 +14,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import models, parallel
-from vlp_jax.data import device_augment, formats, image_ops, mixing, resolution
+from vlp_jax.data import device_augment, formats, image_ops, mixing, naflex_stage, resolution
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
@@ -149,6 +149,9 @@ def _data_config() -> ml_collections.ConfigDict:
       # bad records are replaced; a shard, or the data as a whole, shown to hold more than this share of them stops
       # the run (data/record_stats.py): data within it stops a run with probability below bad_data_alpha
       'max_bad_fraction': 0.1, 'bad_data_alpha': 0.01,
+      # the patch budgets of NaFlex batches (SigLIP 2's NaFlex stage, objective.naflex_start_fraction), one drawn
+      # uniformly per batch from the step (data/naflex_stage.py)
+      'naflex': ml_collections.ConfigDict({'sequence_lengths': (128, 256, 576, 784, 1024)}),
       **formats.options(),
   })
 
@@ -178,6 +181,9 @@ def _eval_config() -> ml_collections.ConfigDict:
       'batch_size': 256,
       # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evalsets/prompts.py for every set
       'templates': 'dataset',
+      # zero-shot and retrieval again at each of these NaFlex patch budgets (a NaFlex image tower), as
+      # eval/<set>/naflex<budget>_<metric>; () = none (evaluation/naflex.py)
+      'naflex_max_patches': (),
   })
 
 
@@ -311,6 +317,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
       data_format.validate(config.data)
     _check_data(config.data, objective_cls)
     _check_resolution_stages(config, objective_cls)
+    _check_naflex(config)
     check(_check_training, config, num_devices)
     _check_tower_options(config)
     accumulation.validate(config, objective_cls, terms, num_devices)
@@ -365,6 +372,19 @@ def _check_resolution_stages(config: ml_collections.ConfigDict, objective_cls: t
     raise ValueError(f'config.data.resolution_stages needs a tower whose position embedding can be resized, not '
                      f"config.model.vision.type={vision.type!r}")
   resolution.check_stages(stages, vision.image_size, vision.patch_size, config.total_steps)
+
+
+def _check_naflex(config: ml_collections.ConfigDict) -> None:
+  """The NaFlex budgets: the training set's, and the evaluation's, which need a NaFlex-capable image tower."""
+  naflex_stage.check_sequence_lengths('data.naflex.sequence_lengths', config.data.naflex.sequence_lengths)
+  budgets = config.eval.naflex_max_patches
+  if not budgets:
+    return
+  naflex_stage.check_sequence_lengths('eval.naflex_max_patches', budgets)
+  if config.model.vision.type not in naflex_stage.NAFLEX_TOWERS:
+    raise ValueError(f'config.eval.naflex_max_patches={tuple(budgets)} evaluates NaFlex patches, which only '
+                     f'config.model.vision.type in {list(naflex_stage.NAFLEX_TOWERS)} takes, not '
+                     f"'{config.model.vision.type}'; set it to ()")
 
 
 def _check_data(data: ml_collections.ConfigDict, objective_cls: type) -> None:

@@ -259,3 +259,16 @@ def test_xla_flag_rounds_alternate_and_each_variant_is_compared_within_its_round
   assert (default['samples_per_sec_median'], 'ratio_vs_first' in default) == (95.0, False)
   assert x['round_samples_per_sec'] == [110.0, 99.0] and x['samples_per_sec_median'] == 104.5
   assert x['ratio_vs_first'] == {'median': 1.1, 'min': 1.1, 'max': 1.1, 'first': 'default'}
+
+
+@pytest.mark.slow
+def test_naflex_steps_benchmark(data_cache):
+  """One row per train-step program (the square images, then each NaFlex length once) and per eval budget."""
+  rows = _run('naflex_steps.py', data_cache, '--steps=1', '--config.model.vision.type=siglip_vit',
+              '--config.objective.name=siglip2', '--config.objective.naflex_start_fraction=0.5',
+              '--config.objective.distill_weight=0.0', '--config.objective.masked_weight=0.0',
+              '--config.data.naflex.sequence_lengths=(4,16)', '--config.eval.naflex_max_patches=(9,)')
+  train = [r for r in rows if r['program'] == 'train_step']
+  assert [(r['sequence_length'], r['programs']) for r in train] == [(None, 1), (16, 2), (4, 3)]
+  assert [r['max_patches'] for r in rows if r['program'] == 'eval_images'] == [9]
+  assert all(r.get('step_s', r.get('batch_s', 0)) > 0 for r in rows)

@@ -158,7 +158,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
   variants = ((prefix, parallel.replicated_from_host(variables, mesh))
               for prefix, variables in ema_lib.eval_variants(objective, params, model_state, ema).items())
   results = evaluate_variants(encoder, variants, eval_sets, tuple(config.eval.tasks), config.eval.templates,
-                              after_variant)
+                              after_variant, tuple(config.eval.naflex_max_patches), objective.preprocessing)
   info = {'checkpoint': checkpoint, 'step': checkpoint_step(checkpoint), 'split': config.eval.split,
           'datasets': list(config.eval.datasets), 'evals': list(config.eval.tasks), 'model': config.model.name,
           'objective': ' + '.join((config.objective.name, *config.objective.terms))}

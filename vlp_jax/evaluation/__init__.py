@@ -9,7 +9,9 @@ import dataclasses
 import time
 from typing import Callable, Iterable
 
+from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
 from vlp_jax.evalsets.prompts import TEMPLATE_SETS
+from vlp_jax.evaluation import naflex
 from vlp_jax.evaluation.base import EVALUATORS, Evaluator, evaluator, has_field
 from vlp_jax.evaluation.encoder import Encoder
 
@@ -72,8 +74,9 @@ def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], p
 
 
 def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], eval_sets: list, tasks: tuple[str, ...],
-                      templates: str = 'dataset', after_variant: Callable[[str, float], None] | None = None
-                      ) -> dict[str, float]:
+                      templates: str = 'dataset', after_variant: Callable[[str, float], None] | None = None,
+                      naflex_max_patches: tuple[int, ...] = (),
+                      preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING) -> dict[str, float]:
   """`run_evaluations` for each (prefix, variables) of `variants` in turn, the encoder given that variant's variables:
   {'eval/<dataset>/<prefix><metric>': value} over every variant. The training loop and `python -m vlp_jax.evaluate`
   both evaluate this way, so that their numbers agree.
@@ -81,12 +84,20 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
   variants: e.g. `training.ema.eval_variants(...).items()`; may be lazy, so that each variant is placed on the
   devices only when its turn comes. after_variant(prefix, seconds its evaluation took): called while the encoder
   still holds that variant's variables (to draw its plots, say).
+  naflex_max_patches: `config.eval.naflex_max_patches`; zero-shot and retrieval again at each of these NaFlex patch
+  budgets, as eval/<dataset>/<prefix>naflex<budget>_<metric> (evaluation/naflex.py), from the eval sets' images
+  made with `preprocessing` (the model's).
   """
   results = {}
   for prefix, variables in variants:
     encoder.variables = variables
     began = time.perf_counter()
     results.update(run_evaluations(encoder, eval_sets, tasks, prefix, templates))
+    if naflex_max_patches:
+      for budget, budget_encoder in naflex.budget_encoders(encoder, tuple(naflex_max_patches),
+                                                           encoder.model.vision.patch_size, preprocessing):
+        results.update(run_evaluations(budget_encoder, eval_sets, naflex.naflex_tasks(tasks), prefix + budget,
+                                       templates))
     if after_variant is not None:
       after_variant(prefix, time.perf_counter() - began)
   return results

@@ -67,8 +67,10 @@ class DecoderBlock(nn.Module):
   ln_eps: float = LN_EPS
 
   @nn.compact
-  def __call__(self, x: jax.Array, image_tokens: jax.Array, mask: jax.Array) -> jax.Array:
-    """x: [B, T, L, w] (T sequences per image); image_tokens: [B, N, d]; mask: [B * T, 1, L, L] -> [B, T, L, w]."""
+  def __call__(self, x: jax.Array, image_tokens: jax.Array, mask: jax.Array, token_mask: jax.Array | None = None
+               ) -> jax.Array:
+    """x: [B, T, L, w] (T sequences per image); image_tokens: [B, N, d]; mask: [B * T, 1, L, L]; token_mask: None or
+    [B, N] bool, the image tokens that may be read (a NaFlex image's real patches) -> [B, T, L, w]."""
     batch, tasks, length, width = x.shape
     flat = x.reshape(batch * tasks, length, width)
     flat = flat + MaskedSelfAttention(width, self.heads, self.layers, self.dtype, name='self_attn')(
@@ -76,7 +78,7 @@ class DecoderBlock(nn.Module):
     # Each query row reads the image on its own: the T sequences of an image are one query set of T * L rows, so
     # the image's keys and values are computed once, not once per task.
     queries = flat.reshape(batch, tasks * length, width)
-    queries = CrossAttention(width, self.heads, dtype=self.dtype, name='cross_attn')(queries, image_tokens)
+    queries = CrossAttention(width, self.heads, dtype=self.dtype, name='cross_attn')(queries, image_tokens, token_mask)
     flat = queries.reshape(batch * tasks, length, width)
     mlp = Mlp(width, self.layers, self.act, self.dtype, self.mlp_width, name='mlp')
     flat = flat + mlp(layer_norm('ln_2', self.dtype, self.ln_eps)(flat))
@@ -108,10 +110,13 @@ class LoccaDecoder(nn.Module):
     return self.vocab_size
 
   @nn.compact
-  def __call__(self, image_tokens: jax.Array, inputs: jax.Array, parallel: jax.Array | None = None) -> jax.Array:
+  def __call__(self, image_tokens: jax.Array, inputs: jax.Array, parallel: jax.Array | None = None,
+               token_mask: jax.Array | None = None) -> jax.Array:
     """image_tokens: [B, N, d] (the image tower's un-pooled tokens, any width d); inputs: [B, T, L] int ids
     (T task sequences per image; [B, L] is read as T = 1); parallel: None or [B, T] ([B]) bool, the rows predicted
-    in parallel -> logits [B, T, L, vocab_size] ([B, L, vocab_size] for [B, L] inputs), in the model's dtype."""
+    in parallel; token_mask: None (every token) or [B, N] bool, the image tokens the cross-attention reads (a
+    NaFlex batch's real patches, not its padding) -> logits [B, T, L, vocab_size] ([B, L, vocab_size] for [B, L]
+    inputs), in the model's dtype."""
     single = inputs.ndim == 2
     if single:
       inputs = inputs[:, None]
@@ -129,7 +134,7 @@ class LoccaDecoder(nn.Module):
     mask = attention_mask(parallel.reshape(batch * tasks), length)
     for i in range(self.layers):
       x = DecoderBlock(self.width, self.heads, self.layers, self.act, self.dtype, self.mlp_width, self.ln_eps,
-                       name=f'blocks_{i}')(x, image_tokens, mask)
+                       name=f'blocks_{i}')(x, image_tokens, mask, token_mask)
     x = layer_norm('ln_final', self.dtype, self.ln_eps)(x)
     init = nn.initializers.normal(self.logits_init_std) if self.logits_init_std else nn.initializers.zeros
     logits = nn.Dense(self.vocab_size, dtype=self.dtype, kernel_init=init, name='logits')(x)

@@ -34,6 +34,14 @@ up), and the centres move in `batch_features`, on the whole batch: decoupled acc
 task sequences come from the host (`Siglip2Views`, from the example's own rng, after every other draw), and its
 features are per sequence (mean cross-entropy, target count), reduced over the whole batch in `loss`: exact too.
 
+NaFlex stage (SigLIP 2 §2.4.2; `naflex_start_fraction` < 1). From round(naflex_start_fraction * total_steps) the
+views send NaFlex patches of the whole image ('image_patches', 'image_spatial_shapes'; data/naflex_stage.py) at a
+patch budget drawn per batch from the step, which `prepare` wraps into NaflexImages for the image tower. A NaFlex
+batch trains the sigmoid loss and the decoder only (the paper drops self-distillation and masked prediction there;
+their views are not made), the decoder reading each image's real patches only. Each budget is a batch signature of
+its own, so the train step compiles once per sequence length (training/step.CompiledStep). Padding is masked in
+the tower and the decoder, and the features stay per example: decoupled accumulation is exact on NaFlex batches.
+
 Memory. The decoder runs one task at a time under `jax.checkpoint`, so only one task's logits [B, L, V] exist at
 once, in the forward pass and in the backward pass (which recomputes them), never [B, T, L, V].
 """
@@ -51,7 +59,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import formats as data_formats
-from vlp_jax.data import locca_tasks, pipeline, transforms
+from vlp_jax.data import locca_tasks, naflex_stage, pipeline, transforms
 from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
@@ -61,7 +69,8 @@ from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_
 from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.objectives.base import OBJECTIVES, example_rngs, tower_rngs
+from vlp_jax.models.naflex import NaflexImages, sequence_lengths
+from vlp_jax.objectives.base import OBJECTIVES, example_rngs, num_rows, tower_rngs
 from vlp_jax.objectives.cosmos import CosmosObjective, ema_update
 from vlp_jax.objectives.siglip import SiglipObjective
 from vlp_jax.objectives.views import ClipViews
@@ -78,6 +87,7 @@ VOCABULARY = locca.VOCABULARY_NAME  # model-state entry: {'text_ids': [K] int32}
 # The decoder's features: per sequence [B, T], its mean cross-entropy, target count, correct argmax count, whether
 # it is predicted in parallel.
 DECODER_FEATURES = ('decoder_nll', 'decoder_tokens', 'decoder_correct', 'decoder_parallel')
+NAFLEX_BUDGET = 'naflex_budget'  # feature [B] of a NaFlex batch: its patch budget N (the same in every row)
 
 
 class DistillationHead(nn.Module):
@@ -143,7 +153,14 @@ class Siglip2Views(ClipViews):
   'locca_inputs', 'locca_targets' [T, L] int32, 'locca_loss_mask' [T, L] float32, 'locca_parallel' [T] bool).
 
   An example the pipeline draws for a step before `views_from_step` (its STEP_KEY) gets neither view, only their
-  draws (`fill_batch` puts zeros in their place in the training process)."""
+  draws (`fill_batch` puts zeros in their place in the training process).
+
+  From `naflex_from_step` (the NaFlex stage; None: none) an example's image comes as NaFlex patches of the whole
+  decoded image at its aspect ratio ('image_patches' [N, P*P*3] uint8, 'image_spatial_shapes' [2] int32;
+  naflex_stage.naflex_pixels, patch size `patch_size`) in place of 'image', N the budget of its step's batch
+  (naflex_stage.batch_sequence_length of `naflex_seed`, the step and `naflex_sequence_lengths`); the augmented views
+  are then not made (the stage drops the losses that read them), their draws still are, and the decoder's boxes
+  are the record's (the whole image is kept)."""
   local_size: int = 96
   num_global: int = 1
   num_local: int = 8
@@ -155,14 +172,24 @@ class Siglip2Views(ClipViews):
   decoder_tasks: tuple[str, ...] = locca_tasks.TASKS
   decoder_parallel_prob: float = 0.0
   views_from_step: int = 0  # the switch: the augmented views of an example drawn for an earlier step are not made
+  naflex_from_step: int | None = None  # the NaFlex stage's first step; None: no NaFlex stage
+  naflex_sequence_lengths: tuple[int, ...] = ()  # config.data.naflex.sequence_lengths
+  naflex_seed: int = 0  # config.seed, which the per-batch budget is drawn from
+  patch_size: int = 16  # config.model.vision.patch_size
 
   def random_map(self, example: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = super().random_map(example, rng)
     image = example['image']
+    budget = self.naflex_budget(example.get(pipeline.STEP_KEY))
+    if budget:  # the NaFlex stage: the whole image at its aspect ratio, as patches, in place of the square view
+      del out['image']
+      out[naflex_stage.PATCHES], out[naflex_stage.SPATIAL_SHAPES] = naflex_stage.naflex_pixels(
+          image, self.patch_size, budget, self.preprocessing)
     # Before the switch the late losses read no view: their draws are made (transforms.dino_view_draws), so that the
     # decoder's rows, drawn after them, are the same either way, but not the views (about 85% of the host work and
-    # two thirds of the bytes of an example at siglip2_webli's shapes). Without the pipeline's step: all built.
-    build = example.get(pipeline.STEP_KEY, self.views_from_step) >= self.views_from_step
+    # two thirds of the bytes of an example at siglip2_webli's shapes). Without the pipeline's step: all built. The
+    # NaFlex stage makes none either.
+    build = not budget and example.get(pipeline.STEP_KEY, self.views_from_step) >= self.views_from_step
 
     def view(size, scale, blur_p):
       if not build:
@@ -182,19 +209,28 @@ class Siglip2Views(ClipViews):
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
       # the boxes follow the view's resize (random crops and augmentation are refused with them)
-      regions = locca_tasks.regions_in_view(example.get('regions'), *image.shape[:2], self.image_size,
-                                            self.preprocessing)
+      regions = example.get('regions') if budget else locca_tasks.regions_in_view(
+          example.get('regions'), *image.shape[:2], self.image_size, self.preprocessing)
       out.update(locca_tasks.example_arrays(example[self.caption_field], regions, rng,
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))
     return out
+
+  def naflex_budget(self, step: int | None) -> int:
+    """The patch budget N of the batch of train step `step`; 0 outside the NaFlex stage (or without a step)."""
+    if self.naflex_from_step is None or step is None or step < self.naflex_from_step:
+      return 0
+    return naflex_stage.batch_sequence_length(self.naflex_seed, step, self.naflex_sequence_lengths)
 
   def fill_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A batch of B examples -> the same with zeros for the views `random_map` did not make (before the switch):
     'global_view' [B, S, S, 3] and 'local_views' [B, V, s, s, 3] uint8. Run in the training process, after the data
     workers (pipeline.train_iterator), so the workers neither make nor send them, while every batch keeps one
     signature: the train step compiles once, its memory is checked for the whole step at the start, and the steps
-    before the switch are bit for bit what they are with the views, which the flag keeps unread until then."""
+    before the switch are bit for bit what they are with the views, which the flag keeps unread until then. A
+    NaFlex batch (its own programs, one per budget) reads no view: it stays as it is."""
+    if naflex_stage.is_naflex_batch(batch):
+      return batch
     size = len(batch['label'])
     shapes = {'global_view': (size, self.image_size, self.image_size, 3) if self.num_global else None,
               'local_views': (size, self.num_local, self.local_size, self.local_size, 3) if self.num_local else None}
@@ -224,6 +260,19 @@ def decoder_layout(options: Any, config: Any) -> locca_tasks.LoccaLayout:
   return locca_tasks.tokenizer_layout(tokenizer, options.decoder_box_bins,
                                       options.decoder_length or text.context_length,
                                       options.decoder_loss_on_condition, text_ids)
+
+
+def naflex_token_mask(spatial_shapes: jax.Array, length: int) -> jax.Array:
+  """spatial_shapes [B, 2] (rows, cols) -> [B, length] bool: True at each NaFlex image's rows * cols real patches."""
+  return jnp.arange(length)[None, :] < sequence_lengths(spatial_shapes)[:, None]
+
+
+def normalized_naflex_patches(patches: jax.Array, spatial_shapes: jax.Array, preprocessing) -> jax.Array:
+  """patches [B, N, P*P*3] uint8, spatial_shapes [B, 2] -> [B, N, P*P*3] float32 normalised with the model's mean and
+  std (image_ops.normalize_image, the formula `naflex_patches` uses), zero rows past each image's rows * cols."""
+  pixels = preprocessing.normalize(patches.reshape(*patches.shape[:-1], -1, 3)).reshape(patches.shape)
+  real = naflex_token_mask(spatial_shapes, patches.shape[1])
+  return jnp.where(real[..., None], pixels, 0.0)
 
 
 def _zeros_of(fn, *args) -> Any:
@@ -265,7 +314,12 @@ class Siglip2Objective(SiglipObjective):
             # The text ids the decoder predicts: 'tokenizer' (all, the papers'), or 'train_texts', only those of the
             # training records' captions and region descriptions plus UNK (read from the records at start; a scale
             # adaptation for small data, where the logits over a 49k vocabulary would be most of a step).
-            'decoder_vocabulary': 'tokenizer'}
+            'decoder_vocabulary': 'tokenizer',
+            # SigLIP 2's NaFlex stage (§2.4.2): from this fraction of config.total_steps the batches are NaFlex patches
+            # of each whole image at its aspect ratio, at a patch budget drawn per batch from
+            # config.data.naflex.sequence_lengths; self-distillation and masked prediction stop there (the paper
+            # drops them), the sigmoid loss and the decoder go on. 1.0 = no NaFlex stage; the paper branches at 0.9.
+            'naflex_start_fraction': 1.0}
 
   @classmethod
   def validate(cls, options, config):
@@ -300,6 +354,29 @@ class Siglip2Objective(SiglipObjective):
       raise ValueError(f'config.objective.local_crop_size={options.local_crop_size} is smaller than one patch '
                        f'(config.model.vision.patch_size={vision.patch_size})')
     cls.validate_decoder(options, config)
+    cls.validate_naflex(options, config)
+
+  @classmethod
+  def validate_naflex(cls, options, config):
+    """The NaFlex stage's options and what it cannot run with; ConfigError naming the key."""
+    fraction = options.naflex_start_fraction
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0.0 <= fraction <= 1.0:
+      raise ConfigError(f'config.objective.naflex_start_fraction={fraction!r} must be in [0, 1] (1 = no NaFlex '
+                        'stage)')
+    if fraction == 1.0:
+      return
+    vision = config.model.vision
+    if vision.type not in naflex_stage.NAFLEX_TOWERS:
+      raise ConfigError(f'config.objective.naflex_start_fraction={fraction} trains on NaFlex patches, which only '
+                        f'config.model.vision.type in {list(naflex_stage.NAFLEX_TOWERS)} takes, not '
+                        f"'{vision.type}'")
+    if vision.get('patch_dropout', 0.0):
+      raise ConfigError(f'config.model.vision.patch_dropout={vision.patch_dropout} does not apply to NaFlex batches '
+                        f'(config.objective.naflex_start_fraction={fraction}); set it to 0')
+    if tuple(config.data.crop_scale) or config.data.augment != 'none':
+      raise ConfigError(f'config.data.crop_scale={tuple(config.data.crop_scale)} and config.data.augment='
+                        f"'{config.data.augment}' do not apply to NaFlex batches, which keep the whole image "
+                        f'(config.objective.naflex_start_fraction={fraction}); set them to () and \'none\'')
 
   @classmethod
   def validate_decoder(cls, options, config):
@@ -364,7 +441,10 @@ class Siglip2Objective(SiglipObjective):
                         grayscale_prob=float(c.crop_grayscale_prob),
                         decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
                         decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob),
-                        views_from_step=cls.switch_step(c, config.total_steps))
+                        views_from_step=cls.switch_step(c, config.total_steps),
+                        naflex_from_step=cls.naflex_step(c, config.total_steps),
+                        naflex_sequence_lengths=tuple(config.data.naflex.sequence_lengths), naflex_seed=config.seed,
+                        patch_size=config.model.vision.patch_size)
 
   # ------------------------------------------------------------------------------------------ what is on
 
@@ -406,6 +486,13 @@ class Siglip2Objective(SiglipObjective):
   def switch_step(options: Any, total_steps: int) -> int:
     """round(distill_start_fraction * total_steps): the first step of the late losses (and of their views)."""
     return int(round(options.distill_start_fraction * total_steps))
+
+  @staticmethod
+  def naflex_step(options: Any, total_steps: int) -> int | None:
+    """round(naflex_start_fraction * total_steps): the first step of the NaFlex stage; None without one."""
+    if options.naflex_start_fraction >= 1.0:
+      return None
+    return int(round(options.naflex_start_fraction * total_steps))
 
   @property
   def start_step(self) -> int:
@@ -484,6 +571,24 @@ class Siglip2Objective(SiglipObjective):
 
   # ------------------------------------------------------------------------------------------ the step
 
+  def prepared(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
+    """The base's, with a NaFlex batch's uint8 patches normalised first (`normalized_naflex_patches`); float
+    patches are taken as normalised already."""
+    patches = batch.get(naflex_stage.PATCHES)
+    if patches is not None and patches.dtype == jnp.uint8:
+      batch = {**batch, naflex_stage.PATCHES: normalized_naflex_patches(
+          patches, batch[naflex_stage.SPATIAL_SHAPES], self.preprocessing)}
+    return super().prepared(batch, rng, train)
+
+  def prepare(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
+    """A NaFlex batch's patches and grids ('image_patches', 'image_spatial_shapes') become its 'image', as the
+    NaflexImages the image tower takes; any other batch passes as it is."""
+    batch = super().prepare(batch, rng, train)
+    if not naflex_stage.is_naflex_batch(batch):
+      return batch
+    rest = {k: v for k, v in batch.items() if k not in (naflex_stage.PATCHES, naflex_stage.SPATIAL_SHAPES)}
+    return {**rest, 'image': NaflexImages(batch[naflex_stage.PATCHES], batch[naflex_stage.SPATIAL_SHAPES])}
+
   def _distill_features(self, params: dict, model_state: dict, batch: dict, rng: jax.Array | None) -> dict:
     """The late losses' inputs: the teacher's and the student's head logits ('distill_*' [B, K] and [B, V, K],
     'masked_*' [B, N, K]) and the patch mask [B, N]."""
@@ -516,13 +621,18 @@ class Siglip2Objective(SiglipObjective):
   def decoder_features(self, params: dict, image_tokens: jax.Array, batch: dict) -> dict:
     """image_tokens [B, N, w] and the batch's task rows ('locca_*' [B, T, L], [B, T]) -> DECODER_FEATURES, each
     [B, T] float32. One decoder pass per task, each rematerialised (see the module docstring: memory), as one loop
-    over the tasks (`lax.map`): the compiler sees one decoder, not one per task."""
+    over the tasks (`lax.map`): the compiler sees one decoder, not one per task. With NaFlex images (batch 'image')
+    the decoder reads each image's real patches only."""
     decoder = self.decoder()
+    image = batch.get('image')
+    token_mask = (naflex_token_mask(image.spatial_shapes, image_tokens.shape[1])
+                  if isinstance(image, NaflexImages) else None)
 
     @jax.checkpoint
     def one_task(task: dict) -> tuple[jax.Array, jax.Array, jax.Array]:
       """[B, L] rows of one task -> ([B] mean cross-entropy, [B] target count, [B] correct argmax count)."""
-      logits = decoder.apply({'params': params[DECODER]}, image_tokens, task['inputs'], task['parallel'])  # [B, L, V]
+      logits = decoder.apply({'params': params[DECODER]}, image_tokens, task['inputs'], task['parallel'],
+                             token_mask)  # [B, L, V]
       nll, count = captioning.sequence_nll(logits, task['targets'], task['loss_mask'])
       return nll, count, captioning.correct_tokens(logits, task['targets'], task['loss_mask'])
     tasks = {key: jnp.moveaxis(batch[f'locca_{key}'], 1, 0) for key in ('inputs', 'targets', 'loss_mask', 'parallel')}
@@ -544,6 +654,9 @@ class Siglip2Objective(SiglipObjective):
     embedded). Local crop c of row i takes split(fold_in(rng[i], LOCAL_CROPS), V)[c]; its mask is drawn from
     fold_in(rng[i], MASK_DRAW)."""
     features, model_state = self._sigmoid_features(params, model_state, batch, rng, train)
+    if isinstance(batch['image'], NaflexImages):  # the NaFlex stage: no late loss (its budget, for the metrics)
+      return {**features, NAFLEX_BUDGET: jnp.full((num_rows(batch),), batch['image'].patches.shape[1],
+                                                  jnp.float32)}, model_state
     if not self.uses_teacher or not train:
       return features, model_state
     late = jax.lax.cond(model_state[ACTIVE] > 0, self._distill_features,
@@ -553,7 +666,7 @@ class Siglip2Objective(SiglipObjective):
   def batch_features(self, features, params, model_state, train=True):
     """Adds the flag and the centres the loss uses ('active' [], '<loss>_center' [K]) and, in training while the
     flag is on, moves each centre towards the mean of the whole batch's teacher logits."""
-    if not self.uses_teacher or not train:
+    if not self.uses_teacher or not train or NAFLEX_BUDGET in features:
       return features, model_state
     active = model_state[ACTIVE] > 0
     centers = model_state[CENTERS]
@@ -574,7 +687,9 @@ class Siglip2Objective(SiglipObjective):
       decoder, decoder_metrics = self.decoder_loss(features)
       total = total + c.decoder_weight * decoder
       metrics.update(decoder_metrics)
-    if 'active' not in features:  # the late losses off, or not training
+    if NAFLEX_BUDGET in features:  # the NaFlex stage: the batch's patch budget, and no late loss
+      metrics['naflex_sequence_length'] = jnp.mean(features[NAFLEX_BUDGET])
+    if 'active' not in features:  # the late losses off, not training, or the NaFlex stage
       return total, metrics
     active = features['active']
     metrics['distill_active'] = active

@@ -102,7 +102,8 @@ def evaluate(ctx: TrainContext, step: int) -> dict[str, float]:
   variants = ema_lib.eval_variants(ctx.objective, ctx.state.params, ctx.state.model_state,
                                    getattr(ctx.state, 'ema', None))
   metrics = evaluate_variants(ctx.encoder, variants.items(), ctx.eval_sets, tuple(config.eval.tasks),
-                              config.eval.templates)
+                              config.eval.templates, naflex_max_patches=tuple(config.eval.naflex_max_patches),
+                              preprocessing=ctx.objective.preprocessing)
   metrics['perf/eval_seconds'] = time.perf_counter() - began
   ctx.writer.write(step, metrics)
   if step < config.total_steps:  # the final results are printed once, at the end
