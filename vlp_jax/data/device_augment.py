@@ -103,10 +103,14 @@ def simclr_view_params(height: int, width: int, rng: np.random.Generator, crop_s
   return np.array([*box, flip, *colour, gray, *blur, 0.0], np.float32)
 
 
+# [VIEW_PARAMS] float32: the whole image, resized, nothing else (for views that are not made yet, whose render must
+# still be finite: SigLIP 2's before its switch).
+WHOLE_IMAGE = np.array([0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0, 1, 2, 3, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0], np.float32)
+
+
 def crop_params(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator) -> np.ndarray:
   """-> [VIEW_PARAMS] float32: `transforms.random_resized_crop` alone (no flip, no colour), drawn as it draws."""
-  return np.array([*_crop_fractions(height, width, scale, rng), 0.0, 0.0, 0, 1, 2, 3, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0,
-                   1.0, 0.0], np.float32)
+  return np.concatenate([np.asarray(_crop_fractions(height, width, scale, rng), np.float32), WHOLE_IMAGE[4:]])
 
 
 # ---- device side ----

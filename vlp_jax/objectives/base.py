@@ -167,6 +167,12 @@ class Objective:
     """{batch key: side} of the image views this objective's device-mode views leave to the step."""
     raise NotImplementedError(f"objective '{cls.name}' has no device-made views (config.data.augment_on)")
 
+  def views_to_render(self, batch: dict) -> dict[str, int]:
+    """{batch key: side} of the views the step renders for this batch: `device_views` (objectives whose batches
+    are not all alike say which render)."""
+    del batch
+    return self.device_views
+
   # Whether the views honour config.data.crop_scale and config.data.augment (objectives with views of their own,
   # set by their own options, say False, and the config check refuses those settings for them).
   uses_data_augment = True
@@ -230,7 +236,7 @@ class Objective:
   def prepared(self, batch: dict[str, jax.Array], rng: jax.Array, train: bool = True) -> dict[str, jax.Array]:
     """The whole batch as the towers take it: uint8 images normalised with the model's mean and std
     (`image_ops.images_to_float`), then `prepare`. Every path from a pipeline batch to `features` goes through here."""
-    batch = device_augment.render_batch(batch, self.device_views)  # config.data.augment_on='device'
+    batch = device_augment.render_batch(batch, self.views_to_render(batch))  # config.data.augment_on='device'
     return self.prepare(images_to_float(batch, self.preprocessing), rng, train)
 
   def forward(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
@@ -335,6 +341,9 @@ class Composite(Objective):
 
   def eval_variants(self, params, model_state):
     return self.base.eval_variants(params, model_state)
+
+  def views_to_render(self, batch):
+    return self.base.views_to_render(batch)
 
   def prepare(self, batch, rng, train=True):
     return self.base.prepare(batch, rng, train)

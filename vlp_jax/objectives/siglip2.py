@@ -59,7 +59,7 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import formats as data_formats
-from vlp_jax.data import locca_tasks, naflex_stage, pipeline, transforms
+from vlp_jax.data import device_augment, locca_tasks, naflex_stage, pipeline, transforms
 from vlp_jax.data.image_ops import preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
@@ -190,22 +190,7 @@ class Siglip2Views(ClipViews):
     # two thirds of the bytes of an example at siglip2_webli's shapes). Without the pipeline's step: all built. The
     # NaFlex stage makes none either.
     build = not budget and example.get(pipeline.STEP_KEY, self.views_from_step) >= self.views_from_step
-
-    def view(size, scale, blur_p):
-      if not build:
-        transforms.dino_view_draws(image.shape[0], image.shape[1], tuple(scale), rng, tuple(self.color_jitter),
-                                   self.grayscale_prob, blur_p, 0.0)
-        return None
-      crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
-      return transforms.dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
-    if self.num_global:
-      global_view = view(self.image_size, self.global_scale, 1.0)
-      if build:
-        out['global_view'] = global_view
-    if self.num_local:
-      local_views = [view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)]
-      if build:
-        out['local_views'] = np.stack(local_views)
+    out.update(self.augmented_views(image, rng, build))
     if self.decoder_layout is not None:  # drawn last: the views above are those of a run without the decoder
       encode = cached_tokenizer(self.tokenizer, self.tokenizer_path).encode
       # the boxes follow the view's resize (random crops and augmentation are refused with them)
@@ -215,6 +200,25 @@ class Siglip2Views(ClipViews):
                                             self.decoder_layout, encode, self.decoder_tasks,
                                             self.decoder_parallel_prob))
     return out
+
+  def augmented_views(self, image: np.ndarray, rng: np.random.Generator, build: bool) -> dict[str, np.ndarray]:
+    """[H, W, 3] uint8 -> {'global_view': [S, S, 3], 'local_views': [V, s, s, 3]} uint8 (those of the options),
+    drawn from `rng` in that order; with `build` False only their draws are made ({})."""
+
+    def view(size, scale, blur_p):
+      if not build:
+        transforms.dino_view_draws(image.shape[0], image.shape[1], tuple(scale), rng, tuple(self.color_jitter),
+                                   self.grayscale_prob, blur_p, 0.0)
+        return None
+      crop = transforms.random_resized_crop(image, size, tuple(scale), rng)
+      return transforms.dino_augment(crop, rng, tuple(self.color_jitter), self.grayscale_prob, blur_p, 0.0)
+    out = {}
+    if self.num_global:
+      out['global_view'] = view(self.image_size, self.global_scale, 1.0)
+    if self.num_local:
+      local_views = [view(self.local_size, self.local_scale, 0.5) for _ in range(self.num_local)]
+      out['local_views'] = np.stack(local_views) if build else None
+    return out if build else {}
 
   def naflex_budget(self, step: int | None) -> int:
     """The patch budget N of the batch of train step `step`; 0 outside the NaFlex stage (or without a step)."""
@@ -236,6 +240,45 @@ class Siglip2Views(ClipViews):
               'local_views': (size, self.num_local, self.local_size, self.local_size, 3) if self.num_local else None}
     missing = {key: np.zeros(shape, np.uint8) for key, shape in shapes.items() if shape and key not in batch}
     return {**batch, **missing} if missing else batch
+
+
+@dataclasses.dataclass
+class Siglip2DeviceViews(Siglip2Views):
+  """Siglip2Views with the augmented views left to the train step (config.data.augment_on='device'): from the switch
+  (and outside the NaFlex stage) -> {device_augment.SOURCE_KEY: [R, R, 3] uint8 (the decoded image squashed to
+  `source_size`), 'global_view_params': [P], 'local_views_params': [V, P] float32} in place of the views, drawn
+  from the generator as Siglip2Views draws them (so 'image', 'text' and the decoder's rows are the same too);
+  `Objective.prepared` renders 'global_view' and 'local_views' from them. Before the switch `fill_batch` puts a
+  zero source and whole-image rows in their place (one batch signature, as in host mode)."""
+  source_size: int = 256
+
+  def augmented_views(self, image: np.ndarray, rng: np.random.Generator, build: bool) -> dict[str, np.ndarray]:
+    draw = functools.partial(device_augment.dino_view_params, *image.shape[:2], rng=rng,
+                             jitter=tuple(self.color_jitter), grayscale_p=self.grayscale_prob, solarize_p=0.0)
+    params = {}
+    if self.num_global:
+      params['global_view'] = draw(tuple(self.global_scale), blur_p=1.0)
+    if self.num_local:
+      params['local_views'] = np.stack([draw(tuple(self.local_scale), blur_p=0.5) for _ in range(self.num_local)])
+    if not build or not params:
+      return {}
+    return {device_augment.SOURCE_KEY: device_augment.source_image(image, self.source_size),
+            **{key + device_augment.PARAMS_SUFFIX: value for key, value in params.items()}}
+
+  def fill_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A batch of B examples made before the switch -> the same with a zero source [B, R, R, 3] uint8 and
+    whole-image parameter rows ('global_view_params' [B, P], 'local_views_params' [B, V, P]), which the step
+    renders into views that the flag keeps unread; a NaFlex batch, or one with its views' parameters, as it is."""
+    if naflex_stage.is_naflex_batch(batch) or device_augment.SOURCE_KEY in batch or not (
+        self.num_global or self.num_local):
+      return batch
+    size = len(batch['label'])
+    rows = {'global_view': (size,) if self.num_global else None,
+            'local_views': (size, self.num_local) if self.num_local else None}
+    return {**batch, device_augment.SOURCE_KEY: np.zeros((size, self.source_size, self.source_size, 3), np.uint8),
+            **{key + device_augment.PARAMS_SUFFIX: np.broadcast_to(device_augment.WHOLE_IMAGE, (*lead,
+                                                                   device_augment.VIEW_PARAMS)).copy()
+               for key, lead in rows.items() if lead}}
 
 
 @functools.lru_cache(maxsize=4)
@@ -430,7 +473,10 @@ class Siglip2Objective(SiglipObjective):
   @classmethod
   def views(cls, config):
     c = cls.options(config.objective)
-    return Siglip2Views(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
+    on_device = config.data.get('augment_on', 'host') == 'device'
+    views_cls = functools.partial(Siglip2DeviceViews, source_size=config.data.device_source_size) if on_device \
+        else Siglip2Views
+    return views_cls(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
                         crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
                         **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
                         local_size=c.local_crop_size,
@@ -445,6 +491,18 @@ class Siglip2Objective(SiglipObjective):
                         naflex_from_step=cls.naflex_step(c, config.total_steps),
                         naflex_sequence_lengths=tuple(config.data.naflex.sequence_lengths), naflex_seed=config.seed,
                         patch_size=config.model.vision.patch_size)
+
+  supports_device_augment = True
+
+  @classmethod
+  def device_view_sizes(cls, config):
+    c = cls.options(config.objective)
+    sizes = {'global_view': config.model.vision.image_size if c.distill_weight or c.masked_weight else 0,
+             'local_views': c.local_crop_size if c.distill_weight else 0}  # as `views` sets num_global, num_local
+    return {key: size for key, size in sizes.items() if size}
+
+  def views_to_render(self, batch):
+    return {} if naflex_stage.is_naflex_batch(batch) else self.device_views  # the NaFlex stage makes no views
 
   # ------------------------------------------------------------------------------------------ what is on
 

@@ -1,19 +1,22 @@
-"""config.data.augment_on='device' for COSMOS and SLIP: the host's views leave the crops to the step, with the same
+"""config.data.augment_on='device' for COSMOS, SLIP and SigLIP 2: the host's views leave the crops to the step, with the same
 draws (so the text and everything drawn after the images are unchanged), `Objective.prepared` renders them (also
 under a term), and the config refuses what it cannot do."""
+import chex
 import jax
 import numpy as np
 import pytest
 
 from vlp_jax import models, objectives
 from vlp_jax.config import ConfigError, validate, with_term
-from vlp_jax.data import device_augment, records, synthetic
+from vlp_jax.data import device_augment, pipeline, records, synthetic
 from vlp_jax.data.pipeline import DecodeRecord
 
 # objective -> (its options for a small run, the image views it makes)
 METHODS = {'cosmos': ({'num_local_crops': 2, 'num_local_texts': 2, 'local_crop_size': 8,
                        'local_text_context_length': 8, 'cross_attention_heads': 4}, ('global_images', 'local_images')),
-           'slip': ({'head_mlp_dim': 16, 'head_out_dim': 8}, ('image', 'ssl_a', 'ssl_b'))}
+           'slip': ({'head_mlp_dim': 16, 'head_out_dim': 8}, ('image', 'ssl_a', 'ssl_b')),
+           'siglip2': ({'num_local_crops': 2, 'local_crop_size': 8, 'head_hidden_dim': 16, 'head_bottleneck_dim': 8,
+                        'head_prototypes': 16}, ('global_view', 'local_views'))}
 
 
 def _config(micro, name, augment_on):
@@ -67,3 +70,43 @@ def test_bad_device_augment_settings_name_the_key(micro, edit, message):
   edit(micro)
   with pytest.raises(ConfigError, match=message):
     validate(micro)
+
+
+def test_siglip2_device_views_follow_its_switch_and_naflex_stage(micro):
+  """SigLIP 2 in device mode, with the late losses from step 4 and the NaFlex stage from step 6 of 8: an example
+  drawn before the switch or in the NaFlex stage is what host mode makes of it (no view, the same draws), one between
+  them carries the source and parameters in place of the views (all else as in host mode); `fill_batch` gives a
+  batch before the switch the signature of one after it, and the step renders it and leaves a NaFlex batch alone."""
+  micro.model.vision.type = 'siglip_vit'
+  micro.data.synthetic.regions = True
+  micro.data.naflex.sequence_lengths = (4, 9)
+  micro.total_steps = 8
+  micro.objective.update(distill_start_fraction=0.5, naflex_start_fraction=0.75, decoder_weight=1.0,
+                         decoder_box_bins=8, decoder_length=8)
+  host_config = _config(micro, 'siglip2', 'host')
+  device_config = _config(micro.copy_and_resolve_references(), 'siglip2', 'device')
+  validate(device_config)
+  host_views, device_views = (objectives.OBJECTIVES.get('siglip2').views(c) for c in (host_config, device_config))
+  decode = DecodeRecord()
+  batches = {}
+  for step in (3, 4, 6):
+    examples = []
+    for i in range(2):
+      example = {**decode.map(records.serialize(synthetic.make_example(0, 'train', 'studio', i, 24, regions=True))),
+                 pipeline.STEP_KEY: step}
+      host = host_views.random_map(example, np.random.default_rng([step, i]))
+      device = device_views.random_map(example, np.random.default_rng([step, i]))
+      made = ({device_augment.SOURCE_KEY, 'global_view_params', 'local_views_params'} if step == 4 else set())
+      assert set(device) - set(host) == made and set(host) - set(device) == (made and {'global_view', 'local_views'})
+      chex.assert_trees_all_equal({k: device[k] for k in host if k in device}, {k: host[k] for k in device if k in host})
+      examples.append(device)
+    batches[step] = device_views.fill_batch({k: np.stack([e[k] for e in examples]) for k in examples[0]})
+  chex.assert_trees_all_equal_shapes_and_dtypes(batches[3], batches[4])
+  assert not batches[3][device_augment.SOURCE_KEY].any()
+  objective = objectives.build(device_config, models.build_model(device_config.model))
+  prepared = jax.jit(lambda b: objective.prepared(b, jax.random.key(0)))
+  before = prepared(batches[3])
+  assert before['global_view'].shape == (2, 16, 16, 3) and before['local_views'].shape == (2, 2, 8, 8, 3)
+  assert all(np.isfinite(before[k]).all() for k in ('global_view', 'local_views'))
+  naflex = objective.prepared(batches[6], jax.random.key(0))
+  assert not {'global_view', 'local_views', device_augment.SOURCE_KEY} & set(naflex)
