@@ -21,6 +21,9 @@ adds a line with the per-core ratio, webdataset / ArrayRecord, of that pair.
           config.data.augment_on='device': the host decodes, squashes to --device_source_size and draws each view's
           crop and colour parameters; the crops themselves are made in the train step (not timed here)
   slip: SLIP's three views made on the host
+  siglip2, siglip2_device: SigLIP 2 past its switch (clip's view and caption, plus a 224px global and 8 local 96px
+          DINO views for self-distillation and masked prediction), the views made on the host or, as above, in the
+          train step
 
 With --profile, also prints where the time of one inline pass goes (cProfile, top functions by own time).
 """
@@ -46,7 +49,7 @@ from sklearn.datasets import load_sample_images  # noqa: E402
 from benchmarks.common import photo_jpeg  # noqa: E402
 from vlp_jax.data import records, synthetic  # noqa: E402
 
-PIPELINES = ('clip', 'cosmos', 'clip_randaugment', 'cosmos_device', 'slip', 'slip_device')
+PIPELINES = ('clip', 'cosmos', 'clip_randaugment', 'cosmos_device', 'slip', 'slip_device', 'siglip2', 'siglip2_device')
 _PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], f'Any of {", ".join(PIPELINES)}.')
 _WORKERS = flags.DEFINE_list('workers', ['0', '1', '2'], 'grain worker processes to try (0 = in the main process).')
 _EXAMPLES = flags.DEFINE_integer('examples', 2048, 'Records to write.')
@@ -115,8 +118,10 @@ def views_for(pipeline_name: str, image_size: int, source_size: int = 256):
   if pipeline_name not in PIPELINES:
     raise ValueError(f"--pipelines has '{pipeline_name}'; valid choices: {', '.join(PIPELINES)}")
   method, _, placement = pipeline_name.partition('_')
-  if method in ('cosmos', 'slip'):
+  if method in ('cosmos', 'slip', 'siglip2'):
     config.objective = ml_collections.ConfigDict({'name': method})
+    if method == 'siglip2':  # the late losses' views from step 0: the batches of a run past its switch
+      config.objective.distill_start_fraction = 0.0
     if placement == 'device':
       config.data.augment_on, config.data.device_source_size = 'device', source_size
     return objectives.OBJECTIVES.get(method).views(config)
