@@ -273,12 +273,12 @@ class Siglip2DeviceViews(Siglip2Views):
         self.num_global or self.num_local):
       return batch
     size = len(batch['label'])
-    rows = {'global_view': (size,) if self.num_global else None,
-            'local_views': (size, self.num_local) if self.num_local else None}
-    return {**batch, device_augment.SOURCE_KEY: np.zeros((size, self.source_size, self.source_size, 3), np.uint8),
-            **{key + device_augment.PARAMS_SUFFIX: np.broadcast_to(device_augment.WHOLE_IMAGE, (*lead,
-                                                                   device_augment.VIEW_PARAMS)).copy()
-               for key, lead in rows.items() if lead}}
+    out = {**batch, device_augment.SOURCE_KEY: np.zeros((size, self.source_size, self.source_size, 3), np.uint8)}
+    if self.num_global:
+      out['global_view' + device_augment.PARAMS_SUFFIX] = np.tile(device_augment.WHOLE_IMAGE, (size, 1))
+    if self.num_local:
+      out['local_views' + device_augment.PARAMS_SUFFIX] = np.tile(device_augment.WHOLE_IMAGE, (size, self.num_local, 1))
+    return out
 
 
 @functools.lru_cache(maxsize=4)
@@ -477,20 +477,20 @@ class Siglip2Objective(SiglipObjective):
     views_cls = functools.partial(Siglip2DeviceViews, source_size=config.data.device_source_size) if on_device \
         else Siglip2Views
     return views_cls(config.model.vision.image_size, config.model.text.context_length, config.data.caption_field,
-                        crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
-                        **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
-                        local_size=c.local_crop_size,
-                        num_global=int(bool(c.distill_weight or c.masked_weight)),
-                        num_local=c.num_local_crops if c.distill_weight else 0,
-                        global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
-                        color_jitter=tuple(float(x) for x in c.crop_color_jitter),
-                        grayscale_prob=float(c.crop_grayscale_prob),
-                        decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
-                        decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob),
-                        views_from_step=cls.switch_step(c, config.total_steps),
-                        naflex_from_step=cls.naflex_step(c, config.total_steps),
-                        naflex_sequence_lengths=tuple(config.data.naflex.sequence_lengths), naflex_seed=config.seed,
-                        patch_size=config.model.vision.patch_size)
+                     crop_scale=tuple(config.data.crop_scale), augment=config.data.augment,
+                     **tokenizer_options(config.model.text), preprocessing=preprocessing_of(config.model),
+                     local_size=c.local_crop_size,
+                     num_global=int(bool(c.distill_weight or c.masked_weight)),
+                     num_local=c.num_local_crops if c.distill_weight else 0,
+                     global_scale=tuple(c.global_crop_scale), local_scale=tuple(c.local_crop_scale),
+                     color_jitter=tuple(float(x) for x in c.crop_color_jitter),
+                     grayscale_prob=float(c.crop_grayscale_prob),
+                     decoder_layout=decoder_layout(c, config) if c.decoder_weight else None,
+                     decoder_tasks=tuple(c.decoder_tasks), decoder_parallel_prob=float(c.decoder_parallel_prob),
+                     views_from_step=cls.switch_step(c, config.total_steps),
+                     naflex_from_step=cls.naflex_step(c, config.total_steps),
+                     naflex_sequence_lengths=tuple(config.data.naflex.sequence_lengths), naflex_seed=config.seed,
+                     patch_size=config.model.vision.patch_size)
 
   supports_device_augment = True
 
