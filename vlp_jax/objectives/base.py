@@ -342,8 +342,8 @@ class Composite(Objective):
   def eval_variants(self, params, model_state):
     return self.base.eval_variants(params, model_state)
 
-  def views_to_render(self, batch):
-    return self.base.views_to_render(batch)
+  def prepared(self, batch, rng, train=True):
+    return self.base.prepared(batch, rng, train)  # the base's own (SigLIP 2's NaFlex patches, its deferred views)
 
   def prepare(self, batch, rng, train=True):
     return self.base.prepare(batch, rng, train)

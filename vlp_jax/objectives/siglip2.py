@@ -60,7 +60,7 @@ import numpy as np
 
 from vlp_jax.data import formats as data_formats
 from vlp_jax.data import device_augment, locca_tasks, naflex_stage, pipeline, transforms
-from vlp_jax.data.image_ops import preprocessing_of
+from vlp_jax.data.image_ops import images_to_float, preprocessing_of
 from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
 from vlp_jax.losses import captioning
@@ -502,7 +502,21 @@ class Siglip2Objective(SiglipObjective):
     return {key: size for key, size in sizes.items() if size}
 
   def views_to_render(self, batch):
-    return {} if naflex_stage.is_naflex_batch(batch) else self.device_views  # the NaFlex stage makes no views
+    del batch
+    return {}  # device mode: `late_views` renders them under the flag, so never before the switch
+
+  def late_views(self, batch: dict) -> dict:
+    """The prepared batch with the late losses' views ('global_view' [B, S, S, 3], 'local_views' [B, V, s, s, 3])
+    normalised: in device mode rendered from the source and parameters `prepared` passed through
+    (device_augment.render_batch), otherwise as they are. Called under the flag (`_distill_features`)."""
+    if not self.device_views:
+      return batch
+    views = device_augment.render_batch({k: batch[k] for k in self._view_inputs()}, self.device_views)
+    return {**batch, **images_to_float(views, self.preprocessing)}
+
+  def _view_inputs(self) -> list[str]:
+    """The batch keys of device mode's late-view inputs: the source and one parameter entry per view."""
+    return [device_augment.SOURCE_KEY, *(key + device_augment.PARAMS_SUFFIX for key in self.device_views)]
 
   # ------------------------------------------------------------------------------------------ what is on
 
@@ -630,13 +644,17 @@ class Siglip2Objective(SiglipObjective):
   # ------------------------------------------------------------------------------------------ the step
 
   def prepared(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
-    """The base's, with a NaFlex batch's uint8 patches normalised first (`normalized_naflex_patches`); float
-    patches are taken as normalised already."""
+    """The base's, with a NaFlex batch's uint8 patches normalised first (`normalized_naflex_patches`; float
+    patches are taken as normalised already) and, in device mode, the late views' inputs as they are (`late_views`
+    renders them)."""
     patches = batch.get(naflex_stage.PATCHES)
     if patches is not None and patches.dtype == jnp.uint8:
       batch = {**batch, naflex_stage.PATCHES: normalized_naflex_patches(
           patches, batch[naflex_stage.SPATIAL_SHAPES], self.preprocessing)}
-    return super().prepared(batch, rng, train)
+    # device mode: the late views' uint8 source and parameters pass as they are, for `late_views`
+    deferred = {k: batch[k] for k in self._view_inputs() if k in batch} if self.device_views else {}
+    rest = {k: v for k, v in batch.items() if k not in deferred}
+    return {**super().prepared(rest, rng, train), **deferred}
 
   def prepare(self, batch: dict, rng: jax.Array, train: bool = True) -> dict:
     """A NaFlex batch's patches and grids ('image_patches', 'image_spatial_shapes') become its 'image', as the
@@ -653,6 +671,7 @@ class Siglip2Objective(SiglipObjective):
     heads, head = self.head_names(), self._head()
     teacher = jax.lax.stop_gradient(model_state[TEACHER])
     teacher_variables = {**jax.lax.stop_gradient(params), **teacher}
+    batch = self.late_views(batch)
     view = batch['global_view']
     t_out, _ = self.encode_image(teacher_variables, model_state, view, False, with_tokens=self.masked_on)
     out = {}

@@ -46,9 +46,11 @@ def test_device_views_are_the_host_views_rendered_in_the_step(micro, name):
   for key in set(host) - set(image_keys):  # texts, labels: the same draws
     np.testing.assert_array_equal(device[key], host[key], err_msg=key)
   objective = objectives.build(with_term(device_config, 'saco'), models.build_model(device_config.model))
-  prepared = jax.jit(lambda b: objective.prepared(b, jax.random.key(0)))(device)  # through the Composite too
+  # through the Composite too; SigLIP 2 renders its views under its flag, in `late_views`
+  late_views = objective.base.late_views if name == 'siglip2' else (lambda b: b)
+  prepared = jax.jit(lambda b: late_views(objective.prepared(b, jax.random.key(0))))(device)
   reference = objectives.build(host_config, models.build_model(host_config.model)).prepared(host, jax.random.key(0))
-  assert device_augment.SOURCE_KEY not in prepared
+  assert (device_augment.SOURCE_KEY in prepared) == (name == 'siglip2')  # SigLIP 2's stays for `late_views`
   for key in image_keys:
     assert prepared[key].shape == reference[key].shape and prepared[key].dtype == np.float32, key
     # The same crops and colours, resampled otherwise: under a level on average (normalised units: one level is
@@ -76,7 +78,8 @@ def test_siglip2_device_views_follow_its_switch_and_naflex_stage(micro):
   """SigLIP 2 in device mode, with the late losses from step 4 and the NaFlex stage from step 6 of 8: an example
   drawn before the switch or in the NaFlex stage is what host mode makes of it (no view, the same draws), one between
   them carries the source and parameters in place of the views (all else as in host mode); `fill_batch` gives a
-  batch before the switch the signature of one after it, and the step renders it and leaves a NaFlex batch alone."""
+  batch before the switch the signature of one after it; the step leaves its views to `late_views` (under the flag:
+  not rendered before the switch) and a NaFlex batch alone."""
   micro.model.vision.type = 'siglip_vit'
   micro.data.synthetic.regions = True
   micro.data.naflex.sequence_lengths = (4, 9)
@@ -105,8 +108,9 @@ def test_siglip2_device_views_follow_its_switch_and_naflex_stage(micro):
   chex.assert_trees_all_equal_shapes_and_dtypes(batches[3], batches[4])
   assert not batches[3][device_augment.SOURCE_KEY].any()
   objective = objectives.build(device_config, models.build_model(device_config.model))
-  prepared = jax.jit(lambda b: objective.prepared(b, jax.random.key(0)))
-  before = prepared(batches[3])
+  prepared = objective.prepared(batches[3], jax.random.key(0))
+  assert not {'global_view', 'local_views'} & set(prepared)  # not rendered outside `_distill_features`' cond
+  before = jax.jit(objective.late_views)(prepared)
   assert before['global_view'].shape == (2, 16, 16, 3) and before['local_views'].shape == (2, 2, 8, 8, 3)
   assert all(np.isfinite(before[k]).all() for k in ('global_view', 'local_views'))
   naflex = objective.prepared(batches[6], jax.random.key(0))
