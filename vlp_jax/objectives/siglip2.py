@@ -22,7 +22,8 @@ with the flag `active`. `after_step` of step s sets active = (s + 1 >= start), s
 so step s runs active exactly when s >= start; on the step that turns it on the teacher becomes a copy of the
 student, and from then on it follows the student by EMA. Before it the teacher stays as initialised, the centres at
 0, the extra views are not embedded (a `lax.cond` on the flag) nor even made (the pipeline tells the views each
-example's step, `Siglip2Views.views_from_step`, and fills zeros in their place, so that the step keeps one program)
+example's step, `Siglip2Views.views_from_step`, and fills zeros in their place, so that the step keeps one program;
+with config.data.augment_on='device' the step renders them from the host's draws, inside that `lax.cond`)
 and the heads and mask token get no gradient, so their Adam moments are still zero at the switch; the optimizer
 holds their weight decay off until it (`late_starts`), so they start fresh, as initialised (decayed,
 siglip2_webli's heads would shrink by exp(-60) and underflow). A resumed run reads all of this from the checkpoint,
@@ -248,8 +249,8 @@ class Siglip2DeviceViews(Siglip2Views):
   (and outside the NaFlex stage) -> {device_augment.SOURCE_KEY: [R, R, 3] uint8 (the decoded image squashed to
   `source_size`), 'global_view_params': [P], 'local_views_params': [V, P] float32} in place of the views, drawn
   from the generator as Siglip2Views draws them (so 'image', 'text' and the decoder's rows are the same too);
-  `Objective.prepared` renders 'global_view' and 'local_views' from them. Before the switch `fill_batch` puts a
-  zero source and whole-image rows in their place (one batch signature, as in host mode)."""
+  `Siglip2Objective.late_views` renders 'global_view' and 'local_views' from them, under the flag. Before the switch
+  `fill_batch` puts a zero source and whole-image rows in their place (one batch signature, as in host mode)."""
   source_size: int = 256
 
   def augmented_views(self, image: np.ndarray, rng: np.random.Generator, build: bool) -> dict[str, np.ndarray]:
@@ -268,7 +269,7 @@ class Siglip2DeviceViews(Siglip2Views):
   def fill_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A batch of B examples made before the switch -> the same with a zero source [B, R, R, 3] uint8 and
     whole-image parameter rows ('global_view_params' [B, P], 'local_views_params' [B, V, P]), which the step
-    renders into views that the flag keeps unread; a NaFlex batch, or one with its views' parameters, as it is."""
+    neither renders nor reads while the flag is off; a NaFlex batch, or one with its views' parameters, as it is."""
     if naflex_stage.is_naflex_batch(batch) or device_augment.SOURCE_KEY in batch or not (
         self.num_global or self.num_local):
       return batch
