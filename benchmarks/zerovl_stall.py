@@ -21,7 +21,11 @@ MARGIN (one margin for all cells, fixed before the first run). Chance levels, fo
     a mixed batch draws from in expectation: three equal sources give log(128) - log(3) = 3.75; one source gives
     log(B), the same as single-source batches.
 Sanity (declared): with one source the two samplers must draw the same batches, hence the same losses; it prints
-the largest loss gap between the samplers on studio alone and on web alone.
+the largest loss gap between the samplers on studio alone and on web alone. Found at the first runs: they do not.
+Both draw the same examples (one pass over the source before any repeats) in different orders: 'mixed' shuffles all
+records with the run's seed (data/pipeline.py), 'single_source' shuffles each source with a seed derived from
+(seed, source index) (data/mixing.py `source_datasets`), so with one source the first batches share ~1 example in
+128. The gap is then a data-order gap, read against the gap between seeds.
 
 python benchmarks/zerovl_stall.py            # runs what is missing (about 1 min a run on 2 CPU cores), then reads
 python benchmarks/zerovl_stall.py --read     # reads only
@@ -66,6 +70,11 @@ def chance_level(sampler: str, proportions: list[float], batch: int) -> float:
 def first_below(rows: list[dict], threshold: float) -> int | None:
   """The first logged step whose loss is below threshold, or None if none is."""
   return next((row['step'] for row in rows if row['loss'] < threshold), None)
+
+
+def max_gap(a: list[dict], b: list[dict]) -> float:
+  """The largest |loss difference| at the steps two runs both logged (nan if they share none)."""
+  return max((abs(x['loss'] - y['loss']) for x, y in zip(a, b)), default=float('nan'))
 
 
 def run_name(sampler: str, data: str, seed: int) -> str:
@@ -119,19 +128,21 @@ def cell_chance(sampler: str, data: str) -> float:
 def read(out: str) -> None:
   runs = {(s, d, k): read_rows(os.path.join(out, run_name(s, d, k) + '.jsonl'))
           for s in SAMPLERS for d in DATA for k in SEEDS}
-  print('Sanity: with one source both samplers draw the same batches (max |loss gap| over logged steps):')
+  print('Sanity: with one source the two samplers should draw the same batches. Max |loss gap| over the logged '
+        'steps, between the samplers at one seed, and (for scale) between seeds 0 and k of single_source:')
   for data in ('studio', 'web'):
     for seed in SEEDS:
       a, b = runs['mixed', data, seed], runs['single_source', data, seed]
-      gap = max((abs(x['loss'] - y['loss']) for x, y in zip(a, b)), default=float('nan'))
-      print(f'  {data:6s} seed {seed}: {gap:.3g}')
-  print(f'\nFirst logged step with loss < chance - {MARGIN} (None: not within {STEPS} steps)')
+      base = runs['single_source', data, 0]
+      print(f'  {data:6s} seed {seed}: samplers {max_gap(a, b):.3g}; seeds 0 and {seed}: {max_gap(base, b):.3g}')
+  print(f'\nFirst logged step with loss < chance - {MARGIN} (None: not within {STEPS} steps; -: not run)')
   print(f'{"sampler":14s} {"data":7s} {"chance":>7s} ' + ' '.join(f'seed{k:<3d}' for k in SEEDS)
         + '  loss@200 (mean)')
   for sampler in SAMPLERS:
     for data in DATA:
       chance = cell_chance(sampler, data)
-      firsts = [first_below(runs[sampler, data, k], chance - MARGIN) for k in SEEDS]
+      firsts = [first_below(runs[sampler, data, k], chance - MARGIN) if runs[sampler, data, k] else '-'
+                for k in SEEDS]  # '-': not run
       last = [r[-1]['loss'] for r in (runs[sampler, data, k] for k in SEEDS) if r]
       print(f'{sampler:14s} {data:7s} {chance:7.3f} ' + ' '.join(f'{str(f):7s}' for f in firsts)
             + f'  {np.mean(last) if last else float("nan"):.3f}')

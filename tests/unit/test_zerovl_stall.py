@@ -36,6 +36,8 @@ def test_first_below_is_the_first_logged_step_under_the_threshold():
   rows = [{'step': 10, 'loss': 4.9}, {'step': 20, 'loss': 4.4}, {'step': 30, 'loss': 4.6}, {'step': 40, 'loss': 4.0}]
   assert zerovl_stall.first_below(rows, 4.5) == 20
   assert zerovl_stall.first_below(rows, 3.0) is None
+  shifted = [{**row, 'loss': row['loss'] + 0.1 * i} for i, row in enumerate(rows)]
+  assert zerovl_stall.max_gap(rows, shifted) == pytest.approx(0.3)
 
 
 def test_a_finished_run_is_skipped_and_an_unfinished_one_is_rerun(tmp_path, monkeypatch):
