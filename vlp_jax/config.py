@@ -79,8 +79,10 @@ def base_config() -> ml_collections.ConfigDict:
   # wandb_project: also send the scalars and the end-of-run plots to Weights & Biases (training/writer.py; needs
   # `pip install wandb`); '' = off. wandb_entity: '' = your default entity. wandb_mode: 'online' | 'offline' (files
   # under the workdir, `wandb sync` later) | 'disabled'. wandb_run_name: '' = the workdir's basename.
+  # batch_similarity: CLIP also logs train/image_batch_similarity and train/text_batch_similarity, the mean cosine
+  # between different embeddings of the batch (a diagnostic, e.g. of collapse; off: the default metrics stay).
   c.log = ml_collections.ConfigDict({'peak_device_tflops': 0.0, 'wandb_project': '', 'wandb_entity': '',
-                                     'wandb_mode': 'online', 'wandb_run_name': ''})
+                                     'wandb_mode': 'online', 'wandb_run_name': '', 'batch_similarity': False})
   # A step with a non-finite loss or gradient is skipped; this many in a row stop the run (0 = never stop).
   c.max_nonfinite_steps = 10
   # async_save: the step goes on while the files are written (the state is copied to host memory first); the

@@ -23,6 +23,8 @@ def define_flags() -> None:
   """--config (a config file, with `--config.key=value` overrides) and --workdir, on absl's FLAGS."""
   config_lib.define_config_flag()
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
+  flags.DEFINE_integer('stop_at_step', 0, 'Stop at this step, with a checkpoint, on the schedule of '
+                       'config.total_steps (a part of a run); 0 = run to config.total_steps.', lower_bound=0)
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -44,7 +46,7 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
   config = config_lib.config_from_flag(flag_values)
   parallel.initialize_distributed(**config.distributed)  # the timeouts of config.distributed
   report_backend(config)
-  train_and_evaluate(config, flag_values.workdir)
+  train_and_evaluate(config, flag_values.workdir, flag_values.stop_at_step or None)
 
 
 def run_command() -> None:

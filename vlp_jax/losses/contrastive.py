@@ -36,6 +36,17 @@ def clip_infonce(zi: jax.Array, zt: jax.Array, log_scale: jax.Array) -> tuple[ja
   return (loss_i2t + loss_t2i) / 2, metrics
 
 
+def mean_offdiagonal_cosine(z: jax.Array) -> jax.Array:
+  """z: [B, d] L2-normalised -> [] the mean cosine similarity over the B (B - 1) ordered pairs of different rows.
+
+  From the sum of the rows, |sum z|^2 = sum_ij z_i.z_j, less the diagonal's B unit terms: no B x B matrix.
+  """
+  z = z.astype(jnp.float32)
+  size = z.shape[0]
+  total = jnp.sum(z, axis=0)
+  return (jnp.sum(total * total) - jnp.sum(z * z)) / (size * (size - 1))
+
+
 def pairwise_sym_nce(student: jax.Array, teacher: jax.Array, log_scale: jax.Array) -> jax.Array:
   """student: [B, S, d], teacher: [B, T, d] unit-norm -> [] mean over the S x T crop pairs (s, t) of the symmetric
   InfoNCE between student[:, s] and teacher[:, t] (`clip_infonce`, in-batch negatives).

@@ -99,6 +99,7 @@ class Objective:
   # True only when the loss is a mean of per-example losses, so that averaging micro-batch gradients gives the
   # full-batch gradient (accumulation mode 'microbatch'). Contrastive losses couple every pair of the batch: False.
   per_example_loss: bool = False
+  log_batch_similarity: bool = False  # config.log.batch_similarity, set by `bind`
 
   def __init__(self, model, config: ml_collections.ConfigDict):
     self.model = model
@@ -109,6 +110,7 @@ class Objective:
     (`config.optim.lock_image`) keeps its BatchNorm statistics, and the run's length (`total_steps`) is known to
     objectives staged over it (siglip2's switch). Subclasses that read more extend it."""
     self.freeze_image_batch_norm = bool(config.optim.get('lock_image', False))
+    self.log_batch_similarity = bool(config.log.get('batch_similarity', False))
     self.total_steps = int(config.total_steps)
     self.preprocessing = preprocessing_of(config.model)
     on_device = config.data.get('augment_on', 'host') == 'device'

@@ -13,7 +13,7 @@ import jax
 import ml_collections
 
 from vlp_jax.data.text_crops import FirstGlobalCrop, long_caption_need
-from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, mean_offdiagonal_cosine
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
 from vlp_jax.registry import check_choice
 
@@ -81,4 +81,7 @@ class ClipObjective(Objective):
   def loss(self, features: dict, params: dict, step: jax.Array) -> tuple[jax.Array, dict]:
     del step
     loss, metrics = clip_infonce(features['zi'], features['zt'], params['logit_scale'])
+    if self.log_batch_similarity:  # config.log.batch_similarity: how alike the batch's embeddings are (issue 64)
+      metrics = {**metrics, 'image_batch_similarity': mean_offdiagonal_cosine(features['zi']),
+                 'text_batch_similarity': mean_offdiagonal_cosine(features['zt'])}
     return loss, {'clip_loss': loss, **metrics}

@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from support import unit_vectors
 from vlp_jax import parallel
-from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, pairwise_sym_nce
+from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, mean_offdiagonal_cosine, pairwise_sym_nce
 
 
 def naive_clip_loss(zi, zt, t):
@@ -136,3 +136,10 @@ def test_pairwise_loss_is_row_sharded_and_equal_to_single_device():
   # Each device holds B_local x S x B x T logits, never the whole [B, S, B, T]
   assert 'f32[4,3,32,2]' in text and 'f32[32,3,32,2]' not in text
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_mean_offdiagonal_cosine_matches_a_double_loop():
+  rng = np.random.default_rng(3)
+  for z in (unit_vectors(rng, (9, 4)), np.tile(unit_vectors(rng, (1, 4)), (6, 1))):  # random, and all alike (1.0)
+    naive = np.mean([z[i] @ z[j] for i in range(len(z)) for j in range(len(z)) if i != j])
+    np.testing.assert_allclose(mean_offdiagonal_cosine(jnp.asarray(z, jnp.float32)), naive, rtol=1e-5, atol=1e-6)
