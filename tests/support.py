@@ -186,6 +186,21 @@ def accumulated_loss_and_grads(objective, params, state, batch, rng, mode, num_m
   return parallel.to_host(out)
 
 
+def randomize_torch_weights(torch: types.ModuleType, model, seed: int = 0, raw: tuple[str, ...] = ()):
+  """A PyTorch reference `model` in eval mode with non-trivial random weights, drawn in parameter order from `seed`:
+  norm gains (names holding 'norm' or 'ln', ending in 'weight') 1 + 0.1 N(0, 1), the parameters named in `raw` (a
+  logit scale and bias) N(0, 1), every other 0.05 N(0, 1). `torch` is passed in: the suite runs without it."""
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      noise = torch.randn(p.shape, generator=generator)
+      if ('norm' in name or 'ln' in name) and name.endswith('weight'):
+        p.copy_(1 + 0.1 * noise)
+      else:
+        p.copy_(noise if name in raw else 0.05 * noise)
+  return model.eval()
+
+
 def assert_close_at_scale(got, want, rtol=1e-5):
   """rtol of each leaf's largest entry: matmuls of other shapes round differently, so entries near 0 differ by more
   than rtol of themselves. Leaves that are mathematically zero hold only rounding noise, so no leaf's scale is taken

@@ -22,7 +22,7 @@ from vlp_jax.models import interchange
 from vlp_jax.models.interchange import WeightsError
 from vlp_jax.training.checkpoint import load_config
 
-from support import import_open_clip_module
+from support import import_open_clip_module, randomize_torch_weights
 
 PARITY_ATOL = 1e-4
 IMAGE_SIZE = 64  # a 4 x 4 grid of 16 px patches: timm's base SigLIP trunk at a small input
@@ -65,12 +65,7 @@ def _open_clip_siglip(torch, text_width=768, text_heads=12, seed=0):
   # open_clip builds the trunk at the size its timm name says (224 px, 12 blocks); the same trunk at our test size,
   # as open_clip's TimmModel asks timm for it (MAP pooling, no classifier).
   model.visual.trunk = _base_trunk(sys.modules['open_clip.timm_model'].timm)
-  generator = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      noise = torch.randn(p.shape, generator=generator)
-      p.copy_(1 + 0.1 * noise if ('norm' in name or 'ln_' in name) and name.endswith('weight') else 0.05 * noise)
-  return model.eval()
+  return randomize_torch_weights(torch, model, seed)
 
 
 def _inputs(seed=0):

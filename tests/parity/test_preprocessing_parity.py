@@ -19,7 +19,7 @@ from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config
 
-from support import import_open_clip_module
+from support import import_open_clip_module, randomize_torch_weights
 
 PARITY_ATOL = 1e-4
 # Tall, wide, odd-sized and square: at 16 px, 37x91 leaves an odd crop margin (23) and 200x61 an even one (36).
@@ -30,16 +30,6 @@ _OPENAI_MEAN, _OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.
 def _images(seed=0):
   rng = np.random.default_rng(seed)
   return [Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)) for h, w in IMAGE_SHAPES]
-
-
-def _randomize(torch, model, seed=0):
-  """Non-trivial weights: norm gains near 1, everything else small noise."""
-  generator = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      noise = torch.randn(p.shape, generator=generator)
-      p.copy_(1 + 0.1 * noise if ('norm' in name or 'ln' in name) and name.endswith('weight') else 0.05 * noise)
-  return model.eval()
 
 
 def _sentencepiece_model(path, gemma=False):
@@ -110,7 +100,7 @@ def test_transformers_siglip_sees_the_pixels_of_its_own_processor(family, tmp_pa
   torch = pytest.importorskip('torch', reason='torch is needed for the SigLIP parity test')
   transformers = pytest.importorskip('transformers', reason='transformers is needed for the SigLIP parity test')
   torch.manual_seed(0)
-  reference = _randomize(torch, transformers.SiglipModel(transformers.SiglipConfig(
+  reference = randomize_torch_weights(torch, transformers.SiglipModel(transformers.SiglipConfig(
       text_config=_SIGLIP_TEXT, vision_config=_SIGLIP_VISION)))
   folder = tmp_path / 'hf'
   reference.save_pretrained(str(folder))
@@ -149,7 +139,7 @@ def test_transformers_clip_sees_the_pixels_of_its_own_processor(tmp_path, monkey
               text=dict(vocab_size=49408, context_length=12, width=32, layers=1, heads=2))
   monkeypatch.setitem(models.PRESETS, 'ViT-T-8-quickgelu', spec)
   torch.manual_seed(0)
-  reference = _randomize(torch, transformers.CLIPModel(transformers.CLIPConfig.from_dict(
+  reference = randomize_torch_weights(torch, transformers.CLIPModel(transformers.CLIPConfig.from_dict(
       interchange.hf_config(models.preset('ViT-T-8-quickgelu')))))
   folder = tmp_path / 'hf'
   reference.save_pretrained(str(folder))
@@ -202,7 +192,7 @@ def test_open_clip_and_openai_clip_see_the_pixels_of_their_own_transform(fmt, tm
   monkeypatch.setitem(models.PRESETS, 'ViT-T-8', spec)
   quick_gelu = fmt == 'openai'  # OpenAI's towers use QuickGELU
   torch.manual_seed(0)
-  reference = _randomize(torch, oc_model.CLIP(
+  reference = randomize_torch_weights(torch, oc_model.CLIP(
       16, oc_model.CLIPVisionCfg(image_size=16, patch_size=8, width=32, layers=1, head_width=16),
       oc_model.CLIPTextCfg(context_length=12, vocab_size=49408, width=32, heads=2, layers=1), quick_gelu=quick_gelu))
   with torch.no_grad():

@@ -18,7 +18,7 @@ from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config
 
-from support import import_open_clip_module
+from support import import_open_clip_module, randomize_torch_weights
 
 PARITY_ATOL = 1e-4
 
@@ -35,17 +35,7 @@ def _reference(transformers, torch, seed=0, text=None):
   config = transformers.SiglipConfig(text_config=text or _TEXT, vision_config=_VISION)
   torch.manual_seed(seed)
   model = transformers.SiglipModel(config).eval()
-  generator = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      noise = torch.randn(p.shape, generator=generator)
-      if 'norm' in name and name.endswith('weight'):
-        p.copy_(1 + 0.1 * noise)
-      elif name in ('logit_scale', 'logit_bias'):
-        p.copy_(noise)
-      else:
-        p.copy_(0.05 * noise)
-  return model
+  return randomize_torch_weights(torch, model, seed, raw=('logit_scale', 'logit_bias'))
 
 
 def _inputs(seed=0, text=None):
@@ -277,12 +267,7 @@ def _open_clip_siglip(torch):
   for module in model.visual.trunk.modules():
     if isinstance(module, torch.nn.GELU):
       module.approximate = 'tanh'
-  generator = torch.Generator().manual_seed(0)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      noise = torch.randn(p.shape, generator=generator)
-      p.copy_(1 + 0.1 * noise if ('norm' in name or 'ln_' in name) and name.endswith('weight') else 0.05 * noise)
-  return model.eval()
+  return randomize_torch_weights(torch, model)
 
 
 @pytest.mark.slow

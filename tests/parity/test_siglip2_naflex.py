@@ -18,6 +18,7 @@ from vlp_jax.models import interchange
 from vlp_jax.models.naflex import NaflexImages
 from vlp_jax.training.checkpoint import load_config
 
+from support import randomize_torch_weights
 from test_siglip import _SIGLIP2_TEXT, _SIGLIP2_TOKENIZER_CONFIG, _gemma_tokenizer_model
 
 PARITY_ATOL = 1e-4
@@ -34,13 +35,7 @@ def _reference(transformers, torch, seed=0):
   config = transformers.Siglip2Config(text_config=_SIGLIP2_TEXT, vision_config=_VISION)
   torch.manual_seed(seed)
   model = transformers.Siglip2Model(config).eval()
-  generator = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      noise = torch.randn(p.shape, generator=generator)
-      p.copy_(1 + 0.1 * noise if 'norm' in name and name.endswith('weight') else
-              noise if name in ('logit_scale', 'logit_bias') else 0.05 * noise)
-  return model
+  return randomize_torch_weights(torch, model, seed, raw=('logit_scale', 'logit_bias'))
 
 
 def _images():
