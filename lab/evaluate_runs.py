@@ -3,18 +3,18 @@
 tabulate what they give (benchmarks/RESULTS.md). The training stays that of the table's commit; only the evaluation
 is this commit's, and each row records both.
 
-python benchmarks/evaluate_runs.py --methods=table_siglip2 --evals=captioning [--datasets=synthetic]
-    [--seeds=0,1,2,11,12,13] [--workdir=/tmp/vlp_methods] [--store=benchmarks/results/methods]
-    [--output=benchmarks/results/evaluated/captioning] [--output_md=table.md] [--noevaluate]
+python lab/evaluate_runs.py --methods=table_siglip2 --evals=captioning [--datasets=synthetic]
+    [--seeds=0,1,2,11,12,13] [--workdir=/tmp/vlp_methods] [--store=lab/results/methods]
+    [--output=lab/results/evaluated/captioning] [--output_md=table.md] [--noevaluate]
     [--compare=run:other,...]
 
-For each run (benchmarks/methods.py's names and groups) and seed whose workdir, WORKDIR/<run>/seed<S> as
+For each run (lab/catalogue.py's names and groups) and seed whose workdir, WORKDIR/<run>/seed<S> as
 methods.py trains it, holds the run's final checkpoint: `python -m vlp_jax.evaluate --checkpoint=<workdir>
 --evals=... --datasets=...` in a subprocess, as a user runs it. Its metrics go to OUTPUT/<run>/seed<S>.json with the
 commit that evaluated and the one that trained (the methods store's row); a stored evaluation is not run again. A run
 without its final checkpoint is named and left out. Prints each run's mean ± std over its seeds, per metric, beside
 the metric's chance level. `--compare=run:other,...` adds, per pair and metric, the mean of run − other over the
-seeds both have with its 95% t-interval (benchmarks/methods.py's `--compare`); `--noevaluate` tabulates the stored
+seeds both have with its 95% t-interval (lab/methods.py's `--compare`); `--noevaluate` tabulates the stored
 evaluations only, so that a table read at a later commit never evaluates with that commit's code.
 """
 from __future__ import annotations
@@ -26,21 +26,21 @@ import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks import methods  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from lab import catalogue, runner, statistics, tables  # noqa: E402
 
 FLAGS = flags.FLAGS
-OUTPUT = os.path.join(methods.ROOT, 'benchmarks', 'results', 'evaluated')
+OUTPUT = os.path.join(catalogue.ROOT, 'lab', 'results', 'evaluated')
 
 
 def define_flags() -> None:
-  flags.DEFINE_list('methods', ['table_siglip2'], f'Runs or groups of benchmarks/methods.py: {sorted(methods.GROUPS)}.')
+  flags.DEFINE_list('methods', ['table_siglip2'], f'Runs or groups of lab/catalogue.py: {sorted(catalogue.GROUPS)}.')
   flags.DEFINE_list('evals', None, 'The evaluators to run (python -m vlp_jax.evaluate --evals).', required=True)
   flags.DEFINE_list('datasets', ['synthetic'], 'The eval sets (python -m vlp_jax.evaluate --datasets).')
-  flags.DEFINE_list('seeds', [str(s) for s in methods.DEV_SEEDS + methods.HELD_OUT_SEEDS], 'Seeds.')
-  flags.DEFINE_string('workdir', '/tmp/vlp_methods', "benchmarks/methods.py's --workdir, where the runs trained.")
-  flags.DEFINE_string('store', methods.STORE, "benchmarks/methods.py's store: each run's row, for its commit.")
-  flags.DEFINE_string('output', '', 'Where each evaluation is kept (default: benchmarks/results/evaluated/<evals>).')
+  flags.DEFINE_list('seeds', [str(s) for s in catalogue.DEV_SEEDS + catalogue.HELD_OUT_SEEDS], 'Seeds.')
+  flags.DEFINE_string('workdir', '/tmp/vlp_methods', "lab/methods.py's --workdir, where the runs trained.")
+  flags.DEFINE_string('store', runner.STORE, "lab/methods.py's store: each run's row, for its commit.")
+  flags.DEFINE_string('output', '', 'Where each evaluation is kept (default: lab/results/evaluated/<evals>).')
   flags.DEFINE_string('output_md', '', 'Also write the Markdown table to this file.')
   flags.DEFINE_bool('evaluate', True, 'Evaluate the runs whose evaluation is not stored yet (--noevaluate: tabulate '
                     'the stored ones only).')
@@ -58,23 +58,23 @@ def evaluate_run(name: str, seed: int, workdir: str, store: str, output: str, ev
                  datasets: list[str]) -> dict | None:
   """Run `name` seed `seed`'s evaluation (or read it from `output`) -> its row {'run', 'seed', metrics...,
   'commit' (evaluating), 'trained_commit', 'command'}; None when its workdir lacks the final checkpoint."""
-  if (row := methods.stored_row(output, name, seed)) is not None:
+  if (row := runner.stored_row(output, name, seed)) is not None:
     return row
-  run_dir = methods.run_dir(workdir, name, seed)
-  trained = methods.stored_row(store, name, seed)
-  if trained is None or methods.latest_checkpoint_step(run_dir) < methods.config_steps(name):
+  run_dir = runner.run_dir(workdir, name, seed)
+  trained = runner.stored_row(store, name, seed)
+  if trained is None or runner.latest_checkpoint_step(run_dir) < runner.config_steps(name):
     return None
   out_dir = os.path.join(run_dir, 'evaluated', '+'.join(evals))
   command = evaluation_command(run_dir, evals, datasets, out_dir)
-  result = subprocess.run(command, cwd=methods.ROOT, capture_output=True, text=True, env=methods.run_env(workdir))
+  result = subprocess.run(command, cwd=catalogue.ROOT, capture_output=True, text=True, env=runner.run_env(workdir))
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}): the evaluation failed with exit code {result.returncode}:\n'
                        f'{result.stderr[-3000:]}')
   with open(os.path.join(out_dir, 'eval_results.json')) as f:
     metrics = {key.removeprefix('eval/'): value for key, value in json.load(f)['metrics'].items()}
-  row = {'run': name, 'seed': seed, **metrics, 'commit': methods.code_commit(),
+  row = {'run': name, 'seed': seed, **metrics, 'commit': runner.code_commit(),
          'trained_commit': trained.get('commit'), 'command': ' '.join(command[1:])}
-  methods.write_row(output, row)
+  runner.write_row(output, row)
   return row
 
 
@@ -99,8 +99,8 @@ def metric_table(rows: list[dict], names: list[str]) -> str:
       if not values:
         cells.append('-')
         continue
-      mean, std = methods.mean_std(values)
-      chance = f' ({methods.mean_std(chances)[0]:.3f})' if chances else ''
+      mean, std = statistics.mean_std(values)
+      chance = f' ({statistics.mean_std(chances)[0]:.3f})' if chances else ''
       cells.append(f'{mean:.3f} ± {std:.3f}{chance}')
     seeds = ','.join(str(row['seed']) for row in own)
     lines.append(f'| `{name}` | {seeds} | ' + ' | '.join(cells) + ' |')
@@ -116,9 +116,9 @@ def collect_rows(names: list[str], seeds: list[int], workdir: str, store: str, o
     for name in names:
       if evaluate:
         row = evaluate_run(name, seed, workdir, store, output, evals, datasets)
-        missing = f'no final checkpoint in {methods.run_dir(workdir, name, seed)} or no row in {store}'
+        missing = f'no final checkpoint in {runner.run_dir(workdir, name, seed)} or no row in {store}'
       else:
-        row, missing = methods.stored_row(output, name, seed), f'no stored evaluation in {output}'
+        row, missing = runner.stored_row(output, name, seed), f'no stored evaluation in {output}'
       print(f'{name} seed {seed}: ' + ('evaluated' if row is not None else f'{missing}; left out'), flush=True)
       if row is not None:
         rows.append(row)
@@ -127,14 +127,14 @@ def collect_rows(names: list[str], seeds: list[int], workdir: str, store: str, o
 
 def comparison_table(rows: list[dict], pairs: list[tuple[str, str]]) -> str:
   """Markdown: per pair (run, other) and metric of `rows`, run − other over their shared seeds with its t-interval
-  (benchmarks/methods.py's comparison table, over this evaluation's metrics)."""
-  return methods.comparison_table(rows, pairs, [(key, key) for key in metric_keys(rows)])
+  (lab/methods.py's comparison table, over this evaluation's metrics)."""
+  return tables.comparison_table(rows, pairs, [(key, key) for key in metric_keys(rows)])
 
 
 def main(argv):
   del argv
-  pairs = methods.parse_pairs(FLAGS.compare)
-  names = list(dict.fromkeys([*methods.expand(FLAGS.methods), *(run for pair in pairs for run in pair)]))
+  pairs = tables.parse_pairs(FLAGS.compare)
+  names = list(dict.fromkeys([*catalogue.expand(FLAGS.methods), *(run for pair in pairs for run in pair)]))
   output = FLAGS.output or os.path.join(OUTPUT, '+'.join(FLAGS.evals))
   rows = collect_rows(names, list(map(int, FLAGS.seeds)), FLAGS.workdir, FLAGS.store, output, FLAGS.evals,
                       FLAGS.datasets, FLAGS.evaluate)

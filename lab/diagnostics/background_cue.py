@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How much a trained image tower encodes the background of the embedded scenes.
 
-python benchmarks/background_cue.py --runs=clip=/tmp/m/clip/seed0,slip=/tmp/m/slip/seed0 [--examples=500]
+python lab/diagnostics/background_cue.py --runs=clip=/tmp/m/clip/seed0,slip=/tmp/m/slip/seed0 [--examples=500]
 
 For each run (a label and a workdir or checkpoint), every image of the embedded test split's web and studio sources
 is embedded as it is and with its background replaced by another of its own source (the record's class mask finds
@@ -16,7 +16,7 @@ with j(i) another test image of the same source (a fixed permutation): 0 when th
 what zero-shot and retrieval read) and for the tower's class token ('cls', what SLIP's SimCLR head and the linear
 probe read). The web scenes draw a random gradient per image, an instance cue; the studio scenes one of four flat
 colours (a quarter of the new ones are the old colour); the sketch scenes all share one grid, so they are left out.
-benchmarks/RESULTS_ARCHIVE.md (part 9) reads it for SLIP.
+the results archive (2026-11-25, part 9: `git show e9560bf:benchmarks/RESULTS_ARCHIVE.md`) reads it for SLIP.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags, logging  # noqa: E402
 

@@ -2,11 +2,11 @@
 """How many rows of a training batch share their caption with another row (a false negative for InfoNCE), for
 mixed batches and for ZeroVL's single-source batches of the embedded dataset.
 
-python benchmarks/batch_duplicates.py [--batch_size=128] [--batches=300] [--seed=0] [--captions=alt_text|detailed]
+python lab/diagnostics/batch_duplicates.py [--batch_size=128] [--batches=300] [--seed=0] [--captions=alt_text|detailed]
 
 Prints one JSON line: distinct captions per source, and the mean fraction of a batch's rows whose caption appears
 more than once in it, for random mixed batches, for single-source batches (a source drawn in proportion to size,
-as config.data.mixing='single_source' does) and per source. benchmarks/RESULTS_ARCHIVE.md reads it for the ZeroVL ablation.
+as config.data.mixing='single_source' does) and per source. the results archive (2026-11-25, part 8) reads it for the ZeroVL ablation.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 

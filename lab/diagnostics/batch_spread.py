@@ -3,7 +3,7 @@
 batch's embeddings are, and how large the CLIP loss's gradient is, at random initialisation and at a trained
 checkpoint.
 
-python benchmarks/batch_spread.py [--checkpoint=WORKDIR_OF_A_TRAINED_RUN] [--captions=detailed] [--batches=8]
+python lab/diagnostics/batch_spread.py [--checkpoint=WORKDIR_OF_A_TRAINED_RUN] [--captions=detailed] [--batches=8]
 
 For each model (the random initialisation of config.seed, and the checkpoint if given), draws `--batches` batches of
 128 train pairs from all sources at random ('mixed') and from each source alone ('studio', 'web', 'sketch'), and
@@ -12,7 +12,7 @@ prints one JSON line per (model, batch kind):
   logit_std:     standard deviation of the scaled image-text logits inside a row, averaged over rows;
   loss:          the CLIP loss of the batch (ln 128 = 4.85 is chance);
   grad_norm:     the global norm of the loss's gradient with respect to every parameter.
-benchmarks/RESULTS_ARCHIVE.md reads it for the ZeroVL ablation.
+the results archive (2026-11-25, part 8) reads it for the ZeroVL ablation.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 
@@ -67,7 +67,7 @@ def main(argv):
   from vlp_jax.data import pipeline, records, synthetic
   from vlp_jax.training.checkpoint import load_pretrained
 
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   config = from_file(os.path.join(root, 'configs', 'shapes_base.py'))
   config.data.synthetic.captions = FLAGS.captions
   validate(config, num_devices=1)

@@ -2,7 +2,7 @@
 """The size of the embedded dataset's novel subset (eval sets `synthetic_novel`, `synthetic_long_novel`) and how much
 of the held-out split repeats the train split, for a config's dataset.
 
-python benchmarks/novel_subset.py [--config=configs/clip_shapes.py] [--config.eval.split=val]
+python lab/diagnostics/novel_subset.py [--config=configs/clip_shapes.py] [--config.eval.split=val]
 
 Prints one JSON line: the split, its examples over the configured sources, how many are novel (neither the exact
 short caption nor the scene layout of any train example: evalsets/synthetic.py `novel_subset`), the fractions whose
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from absl import app  # noqa: E402

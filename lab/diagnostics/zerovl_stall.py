@@ -9,7 +9,7 @@ mean similarity of the image and of the text embeddings (`config.log.batch_simil
 
 Sources A and B, chosen before any run: studio and web, the two photo-like sources (sketch draws outlines); if either
 alone stalls under both samplers, the stall is the data's. Each run's rows go to
-benchmarks/results/diagnostics/2026-11-29_zerovl_stall/<cell>_seed<k>.jsonl; a run whose file holds step 200 is
+lab/results/diagnostics/2026-11-29_zerovl_stall/<cell>_seed<k>.jsonl; a run whose file holds step 200 is
 skipped (resumable). Then it prints the reading (below) and draws loss_vs_step.png there.
 
 The reading. A cell's run "leaves chance" at the first logged step whose loss is below the cell's chance level minus
@@ -27,8 +27,8 @@ records with the run's seed (data/pipeline.py), 'single_source' shuffles each so
 (seed, source index) (data/mixing.py `source_datasets`), so with one source the first batches share ~1 example in
 128. The gap is then a data-order gap, read against the gap between seeds.
 
-python benchmarks/zerovl_stall.py            # runs what is missing (about 1 min a run on 2 CPU cores), then reads
-python benchmarks/zerovl_stall.py --read     # reads only
+python lab/diagnostics/zerovl_stall.py            # runs what is missing (about 1 min a run on 2 CPU cores), then reads
+python lab/diagnostics/zerovl_stall.py --read     # reads only
 """
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ import tempfile
 import numpy as np
 from matplotlib.figure import Figure
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, 'benchmarks', 'results', 'diagnostics', '2026-11-29_zerovl_stall')
-CONFIG = os.path.join(ROOT, 'configs', 'experiments', 'clip_zerovl_temperature.py')
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, 'lab', 'results', 'diagnostics', '2026-11-29_zerovl_stall')
+CONFIG = os.path.join(ROOT, 'lab', 'experiments', 'clip_zerovl_temperature.py')
 SAMPLERS = ('mixed', 'single_source')
 DATA = {'three': ('studio', 'web', 'sketch'), 'studio': ('studio',), 'web': ('web',)}
 SEEDS = (0, 1, 2)

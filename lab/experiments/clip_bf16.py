@@ -7,11 +7,8 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'CLIP computing in bf16 (float32 parameters, optimizer state and loss)'
-METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1')  # CLIP's: zero-shot, then retrieval
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.model.dtype = 'bfloat16'
   return config

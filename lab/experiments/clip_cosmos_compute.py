@@ -6,11 +6,10 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = "plain CLIP for COSMOS's FLOPs (compute-matched control)"
 STEPS = 1355  # round(400 * COSMOS's step FLOPs / CLIP's), as clip_text_pool_compute
 
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.total_steps = STEPS
   return config

@@ -6,11 +6,10 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = "CLIP for the FLOPs of SaCo's mimic and its teacher (compute-matched control)"
 STEPS = 847  # round((400 * saco_mimic's step FLOPs + 400 * the teacher's) / CLIP's)
 
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.total_steps = STEPS
   return config

@@ -7,12 +7,9 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'CLIP (records with regions)'
-BASELINE = 'clip_regions'  # itself, as clip_shapes.py is its own
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.data.synthetic.regions = True
   config.eval.tasks = (*config.eval.tasks, 'referring')
   return config

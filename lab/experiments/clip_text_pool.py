@@ -6,11 +6,9 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = "CLIP on COSMOS's text pool (control for COSMOS)"
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.objective.text_source = 'text_crops'
   config.objective.caption_in_text_crops = True
   config.objective.text_crop_max_sentences = 5

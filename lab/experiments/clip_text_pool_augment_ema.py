@@ -7,8 +7,6 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = "CLIP on COSMOS's text pool with its image augmentations and an EMA (COSMOS's baseline)"
-
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'clip_text_pool.py'))

@@ -6,10 +6,8 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'CLIP with the temperature initialised at 0.02 (control for ZeroVL)'
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'clip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs', 'clip_shapes.py'))
   config.model.init_logit_scale = math.log(1 / 0.02)
   return config

@@ -6,12 +6,9 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'COSMOS without L_cosmos (multi-crop CLIP on its crops)'
-CONTROL = 'clip_text_pool_augment_ema'
-METRICS = ('synthetic/mean_r1', 'synthetic/zeroshot_top1', 'synthetic_long/mean_r1')
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cosmos_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs',
+                                  'cosmos_shapes.py'))
   config.objective.distill_weight = 0.0
   return config

@@ -8,12 +8,10 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'SigLIP (records with regions)'
-BASELINE = 'clip_regions'
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'siglip_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs',
+                                  'siglip_shapes.py'))
   config.data.synthetic.regions = True
   config.eval.tasks = (*config.eval.tasks, 'referring')
   return config

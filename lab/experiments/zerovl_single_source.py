@@ -6,13 +6,10 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'ZeroVL, debiased (single-source) batches alone (no mixup, no text augmentation)'
-CONTROL = 'clip_zerovl_temperature'
-METRICS = ('synthetic/rsum', 'synthetic/zeroshot_top1')
-
 
 def get_config():
-  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'zerovl_shapes.py'))
+  config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'configs',
+                                  'zerovl_shapes.py'))
   config.data.mixing = 'single_source'
   config.objective.mixup = False
   config.objective.text_augment = False
