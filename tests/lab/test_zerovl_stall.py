@@ -1,23 +1,12 @@
-"""Issue 64's stall experiment (benchmarks/zerovl_stall.py): its chance levels against a hand calculation, its
-threshold reading and its resumability; and the within-batch similarity that CLIP logs under
-config.log.batch_similarity, against a naive numpy computation."""
+"""Issue 64's stall experiment (lab/diagnostics/zerovl_stall.py): its chance levels against a hand calculation, its
+threshold reading and its resumability."""
 import json
 import math
 import subprocess
 
-import numpy as np
 import pytest
 
-from support import unit_vectors
-from benchmarks import zerovl_stall
-from vlp_jax.config import base_config
-from vlp_jax.objectives.clip import ClipObjective
-
-
-def naive_mean_offdiagonal_cosine(z):
-  """The mean of z_i . z_j over every ordered pair i != j, by a double loop."""
-  values = [float(np.dot(z[i], z[j])) for i in range(len(z)) for j in range(len(z)) if i != j]
-  return np.mean(values)
+from lab.diagnostics import zerovl_stall
 
 
 def test_chance_levels_against_a_hand_calculation():
@@ -51,18 +40,3 @@ def test_a_finished_run_is_skipped_and_an_unfinished_one_is_rerun(tmp_path, monk
   zerovl_stall.run_one('mixed', 'web', 1, str(tmp_path))
   assert len(calls) == 1 and '--config.data.mixing=mixed' in calls[0] and '--config.seed=1' in calls[0]
   assert "--config.data.synthetic.sources=('web',)" in calls[0] and '--stop_at_step=200' in calls[0]
-
-
-def test_clip_logs_the_within_batch_similarity_only_when_asked():
-  rng = np.random.default_rng(0)
-  zi, zt = unit_vectors(rng, (7, 5)).astype(np.float32), unit_vectors(rng, (7, 5)).astype(np.float32)
-  objective = ClipObjective(None, None)
-  config = base_config()
-  objective.bind(config)
-  features, params = {'zi': zi, 'zt': zt}, {'logit_scale': np.float32(math.log(10))}
-  assert not {'image_batch_similarity', 'text_batch_similarity'} & set(objective.loss(features, params, 0)[1])
-  config.log.batch_similarity = True
-  objective.bind(config)
-  metrics = objective.loss(features, params, 0)[1]
-  np.testing.assert_allclose(metrics['image_batch_similarity'], naive_mean_offdiagonal_cosine(zi), rtol=1e-5)
-  np.testing.assert_allclose(metrics['text_batch_similarity'], naive_mean_offdiagonal_cosine(zt), rtol=1e-5)

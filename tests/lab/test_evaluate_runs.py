@@ -1,4 +1,4 @@
-"""benchmarks/evaluate_runs.py: the table's trained runs evaluated again at this commit (the evaluation command as a
+"""lab/evaluate_runs.py: the table's trained runs evaluated again at this commit (the evaluation command as a
 user runs it, mocked here), each row naming both commits; runs without their final checkpoint left out; the table
 of means beside chance."""
 import json
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from benchmarks import evaluate_runs, methods
+from lab import evaluate_runs, runner
 
 
 def fake_evaluation(calls, cider):
@@ -25,19 +25,19 @@ def fake_evaluation(calls, cider):
 
 def test_each_trained_run_is_evaluated_once_and_records_both_commits(tmp_path, monkeypatch):
   workdir, store, output = str(tmp_path / 'w'), str(tmp_path / 'store'), str(tmp_path / 'out')
-  final = methods.config_steps('siglip2')
-  os.makedirs(os.path.join(methods.run_dir(workdir, 'siglip2', 0), 'checkpoints', str(final)))
-  os.makedirs(os.path.join(methods.run_dir(workdir, 'siglip2', 1), 'checkpoints', str(final - 100)))  # unfinished
+  final = runner.config_steps('siglip2')
+  os.makedirs(os.path.join(runner.run_dir(workdir, 'siglip2', 0), 'checkpoints', str(final)))
+  os.makedirs(os.path.join(runner.run_dir(workdir, 'siglip2', 1), 'checkpoints', str(final - 100)))  # unfinished
   for seed in (0, 1):
-    methods.write_row(store, {'run': 'siglip2', 'seed': seed, 'commit': '82f0844'})
+    runner.write_row(store, {'run': 'siglip2', 'seed': seed, 'commit': '82f0844'})
   calls = []
   monkeypatch.setattr(evaluate_runs.subprocess, 'run', fake_evaluation(calls, 0.42))
-  monkeypatch.setattr(methods, 'code_commit', lambda: 'abc1234')
+  monkeypatch.setattr(runner, 'code_commit', lambda: 'abc1234')
   args = (workdir, store, output, ['captioning'], ['synthetic'])
   row = evaluate_runs.evaluate_run('siglip2', 0, *args)
   assert row['synthetic/captioning_cider'] == 0.42 and row['synthetic/captioning_cider_chance'] == 0.1
   assert (row['commit'], row['trained_commit']) == ('abc1234', '82f0844')
-  assert calls[0][1:4] == ['-m', 'vlp_jax.evaluate', f'--checkpoint={methods.run_dir(workdir, "siglip2", 0)}']
+  assert calls[0][1:4] == ['-m', 'vlp_jax.evaluate', f'--checkpoint={runner.run_dir(workdir, "siglip2", 0)}']
   assert '--evals=captioning' in calls[0] and '--datasets=synthetic' in calls[0]
   assert evaluate_runs.evaluate_run('siglip2', 0, *args) == row and len(calls) == 1  # stored: not run again
   assert evaluate_runs.evaluate_run('siglip2', 1, *args) is None  # no final checkpoint
@@ -47,9 +47,9 @@ def test_each_trained_run_is_evaluated_once_and_records_both_commits(tmp_path, m
 
 def test_a_failed_evaluation_says_which_run(tmp_path, monkeypatch):
   workdir, store = str(tmp_path / 'w'), str(tmp_path / 'store')
-  os.makedirs(os.path.join(methods.run_dir(workdir, 'siglip2', 0), 'checkpoints',
-                           str(methods.config_steps('siglip2'))))
-  methods.write_row(store, {'run': 'siglip2', 'seed': 0, 'commit': 'x'})
+  os.makedirs(os.path.join(runner.run_dir(workdir, 'siglip2', 0), 'checkpoints',
+                           str(runner.config_steps('siglip2'))))
+  runner.write_row(store, {'run': 'siglip2', 'seed': 0, 'commit': 'x'})
   monkeypatch.setattr(evaluate_runs.subprocess, 'run',
                       lambda *a, **k: type('Failed', (), {'returncode': 2, 'stderr': 'bad flag'})())
   with pytest.raises(RuntimeError, match=r'siglip2 \(seed 0\).*exit code 2:\nbad flag'):
@@ -70,13 +70,13 @@ def test_the_table_gives_each_runs_mean_and_std_beside_chance():
 def test_noevaluate_reads_stored_evaluations_only(tmp_path, monkeypatch):
   workdir, store, output = str(tmp_path / 'w'), str(tmp_path / 'store'), str(tmp_path / 'out')
   for seed in (0, 1):  # both runs trained to the end, only seed 0 evaluated so far
-    os.makedirs(os.path.join(methods.run_dir(workdir, 'siglip2', seed), 'checkpoints',
-                             str(methods.config_steps('siglip2'))))
-    methods.write_row(store, {'run': 'siglip2', 'seed': seed, 'commit': '82f0844'})
-  methods.write_row(output, {'run': 'siglip2', 'seed': 0, 'synthetic/captioning_cider': 0.5})
+    os.makedirs(os.path.join(runner.run_dir(workdir, 'siglip2', seed), 'checkpoints',
+                             str(runner.config_steps('siglip2'))))
+    runner.write_row(store, {'run': 'siglip2', 'seed': seed, 'commit': '82f0844'})
+  runner.write_row(output, {'run': 'siglip2', 'seed': 0, 'synthetic/captioning_cider': 0.5})
   calls = []
   monkeypatch.setattr(evaluate_runs.subprocess, 'run', fake_evaluation(calls, 0.42))
-  monkeypatch.setattr(methods, 'code_commit', lambda: 'abc1234')
+  monkeypatch.setattr(runner, 'code_commit', lambda: 'abc1234')
   args = (['siglip2'], [0, 1], workdir, store, output, ['captioning'], ['synthetic'])
   rows = evaluate_runs.collect_rows(*args, evaluate=False)
   assert [r['seed'] for r in rows] == [0] and not calls  # seed 1 left out, nothing evaluated at this commit

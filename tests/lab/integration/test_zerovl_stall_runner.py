@@ -1,4 +1,4 @@
-"""benchmarks/zerovl_stall.py end to end at micro size: `python -m vlp_jax.main --stop_at_step` stops part way
+"""lab/diagnostics/zerovl_stall.py end to end at micro size: `python -m vlp_jax.main --stop_at_step` stops part way
 through the schedule of config.total_steps, the rows it keeps carry the within-batch similarities, and a rerun
 skips the finished run."""
 import json
@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from support import FAST_COMPILE_XLA_FLAGS
-from benchmarks import zerovl_stall
+from lab.diagnostics import zerovl_stall
 
 MICRO = ('--config.total_steps=4', '--config.batch_size=8', '--config.log_every_steps=1',
          '--config.model.embed_dim=16', '--config.model.vision.width=16', '--config.model.vision.layers=1',
