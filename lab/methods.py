@@ -18,7 +18,7 @@ Prints how many runs are stored and to train, then a line per finished run (its 
 the time the rest should take), then the Markdown tables (also written to --output): the headline (method against
 control on the paper's metrics, development seeds mean ± std, held-out differences and verdict, compute), every run's
 mean ± std, and every run against its controls seed by seed. `--update_results` then regenerates
-benchmarks/RESULTS.md from the store (`python -m lab.report --write`) and redraws the verdict plot.
+benchmarks/RESULTS.md from the stores of lab/results/ (`python -m lab.report --write`) and redraws the verdict plot.
 """
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ def define_flags() -> None:
                        'but then no wall time is clean, and the tables average only those of runs trained alone.')
   flags.DEFINE_string('workdir', '/tmp/vlp_methods', 'Where the runs write (a rerun skips finished runs).')
   flags.DEFINE_string('output', '', 'Also write the Markdown table to this file.')
-  flags.DEFINE_bool('update_results', False, 'Then regenerate benchmarks/RESULTS.md from the store (lab/report.py) '
-                    'and draw the verdicts into lab/results/methods_verdicts[_x<budget>].png.')
+  flags.DEFINE_bool('update_results', False, 'Then regenerate benchmarks/RESULTS.md from the stores of lab/results/ '
+                    '(python -m lab.report --write) and draw the verdicts of --budget into '
+                    'lab/results/methods_verdicts[_x<budget>].png.')
   flags.DEFINE_bool('memory', False, "Add each method's compiled train-step memory relative to CLIP.")
   flags.DEFINE_integer('eval_every', 0, 'Evaluate every N steps as well as at the end (0: at the end only, which '
                        'the table reads; the configs evaluate every 100 steps for their curves).')

@@ -28,6 +28,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags, logging  # noqa: E402
+from vlp_jax.checkpoint_files import resolve_checkpoint  # noqa: E402
+from vlp_jax.data import image_ops, pipeline, records, synthetic, transforms  # noqa: E402
+from vlp_jax.inference import encoder_for_checkpoint  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -66,8 +69,6 @@ SOURCES = ('web', 'studio')  # the sources whose backgrounds vary
 def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images of one embedded source, as they are and on new backgrounds of that source: two
   [N, S, S, 3] uint8 arrays."""
-  from vlp_jax.data import image_ops
-  from vlp_jax.data import pipeline, records, synthetic, transforms
   root = synthetic.ensure_dataset(synthetic.SyntheticSpec())
   examples = pipeline.read_all(synthetic.shard_paths(root, 'test', (source,)))[:count]
   originals, swapped = [], []
@@ -83,9 +84,6 @@ def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, n
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from vlp_jax.data import image_ops, pipeline
-  from vlp_jax.inference import encoder_for_checkpoint
-  from vlp_jax.checkpoint_files import resolve_checkpoint
   runs = parse_runs(FLAGS.runs)
   header = ['run'] + [f'{source} {space}' for source in SOURCES for space in ('embed', 'cls')]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]

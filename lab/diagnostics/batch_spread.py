@@ -26,6 +26,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from vlp_jax import models, objectives  # noqa: E402
+from vlp_jax.config import from_file, validate  # noqa: E402
+from vlp_jax.data import pipeline, records, synthetic  # noqa: E402
+from vlp_jax.data.synthetic import CAPTION_STYLES  # noqa: E402
+from vlp_jax.training.checkpoint import load_pretrained  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -34,8 +42,6 @@ FLAGS = flags.FLAGS
 def _loss_features_and_grads(objective):
   """((loss, features), grads) of a batch's CLIP loss, jitted once per objective: every batch of the same shapes
   runs one compiled program (op by op, each batch would take seconds)."""
-  import jax
-  import jax.numpy as jnp
 
   def loss_fn(params, model_state, batch):
     features, _ = objective.forward(params, model_state, batch, jax.random.key(0), train=False)
@@ -47,7 +53,6 @@ def _loss_features_and_grads(objective):
 
 def batch_statistics(objective, params: dict, model_state: dict, batch: dict) -> dict[str, float]:
   """The spread of one batch's embeddings and the size of its CLIP gradient (see the module docstring)."""
-  import optax
 
   (loss, features), grads = _loss_features_and_grads(objective)(params, model_state, batch)
   zi, zt = np.asarray(features['zi']), np.asarray(features['zt'])
@@ -61,11 +66,6 @@ def batch_statistics(objective, params: dict, model_state: dict, batch: dict) ->
 
 def main(argv):
   del argv
-  import jax
-  from vlp_jax import models, objectives
-  from vlp_jax.config import from_file, validate
-  from vlp_jax.data import pipeline, records, synthetic
-  from vlp_jax.training.checkpoint import load_pretrained
 
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   config = from_file(os.path.join(root, 'configs', 'shapes_base.py'))
@@ -101,7 +101,6 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.DEFINE_string('checkpoint', '', 'A trained run (workdir or step directory) to compare with the random init.')
-  from vlp_jax.data.synthetic import CAPTION_STYLES
   flags.DEFINE_enum('captions', 'detailed', list(CAPTION_STYLES), "The embedded dataset's caption style.")
   flags.DEFINE_integer('batches', 8, 'Batches averaged per kind.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')

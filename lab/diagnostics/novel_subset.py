@@ -19,6 +19,8 @@ sys.path.insert(0, ROOT)
 
 from absl import app  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+from vlp_jax.data import synthetic  # noqa: E402
+from vlp_jax.evalsets.synthetic import novel_subset  # noqa: E402
 
 CONFIG = config_flags.DEFINE_config_file('config', os.path.join(ROOT, 'configs', 'clip_shapes.py'),
                                          'A config whose config.data.synthetic names the dataset; config.eval.split '
@@ -27,8 +29,6 @@ CONFIG = config_flags.DEFINE_config_file('config', os.path.join(ROOT, 'configs',
 
 def main(argv):
   del argv
-  from vlp_jax.data import synthetic
-  from vlp_jax.evalsets.synthetic import novel_subset
   config = CONFIG.value
   spec = synthetic.spec_from_config(config.data)
   subset = novel_subset(spec, config.eval.split, config.data.cache_dir or None)

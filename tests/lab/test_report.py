@@ -77,3 +77,10 @@ def test_first_difference_names_the_line():
   assert report.first_difference('a\nb\n', 'a\nb\n') is None
   assert report.first_difference('a\nb\n', 'a\nc\n') == "line 2: committed 'c', generated 'b'"
   assert report.first_difference('a\nb', 'a') == "line 2: committed '<end>', generated 'b'"
+
+
+def test_the_verdict_plot_is_drawn_from_the_stored_rows(tmp_path, monkeypatch):
+  monkeypatch.setattr(report, 'verdict_plot_path', lambda budget=1: str(tmp_path / f'verdicts_x{budget}.png'))
+  report.draw_verdicts(4)
+  with open(tmp_path / 'verdicts_x4.png', 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
