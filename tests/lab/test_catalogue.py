@@ -154,6 +154,20 @@ def test_siglip2s_ablations_change_only_their_keys_of_the_recipe():
     from_file(os.path.join(ROOT, 'lab', 'experiments', 'siglip2_ablation.py'), 'boxes')
 
 
+def test_zerovls_components_alone_differ_from_the_recipe_in_the_sampler_and_the_objectives_switches_only():
+  recipe = _flat(catalogue.load_config('zerovl').to_dict())
+  switches = {'data.mixing', 'objective.mixup', 'objective.text_augment'}
+  alone = {}
+  for name in ('zerovl_mixup', 'zerovl_single_source', 'zerovl_text_augment'):
+    flat = _flat(catalogue.load_config(name).to_dict())
+    assert {k for k in flat if flat[k] != recipe.get(k)} <= switches, name
+    alone[name] = tuple(flat[k] for k in sorted(switches))
+  assert alone == {'zerovl_mixup': ('mixed', True, False), 'zerovl_single_source': ('single_source', False, False),
+                   'zerovl_text_augment': ('mixed', False, True)}
+  with pytest.raises(ValueError, match="unknown component 'all'"):
+    from_file(os.path.join(ROOT, 'lab', 'experiments', 'zerovl_component.py'), 'all')
+
+
 def test_the_config_check_tells_types_apart_and_reads_the_old_layout(tmp_path):
   assert config_check.canonical({'b': 1, 'a': {'x': (1,)}}) == config_check.canonical({'a': {'x': (1,)}, 'b': 1})
   assert config_check.canonical({'a': 0}) != config_check.canonical({'a': 0.0})
