@@ -2,7 +2,7 @@
 "ZeroVL's stall"), run as declared.
 
 Sampler (mixed, single_source) x data (the three sources; studio alone; web alone) x development seeds 0, 1, 2: 18
-runs of configs/experiments/clip_zerovl_temperature.py (the control's CLIP loss, temperature initialised at 0.02; no
+runs of lab/experiments/clip_zerovl_temperature.py (the control's CLIP loss, temperature initialised at 0.02; no
 mixup, no text augmentation), 200 steps of that config's 400-step schedule (`--stop_at_step`, so the learning rate
 follows the runs in which the stall was seen), logging every 10 steps the loss, the logit scale and the within-batch
 mean similarity of the image and of the text embeddings (`config.log.batch_similarity`).
