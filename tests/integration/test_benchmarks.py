@@ -2,7 +2,6 @@
 timings here)."""
 from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT
 import jax
-import numpy as np
 import pytest
 import json
 import os

@@ -1,14 +1,9 @@
 """The embedded dataset's novel subset (synthetic_novel, synthetic_long_novel): the held-out examples that share
 neither an exact short caption nor a scene layout with any train example, checked against the decoded records."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from support import MICRO_CONFIG, ROOT
 
 from vlp_jax import evalsets, evaluation
 from vlp_jax.data import pipeline, synthetic
