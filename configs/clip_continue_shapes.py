@@ -11,9 +11,6 @@ import os
 
 from vlp_jax.config import from_file
 
-# benchmarks/methods.py, run `clip_continue`: initialised from the same seed's `clip` run
-LABEL = 'CLIP, continued (control for SaCo continue)'
-AFTER = 'clip'
 
 EPOCHS = 1
 LR = 1e-5  # low and constant, as SaCo's Algorithm 2 (1e-6 there, for a ViT-B at batch 2048 trained for 32 epochs)

@@ -8,8 +8,6 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'CLIP'  # its row in benchmarks/methods.py (run `clip`)
-
 
 def get_config():
   return from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))

@@ -5,7 +5,7 @@ authors' code adds the raw caption), the cross-attention module and L_clip + L_c
 uses the student's [cls] and [eot] embeddings, as the paper does (the teacher is logged as eval/<set>/teacher_*).
 
 Its control is the paper's CLIP baseline (COSMOS Tab. 5, 19, 20): CLIP on the same images and text pool with COSMOS's
-image augmentations and an EMA of the weights, configs/experiments/clip_text_pool_augment_ema.py. Its compute-matched
+image augmentations and an EMA of the weights, lab/experiments/clip_text_pool_augment_ema.py. Its compute-matched
 controls are CLIP on the text pool (`clip_text_pool_compute`) and plain CLIP on the short captions
 (`clip_cosmos_compute`), each trained for as many FLOPs. `clip_text_pool` is CLIP on the text pool without
 augmentation or EMA (Tab. 5 row 1), and `cosmos_no_distill` this recipe without L_cosmos. Scale adaptations
@@ -22,11 +22,6 @@ python -m vlp_jax.main --config=configs/cosmos_shapes.py --workdir=/tmp/cosmos
 import os
 
 from vlp_jax.config import from_file
-
-LABEL = 'COSMOS'  # benchmarks/methods.py, run `cosmos`
-CONTROL = 'clip_text_pool_augment_ema'
-COMPUTE_CONTROL = ('clip_text_pool_compute', 'clip_cosmos_compute')
-METRICS = ('synthetic/mean_r1', 'synthetic/zeroshot_top1', 'synthetic_long/mean_r1')  # retrieval, then zero-shot
 
 
 def get_config():

@@ -1,7 +1,7 @@
 """CLIP + SaCo pre-trained from scratch on CC3M, the SaCo paper's main setting (Algorithm 1): ViT-B/32, 32 epochs,
 batch 2048, AdamW wd 0.2, lr 1e-4 -> 1e-3 over one epoch then cosine to 0, alpha = beta = 5 (Figure 6), with
 pseudo-affinity mimicking of a well-trained image encoder's embeddings (the remedy the supplementary finds best).
-Its small-scale analogue is configs/experiments/saco_constant.py. On the embedded dataset the constant alpha 5 with
+Its small-scale analogue is lab/experiments/saco_constant.py. On the embedded dataset the constant alpha 5 with
 'mean' normalisation collapses without the mimic (the methods table's `saco_no_ramp` row: zero-shot near chance on
 every seed) and does not beside it (the `saco_constant` row, against `clip` and against the compute-matched
 `clip_mimic_compute`; benchmarks/RESULTS.md).

@@ -10,15 +10,6 @@ import os
 
 from vlp_jax.config import from_file, with_term
 
-# benchmarks/methods.py, run `saco_continue`: initialised from the same seed's `clip` run, compared with `clip_continue`
-LABEL = 'CLIP + SaCo, continued (Algorithm 2)'
-AFTER = 'clip'
-CONTROL = 'clip_continue'
-# the paper's: zero-shot, retrieval, linear probe, and affinity consistency, taken within each source (pooled, the
-# source blocks make it high for any model that separates the sources: docs/data.md)
-METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/linear_probe_top1',
-           'within_source/affinity_consistency')
-
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'clip_continue_shapes.py'))

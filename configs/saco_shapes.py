@@ -9,7 +9,7 @@ The affinity distance is the mean over the B x B entries ('mean'), not the liter
 Figure 3b plots "the SaCo loss of Eq. 5" at the scale of the per-entry mean, and alpha = 5 on the sum would weigh the
 term B^2 times more (16384 at batch 128), leaving the contrastive loss no say (not measured at the table's commit;
 the one archived run of the sum went to chance: RESULTS_ARCHIVE.md, 2026-11-22, one seed, older code). The mechanism ablations are in
-configs/experiments/: alpha 5 from the first step (`saco_no_ramp`), hard sample-wise masking (`saco_masking`) and
+lab/experiments/: alpha 5 from the first step (`saco_no_ramp`), hard sample-wise masking (`saco_masking`) and
 the pseudo-affinity mimic of a frozen CLIP teacher (`saco_mimic`, the paper's best from-scratch recipe, which needs
 a teacher: here a CLIP of the same budget trained with another seed, so its compute is twice the control's).
 Continue pre-training (Algorithm 2) is configs/saco_continue_shapes.py.
@@ -19,12 +19,6 @@ python -m vlp_jax.main --config=configs/saco_shapes.py --workdir=/tmp/saco
 import os
 
 from vlp_jax.config import from_file, with_term
-
-LABEL = 'CLIP + SaCo (from scratch)'  # benchmarks/methods.py, run `saco`
-# the paper's: zero-shot, retrieval, linear probe, and affinity consistency, taken within each source (pooled, the
-# source blocks make it high for any model that separates the sources: docs/data.md)
-METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/linear_probe_top1',
-           'within_source/affinity_consistency')
 
 
 def get_config():

@@ -13,10 +13,6 @@ import os
 
 from vlp_jax.config import from_file
 
-# benchmarks/methods.py, run `siglip2_continue`: initialised from the same seed's `siglip2` run
-LABEL = 'SigLIP 2, continued (decoder and heads fresh)'
-AFTER = 'siglip2'
-BASELINE = 'clip_regions'  # the same records (with regions) as siglip2's
 
 EPOCHS = 1
 LR = 1e-5

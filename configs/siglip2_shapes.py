@@ -4,7 +4,7 @@ predicted in parallel) on the original image and caption for the whole run and, 
 local-to-global self-distillation (weight 0.2 x size factor, chosen below) and TIPS's masked patch prediction
 (0.25 x size factor, half the patches masked) against an EMA teacher of the image tower that starts there as a copy of the student. The
 same data, budget and optimizer as configs/siglip_shapes.py. The records also carry each object's box and description
-(data.synthetic.regions), which only the decoder reads; its control, configs/experiments/siglip_regions.py, trains
+(data.synthetic.regions), which only the decoder reads; its control, lab/experiments/siglip_regions.py, trains
 on the same records without reading them (the regions are information SigLIP does not use).
 
 Scale adaptations (docs/evidence.md):
@@ -44,15 +44,6 @@ import os
 from vlp_jax.config import from_file
 from vlp_jax.errors import ConfigError
 from vlp_jax.models.siglip_vit import SiglipViTTower
-
-LABEL = 'SigLIP 2'
-# What SigLIP 2 claims over SigLIP (its Tables 1-6): zero-shot and retrieval, then localisation (referring expressions
-# from frozen features, the same probe for both), dense features (segmentation) and the linear probe.
-METRICS = ('synthetic/zeroshot_top1', 'synthetic/mean_r1', 'synthetic/referring_probe_acc50',
-           'synthetic/segmentation_miou', 'synthetic/linear_probe_top1')
-CONTROL = 'siglip_regions'
-COMPUTE_CONTROL = 'siglip_compute'
-BASELINE = 'clip_regions'
 
 
 VARIANTS = ('naflex',)  # get_config's argument

@@ -8,8 +8,6 @@ import os
 
 from vlp_jax.config import from_file
 
-LABEL = 'SigLIP'  # benchmarks/methods.py, run `siglip`
-
 
 def get_config():
   config = from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shapes_base.py'))

@@ -9,7 +9,7 @@ horizontal flip. Two scale adaptations (docs/evidence.md):
     reason from how the scenes are made, not measured at the table's commit).
   - The SimCLR head is scaled to the tiny model's width 128: an MLP of 512 and an output of 128 (the paper: 4096 and
     256 for a width of 768).
-Each step runs the image tower on three views; `clip_slip_compute` (configs/experiments/) is CLIP trained for as many
+Each step runs the image tower on three views; `clip_slip_compute` (lab/experiments/) is CLIP trained for as many
 FLOPs. benchmarks/RESULTS.md has the comparison.
 
 python -m vlp_jax.main --config=configs/slip_shapes.py --workdir=/tmp/slip
@@ -17,10 +17,6 @@ python -m vlp_jax.main --config=configs/slip_shapes.py --workdir=/tmp/slip
 import os
 
 from vlp_jax.config import from_file
-
-LABEL = 'SLIP'  # benchmarks/methods.py, run `slip`
-METRICS = ('synthetic/zeroshot_top1', 'synthetic/linear_probe_top1')  # the paper's: zero-shot, then linear probe
-COMPUTE_CONTROL = 'clip_slip_compute'
 
 
 def get_config():

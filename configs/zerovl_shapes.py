@@ -5,7 +5,7 @@ embeddings, with the two-target loss) and word-level text augmentation (20% of t
 40% deleted), and the paper's trainable temperature initialised at 0.02 (appendix A.9). The same data, budget, seed
 and optimizer as configs/clip_shapes.py.
 
-Its control, configs/experiments/clip_zerovl_temperature.py, is CLIP with the same initial temperature on mixed
+Its control, lab/experiments/clip_zerovl_temperature.py, is CLIP with the same initial temperature on mixed
 batches, so that only ZeroVL's components differ; `zerovl_mixup`, `zerovl_single_source` and `zerovl_text_augment`
 each add one component alone. One adaptation to the data, which applies to the control as well (docs/evidence.md):
 A.9's image augmentation (RandomResizedCrop of 60-100% area and AutoAugment; configs/zerovl_multisource.py has it)
@@ -28,10 +28,6 @@ import math
 import os
 
 from vlp_jax.config import from_file
-
-LABEL = 'ZeroVL'  # benchmarks/methods.py, run `zerovl`
-CONTROL = 'clip_zerovl_temperature'
-METRICS = ('synthetic/rsum', 'synthetic/zeroshot_top1')  # the paper's: retrieval RSUM, then zero-shot
 
 
 def get_config():

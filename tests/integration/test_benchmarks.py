@@ -1,8 +1,7 @@
 """The benchmark scripts run end to end on the micro config (their figures are measured by hand, not asserted on
 timings here)."""
-from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT, jit_init
+from support import FAST_COMPILE_XLA_FLAGS, MICRO_CONFIG, ROOT
 import jax
-import numpy as np
 import pytest
 import json
 import os
@@ -59,44 +58,6 @@ def test_data_benchmark(tmp_path):
   assert [(r['pipeline'], r['workers']) for r in ratios] == [
       (p, w) for p in ('clip', 'cosmos', 'cosmos_device') for w in (0, 1)]
   assert {r['pipeline'] for r in rows if 'profile' in r} == {'clip', 'cosmos', 'cosmos_device'}
-
-
-@pytest.mark.slow  # compiles the towers several times over
-def test_batch_spread_statistics_of_a_batch_of_one_repeated_pair(micro):
-  """benchmarks/batch_spread.py: a batch of one pair repeated has identical embeddings (cosine 1), no logit spread
-  and the chance loss ln B; a batch of different pairs has less than cosine 1 and some spread."""
-  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-  from batch_spread import batch_statistics
-  objective = objectives.build(micro, models.build_model(micro.model))
-  params, state = jit_init(objective.init_variables)(jax.random.key(0))  # eager init compiles op by op
-  rng = np.random.default_rng(0)
-  size, length, batch = micro.model.vision.image_size, micro.model.text.context_length, 8
-  images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
-  texts = rng.integers(1, 1000, (batch, length)).astype(np.int32)
-  repeated = batch_statistics(objective, params, state, {'image': np.repeat(images[:1], batch, 0),
-                                                          'text': np.repeat(texts[:1], batch, 0)})
-  assert abs(repeated['image_cosine'] - 1) < 1e-5 and repeated['logit_std'] < 1e-4
-  assert abs(repeated['loss'] - np.log(batch)) < 1e-4
-  different = batch_statistics(objective, params, state, {'image': images, 'text': texts})
-  assert different['image_cosine'] < 0.999 and different['logit_std'] > 1e-3 and different['grad_norm'] > 0
-
-
-def test_background_shift_is_zero_for_unmoved_features_and_one_for_another_scene():
-  """benchmarks/background_cue.py: features that ignore the new background give 0; features of unrelated images
-  give about 1 (as far apart as two different scenes); the features' norms do not matter."""
-  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-  from background_cue import background_shift, parse_runs
-  rng = np.random.default_rng(0)
-  features = rng.normal(size=(400, 16)) + 0.5
-  assert background_shift(features, 3.0 * features) < 1e-12
-  assert abs(background_shift(features, rng.normal(size=(400, 16)) + 0.5) - 1) < 0.1
-  partly = features + rng.normal(size=features.shape)  # a shift between the two
-  assert 0.1 < background_shift(features, partly) < 0.6
-  with pytest.raises(ValueError, match=r'\(400, 16\) and \(400, 8\)'):
-    background_shift(features, features[:, :8])
-  assert parse_runs('clip=/a,slip=/b/c') == [('clip', '/a'), ('slip', '/b/c')]
-  with pytest.raises(ValueError, match="--runs has '/a'"):
-    parse_runs('/a')
 
 
 def _jsonl(path) -> list[dict]:

@@ -1,14 +1,9 @@
 """The embedded dataset's novel subset (synthetic_novel, synthetic_long_novel): the held-out examples that share
 neither an exact short caption nor a scene layout with any train example, checked against the decoded records."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from support import MICRO_CONFIG, ROOT
 
 from vlp_jax import evalsets, evaluation
 from vlp_jax.data import pipeline, synthetic
@@ -137,17 +132,3 @@ def test_the_memory_estimate_bounds_the_novel_sets_as_loaded(micro):
     assert cost.held_bytes >= loaded.images.nbytes + (0 if loaded.train_images is None else
                                                        loaded.train_images.nbytes)
   assert budget.set_cost('synthetic_novel', micro).probe_images == 30
-
-
-@pytest.mark.slow
-def test_the_benchmark_prints_the_subset_of_the_configured_dataset(micro):
-  """benchmarks/novel_subset.py, the command docs/evidence.md quotes, prints what novel_subset gives."""
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'novel_subset.py'),
-                           f'--config={MICRO_CONFIG}'], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, 'VLP_JAX_CACHE': micro.data.cache_dir})
-  assert result.returncode == 0, result.stderr[-3000:]
-  row = json.loads(result.stdout.splitlines()[-1])
-  subset = novel_subset(synthetic.spec_from_config(micro.data), 'test', micro.data.cache_dir)
-  assert row == {'split': 'test', 'examples': subset.total, 'novel': len(subset.keys),
-                 'caption_seen': round(subset.caption_seen, 4), 'layout_seen': round(subset.layout_seen, 4),
-                 'digest': synthetic.spec_from_config(micro.data).digest()}
