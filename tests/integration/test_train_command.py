@@ -11,7 +11,7 @@ import pytest
 
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.cli import convert, embed, evaluate, weights
+from vlp_jax.cli import convert_command, embed_command, evaluate_command, weights_command
 from vlp_jax.training.checkpoint import load_config
 
 
@@ -137,5 +137,6 @@ def test_every_command_exits_2_on_a_bad_request_or_a_bad_flag(command, tmp_path)
 
 
 def test_each_commands_error_is_a_bad_request():
-  for error in (evaluate.EvaluateError, embed.EmbedError, weights.WeightsError, convert.ConvertError):
+  for error in (evaluate_command.EvaluateError, embed_command.EmbedError, weights_command.WeightsError,
+                convert_command.ConvertError):
     assert issubclass(error, errors.ConfigError) and errors.exit_code(error('bad')) == errors.EXIT_CONFIG == 2

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
 from vlp_jax.evalsets.prompts import TEMPLATE_SETS
-from vlp_jax.evaluation import naflex
+from vlp_jax.evaluation import naflex_budgets
 from vlp_jax.evaluation.base import EVALUATORS, Evaluator, evaluator, has_field
 from vlp_jax.evaluation.encoder import Encoder
 
@@ -109,7 +109,7 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
   devices only when its turn comes. after_variant(prefix, seconds its evaluation took): called while the encoder
   still holds that variant's variables (to draw its plots, say).
   naflex_max_patches: `config.eval.naflex_max_patches`; zero-shot and retrieval again at each of these NaFlex patch
-  budgets, as eval/<dataset>/<prefix>naflex<budget>_<metric> (evaluation/naflex.py), from the eval sets' images
+  budgets, as eval/<dataset>/<prefix>naflex<budget>_<metric> (evaluation/naflex_budgets.py), from the eval sets' images
   made with `preprocessing` (the model's).
   """
   results = {}
@@ -118,10 +118,10 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
     began = time.perf_counter()
     results.update(run_evaluations(encoder, eval_sets, tasks, prefix, templates))
     if naflex_max_patches:
-      for budget, budget_encoder in naflex.budget_encoders(encoder, tuple(naflex_max_patches),
-                                                           encoder.model.vision.patch_size, preprocessing):
-        results.update(run_evaluations(budget_encoder, eval_sets, naflex.naflex_tasks(tasks), prefix + budget,
-                                       templates))
+      for budget, budget_encoder in naflex_budgets.budget_encoders(encoder, tuple(naflex_max_patches),
+                                                                   encoder.model.vision.patch_size, preprocessing):
+        results.update(run_evaluations(budget_encoder, eval_sets, naflex_budgets.naflex_tasks(tasks),
+                                       prefix + budget, templates))
     if after_variant is not None:
       after_variant(prefix, time.perf_counter() - began)
   return results

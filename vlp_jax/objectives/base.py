@@ -7,7 +7,7 @@
       -> (features, model_state)                    BatchNorm uses batch statistics; ZeroVL's text-embedding mixup)
   loss(features, params, step) -> (loss, metrics)   batch-level and pure: logit and affinity matrices live here
 
-`forward` chains the first three. Decoupled gradient accumulation (training/accumulation.py) runs `features` per
+`forward` chains the first three. Decoupled gradient accumulation (vlp_jax/accumulation.py) runs `features` per
 micro-batch and differentiates `batch_features` + `loss` on the whole batch of features, so an objective is exact
 under it as long as `features` is per example. The model state holds non-trained variables (BatchNorm statistics,
 an EMA teacher); it is an empty dict for a plain ViT CLIP.

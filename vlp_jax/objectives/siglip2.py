@@ -70,7 +70,7 @@ from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_
 from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.models.naflex import NaflexImages, sequence_lengths
+from vlp_jax.models.naflex_inputs import NaflexImages, sequence_lengths
 from vlp_jax.objectives.base import OBJECTIVES, ema_update, example_rngs, num_rows, tower_rngs
 from vlp_jax.objectives.siglip import SiglipBase
 from vlp_jax.objectives.views import ClipViews

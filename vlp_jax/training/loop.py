@@ -22,7 +22,7 @@ from vlp_jax.evalsets import budget as eval_budget
 from vlp_jax.data import formats, host_memory, pipeline
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_evaluated
-from vlp_jax.objectives.accumulation import num_micro_batches
+from vlp_jax.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards, stages, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
