@@ -86,6 +86,7 @@ def tower_variables(params: dict, model_state: dict) -> dict:
   """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
   return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
 
+
 def ema_update(teacher: Any, student: Any, momentum: float) -> Any:
   """theta_t <- momentum * theta_t + (1 - momentum) * theta_s, leaf by leaf (a teacher's update, an EMA of the
   weights)."""
