@@ -174,7 +174,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   """Compile `config`'s train step for `topology`; the report described in the module docstring."""
   import jax
   from vlp_jax import config as config_lib, models, objectives, parallel
-  from vlp_jax.objectives.accumulation import num_micro_batches
+  from vlp_jax.accumulation import num_micro_batches
   from vlp_jax.training.optim import make_optimizer
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.flops import program_cost

@@ -35,7 +35,7 @@ from vlp_jax.config import define_config_flag, validate  # noqa: E402
 from vlp_jax.data import formats, pipeline  # noqa: E402
 from vlp_jax.data.naflex_stage import batch_sequence_length  # noqa: E402
 from vlp_jax.evaluation import Encoder  # noqa: E402
-from vlp_jax.evaluation.naflex import BudgetEncoder  # noqa: E402
+from vlp_jax.evaluation.naflex_budgets import BudgetEncoder  # noqa: E402
 from vlp_jax.objectives.base import tower_variables  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402

@@ -47,7 +47,7 @@ from vlp_jax.config import from_file  # noqa: E402
 from vlp_jax.data import host_memory, shards  # noqa: E402
 from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
 from vlp_jax.evalsets import budget  # noqa: E402
-from vlp_jax.objectives.accumulation import num_micro_batches  # noqa: E402
+from vlp_jax.accumulation import num_micro_batches  # noqa: E402
 from vlp_jax.training.flops import function_flops, jaxpr_flops  # noqa: E402
 from vlp_jax.training.optim import make_optimizer  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402

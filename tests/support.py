@@ -142,7 +142,7 @@ def compiled_step(config, mesh, state=None):
   weights as the config says (config.accumulation, config.ema)."""
   import jax
   from vlp_jax import parallel
-  from vlp_jax.objectives.accumulation import num_micro_batches
+  from vlp_jax.accumulation import num_micro_batches
   from vlp_jax.training.step import compile_train_step
   objective, tx = build_objective(config)
   state = initial_state(config) if state is None else state
@@ -171,14 +171,14 @@ def _jitted_loss_and_grads(objective, mode, num_micro):
   the same shapes) runs the program it compiled."""
   import jax
   import jax.numpy as jnp
-  from vlp_jax.training import accumulation
+  from vlp_jax import accumulation
   fn = accumulation.loss_and_grad_fn(mode, num_micro)
   return jax.jit(lambda p, s, b, r: fn(objective, p, s, b, r, jnp.int32(4)))
 
 
 def accumulated_loss_and_grads(objective, params, state, batch, rng, mode, num_micro, mesh):
   """(loss, metrics, model_state, grads) on the host of one step's gradient computed whole or in `num_micro`
-  micro-batches (`mode`, training/accumulation.py), jitted on `mesh` at step 4."""
+  micro-batches (`mode`, vlp_jax/accumulation.py), jitted on `mesh` at step 4."""
   import jax
   from vlp_jax import parallel
   with jax.set_mesh(mesh):

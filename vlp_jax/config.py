@@ -13,7 +13,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_flags
 
-from vlp_jax import models, parallel
+from vlp_jax import accumulation, models, parallel
 from vlp_jax.data import device_augment, formats, image_ops, mixing, naflex_stage, resolution
 from vlp_jax.data.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
@@ -22,7 +22,7 @@ from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
 from vlp_jax.evaluation import EVALUATORS
 from vlp_jax.models.towers import DTYPES, VISION_TOWERS, vision_tower, with_tower_defaults
 from vlp_jax.models.transformer import ACTIVATIONS, ATTENTION_ROUTES, REMAT_POLICIES, check_attention
-from vlp_jax.objectives import OBJECTIVES, TERMS, accumulation, with_defaults
+from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
 from vlp_jax.registry import RegistryError, check_choice
 
 # config.log.wandb_mode (training/writer.py): wandb.init's mode.
@@ -66,7 +66,7 @@ def base_config() -> ml_collections.ConfigDict:
   # ema <- decay * ema + (1 - decay) * params. 0 = none; it weighs about the last 1 / (1 - decay) steps.
   c.ema = ml_collections.ConfigDict({'decay': 0.0})
   c.mesh = ml_collections.ConfigDict({'fsdp': 1, 'fsdp_min_size': 2**18})
-  # Gradient accumulation (training/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
+  # Gradient accumulation (vlp_jax/accumulation.py): 'none' | 'decoupled' (exact for every objective) |
   # 'microbatch' (per-example losses only). micro_batch_size: global rows per micro-batch; must divide batch_size.
   c.accumulation = ml_collections.ConfigDict({'mode': 'none', 'micro_batch_size': 0})
   # Continue pre-training: initialise the towers from a checkpoint (trained, or imported with vlp_jax.weights).
@@ -184,7 +184,7 @@ def _eval_config() -> ml_collections.ConfigDict:
       # zero-shot prompts: 'dataset' (each eval set's own set) or a set of evalsets/prompts.py for every set
       'templates': 'dataset',
       # zero-shot and retrieval again at each of these NaFlex patch budgets (a NaFlex image tower), as
-      # eval/<set>/naflex<budget>_<metric>; () = none (evaluation/naflex.py)
+      # eval/<set>/naflex<budget>_<metric>; () = none (evaluation/naflex_budgets.py)
       'naflex_max_patches': (),
   })
 

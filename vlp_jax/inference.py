@@ -25,7 +25,7 @@ from vlp_jax.data import records
 from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.data.tokenizer import tokenizer_for
 from vlp_jax.evaluation.encoder import Encoder
-from vlp_jax.models.naflex import NaflexImages
+from vlp_jax.models.naflex_inputs import NaflexImages
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint

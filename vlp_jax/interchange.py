@@ -2,7 +2,7 @@
 (SigLIP's .npz) imported into a new vlp_jax checkpoint, and a checkpoint's towers exported as open_clip, Hugging Face
 or big_vision files. The naming and
 config rules are models/interchange/; this module adds what needs the full config and the checkpoints (the layer
-above training/), for the weights command (cli/weights.py) and for scripts and tests, which find the rules'
+above training/), for the weights command (cli/weights_command.py) and for scripts and tests, which find the rules'
 `WeightsError` and `read_state_dict` here too.
 """
 from __future__ import annotations

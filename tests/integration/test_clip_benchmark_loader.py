@@ -1,5 +1,5 @@
-"""CLIP_benchmark on a vlp_jax checkpoint (vlp_jax/cli/clip_benchmark.py): the loader's model, transform and tokenizer
-give `vlp_jax.load`'s embeddings, and `python -m vlp_jax.clip_benchmark eval` runs CLIP_benchmark's zero-shot
+"""CLIP_benchmark on a vlp_jax checkpoint (vlp_jax/cli/clip_benchmark_command.py): the loader's model, transform and
+tokenizer give `vlp_jax.load`'s embeddings, and `python -m vlp_jax.clip_benchmark eval` runs CLIP_benchmark's zero-shot
 classification on a generated webdataset set to the accuracy computed here with `vlp_jax.load`.
 
 Without torchvision (CLIP_benchmark's CLI imports it, but never calls it for a webdataset set), the command's
@@ -22,7 +22,7 @@ from vlp_jax import errors, models
 from vlp_jax import interchange as weights
 
 torch = pytest.importorskip('torch', reason='the CLIP_benchmark loader returns torch tensors')
-from vlp_jax.cli import clip_benchmark  # noqa: E402  (imports torch)
+from vlp_jax.cli import clip_benchmark_command  # noqa: E402  (imports torch)
 
 CAPTIONS = ['a red circle', 'a drawing of a blue star', '', 'two green triangles ' * 10]
 CLASSES = ['red circle', 'green square', 'blue star', 'yellow triangle', 'white cross']
@@ -46,22 +46,22 @@ def _images(seed: int = 0) -> list[Image.Image]:
 
 
 def test_defaults_come_before_the_arguments_so_that_given_ones_win():
-  assert clip_benchmark.with_defaults(['eval', '--model=ema']) == [
+  assert clip_benchmark_command.with_defaults(['eval', '--model=ema']) == [
       'eval', '--model_type=vlp_jax', '--model=vlp_jax', '--output={dataset}_{model}_{language}_{task}.json',
       '--model=ema']
-  assert clip_benchmark.with_defaults(['build', 'a.json']) == ['build', 'a.json']
+  assert clip_benchmark_command.with_defaults(['build', 'a.json']) == ['build', 'a.json']
 
 
 def test_topk_accuracy():
   logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.3], [0.2, 0.3, 0.5], [0.0, 0.0, 1.0]])
   target = torch.tensor([1, 2, 0, 2])
-  assert clip_benchmark.topk_accuracy(logits, target, topk=(1, 2, 3)) == [0.5, 0.75, 1.0]
-  assert clip_benchmark.topk_accuracy(logits, target.float()) == [0.5]  # linear probes pass float targets
+  assert clip_benchmark_command.topk_accuracy(logits, target, topk=(1, 2, 3)) == [0.5, 0.75, 1.0]
+  assert clip_benchmark_command.topk_accuracy(logits, target.float()) == [0.5]  # linear probes pass float targets
 
 
 @pytest.mark.slow
 def test_loader_gives_the_embeddings_of_vlp_jax_load(checkpoint):
-  model, transform, tokenizer = clip_benchmark.load_vlp_jax('vlp_jax', checkpoint, None, 'cpu')
+  model, transform, tokenizer = clip_benchmark_command.load_vlp_jax('vlp_jax', checkpoint, None, 'cpu')
   assert model.eval() is model  # what CLIP_benchmark calls first
   loaded = vlp_jax.load(checkpoint)
   images = _images()
@@ -84,13 +84,13 @@ def test_loader_gives_the_embeddings_of_vlp_jax_load(checkpoint):
 
 @pytest.mark.slow
 def test_loader_rejects_what_it_cannot_load(checkpoint, tmp_path):
-  with pytest.raises(clip_benchmark.ClipBenchmarkError, match=r"--model='ViT-B-32'.*\['ema', 'vlp_jax'\]"):
-    clip_benchmark.load_vlp_jax('ViT-B-32', checkpoint)
+  with pytest.raises(clip_benchmark_command.ClipBenchmarkError, match=r"--model='ViT-B-32'.*\['ema', 'vlp_jax'\]"):
+    clip_benchmark_command.load_vlp_jax('ViT-B-32', checkpoint)
   with pytest.raises(errors.ConfigError, match='EMA'):
-    clip_benchmark.load_vlp_jax('ema', checkpoint)  # saved without one
+    clip_benchmark_command.load_vlp_jax('ema', checkpoint)  # saved without one
   with pytest.raises(FileNotFoundError, match='no checkpoint at'):
-    clip_benchmark.load_vlp_jax('vlp_jax', str(tmp_path / 'nothing'))
-  model, _, _ = clip_benchmark.load_vlp_jax('vlp_jax', checkpoint)
+    clip_benchmark_command.load_vlp_jax('vlp_jax', str(tmp_path / 'nothing'))
+  model, _, _ = clip_benchmark_command.load_vlp_jax('vlp_jax', checkpoint)
   with pytest.raises(ValueError, match=r'\[N, 3, H, W\]'):
     model.encode_image(torch.zeros(2, 16, 16, 3))
   with pytest.raises(ValueError, match=r'\[N, 16\] integer tokens'):

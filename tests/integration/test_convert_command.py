@@ -1,4 +1,4 @@
-"""The data converter (vlp_jax.convert: cli/convert.py over data/ingest/): every input format, skipped records,
+"""The data converter (vlp_jax.convert: cli/convert_command.py over data/ingest/): every input format, skipped records,
 colour modes, resizing, long captions, determinism across workers, idempotency, and its errors."""
 import io
 import json
@@ -20,7 +20,7 @@ from support import ROOT
 from vlp_jax.data import records, synthetic
 from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.cli import common
-from vlp_jax.cli import convert as convert_command
+from vlp_jax.cli import convert_command
 from vlp_jax.data.ingest import convert
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics

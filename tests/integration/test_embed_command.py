@@ -11,7 +11,7 @@ import pytest
 from support import FAST_COMPILE_XLA_FLAGS, ROOT
 from vlp_jax import models
 from vlp_jax import interchange as weights
-from vlp_jax.cli import embed
+from vlp_jax.cli import embed_command
 from vlp_jax.data import formats
 from vlp_jax.data import pipeline
 from vlp_jax.data.tokenizer import default_tokenizer
@@ -35,7 +35,7 @@ def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
   captions = ['a red circle', 'a drawing of a blue star', '']
   (tmp_path / 't.txt').write_text('\n'.join(captions) + '\n')
   out = str(tmp_path / 'out.npz')
-  embed.run(path, out, pixels=str(tmp_path / 'x.npy'), texts=str(tmp_path / 't.txt'), batch_size=16)
+  embed_command.run(path, out, pixels=str(tmp_path / 'x.npy'), texts=str(tmp_path / 't.txt'), batch_size=16)
   result = np.load(out)
   assert result['image_embeddings'].dtype == np.float32 and result['image_embeddings'].shape == (5, 32)
   assert result['text_embeddings'].shape == (3, 32)
@@ -52,7 +52,7 @@ def test_embed_pixels_and_texts_match_the_model(micro, checkpoint, tmp_path):
 
 def test_embed_dataset_split_is_keyed_and_ordered(micro, checkpoint, tmp_path):
   out = str(tmp_path / 'split.npz')
-  result = embed.run(checkpoint[0], out, dataset='synthetic', split='test', batch_size=16)
+  result = embed_command.run(checkpoint[0], out, dataset='synthetic', split='test', batch_size=16)
   examples = pipeline.read_all(formats.split_paths(micro.data, 'test'))
   assert list(np.load(out)['keys']) == [e['key'] for e in examples]
   assert result['image_embeddings'].shape == (len(examples), 32) == result['text_embeddings'].shape
@@ -65,8 +65,8 @@ def test_embed_dataset_split_is_keyed_and_ordered(micro, checkpoint, tmp_path):
 ])
 def test_embed_rejects_bad_pixels(checkpoint, tmp_path, pixels, message):
   np.save(tmp_path / 'x.npy', pixels)
-  with pytest.raises(embed.EmbedError, match=message):
-    embed.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'x.npy'))
+  with pytest.raises(embed_command.EmbedError, match=message):
+    embed_command.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'x.npy'))
 
 
 def _write_images(folder):
@@ -95,29 +95,29 @@ def _preprocessed_by_hand(path, size):
 def test_embed_image_files_as_the_evaluation_preprocesses_them(checkpoint, tmp_path):
   paths = _write_images(tmp_path / 'images')
   np.save(tmp_path / 'by_hand.npy', np.stack([_preprocessed_by_hand(p, 16) for p in paths]).astype(np.float32))
-  want = embed.run(checkpoint[0], str(tmp_path / 'npy.npz'), pixels=str(tmp_path / 'by_hand.npy'))
+  want = embed_command.run(checkpoint[0], str(tmp_path / 'npy.npz'), pixels=str(tmp_path / 'by_hand.npy'))
   (tmp_path / 'list.txt').write_text('images/a.jpg\n\nimages/b.png\n' + paths[2] + '\n')  # relative and absolute
   for spec in ('images', 'images/*.*g', 'list.txt'):
-    got = embed.run(checkpoint[0], str(tmp_path / 'files.npz'), pixels=str(tmp_path / spec), overwrite=True)
+    got = embed_command.run(checkpoint[0], str(tmp_path / 'files.npz'), pixels=str(tmp_path / spec), overwrite=True)
     assert list(got['image_files']) == paths, spec
     np.testing.assert_allclose(got['image_embeddings'], want['image_embeddings'], atol=1e-5, err_msg=spec)
   assert list(np.load(tmp_path / 'files.npz')['image_files']) == paths
-  one = embed.run(checkpoint[0], str(tmp_path / 'one.npz'), pixels=paths[1])
+  one = embed_command.run(checkpoint[0], str(tmp_path / 'one.npz'), pixels=paths[1])
   np.testing.assert_allclose(one['image_embeddings'], want['image_embeddings'][1:2], atol=1e-5)
 
 
 def test_embed_image_files_errors_name_the_file(checkpoint, tmp_path):
   (tmp_path / 'empty').mkdir()
-  with pytest.raises(embed.EmbedError, match='folder without image files'):
-    embed.image_files(str(tmp_path / 'empty'))
+  with pytest.raises(embed_command.EmbedError, match='folder without image files'):
+    embed_command.image_files(str(tmp_path / 'empty'))
   (tmp_path / 'list.txt').write_text('missing.png\n')
   with pytest.raises(FileNotFoundError, match='lists 1 files that do not exist, e.g. .*missing.png'):
-    embed.image_files(str(tmp_path / 'list.txt'))
+    embed_command.image_files(str(tmp_path / 'list.txt'))
   with pytest.raises(FileNotFoundError, match='matches no file'):
-    embed.image_files(str(tmp_path / '*.jpg'))
+    embed_command.image_files(str(tmp_path / '*.jpg'))
   (tmp_path / 'broken.jpg').write_bytes(b'not a jpeg')
-  with pytest.raises(embed.EmbedError, match='broken.jpg is not a readable image'):
-    embed.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'broken.jpg'))
+  with pytest.raises(embed_command.EmbedError, match='broken.jpg is not a readable image'):
+    embed_command.run(checkpoint[0], str(tmp_path / 'o.npz'), pixels=str(tmp_path / 'broken.jpg'))
   assert not (tmp_path / 'o.npz').exists()
 
 
@@ -125,11 +125,11 @@ def test_embed_never_overwrites_silently(checkpoint, tmp_path):
   (tmp_path / 't.txt').write_text('a cat\n')
   out = tmp_path / 'o.npz'
   out.write_bytes(b'precious')
-  with pytest.raises(embed.EmbedError, match='exists'):
-    embed.run(checkpoint[0], str(out), texts=str(tmp_path / 't.txt'))
+  with pytest.raises(embed_command.EmbedError, match='exists'):
+    embed_command.run(checkpoint[0], str(out), texts=str(tmp_path / 't.txt'))
   assert out.read_bytes() == b'precious'
-  with pytest.raises(embed.EmbedError, match='nothing to embed'):
-    embed.run(checkpoint[0], str(tmp_path / 'p.npz'))
+  with pytest.raises(embed_command.EmbedError, match='nothing to embed'):
+    embed_command.run(checkpoint[0], str(tmp_path / 'p.npz'))
 
 
 def test_continue_pretraining_starts_from_the_checkpoint(micro, checkpoint, tmp_path):

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 from vlp_jax import models
 from vlp_jax.cli import common
 from vlp_jax import interchange as weights
-from vlp_jax.cli import evaluate
+from vlp_jax.cli import evaluate_command
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import load_config
 from vlp_jax.training.loop import latest_eval, train_and_evaluate
@@ -40,7 +40,7 @@ def trained(data_cache, tmp_path_factory):
 def test_evaluate_equals_the_in_training_evaluation(trained, tmp_path):
   in_training = {k: v for k, v in latest_eval(trained).items()}
   assert {'eval/synthetic/zeroshot_top1', 'eval/synthetic/compositional_acc'} <= set(in_training)
-  results = evaluate.run(trained, output_dir=str(tmp_path / 'out'))
+  results = evaluate_command.run(trained, output_dir=str(tmp_path / 'out'))
   assert results == in_training  # bit-identical: same model, same eval set, same batches
   saved = json.loads((tmp_path / 'out' / 'eval_results.json').read_text())
   assert saved['metrics'] == in_training and saved['step'] == 3 and saved['split'] == 'test'
@@ -60,30 +60,30 @@ def test_evaluate_an_imported_checkpoint_gives_the_original_numbers(trained, tmp
                                     str(tmp_path / 'imported'))
   config = load_config(imported)
   config.data, config.eval = original.data, original.eval  # the same eval set, tasks and batch size
-  results, info = evaluate.evaluate(imported, evaluate.eval_config(config))
+  results, info = evaluate_command.evaluate(imported, evaluate_command.eval_config(config))
   assert info['step'] is None and results == latest_eval(trained)
 
 
 def test_bad_requests_fail_before_evaluating(trained, tmp_path):
   # --evals and --datasets set config.eval.tasks / .datasets: config.validate names the key and the valid choices.
   with pytest.raises(errors.ConfigError, match=r"config.eval.tasks has 'zeroshoot'.*valid choices: \[.*'affinity'"):
-    evaluate.run(trained, evals=['zeroshoot'], output_dir=str(tmp_path / 'a'))
+    evaluate_command.run(trained, evals=['zeroshoot'], output_dir=str(tmp_path / 'a'))
   with pytest.raises(errors.ConfigError, match="config.eval.datasets has 'imagenet'.*valid choices"):
-    evaluate.run(trained, dataset_names=['imagenet'], output_dir=str(tmp_path / 'a'))
+    evaluate_command.run(trained, dataset_names=['imagenet'], output_dir=str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
-    evaluate.run(str(tmp_path / 'nothing'))
+    evaluate_command.run(str(tmp_path / 'nothing'))
   out = tmp_path / 'kept'
   out.mkdir()
   (out / 'eval_results.json').write_text('{"earlier": 1}')
-  with pytest.raises(evaluate.EvaluateError, match='--overwrite'):
-    evaluate.run(trained, output_dir=str(out))
+  with pytest.raises(evaluate_command.EvaluateError, match='--overwrite'):
+    evaluate_command.run(trained, output_dir=str(out))
   assert (out / 'eval_results.json').read_text() == '{"earlier": 1}'  # nothing already written is lost
 
 
 def test_default_output_dir():
-  assert evaluate.default_output_dir('/w/run/checkpoints/300', 'digits-test') == '/w/run/eval/300/digits-test'
-  assert evaluate.default_output_dir('/w/imported/', 'digits-test') == '/w/imported-eval/digits-test'
+  assert evaluate_command.default_output_dir('/w/run/checkpoints/300', 'digits-test') == '/w/run/eval/300/digits-test'
+  assert evaluate_command.default_output_dir('/w/imported/', 'digits-test') == '/w/imported-eval/digits-test'
 
 
 def test_each_evaluation_of_a_checkpoint_keeps_its_own_results(trained, tmp_path):
@@ -91,8 +91,9 @@ def test_each_evaluation_of_a_checkpoint_keeps_its_own_results(trained, tmp_path
   its own results."""
   run = tmp_path / 'run'
   shutil.copytree(os.path.join(trained, 'checkpoints', '3'), run / 'checkpoints' / '3')
-  by_set = {name: evaluate.run(str(run), evals=['zeroshot'], dataset_names=[name]) for name in ('synthetic', 'digits')}
-  folders = {name: run / 'eval' / '3' / evaluate.results_key([name], 'test', {'eval.tasks': ['zeroshot']})
+  by_set = {name: evaluate_command.run(str(run), evals=['zeroshot'], dataset_names=[name])
+            for name in ('synthetic', 'digits')}
+  folders = {name: run / 'eval' / '3' / evaluate_command.results_key([name], 'test', {'eval.tasks': ['zeroshot']})
              for name in by_set}
   assert sorted(os.listdir(run / 'eval' / '3')) == sorted(folder.name for folder in folders.values())
   for name, folder in folders.items():
@@ -101,10 +102,11 @@ def test_each_evaluation_of_a_checkpoint_keeps_its_own_results(trained, tmp_path
     assert f'eval/{name}/zeroshot_top1' in saved['metrics']
   kept = (folders['synthetic'] / 'eval_results.json').read_bytes()
   (folders['digits'] / 'eval_results.json').write_text('{"earlier": 1}')
-  with pytest.raises(evaluate.EvaluateError, match='--overwrite'):
-    evaluate.run(str(run), evals=['zeroshot'], dataset_names=['digits'])
+  with pytest.raises(evaluate_command.EvaluateError, match='--overwrite'):
+    evaluate_command.run(str(run), evals=['zeroshot'], dataset_names=['digits'])
   assert (folders['digits'] / 'eval_results.json').read_text() == '{"earlier": 1}'
-  assert evaluate.run(str(run), evals=['zeroshot'], dataset_names=['digits'], overwrite=True) == by_set['digits']
+  again = evaluate_command.run(str(run), evals=['zeroshot'], dataset_names=['digits'], overwrite=True)
+  assert again == by_set['digits']
   assert json.loads((folders['digits'] / 'eval_results.json').read_text())['metrics'] == by_set['digits']
   assert (folders['synthetic'] / 'eval_results.json').read_bytes() == kept  # the other evaluation is untouched
 
@@ -150,7 +152,7 @@ def test_a_checkpoint_from_an_earlier_version_gets_the_new_keys_at_their_default
   config = load_config(str(old))
   assert config.model.vision.type == 'vit' and config.data.max_bad_fraction == 0.1
   assert config.model.vision.width == saved['model']['vision']['width']  # saved values are kept
-  results = evaluate.run(str(old), evals=['zeroshot', 'retrieval'], output_dir=str(tmp_path / 'out'))
+  results = evaluate_command.run(str(old), evals=['zeroshot', 'retrieval'], output_dir=str(tmp_path / 'out'))
   assert results == {k: v for k, v in latest_eval(trained).items() if 'affinity' not in k and 'compos' not in k}
 
 
@@ -181,8 +183,9 @@ def test_compositional_benchmarks_from_local_files(trained, tmp_path):
   overrides = _overrides(f'--config.data.sugarcrepe_dir={tmp_path / "sugarcrepe"}',
                          f'--config.data.sugarcrepe_images={tmp_path / "coco"}',
                          f'--config.data.winoground_dir={tmp_path / "winoground"}')
-  results = evaluate.run(trained, evals=['compositional', 'retrieval'], dataset_names=['sugarcrepe', 'winoground'],
-                         output_dir=str(tmp_path / 'out'), overrides=overrides)
+  results = evaluate_command.run(trained, evals=['compositional', 'retrieval'],
+                                 dataset_names=['sugarcrepe', 'winoground'], output_dir=str(tmp_path / 'out'),
+                                 overrides=overrides)
   sugarcrepe = {k.split('/')[-1]: v for k, v in results.items() if k.startswith('eval/sugarcrepe/')}
   assert {'compositional_acc_add_att', 'compositional_acc_swap_obj', 'compositional_chance'} <= set(sugarcrepe)
   pooled = (3 * sugarcrepe['compositional_acc_add_att'] + 2 * sugarcrepe['compositional_acc_swap_obj']) / 5
@@ -190,7 +193,7 @@ def test_compositional_benchmarks_from_local_files(trained, tmp_path):
   assert {'eval/winoground/winoground_text', 'eval/winoground/winoground_group'} <= set(results)
   assert not any('i2t' in k for k in results)  # neither set has retrieval captions
   with pytest.raises(errors.DataNotFoundError, match='github.com/RAIVNLab/sugar-crepe'):
-    evaluate.run(trained, dataset_names=['sugarcrepe'], output_dir=str(tmp_path / 'missing'))
+    evaluate_command.run(trained, dataset_names=['sugarcrepe'], output_dir=str(tmp_path / 'missing'))
 
 
 def _overrides(*args):
@@ -198,7 +201,7 @@ def _overrides(*args):
   own, so absl's FLAGS stay untouched)."""
   argv = ['evaluate', *args]
   flag_values = flags.FlagValues()
-  evaluate.define_config_overrides(flag_values, argv)
+  evaluate_command.define_config_overrides(flag_values, argv)
   common.parse_flags(argv, flag_values)
   return config_flags.get_override_values(flag_values['config'])
 
@@ -210,22 +213,22 @@ def test_config_overrides_are_typed_and_checked(trained):
   assert _overrides('--config.eval.datasets=synthetic', '--config.eval.datasets=digits') == {
       'eval.datasets': ('synthetic', 'digits')}
   assert _overrides("--config.eval.datasets=('synthetic', 'digits')") == {'eval.datasets': ('synthetic', 'digits')}
-  assert evaluate.eval_config(config, overrides=_overrides('--config.eval.split=val')).eval.split == 'val'
+  assert evaluate_command.eval_config(config, overrides=_overrides('--config.eval.split=val')).eval.split == 'val'
   with pytest.raises(errors.ConfigError, match=r"--config.data.eval_max_examples=many: invalid literal for int"):
     _overrides('--config.data.eval_max_examples=many')
   with pytest.raises(errors.ConfigError, match=r"unknown config key 'config.data.tfds_directory'; valid keys"):
-    evaluate.eval_config(config, overrides=_overrides('--config.data.tfds_directory=/x'))
+    evaluate_command.eval_config(config, overrides=_overrides('--config.data.tfds_directory=/x'))
   with pytest.raises(errors.ConfigError, match='eval_max_examples must be 0'):
-    evaluate.eval_config(config, overrides=_overrides('--config.data.eval_max_examples=-1'))
+    evaluate_command.eval_config(config, overrides=_overrides('--config.data.eval_max_examples=-1'))
   with pytest.raises(errors.ConfigError, match=r"config.eval.split='train' is not valid; valid choices"):
-    evaluate.eval_config(config, split='train')  # the convenience flags are checked by config.validate too
+    evaluate_command.eval_config(config, split='train')  # the convenience flags are checked by config.validate too
   with pytest.raises(errors.ConfigError, match='eval.batch_size must be a positive integer'):
-    evaluate.eval_config(config, batch_size=0)
+    evaluate_command.eval_config(config, batch_size=0)
 
 
 def test_plots_flag_writes_the_figures(trained, tmp_path):
   out = tmp_path / 'plots'
-  evaluate.run(trained, evals=['zeroshot'], output_dir=str(out), plots=True)
+  evaluate_command.run(trained, evals=['zeroshot'], output_dir=str(out), plots=True)
   written = sorted(os.listdir(out))
   assert written == ['eval_results.json', 'eval_results.md', 'synthetic_affinity_hist.png', 'synthetic_retrieval.png',
                      'synthetic_tsne.png']

@@ -26,7 +26,7 @@ import chex
 
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.cli import train as train_command
+from vlp_jax.cli import train_command
 from vlp_jax.training import checkpoint, loop
 from vlp_jax.training.checkpoint import MANIFEST, file_digests
 

@@ -10,7 +10,7 @@ from PIL import Image
 import vlp_jax
 from vlp_jax import models
 from vlp_jax import interchange as weights
-from vlp_jax.cli import embed
+from vlp_jax.cli import embed_command
 from vlp_jax.data import image_ops
 from vlp_jax.data import records
 from vlp_jax.data.tokenizer import default_tokenizer
@@ -62,7 +62,7 @@ def _embed_cli(checkpoint, tmp_path, name, pixels=None, texts=None) -> dict:
   if texts is not None:
     (tmp_path / f'{name}.txt').write_text('\n'.join(texts) + '\n')
     args['texts'] = str(tmp_path / f'{name}.txt')
-  return embed.run(str(checkpoint), str(tmp_path / f'{name}.npz'), **args)
+  return embed_command.run(str(checkpoint), str(tmp_path / f'{name}.npz'), **args)
 
 
 def test_image_embeddings_equal_embeds_for_pil_uint8_and_float(loaded, workdir, tmp_path):

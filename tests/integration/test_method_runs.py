@@ -8,7 +8,7 @@ import pytest
 
 from vlp_jax import interchange, models, parallel
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.cli import embed
+from vlp_jax.cli import embed_command
 from vlp_jax.config import with_term
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
@@ -24,7 +24,7 @@ def test_mimic_end_to_end_with_pre_extracted_teacher(micro, tmp_path):
   params, state = models.init_variables(models.build_model(micro.model), jax.random.key(9))
   teacher = interchange.save_checkpoint(str(tmp_path / 'teacher'), jax.tree.map(np.asarray, params), state, micro)
   table = str(tmp_path / 'teacher.npz')
-  embed.run(teacher, table, dataset='synthetic', split='train', batch_size=32)
+  embed_command.run(teacher, table, dataset='synthetic', split='train', batch_size=32)
   micro.data.teacher_embeddings = table
   with_term(micro, 'saco', alpha=1.0, beta=1.0, normalization='mean')
   micro.total_steps = 2

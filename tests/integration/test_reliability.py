@@ -16,7 +16,7 @@ from support import MICRO_CONFIG, ROOT, wait_for_step
 import pytest
 
 from vlp_jax import parallel
-from vlp_jax.cli import weights
+from vlp_jax.cli import weights_command
 from vlp_jax.data import formats
 from vlp_jax import errors
 from vlp_jax.training.checkpoint import Checkpointer
@@ -206,16 +206,16 @@ def test_bad_weight_files_give_a_clear_error_and_run_nothing(tmp_path, capsys):
   truncated.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
   args = lambda path: ['import', '--format=open_clip', '--model=ViT-B-32', f'--input={path}',  # noqa: E731
                        f'--output={tmp_path / "out"}']
-  assert weights.main(args(truncated)) == 2
+  assert weights_command.main(args(truncated)) == 2
   assert 'truncated.safetensors is not a readable .safetensors file (truncated or corrupt?)' in capsys.readouterr().err
-  assert weights.main(args(good)) == 2  # the wrong architecture: every missing key is listed
+  assert weights_command.main(args(good)) == 2  # the wrong architecture: every missing key is listed
   assert 'missing parameters' in capsys.readouterr().err
   torch = pytest.importorskip('torch', reason='torch is needed to write .pt files')
   torch.save({'w': torch.zeros(3)}, str(tmp_path / 'whole.pt'))
   (tmp_path / 'cut.pt').write_bytes((tmp_path / 'whole.pt').read_bytes()[:200])
-  assert weights.main(args(tmp_path / 'cut.pt')) == 2
+  assert weights_command.main(args(tmp_path / 'cut.pt')) == 2
   assert 'could not be read as a torch state dict (truncated or corrupt?)' in capsys.readouterr().err
   torch.save({'x': _Payload()}, str(tmp_path / 'evil.pt'))
-  assert weights.main(args(tmp_path / 'evil.pt')) == 2
+  assert weights_command.main(args(tmp_path / 'evil.pt')) == 2
   assert 'unpickling them would run code' in capsys.readouterr().err
   assert not os.path.exists('/tmp/vlp_jax_pwned') and not (tmp_path / 'out').exists()

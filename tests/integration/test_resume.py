@@ -15,7 +15,7 @@ import pytest
 
 import vlp_jax
 from vlp_jax import models, parallel
-from vlp_jax.cli import evaluate
+from vlp_jax.cli import evaluate_command
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.training.checkpoint import Checkpointer
@@ -95,7 +95,7 @@ def test_the_ema_is_evaluated_beside_the_weights_in_training_and_by_the_evaluate
   assert 'eval/synthetic/zeroshot_top1' in plain and 'eval/synthetic/i2t_r1' in plain
   assert {k.replace('eval/synthetic/', 'eval/synthetic/ema_') for k in plain} <= set(in_training)
   # The command evaluates the checkpoint's EMA too, with the numbers of the in-training evaluation.
-  assert evaluate.run(runs['full_dir'], output_dir=str(tmp_path / 'out')) == in_training
+  assert evaluate_command.run(runs['full_dir'], output_dir=str(tmp_path / 'out')) == in_training
 
 
 def test_load_with_ema_embeds_with_the_ema_of_the_weights(runs):

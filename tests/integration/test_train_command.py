@@ -11,7 +11,7 @@ import pytest
 
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.cli import convert, embed, evaluate, weights
+from vlp_jax.cli import convert_command, embed_command, evaluate_command, weights_command
 from vlp_jax.training.checkpoint import load_config
 
 
@@ -49,6 +49,9 @@ def test_cli_trains_evaluates_checkpoints_and_resumes(tmp_path):
                 '--config.total_steps=2', '--config.log.peak_device_tflops=1'], tmp_path)
   assert first.returncode == 0, first.stderr[-3000:]
   assert 'step 2/2' in first.stdout and 'samples/s' in first.stdout
+  # what is evaluated, said once before the first step; no task is skipped here, so no hint of --verbose
+  assert first.stdout.count('Eval sets: ') == 1 and 'Eval sets: synthetic (zeroshot, retrieval, affinity)\n' in \
+      first.stdout.split('Compiling the train step')[0]
   assert 'GFLOP per device, from XLA; the architecture: ' in first.stdout and '| MFU ' in first.stdout
   logged = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert any(r.get('perf/mfu', 0) > 0 and r.get('perf/mfu_executed', 0) > 0 for r in logged)
@@ -137,5 +140,6 @@ def test_every_command_exits_2_on_a_bad_request_or_a_bad_flag(command, tmp_path)
 
 
 def test_each_commands_error_is_a_bad_request():
-  for error in (evaluate.EvaluateError, embed.EmbedError, weights.WeightsError, convert.ConvertError):
+  for error in (evaluate_command.EvaluateError, embed_command.EmbedError, weights_command.WeightsError,
+                convert_command.ConvertError):
     assert issubclass(error, errors.ConfigError) and errors.exit_code(error('bad')) == errors.EXIT_CONFIG == 2

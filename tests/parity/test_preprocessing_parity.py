@@ -13,7 +13,7 @@ import pytest
 
 import vlp_jax
 from vlp_jax import models
-from vlp_jax.cli import embed
+from vlp_jax.cli import embed_command
 from vlp_jax.data import image_ops
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
@@ -119,9 +119,9 @@ def test_transformers_siglip_sees_the_pixels_of_its_own_processor(family, tmp_pa
   for index, image in enumerate(_images()):
     image.save(tmp_path / f'{index}.png')
   files = sorted(str(path) for path in tmp_path.glob('*.png'))
-  got = embed.run(ckpt, str(tmp_path / 'emb.npz'), pixels=str(tmp_path / '*.png'))['image_embeddings']
+  got = embed_command.run(ckpt, str(tmp_path / 'emb.npz'), pixels=str(tmp_path / '*.png'))['image_embeddings']
   assert np.abs(got - want[[int(os.path.basename(f)[:-4]) for f in files]]).max() < PARITY_ATOL
-  clip_benchmark = pytest.importorskip('vlp_jax.cli.clip_benchmark')  # needs torch, as CLIP_benchmark
+  clip_benchmark = pytest.importorskip('vlp_jax.cli.clip_benchmark_command')  # needs torch, as CLIP_benchmark
   _, transform, _ = clip_benchmark.load_vlp_jax('vlp_jax', ckpt)
   np.testing.assert_allclose(np.stack([transform(image).numpy() for image in _images()]),
                              processor(images=_images(), return_tensors='np')['pixel_values'], atol=1e-5)

@@ -15,7 +15,7 @@ from vlp_jax.data import image_ops
 from vlp_jax.data.naflex import naflex_patches
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
-from vlp_jax.models.naflex import NaflexImages
+from vlp_jax.models.naflex_inputs import NaflexImages
 from vlp_jax.training.checkpoint import load_config
 
 from support import randomize_torch_weights

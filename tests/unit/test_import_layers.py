@@ -18,6 +18,8 @@ LAYERS = (
     ('inference', 'interchange'),
     ('training',),
     ('config',),
+    # Gradient accumulation: config validation checks its modes, and it splits the objectives' interface.
+    ('accumulation',),
     ('objectives',),
     ('evaluation',),
     ('evalsets',),

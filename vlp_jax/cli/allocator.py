@@ -27,7 +27,7 @@ SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))
 def retain_freed_memory() -> bool:
   """Set glibc's malloc to reuse large freed blocks (one arena, no mmap, no trim); True when set. A no-op (False) off
   Linux, without glibc (musl has no mallopt), or with VLP_JAX_MALLOC=default. It must run before the threads that
-  allocate make their own arenas, so the train command (cli/train.py `run_command`) calls it first, before jax
+  allocate make their own arenas, so the train command (cli/train_command.py `run_command`) calls it first, before jax
   starts its CPU client; importing vlp_jax does not."""
   if sys.platform != 'linux' or os.environ.get('VLP_JAX_MALLOC', '') == 'default':
     return False

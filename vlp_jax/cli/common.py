@@ -4,10 +4,13 @@ A command is `define_flags` (its absl flags, defined when it runs, so that the c
 process) and `command(argv, flag_values)`, which raises the user-facing errors of vlp_jax/errors.py. `run` gives
 every one of them the same exit codes (`errors.exit_code`): a bad flag (unknown, missing, of the wrong type), an
 unexpected argument and a bad request (each command's error is an `errors.ConfigError`) all exit 2 with one
-`error: ...` line on stderr and no traceback; anything else is a bug and raises.
+`error: ...` line on stderr and no traceback; anything else is a bug and raises. A command with `--verbose`
+(`define_verbose_flag`) prints the package's INFO log lines too (`show_details`): details such as why an eval set
+skips a task, which the default output leaves out.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from typing import Any, Callable, Sequence
@@ -18,6 +21,31 @@ from vlp_jax import errors
 
 HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml', '?')  # absl's
 Command = Callable[..., Any]  # command(argv, flag_values=flags.FLAGS): argv[0] is the program, then the arguments
+PACKAGE_LOGGER = 'vlp_jax'  # the library's modules log to children of it (logging.getLogger(__name__))
+
+
+class _PrintLines(logging.Handler):
+  """Each log record printed as its bare message on the current stdout, as the commands print everything else."""
+
+  def emit(self, record: logging.LogRecord) -> None:
+    print(self.format(record), flush=True)
+
+
+def define_verbose_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  flags.DEFINE_bool('verbose', False, 'Also print details, such as why an eval set skips a task (what it lacks).',
+                    flag_values=flag_values)
+
+
+def show_details(verbose: bool) -> None:
+  """With `verbose`, the package's INFO log lines are printed as plain lines on stdout; without, the package logs as
+  before (warnings only, through absl). Called once per command, so a second in-process run starts afresh."""
+  logger = logging.getLogger(PACKAGE_LOGGER)
+  for handler in [h for h in logger.handlers if isinstance(h, _PrintLines)]:
+    logger.removeHandler(handler)
+  logger.setLevel(logging.INFO if verbose else logging.NOTSET)
+  logger.propagate = not verbose
+  if verbose:
+    logger.addHandler(_PrintLines())
 
 
 def exit_on_user_error(fn: Callable[..., Any], *args, **kwargs) -> Any:

@@ -1,19 +1,23 @@
 """Evaluation: `Encoder` (the one door to the model), the evaluators registered in `EVALUATORS` (base.py; one module
 each: zeroshot, retrieval, affinity, segmentation, compositional, linear_probe, referring, captioning),
 `run_evaluations`, which names their results `eval/<dataset>/<metric>`, `evaluate_variants`, which runs them for
-each set of variables to evaluate (the trained model, a teacher, an EMA of the weights), and `report_skipped_tasks`,
-which says once which evaluators do not apply to which set, and why."""
+each set of variables to evaluate (the trained model, a teacher, an EMA of the weights), and `report_evaluated`,
+which says once, in one line, which evaluators run on which set (and, at INFO on this package's logger, why the others
+do not apply: the commands' --verbose)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Callable, Iterable
 
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
 from vlp_jax.evalsets.prompts import TEMPLATE_SETS
-from vlp_jax.evaluation import naflex
+from vlp_jax.evaluation import naflex_budgets
 from vlp_jax.evaluation.base import EVALUATORS, Evaluator, evaluator, has_field
 from vlp_jax.evaluation.encoder import Encoder
+
+LOG = logging.getLogger(__name__)
 
 
 def with_templates(eval_set, choice: str = 'dataset'):
@@ -49,10 +53,30 @@ def skipped_tasks(eval_sets: list, tasks: tuple[str, ...]) -> list[str]:
   return lines
 
 
-def report_skipped_tasks(eval_sets: list, tasks: tuple[str, ...]) -> None:
-  """Print `skipped_tasks` once, when the eval sets are loaded, rather than skip them silently at each evaluation."""
-  for line in skipped_tasks(eval_sets, tasks):
-    print(f'Eval set {line}', flush=True)
+def evaluated_line(eval_sets: list, tasks: tuple[str, ...]) -> str:
+  """One line naming, for each eval set, the tasks that apply to it, sets with the same tasks together, e.g.
+  'Eval sets: synthetic (zeroshot, retrieval); coco, flickr (retrieval)'; '' without eval sets. When a task does
+  not apply to some set, the line ends by saying that `skipped_tasks` (the commands' --verbose) gives the reasons."""
+  if not eval_sets:
+    return ''
+  by_tasks: dict[tuple[str, ...], list[str]] = {}
+  for eval_set in eval_sets:
+    applied = tuple(task for task in tasks if EVALUATORS.get(task).applies(eval_set))
+    by_tasks.setdefault(applied, []).append(eval_set.name)
+  groups = [f'{", ".join(names)} ({", ".join(applied) or "no task applies"})' for applied, names in by_tasks.items()]
+  skipped = any(applied != tuple(tasks) for applied in by_tasks)
+  return f'Eval sets: {"; ".join(groups)}' + ('; tasks not listed do not apply (--verbose says why)'
+                                              if skipped else '')
+
+
+def report_evaluated(eval_sets: list, tasks: tuple[str, ...]) -> None:
+  """Print `evaluated_line` once, when the eval sets are loaded, rather than skip tasks silently at each evaluation;
+  log `skipped_tasks` at INFO (shown by the commands' --verbose)."""
+  line = evaluated_line(eval_sets, tasks)
+  if line:
+    print(line, flush=True)
+  for skipped in skipped_tasks(eval_sets, tasks):
+    LOG.info('Eval set %s', skipped)
 
 
 def run_evaluations(encoder: Encoder, eval_sets: list, tasks: tuple[str, ...], prefix: str = '',
@@ -85,7 +109,7 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
   devices only when its turn comes. after_variant(prefix, seconds its evaluation took): called while the encoder
   still holds that variant's variables (to draw its plots, say).
   naflex_max_patches: `config.eval.naflex_max_patches`; zero-shot and retrieval again at each of these NaFlex patch
-  budgets, as eval/<dataset>/<prefix>naflex<budget>_<metric> (evaluation/naflex.py), from the eval sets' images
+  budgets, as eval/<dataset>/<prefix>naflex<budget>_<metric> (evaluation/naflex_budgets.py), from the eval sets' images
   made with `preprocessing` (the model's).
   """
   results = {}
@@ -94,14 +118,14 @@ def evaluate_variants(encoder: Encoder, variants: Iterable[tuple[str, dict]], ev
     began = time.perf_counter()
     results.update(run_evaluations(encoder, eval_sets, tasks, prefix, templates))
     if naflex_max_patches:
-      for budget, budget_encoder in naflex.budget_encoders(encoder, tuple(naflex_max_patches),
-                                                           encoder.model.vision.patch_size, preprocessing):
-        results.update(run_evaluations(budget_encoder, eval_sets, naflex.naflex_tasks(tasks), prefix + budget,
-                                       templates))
+      for budget, budget_encoder in naflex_budgets.budget_encoders(encoder, tuple(naflex_max_patches),
+                                                                   encoder.model.vision.patch_size, preprocessing):
+        results.update(run_evaluations(budget_encoder, eval_sets, naflex_budgets.naflex_tasks(tasks),
+                                       prefix + budget, templates))
     if after_variant is not None:
       after_variant(prefix, time.perf_counter() - began)
   return results
 
 
-__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluate_variants', 'evaluator', 'missing_fields',
-           'report_skipped_tasks', 'run_evaluations', 'skipped_tasks', 'with_templates']
+__all__ = ['EVALUATORS', 'Encoder', 'Evaluator', 'evaluate_variants', 'evaluated_line', 'evaluator', 'missing_fields',
+           'report_evaluated', 'run_evaluations', 'skipped_tasks', 'with_templates']

@@ -7,7 +7,7 @@ import math
 
 import ml_collections
 
-from vlp_jax.models.clip import EMBEDDING_GRADS
+from vlp_jax.models.clip_model import EMBEDDING_GRADS
 from vlp_jax.models.resnet import ResNetTower
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.models.towers import VISION_TOWERS, check_heads, vision_tower

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from vlp_jax.errors import ConfigError
-from vlp_jax.models.naflex import (NaflexImages, PatchEmbedding, check_patch_embedding, patchify,
-                                   resized_position_embedding, sequence_lengths)
+from vlp_jax.models.naflex_inputs import (NaflexImages, PatchEmbedding, check_patch_embedding, patchify,
+                                          resized_position_embedding, sequence_lengths)
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS, VisionTower, check_heads, check_patch_dropout
 from vlp_jax.models.transformer import BlockStack, Mlp, Transformer, layer_norm
@@ -98,8 +98,8 @@ class SiglipVisionTransformer(nn.Module):
     saves nothing here. Patch dropout (`train` with `rng`): each image keeps K = max(1, int(N (1 - p))) of its N
     patches, drawn from rng[i] alone (vit.kept_patch_indices), and `tokens` are the kept ones.
 
-    NaflexImages (models/naflex.py): the same parameters; the patches embedded by a matmul with conv1's kernel, the
-    [g, g] position embedding resized to each image's (rows, cols) as torch's antialiased bilinear interpolation
+    NaflexImages (models/naflex_inputs.py): the same parameters; the patches embedded by a matmul with conv1's kernel,
+    the [g, g] position embedding resized to each image's (rows, cols) as torch's antialiased bilinear interpolation
     does, and the padding slots masked in every attention and in the pooling. `tokens` then has N rows per image,
     the rows past rows * cols padding.
     """

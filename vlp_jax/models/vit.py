@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vlp_jax.models.naflex import PatchEmbedding, check_patch_embedding, patchify
+from vlp_jax.models.naflex_inputs import PatchEmbedding, check_patch_embedding, patchify
 from vlp_jax.models.positional import resize_positional_embedding
 from vlp_jax.models.towers import VISION_TOWERS, VisionTower, check_heads, check_patch_dropout, fold_in_rows
 from vlp_jax.models.transformer import LN_EPS, BlockStack, Transformer, layer_norm

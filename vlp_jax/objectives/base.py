@@ -7,7 +7,7 @@
       -> (features, model_state)                    BatchNorm uses batch statistics; ZeroVL's text-embedding mixup)
   loss(features, params, step) -> (loss, metrics)   batch-level and pure: logit and affinity matrices live here
 
-`forward` chains the first three. Decoupled gradient accumulation (training/accumulation.py) runs `features` per
+`forward` chains the first three. Decoupled gradient accumulation (vlp_jax/accumulation.py) runs `features` per
 micro-batch and differentiates `batch_features` + `loss` on the whole batch of features, so an objective is exact
 under it as long as `features` is per example. The model state holds non-trained variables (BatchNorm statistics,
 an EMA teacher); it is an empty dict for a plain ViT CLIP.
@@ -85,6 +85,13 @@ def tower_rngs(rng: jax.Array | None, tower: int, crops: int | None = None) -> j
 def tower_variables(params: dict, model_state: dict) -> dict:
   """The variables the two towers read: parameters and, for ResNet towers, BatchNorm statistics."""
   return {'params': params, **({'batch_stats': model_state['batch_stats']} if 'batch_stats' in model_state else {})}
+
+
+def ema_update(teacher: Any, student: Any, momentum: float) -> Any:
+  """theta_t <- momentum * theta_t + (1 - momentum) * theta_s, leaf by leaf (a teacher's update, an EMA of the
+  weights)."""
+  return jax.tree.map(lambda t, s: momentum * t + (1.0 - momentum) * s, teacher, student)
+
 
 # CLIP's bound on the learned temperature of a softmax loss (the scale exp(log scale) clipped at 100).
 MAX_LOG_LOGIT_SCALE = math.log(100.0)
@@ -210,6 +217,15 @@ class Objective:
                                       mutable=['batch_stats'])
       return out, {**model_state, 'batch_stats': updates['batch_stats']}
     return self.model.apply(variables, images, train, with_tokens, rng, method=self.model.encode_image), model_state
+
+  def image_output_width(self, params: dict, model_state: dict, output: str = 'tokens') -> int:
+    """w of the image tower's `output`, 'tokens' [B, N, w] (a ViT's width, a ResNet's 32 * width channels) or
+    'cls' [B, w], by shape inference (no compute): for heads and decoders sized to read it."""
+    size = self.model.vision.image_size
+    images = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
+    out = jax.eval_shape(lambda p, s, x: self.encode_image(p, s, x, False, with_tokens=output == 'tokens')[0][output],
+                         params, model_state, images)
+    return out.shape[-1]
 
   def encode_text(self, params: dict, tokens: jax.Array, with_tokens: bool = False, train: bool = False,
                   rng: jax.Array | None = None) -> dict[str, jax.Array]:

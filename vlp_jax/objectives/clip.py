@@ -1,66 +1,20 @@
 """CLIP: symmetric InfoNCE between L2-normalised image and text embeddings (docs/methods.md §0).
 
-`objective.text_source` picks the text of each pair: 'caption' (the record's caption, CLIP) or 'text_crops' (one
-text crop drawn from COSMOS's pool by COSMOS's sampler, as COSMOS draws its first global text crop: a CLIP control
-that sees exactly COSMOS's text; options `caption_in_text_crops` and `text_crop_max_sentences` as COSMOS's).
+`ClipBase` is CLIP's pair (the two towers' embeddings and the loss), which objectives with views of their own build
+on; the objective registered as 'clip' adds the text-source option of CLIP's views (objectives/text_source.py: the
+COSMOS paper's CLIP baseline, trained on COSMOS's text crops).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import jax
-import ml_collections
 
-from vlp_jax.data.text_crops import FirstGlobalCrop, long_caption_need
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, mean_offdiagonal_cosine
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
-from vlp_jax.registry import check_choice
-
-TEXT_SOURCES = ('caption', 'text_crops')
+from vlp_jax.objectives.text_source import TextSourceViews
 
 
-@OBJECTIVES.register('clip')
-class ClipObjective(Objective):
-
-  @classmethod
-  def default_config(cls) -> dict[str, Any]:
-    config = super().default_config()
-    if cls.views.__func__ is not ClipObjective.views.__func__:
-      return config  # a subclass with views of its own (SLIP) would ignore the text options: it does not take them
-    return {**config,
-            'text_source': 'caption',  # or 'text_crops' (see the module docstring)
-            # with 'text_crops': the short caption as one more sentence of the pool (COSMOS's option of that name)
-            'caption_in_text_crops': False,
-            'text_crop_max_sentences': 5}  # with 'text_crops': a crop holds 1 to this many sentences
-
-  @classmethod
-  def validate(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> None:
-    del config
-    if 'text_source' not in options:
-      return
-    check_choice('objective.text_source', options.text_source, TEXT_SOURCES)
-    size = options.text_crop_max_sentences
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-      raise ValueError(f'config.objective.text_crop_max_sentences must be a positive integer, got {size!r}')
-
-  @classmethod
-  def record_needs(cls, options, config):
-    del config
-    if options.get('text_source', 'caption') != 'text_crops':
-      return []
-    return [long_caption_need("config.objective.text_source='text_crops'")]
-
-  @classmethod
-  def views(cls, config: ml_collections.ConfigDict):
-    """CLIP's views (`Objective.views`), whose text is a text crop under `text_source='text_crops'`."""
-    views = super().views(config)
-    options = cls.options(config.objective)
-    cls.validate(options, config)
-    if options.text_source == 'caption':
-      return views
-    return dataclasses.replace(views, text_crop=FirstGlobalCrop(options.caption_in_text_crops,
-                                                                options.text_crop_max_sentences))
+class ClipBase(Objective):
+  """CLIP's features and loss on one image-text pair per example, with `Objective`'s views and options."""
 
   def features(self, params: dict, model_state: dict, batch: dict[str, jax.Array], rng: jax.Array,
                train: bool = True) -> tuple[dict, dict]:
@@ -85,3 +39,8 @@ class ClipObjective(Objective):
       metrics = {**metrics, 'image_batch_similarity': mean_offdiagonal_cosine(features['zi']),
                  'text_batch_similarity': mean_offdiagonal_cosine(features['zt'])}
     return loss, {'clip_loss': loss, **metrics}
+
+
+@OBJECTIVES.register('clip')
+class ClipObjective(ClipBase, TextSourceViews):
+  """CLIP, whose text is the caption or a crop of COSMOS's text pool (`objective.text_source`)."""

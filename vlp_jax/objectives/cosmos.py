@@ -32,14 +32,10 @@ from vlp_jax.data.text_crops import long_caption_need, text_crops
 from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize, pairwise_sym_nce
 from vlp_jax.models.cross_attention import CrossAttention
-from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs, tower_variables
+from vlp_jax.objectives.base import (IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, ema_update, tower_rngs,
+                                     tower_variables)
 
 _OWN_PARAMS = ('cosmos_xattn_image', 'cosmos_xattn_text', 'cosmos_logit_scale')
-
-
-def ema_update(teacher: Any, student: Any, momentum: float) -> Any:
-  """theta_t <- momentum * theta_t + (1 - momentum) * theta_s, leaf by leaf."""
-  return jax.tree.map(lambda t, s: momentum * t + (1.0 - momentum) * s, teacher, student)
 
 
 def _flat(keys: jax.Array | None) -> jax.Array | None:
@@ -216,19 +212,10 @@ class CosmosObjective(Objective):
     return CrossAttention(self.model.embed_dim, self.config.cross_attention_heads,
                           self.config.zero_init_cross_attention, self.model.dtype)
 
-  def image_token_width(self, params: dict, model_state: dict) -> int:
-    """w of the image tower's tokens [B, N, w], by shape inference (no compute): a ViT's width, a ResNet's
-    32 * width channels."""
-    size = self.model.vision.image_size
-    images = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
-    out = jax.eval_shape(lambda p, s, x: self.encode_image(p, s, x, False, with_tokens=True)[0]['tokens'],
-                         params, model_state, images)
-    return out.shape[-1]
-
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = super().init_variables(rng)
     image_rng, text_rng = jax.random.split(jax.random.fold_in(rng, 1))
-    d, v, t = self.model.embed_dim, self.image_token_width(params, model_state), self.model.text.width
+    d, v, t = self.model.embed_dim, self.image_output_width(params, model_state), self.model.text.width
     xattn = self._cross_attention()
     params = {**params,
               'cosmos_xattn_image': xattn.init(image_rng, jnp.zeros((1, 1, d)), jnp.zeros((1, 1, t)))['params'],

@@ -1,4 +1,7 @@
-"""SigLIP: the pairwise sigmoid loss with a learnable logit scale (init log 10) and bias (init -10)."""
+"""SigLIP: the pairwise sigmoid loss with a learnable logit scale (init log 10) and bias (init -10).
+
+`SiglipBase` is SigLIP's pair (CLIP's features, the sigmoid loss), which SigLIP 2 builds on with views of its own; the
+objective registered as 'siglip' takes CLIP's views with their text-source option (objectives/text_source.py)."""
 from __future__ import annotations
 
 import jax
@@ -6,11 +9,11 @@ import jax.numpy as jnp
 
 from vlp_jax.losses.contrastive import siglip_loss
 from vlp_jax.objectives.base import OBJECTIVES
-from vlp_jax.objectives.clip import ClipObjective
+from vlp_jax.objectives.clip import ClipBase
+from vlp_jax.objectives.text_source import TextSourceViews
 
 
-@OBJECTIVES.register('siglip')
-class SiglipObjective(ClipObjective):
+class SiglipBase(ClipBase):
   """Same features as CLIP; set `config.model.init_logit_scale = log(10)` as SigLIP does. A model with its own
   `logit_bias` (a SigLIP preset, `config.model.init_logit_bias`) keeps it: imported weights bring theirs.
 
@@ -32,3 +35,8 @@ class SiglipObjective(ClipObjective):
     del step
     loss, metrics = siglip_loss(features['zi'], features['zt'], params['logit_scale'], params['logit_bias'])
     return loss, {'siglip_loss': loss, **metrics}
+
+
+@OBJECTIVES.register('siglip')
+class SiglipObjective(SiglipBase, TextSourceViews):
+  """SigLIP on CLIP's views, whose text is the caption or a crop of COSMOS's text pool (`objective.text_source`)."""

@@ -70,10 +70,9 @@ from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_
 from vlp_jax.models import locca
 from vlp_jax.models.groups import IMAGE_ROOT
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.models.naflex import NaflexImages, sequence_lengths
-from vlp_jax.objectives.base import OBJECTIVES, example_rngs, num_rows, tower_rngs
-from vlp_jax.objectives.cosmos import CosmosObjective, ema_update
-from vlp_jax.objectives.siglip import SiglipObjective
+from vlp_jax.models.naflex_inputs import NaflexImages, sequence_lengths
+from vlp_jax.objectives.base import OBJECTIVES, ema_update, example_rngs, num_rows, tower_rngs
+from vlp_jax.objectives.siglip import SiglipBase
 from vlp_jax.objectives.views import ClipViews
 
 # Tower calls beyond base.IMAGE_TOWER (the original image) and base.TEXT_TOWER, each with keys of its own.
@@ -325,7 +324,7 @@ def _zeros_of(fn, *args) -> Any:
 
 
 @OBJECTIVES.register('siglip2')
-class Siglip2Objective(SiglipObjective):
+class Siglip2Objective(SiglipBase):
   run_config: Any = None  # the whole run config, set by `bind` (the decoder's layout reads its data config)
 
   @classmethod
@@ -605,8 +604,7 @@ class Siglip2Objective(SiglipObjective):
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     params, model_state = super().init_variables(rng)
     if self.decoder_on:
-      # The image tower's token width (the decoder's cross-attention reads any), by shape inference as COSMOS does.
-      width = CosmosObjective.image_token_width(self, params, model_state)
+      width = self.image_output_width(params, model_state)  # the decoder's cross-attention reads tokens of any width
       decoder = self.decoder()
       params[DECODER] = decoder.init(jax.random.fold_in(rng, 3), jnp.zeros((1, 1, width)),
                                      jnp.zeros((1, 1, decoder.length), jnp.int32))['params']

@@ -24,8 +24,8 @@ from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, tokenizer_options
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead
-from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, tower_rngs, tower_variables
-from vlp_jax.objectives.clip import ClipObjective
+from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, tower_rngs
+from vlp_jax.objectives.clip import ClipBase
 from vlp_jax.registry import check_choice
 
 SSL_VIEWS = ('ssl_a', 'ssl_b')
@@ -97,7 +97,7 @@ class SlipDeviceViews(SlipViews):
 
 
 @OBJECTIVES.register('slip')
-class SlipObjective(ClipObjective):
+class SlipObjective(ClipBase):
   """CLIP InfoNCE on the CLIP view plus `ssl_scale` times SimCLR on the two SSL views."""
 
   def __init__(self, model, config: ml_collections.ConfigDict):
@@ -175,20 +175,12 @@ class SlipObjective(ClipObjective):
                      tuple(float(s) for s in options.ssl_color_jitter), float(options.ssl_grayscale_prob),
                      str(options.ssl_background), **tokenizer_options(config.model.text))
 
-  def _cls_width(self, params: dict, model_state: dict) -> int:
-    """Width of the vision tower's 'cls' output (the ViT width; the embedding width for a ResNet tower)."""
-    v = self.model.vision
-    images = jax.ShapeDtypeStruct((1, v.image_size, v.image_size, 3), jnp.float32)
-    out = jax.eval_shape(lambda var, x: self.model.apply(var, x, method=self.model.encode_image),
-                         tower_variables(params, model_state), images)
-    return out['cls'].shape[-1]
-
   def init_variables(self, rng: jax.Array) -> tuple[dict, dict]:
     """The towers as CLIP initialises them from `rng` (same seed, same towers), plus the head under
     params['simclr_head'] and its BatchNorm statistics under model_state['simclr_head']['batch_stats'] (the towers'
     own stay in model_state['batch_stats'], which `tower_variables` reads)."""
     params, model_state = super().init_variables(rng)
-    cls = jnp.zeros((2, self._cls_width(params, model_state)), jnp.float32)
+    cls = jnp.zeros((2, self.image_output_width(params, model_state, 'cls')), jnp.float32)
     head = self.head.init(jax.random.fold_in(rng, 1), cls, train=False)
     return ({**params, 'simclr_head': head['params']},
             {**model_state, 'simclr_head': {'batch_stats': head['batch_stats']}})

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlp_jax.objectives.cosmos import ema_update
+from vlp_jax.objectives.base import ema_update
 
 PREFIX = 'ema_'  # of the EMA's eval metrics, beside the objective's variants (`Objective.eval_variants`)
 

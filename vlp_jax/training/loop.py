@@ -21,8 +21,8 @@ from vlp_jax import evalsets
 from vlp_jax.evalsets import budget as eval_budget
 from vlp_jax.data import formats, host_memory, pipeline
 from vlp_jax.data.record_stats import RecordStats
-from vlp_jax.evaluation import Encoder, report_skipped_tasks
-from vlp_jax.objectives.accumulation import num_micro_batches
+from vlp_jax.evaluation import Encoder, report_evaluated
+from vlp_jax.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards, stages, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
@@ -170,7 +170,7 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
                                num_micro_batches(config), unrolled_flops_of(staged, tx, mesh),
                                config.ema.decay, architecture_flops_of(staged, tx, mesh))
   eval_sets = evalsets.load_eval_sets(config)
-  report_skipped_tasks(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
+  report_evaluated(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
   encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
   # metrics.jsonl drops the lines past start_step (they are redone); TensorBoard; W&B with config.log.wandb_project

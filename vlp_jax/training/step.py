@@ -11,7 +11,7 @@ import optax
 from jax.sharding import Mesh
 
 from vlp_jax import errors, hardware, parallel
-from vlp_jax.training import accumulation
+from vlp_jax import accumulation
 from vlp_jax.training import ema as ema_lib
 from vlp_jax.training.flops import device_flops, program_cost, program_memory, traced_flops
 from vlp_jax.training.optim import clamp_logit_scales
@@ -22,7 +22,7 @@ def train_step(objective, tx: optax.GradientTransformation, state: TrainState, b
                rng: jax.Array, mode: str = 'none', num_micro: int = 1, ema_decay: float = 0.0
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimisation step on a global batch, its gradient computed whole or in `num_micro` micro-batches
-  (`mode`, see training/accumulation.py), then, with `ema_decay` > 0 (config.ema.decay; `state` an EmaTrainState),
+  (`mode`, see vlp_jax/accumulation.py), then, with `ema_decay` > 0 (config.ema.decay; `state` an EmaTrainState),
   the EMA of the parameters moved towards the new ones (training/ema.py). Pure; the rng for this step is
   fold_in(rng, step)."""
   step_rng = jax.random.fold_in(rng, state.step)

@@ -1,5 +1,5 @@
-"""Zero-shot and retrieval at NaFlex patch budgets (evaluation/naflex.py, config.eval.naflex_max_patches): names that
-carry the budget, and scores equal to those of embeddings made image by image, without padding, from
+"""Zero-shot and retrieval at NaFlex patch budgets (evaluation/naflex_budgets.py, config.eval.naflex_max_patches):
+names that carry the budget, and scores equal to those of embeddings made image by image, without padding, from
 `naflex_patches` of the eval images' pixels."""
 import jax
 import numpy as np
@@ -12,7 +12,7 @@ from vlp_jax.evaluation import Encoder, evaluate_variants
 from vlp_jax.evaluation.retrieval import retrieval_metrics
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
 from vlp_jax.losses.contrastive import l2_normalize
-from vlp_jax.models.naflex import NaflexImages
+from vlp_jax.models.naflex_inputs import NaflexImages
 
 BUDGETS = (4, 9)
 

@@ -1,4 +1,5 @@
-"""What evaluation tells a user: embedding progress on one line, which evaluators a set cannot run and why, where
+"""What evaluation tells a user: embedding progress on one line, which evaluators run on which set (and, with
+--verbose, why the others cannot), where
 an evaluation's results go (`results_key`), and the end-of-training summary with chance levels and what to do next."""
 import io
 import types
@@ -6,7 +7,8 @@ import types
 import numpy as np
 
 from vlp_jax.evaluation import encoder as encoder_lib
-from vlp_jax.evaluation import report_skipped_tasks, run_evaluations, skipped_tasks
+from vlp_jax.cli import common
+from vlp_jax.evaluation import evaluated_line, report_evaluated, run_evaluations, skipped_tasks
 from vlp_jax.evaluation.results import chance_level, results_key, summary_lines
 from vlp_jax.training.progress import end_summary
 
@@ -46,11 +48,16 @@ class ImagesEncoder:
     return np.eye(len(captions), 2, dtype=np.float32)
 
 
-def test_a_caption_less_set_says_once_which_evaluators_it_skips_and_why(capsys):
+def _digits_and_coco():
   classes = types.SimpleNamespace(name='digits', images=np.eye(4, 2), labels=np.arange(4), class_names=('a', 'b'),
                                   templates=('{}',), captions=[], caption_image=np.zeros(0, int))
   captioned = types.SimpleNamespace(name='coco', images=np.eye(2), labels=-np.ones(2, int), class_names=(),
                                     templates=(), captions=['x', 'y'], caption_image=np.arange(2))
+  return classes, captioned
+
+
+def test_a_caption_less_set_says_once_which_evaluators_it_skips_and_why(capsys):
+  classes, captioned = _digits_and_coco()
   lines = skipped_tasks([classes, captioned], ('zeroshot', 'retrieval', 'affinity', 'compositional'))
   assert lines == [
       'digits: retrieval, affinity skipped (no captions); compositional skipped (no canonical_captions and '
@@ -58,11 +65,35 @@ def test_a_caption_less_set_says_once_which_evaluators_it_skips_and_why(capsys):
       'coco: zeroshot skipped (no class_names and templates); compositional skipped (no canonical_captions and '
       'hard_negatives, nor winoground_captions)']
   assert skipped_tasks([captioned], ('retrieval',)) == []
-  # Evaluating skips them without a word each time: the reason is given once, when the sets are loaded.
+  # Evaluating skips them without a word each time: what runs is said once, when the sets are loaded.
   results = run_evaluations(ImagesEncoder(), [classes], ('retrieval',))
   assert results == {} and capsys.readouterr().out == ''
-  report_skipped_tasks([classes, captioned], ('retrieval',))  # what training and the evaluate command print
-  assert capsys.readouterr().out == 'Eval set digits: retrieval skipped (no captions)\n'
+
+
+def test_what_is_evaluated_is_one_line_and_the_reasons_wait_for_verbose(capsys):
+  classes, captioned = _digits_and_coco()
+  other = types.SimpleNamespace(**{**vars(captioned), 'name': 'flickr'})
+  tasks = ('zeroshot', 'retrieval')
+  assert evaluated_line([classes, captioned, other], tasks) == (
+      'Eval sets: digits (zeroshot); coco, flickr (retrieval); tasks not listed do not apply (--verbose says why)')
+  assert evaluated_line([captioned], ('retrieval',)) == 'Eval sets: coco (retrieval)'  # nothing skipped
+  assert evaluated_line([classes], ('retrieval',)) == (
+      'Eval sets: digits (no task applies); tasks not listed do not apply (--verbose says why)')
+  assert evaluated_line([], tasks) == ''
+  try:
+    common.show_details(False)  # what training and the evaluate command print by default
+    report_evaluated([classes, captioned], tasks)
+    assert capsys.readouterr().out == (
+        'Eval sets: digits (zeroshot); coco (retrieval); tasks not listed do not apply (--verbose says why)\n')
+    common.show_details(True)  # --verbose: the reasons too, once per set
+    report_evaluated([classes, captioned], tasks)
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        'Eval set digits: retrieval skipped (no captions)', 'Eval set coco: zeroshot skipped (no class_names and '
+        'templates)']
+  finally:
+    common.show_details(False)
+  report_evaluated([], tasks)
+  assert capsys.readouterr().out == ''
 
 
 def test_results_key_separates_eval_sets_splits_and_settings():

@@ -9,7 +9,7 @@ from support import jit_init
 from vlp_jax import models
 from vlp_jax.config import base_config, validate
 from vlp_jax.errors import ConfigError
-from vlp_jax.models.clip import EMBEDDING_GRADS, embed_tokens
+from vlp_jax.models.clip_model import EMBEDDING_GRADS, embed_tokens
 
 
 def _padded_tokens(batch: int, length: int, vocab: int, seed: int = 0) -> np.ndarray:

@@ -1,7 +1,7 @@
-"""NaFlex in the SigLIP image tower (models/naflex.py, models/siglip_vit.py): a NaFlex image on the fixed grid gives
-the fixed tower's output, padding changes nothing on any attention route that takes lengths, the position-embedding
-resize is torch's antialiased bilinear F.interpolate, the matmul patch embedding equals the conv, and the config keys
-are checked."""
+"""NaFlex in the SigLIP image tower (models/naflex_inputs.py, models/siglip_vit.py): a NaFlex image on the fixed grid
+gives the fixed tower's output, padding changes nothing on any attention route that takes lengths, the
+position-embedding resize is torch's antialiased bilinear F.interpolate, the matmul patch embedding equals the conv,
+and the config keys are checked."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,7 @@ import torch
 from vlp_jax import config as config_lib
 from vlp_jax import models
 from vlp_jax.errors import ConfigError
-from vlp_jax.models.naflex import NaflexImages, patchify, resized_position_embedding
+from vlp_jax.models.naflex_inputs import NaflexImages, patchify, resized_position_embedding
 from vlp_jax.models.transformer import stacked_layout, unstacked_layout
 
 PATCH, GRID, WIDTH = 4, 4, 32

@@ -16,7 +16,8 @@ from vlp_jax import errors, models, objectives, parallel
 from vlp_jax import interchange as weights
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax.models.transformer import BlockStack, REMAT_POLICIES, in_layout, stacked_layout, unstacked_layout
-from vlp_jax.training import accumulation, optim
+from vlp_jax import accumulation
+from vlp_jax.training import optim
 from vlp_jax.training.checkpoint import load_pretrained
 from vlp_jax.training.loop import check_resume_layout, unrolled_flops_of
 from vlp_jax.training.flops import program_cost, traced_flops

@@ -1,6 +1,6 @@
-"""CLIP's `objective.text_source`: 'caption' (the default: the record's caption, batches as before the option) or
-'text_crops' (one text crop drawn as COSMOS draws its first global text crop, from the same pool with the same
-sampler), and its validation."""
+"""CLIP's `objective.text_source` (objectives/text_source.py): 'caption' (the default: the record's caption, batches
+as before the option) or 'text_crops' (one text crop drawn as COSMOS draws its first global text crop, from the same
+pool with the same sampler), its validation, and which objectives take it."""
 import glob
 import os
 import pickle
@@ -18,6 +18,7 @@ from vlp_jax.data.text_crops import FirstGlobalCrop
 from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.objectives import cosmos
 from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, preprocessing_of
+from vlp_jax.objectives.text_source import TextSourceViews
 from vlp_jax.objectives.views import ClipViews
 
 
@@ -119,3 +120,13 @@ def test_text_source_is_validated_and_only_offered_where_the_views_read_it(micro
   micro.objective.name = 'slip'  # SLIP has views of its own, which would ignore it: an unknown key there
   with pytest.raises(ConfigError, match=r"unknown config key 'config.objective.(text_source|text_crop_max|caption_in)"):
     validate(micro)
+
+
+def test_only_the_objectives_on_clips_views_take_the_text_source():
+  """'clip' and 'siglip' take CLIP's views and so the option; every objective with views of its own (SLIP, SigLIP 2,
+  COSMOS, ZeroVL) leaves it out, though SLIP and SigLIP 2 build on CLIP's and SigLIP's features and losses."""
+  takes = {name for name, cls in objectives.OBJECTIVES.items() if issubclass(cls, TextSourceViews)}
+  assert takes == {'clip', 'siglip'}
+  for name, cls in objectives.OBJECTIVES.items():
+    assert ('text_source' in cls.default_config()) == (name in takes), name
+  assert {'slip', 'siglip2'} <= set(objectives.OBJECTIVES.names())

@@ -19,7 +19,8 @@ from vlp_jax.data.tokenizer import default_tokenizer
 from vlp_jax.data import records
 from vlp_jax.data.text_crops import split_sentences
 from vlp_jax.losses import saco
-from vlp_jax.objectives.cosmos import ema_update, tower_params
+from vlp_jax.objectives.base import ema_update
+from vlp_jax.objectives.cosmos import tower_params
 from vlp_jax.training import optim
 from vlp_jax.training.step import compile_train_step
 

@@ -27,6 +27,17 @@ def _features_and_loss(config, batch_size=8):
   return params, features, objective.loss(features, params, np.int32(10)), batch
 
 
+def test_image_output_width_is_the_towers_by_shape_alone(micro):
+  """The width heads and decoders are sized by (COSMOS's cross-attention, SigLIP 2's decoder, SLIP's head): read from
+  the tower's output shapes, for any output."""
+  micro.model.embed_dim = 24  # unlike the tower's width (32)
+  objective = objectives.build(micro, models.build_model(micro.model))
+  params, state = objective.init_variables(jax.random.key(0))
+  assert objective.image_output_width(params, state) == micro.model.vision.width  # the patch tokens [B, N, w]
+  assert objective.image_output_width(params, state, 'cls') == micro.model.vision.width
+  assert objective.image_output_width(params, state, 'embed') == micro.model.embed_dim
+
+
 @pytest.mark.slow
 def test_clip_plus_saco_is_the_sum_of_its_terms(micro):
   with_term(micro, 'saco', alpha=2.0, ramp='linear', ramp_steps=20, masking='soft', mask_threshold=0.0)

@@ -13,9 +13,9 @@ from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.data.image_ops import normalize_image
 from vlp_jax.models.towers import VISION_TOWERS
-from vlp_jax.objectives.accumulation import num_micro_batches
+from vlp_jax.accumulation import num_micro_batches
 from vlp_jax.objectives.clip import ClipObjective
-from vlp_jax.training import accumulation
+from vlp_jax import accumulation
 
 BATCH = 32
 

@@ -13,7 +13,7 @@ import pytest
 from fake_bucket import FakeBucket, bucket, objects  # noqa: F401 (bucket: a fixture)
 from vlp_jax import errors, paths
 from vlp_jax.checkpoint_files import resolve_checkpoint
-from vlp_jax.cli.evaluate import default_output_dir
+from vlp_jax.cli.evaluate_command import default_output_dir
 from vlp_jax.training import event_file, guards
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.curves import plot_curves

@@ -15,7 +15,7 @@ import pytest
 
 from support import ROOT, micro_config
 from vlp_jax import config as config_lib
-from vlp_jax.cli import evaluate as evaluate_cli
+from vlp_jax.cli import evaluate_command
 from vlp_jax import errors, parallel
 from vlp_jax.training import guards, watchdog
 
@@ -299,7 +299,7 @@ def test_a_config_saved_before_the_bound_still_evaluates_with_its_peer_timeout_l
   saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 60, 120
   loaded = config_lib.with_current_defaults(saved)
   assert loaded.watchdog.peer_timeout_seconds == parallel.longest_peer_timeout_seconds(120) == 54
-  evaluate_cli.eval_config(loaded)  # validates
+  evaluate_command.eval_config(loaded)  # validates
   assert parallel.peer_named_latest_seconds(55) >= parallel.jax_abort_earliest_seconds(120)  # 54 is the longest
   saved['watchdog']['peer_timeout_seconds'], saved['distributed']['heartbeat_timeout_seconds'] = 6, 20
   assert config_lib.with_current_defaults(saved).watchdog.peer_timeout_seconds == 6

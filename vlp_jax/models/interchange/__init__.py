@@ -1,6 +1,6 @@
 """Weight interchange rules: other libraries' state dicts and config.json files <-> our parameter trees and model
 configs, as pure functions of arrays and configs (writing checkpoints is vlp_jax/interchange.py's job, the command
-is cli/weights.py). One job per module:
+is cli/weights_command.py). One job per module:
 
   files.py             a weight file -> a flat {name: float32 array}, never unpickled; WeightsError
   openai.py            OpenAI / open_clip names <-> (params, model_state), by rule; the preset for a format

@@ -1,5 +1,5 @@
-"""OpenAI / open_clip state dicts <-> our (params, model_state). Our parameter names are OpenAI's (models/clip.py), so
-the names map by rule:
+"""OpenAI / open_clip state dicts <-> our (params, model_state). Our parameter names are OpenAI's
+(models/clip_model.py), so the names map by rule:
   - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
   - conv `weight` [O, I, kh, kw] <-> `kernel` [kh, kw, I, O]; linear `weight` [O, I] <-> `kernel` [I, O];
     `in_proj_weight` / `in_proj_bias` <-> `in_proj/kernel` / `in_proj/bias`; LayerNorm/BatchNorm `weight` <-> `scale`;

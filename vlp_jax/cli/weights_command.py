@@ -4,7 +4,7 @@
   python -m vlp_jax.weights export --format={open_clip,hf,big_vision} --checkpoint=CKPT --output=FILE [--ema]
       [--overwrite]
 
-Our parameter names are OpenAI's (see models/clip.py), so OpenAI and open_clip state dicts map by rule:
+Our parameter names are OpenAI's (see models/clip_model.py), so OpenAI and open_clip state dicts map by rule:
   - a numeric key component joins the previous one: `resblocks.0` <-> `resblocks_0`, `layer1.0` <-> `layer1_0`;
   - conv `weight` [O, I, kh, kw] <-> `kernel` [kh, kw, I, O]; linear `weight` [O, I] <-> `kernel` [I, O];
     `in_proj_weight` / `in_proj_bias` <-> `in_proj/kernel` / `in_proj/bias`; LayerNorm/BatchNorm `weight` <-> `scale`;

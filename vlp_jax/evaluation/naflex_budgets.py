@@ -13,7 +13,7 @@ import numpy as np
 
 from vlp_jax.data.image_ops import ImagePreprocessing, denormalize_image
 from vlp_jax.data.naflex import naflex_patches
-from vlp_jax.models.naflex import NaflexImages
+from vlp_jax.models.naflex_inputs import NaflexImages
 
 # The evaluators that run at each budget: those that read only image embeddings and captions.
 NAFLEX_TASKS = ('zeroshot', 'retrieval')

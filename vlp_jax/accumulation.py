@@ -1,4 +1,5 @@
-"""Gradients of one global batch computed in micro-batches, chosen by `config.accumulation.mode`:
+"""Gradient accumulation: gradients of one global batch computed in micro-batches, chosen by
+`config.accumulation.mode`, and the config checks of that choice (`validate`, which config validation calls):
 
   'none'        features, loss and gradient of the whole batch at once.
   'decoupled'   exact for every objective (ZeroVL's decoupled accumulation, GradCache): embed every micro-batch
@@ -7,7 +8,7 @@
                 each micro-batch under `jax.vjp` with the same inputs and rng, pull its feature gradient back into the
                 towers and accumulate. Memory holds one micro-batch of activations plus the [B, ...] features.
   'microbatch'  the plain average of micro-batch gradients. It equals the full-batch gradient only when the loss is
-                a mean of per-example losses (`Objective.per_example_loss`); config validation refuses it otherwise.
+                a mean of per-example losses (`Objective.per_example_loss`); `validate` refuses it otherwise.
 
 Both micro-batch loops are `lax.scan`s, so memory does not grow with the number of micro-batches. A micro-batch takes
 the same slice of every device's rows, so it stays spread over the whole mesh and no rows move between devices.
@@ -19,6 +20,10 @@ Tower randomness: 'decoupled' gives `features` the per-example keys of the whole
 that draws per example (models/towers.py) gives the whole batch's features and gradient for any `num_micro`.
 'microbatch' runs each micro-batch as a step of its own, with its own rng (its keys, like its `prepare`, differ
 from the whole batch's: exact in distribution only).
+
+The module sits between the objectives, whose interface (`features`, `batch_features`, `loss`) it splits, and the
+config, whose validation asks it whether a mode fits the batch, the devices and the objective; the train step
+(training/step.py) takes `loss_and_grad_fn`.
 """
 from __future__ import annotations
 
@@ -26,13 +31,45 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from jax.sharding import PartitionSpec as P
 
 from vlp_jax import parallel
-from vlp_jax.objectives import accumulation as modes
 from vlp_jax.objectives.base import example_rngs, num_rows
 from vlp_jax.registry import check_choice
 
+MODES = ('none', 'decoupled', 'microbatch')
+
+
+def num_micro_batches(config: ml_collections.ConfigDict) -> int:
+  """Micro-batches per step: batch_size / accumulation.micro_batch_size, or 1 without accumulation."""
+  acc = config.accumulation
+  return 1 if acc.mode == 'none' else config.batch_size // acc.micro_batch_size
+
+
+def validate(config: ml_collections.ConfigDict, objective_cls: type, terms: dict[str, type],
+             num_devices: int | None) -> None:
+  """Raise ValueError naming the key when config.accumulation does not fit the batch, the devices or the objective
+  (`objective_cls` and its `terms`, by name)."""
+  check_choice('accumulation.mode', config.accumulation.mode, MODES)
+  acc = config.accumulation
+  if acc.mode == 'none':
+    return
+  size = acc.micro_batch_size
+  if not isinstance(size, int) or isinstance(size, bool) or size < 1 or config.batch_size % size:
+    raise ValueError(f"config.accumulation.mode='{acc.mode}' needs config.accumulation.micro_batch_size to be a "
+                     f'positive divisor of config.batch_size={config.batch_size}, got {size!r}')
+  if num_devices is not None and size % num_devices:
+    raise ValueError(f'config.accumulation.micro_batch_size={size} must be divisible by the device count '
+                     f'{num_devices} (every micro-batch is split over all devices)')
+  if acc.mode == 'microbatch':
+    coupled = [f"objective '{objective_cls.name}'"] if not objective_cls.per_example_loss else []
+    coupled += [f"term '{name}'" for name, term in terms.items() if not term.per_example_loss]
+    if coupled:
+      raise ValueError(
+          f"config.accumulation.mode='microbatch' averages micro-batch gradients, which silently changes the loss of "
+          f"config.objective ({', '.join(coupled)}): its loss couples every pair of examples in the batch. Use "
+          f"config.accumulation.mode='decoupled', which gives the exact full-batch gradient.")
 
 
 def _num_row_shards() -> int:
@@ -133,7 +170,7 @@ def _loss_and_grad_microbatch(objective, params, model_state, batch, rng, step, 
 
 def loss_and_grad_fn(mode: str, num_micro: int = 1) -> Callable:
   """(objective, params, model_state, batch, rng, step) -> (loss, metrics, model_state, grads) for `mode`."""
-  check_choice('accumulation.mode', mode, modes.MODES)
+  check_choice('accumulation.mode', mode, MODES)
   if mode == 'none' or num_micro == 1:
     return _loss_and_grad_whole
   if mode == 'decoupled':

@@ -32,7 +32,7 @@ from vlp_jax import config as config_lib
 from vlp_jax import errors, evalsets, models, objectives, parallel, paths
 from vlp_jax.checkpoint_files import has_ema, load_variables, resolve_checkpoint
 from vlp_jax.cli import common
-from vlp_jax.evaluation import Encoder, evaluate_variants, report_skipped_tasks
+from vlp_jax.evaluation import Encoder, evaluate_variants, report_evaluated
 from vlp_jax.evaluation import plots as eval_plots
 from vlp_jax.evaluation.results import markdown_table, results_key, summary_lines
 from vlp_jax.models.transformer import BlockStack, in_layout
@@ -145,7 +145,7 @@ def evaluate(checkpoint: str, config: ml_collections.ConfigDict | None = None, p
     print(f'{eval_set.name} ({config.eval.split}): {len(eval_set.images)} images, {len(eval_set.captions)} captions',
           flush=True)
   print(f'Loaded the eval sets in {time.perf_counter() - began:.1f}s', flush=True)
-  report_skipped_tasks(eval_sets, tuple(config.eval.tasks))
+  report_evaluated(eval_sets, tuple(config.eval.tasks))
   # Each variant's variables are given to the encoder in turn (`evaluate_variants`).
   encoder = Encoder(model, {}, mesh, config.eval.batch_size, config.model.text.context_length)
 
@@ -253,6 +253,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     'cross-attention maps, training curves).', flag_values=flag_values)
   flags.DEFINE_bool('overwrite', False, 'Replace the existing results of the same evaluation (the same output '
                     'directory); results of other eval sets or settings are kept.', flag_values=flag_values)
+  common.define_verbose_flag(flag_values)
   define_config_overrides(flag_values)
   flags.mark_flag_as_required('checkpoint', flag_values=flag_values)
 
@@ -263,6 +264,7 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   parallel.initialize_distributed()
   f = flag_values
+  common.show_details(f.verbose)
   run(f.checkpoint, f.evals, f.datasets, f.split, f.output_dir, f.plots, f.batch_size,
       config_flags.get_override_values(f['config']), f.overwrite)
 

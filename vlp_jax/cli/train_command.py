@@ -25,6 +25,7 @@ def define_flags() -> None:
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics.jsonl and TensorBoard events.')
   flags.DEFINE_integer('stop_at_step', 0, 'Stop at this step, with a checkpoint, on the schedule of '
                        'config.total_steps (a part of a run); 0 = run to config.total_steps.', lower_bound=0)
+  common.define_verbose_flag()
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -43,6 +44,7 @@ def command(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> Non
   """Train (or resume) the run of --config in --workdir; raises the user-facing errors of vlp_jax/errors.py."""
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  common.show_details(flag_values.verbose)
   config = config_lib.config_from_flag(flag_values)
   parallel.initialize_distributed(**config.distributed)  # the timeouts of config.distributed
   report_backend(config)
