@@ -62,7 +62,7 @@ def architecture_flops_of(config: ml_collections.ConfigDict, tx: optax.GradientT
   return flop_counter(architecture_config(config), tx, mesh)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity: a config is not hashable
 class Experiment:
   """The parts of one run. `config` is the run's config; `stage` the config the model, the objective, the state and
   the step are built from: `config` itself, or with config.data.resolution_stages that of one stage
@@ -132,6 +132,7 @@ class Experiment:
 
   @property
   def parameter_count(self) -> int:
+    """Entries of the trained parameters (the EMA and the optimizer state not counted)."""
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(self.abstract_state.params))
 
   # ------------------------------------------------------------------------------------------------- the step
