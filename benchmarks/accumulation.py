@@ -28,13 +28,11 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks.common import compiled_memory  # noqa: E402
-from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
+from vlp_jax import config as config_lib, parallel  # noqa: E402
 from vlp_jax.data import formats
 from vlp_jax.data import pipeline  # noqa: E402
 from vlp_jax.losses.contrastive import clip_infonce  # noqa: E402
-from vlp_jax.training import optim  # noqa: E402
-from vlp_jax.training.state import create_train_state  # noqa: E402
-from vlp_jax.training.step import train_step  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = config_lib.define_config_flag('configs/clip_shapes.py', 'Config file (model and objective).')
 _MICRO = flags.DEFINE_integer('micro_batch', 256, 'Rows per micro-batch for the decoupled mode.')
@@ -42,26 +40,32 @@ _BATCHES = flags.DEFINE_list('batches', ['512', '1024', '2048', '4096'], 'Effect
 _LOSS_BATCH = flags.DEFINE_integer('loss_batch', 4096, 'Global batch of the sharded-loss part (0 skips it).')
 
 
-def example_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
-  """Per-example shapes of this config's training inputs, read from one real batch of its views."""
-  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0, global_batch_size=8,
+def one_device_run(config, batch_size: int, mode: str, micro_batch: int) -> Experiment:
+  """The run of `config` on one device at global batch `batch_size`, accumulating gradients as `mode` says over
+  micro-batches of `micro_batch` rows ('decoupled')."""
+  config = config.copy_and_resolve_references()
+  config.batch_size = batch_size
+  config.accumulation.mode = mode
+  if mode != 'none':
+    config.accumulation.micro_batch_size = micro_batch
+  return Experiment.from_config(config, parallel.make_mesh(1, jax.devices()[:1]))
+
+
+def example_shapes(run: Experiment) -> dict[str, jax.ShapeDtypeStruct]:
+  """Per-example shapes of the run's training inputs, read from one real batch of its views."""
+  config = run.config
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, seed=0, global_batch_size=8,
                                      process_index=0, process_count=1,
                                      teacher_path=config.data.teacher_embeddings)
   batch, _ = pipeline.pop_status(next(iterator))
   return {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype) for k, v in batch.items()}
 
 
-def step_memory(config, shapes, batch_size: int, mode: str, num_micro: int) -> dict[str, int]:
-  """Memory of the compiled train step on one device (state donated), for a global batch of batch_size."""
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))
-  batch = {k: jax.ShapeDtypeStruct((batch_size, *s.shape), s.dtype) for k, s in shapes.items()}
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
-  with jax.set_mesh(mesh):
-    compiled = jax.jit(lambda s, b, r: train_step(objective, tx, s, b, r, mode, num_micro), donate_argnums=0).lower(
-        state, batch, jax.random.key(1)).compile()
+def step_memory(run: Experiment, shapes) -> dict[str, int]:
+  """Memory of the run's train step compiled for its one device (state donated), for a batch of its global size."""
+  batch = {k: jax.ShapeDtypeStruct((run.config.batch_size, *s.shape), s.dtype) for k, s in shapes.items()}
+  with jax.set_mesh(run.mesh):
+    compiled = jax.jit(run.train_step, donate_argnums=0).lower(run.state_shapes, batch, jax.random.key(1)).compile()
   return compiled_memory(compiled)
 
 
@@ -86,14 +90,12 @@ def sharded_loss_memory(batch_size: int, dim: int) -> dict:
 def main(argv):
   del argv
   config = _CONFIG.value
-  config_lib.validate(config)
-  shapes = example_shapes(config)
   micro = _MICRO.value
+  shapes = example_shapes(one_device_run(config, config.batch_size, 'none', micro))
   peaks = {}
   for batch_size in map(int, _BATCHES.value):
     for mode in ('none', 'decoupled'):
-      num_micro = 1 if mode == 'none' else batch_size // micro
-      memory = step_memory(config, shapes, batch_size, mode, num_micro)
+      memory = step_memory(one_device_run(config, batch_size, mode, micro), shapes)
       peaks.setdefault(mode, []).append(memory['peak_bytes'])
       print(json.dumps({'mode': mode, 'effective_batch': batch_size, 'micro_batch': batch_size if mode == 'none'
                         else micro, **memory, 'model': config.model.name,

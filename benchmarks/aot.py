@@ -42,9 +42,13 @@ os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
 os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from vlp_jax import config as config_lib, parallel  # noqa: E402
 from vlp_jax.hardware import ACCELERATORS  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
+from vlp_jax.training.flops import program_cost  # noqa: E402
 
 # Published per-chip figures of the TPUs (vlp_jax/hardware.py's table, by its short names: 'v5e'): HBM in GiB, dense
 # bf16 FLOP/s, HBM bytes/s.
@@ -172,29 +176,16 @@ def fit_advice(config, chip: dict) -> list[str]:
 
 def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -> dict:
   """Compile `config`'s train step for `topology`; the report described in the module docstring."""
-  import jax
-  from vlp_jax import config as config_lib, models, objectives, parallel
-  from vlp_jax.accumulation import num_micro_batches
-  from vlp_jax.training.optim import make_optimizer
-  from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.flops import program_cost
-  from vlp_jax.training.step import UnrolledFlops, jit_train_step
   chip = chip_of(topology)
   devices = tpu_devices(topology)
   config = config.copy_and_resolve_references()
   if needs_teacher_vectors(config) and not config.data.teacher_embeddings:
     config.data.teacher_embeddings = f'(aot: teacher vectors of {teacher_dim} dims)'  # shapes only, never read
-  config_lib.validate(config, num_devices=len(devices))
-  mesh = parallel.make_mesh(config.mesh.fsdp, devices)
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  run = Experiment.from_config(config, devices=devices)  # refuses a config that does not fit the topology
+  mesh = run.mesh
   rng = jax.random.key(config.seed)
-  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), rng)
-  shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
-  state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings)
+  abstract_rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype)
   batch = abstract_batch(config, teacher_dim)
-  step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config))
-  num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state.params))
   row = {
       'config': name, 'model': config.model.name, 'objective': ' + '.join(
           (config.objective.name, *config.objective.terms)),
@@ -203,7 +194,8 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'micro_batch': config.accumulation.micro_batch_size if config.accumulation.mode != 'none' else None,
       'accumulation': config.accumulation.mode, 'dtype': config.model.dtype,
       'remat': bool(config.model.get('remat', False)) and config.model.get('remat_policy', 'nothing_saveable'),
-      'scan_layers': bool(config.model.get('scan_layers', False)), 'params_millions': round(num_params / 1e6, 2),
+      'scan_layers': bool(config.model.get('scan_layers', False)),
+      'params_millions': round(run.parameter_count / 1e6, 2),
       # as configured: 'auto' resolves by the tracing host's backend, the CPU here ('xla'), not the TPU's 'pallas'
       'attention': config.model.get('attention', 'auto'),
   }
@@ -211,9 +203,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
   began = time.perf_counter()
   try:
     with jax.set_mesh(mesh):
-      abstract_rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype)
-      lowered = step.lower(state, batch, abstract_rng)
-      compiled = lowered.compile()
+      compiled = run.traced_step(batch, abstract_rng).lower().compile()
   except jax.errors.JaxRuntimeError as error:
     needed = out_of_memory(str(error))
     if needed is None:
@@ -234,17 +224,14 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
     # The cost analysis counts the layer loop's body once: add the left-out blocks' FLOPs (training/step.py), and
     # scale the HBM traffic as the lowered programs' traffic scales (an estimate: fusion changes traffic). The TPU
     # lowering has no cost analysis here, so both programs are lowered for one CPU device (whole-program counts).
-    unrolled = config.copy_and_resolve_references()
-    unrolled.model.scan_layers = False
-    cpu = parallel.make_mesh(1, jax.devices('cpu')[:1])
-    plain_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
-    costs = [UnrolledFlops(o, tx, cpu, config.mesh.fsdp_min_size, config.accumulation.mode,
-                           num_micro_batches(config)).lowered_cost(plain_batch, abstract_rng)
-             for o in (objectives.build(unrolled, models.build_model(unrolled.model)), objective)]
-    flops += max(costs[0].get('flops', 0.0) - costs[1].get('flops', 0.0), 0.0) / len(devices)
-    if costs[1].get('bytes accessed'):
-      hbm_traffic *= costs[0].get('bytes accessed', 0.0) / costs[1]['bytes accessed']
-  num_micro = num_micro_batches(config)
+    cpu = Experiment.from_config(config, parallel.make_mesh(1, jax.devices('cpu')[:1]), validate=False)  # checked
+    with jax.set_mesh(cpu.mesh):
+      scanned = program_cost(cpu.traced_step(batch, abstract_rng).lower())
+    unrolled = cpu.unrolled_flops.lowered_cost(batch, abstract_rng)
+    flops += max(unrolled.get('flops', 0.0) - scanned.get('flops', 0.0), 0.0) / len(devices)
+    if scanned.get('bytes accessed'):
+      hbm_traffic *= unrolled.get('bytes accessed', 0.0) / scanned['bytes accessed']
+  num_micro = run.num_micro
   if num_micro > 1:  # the cost analysis counts a loop body once; nearly all the work is in the micro-batch loops
     flops, hbm_traffic = flops * num_micro, hbm_traffic * num_micro
   hlo = compiled.as_text()
@@ -259,7 +246,7 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
       'cost_scaled_by_micro_batches': num_micro,
       'collective_bytes_per_chip': {k: v for k, v in collective_bytes(hlo).items() if v},
       'bxb_arrays': bxb_arrays(hlo, config.batch_size, frozenset(
-          tuple(sorted(x.shape)) for x in jax.tree.leaves(abstract_state))),
+          tuple(sorted(x.shape)) for x in jax.tree.leaves(run.state_shapes))),
       'roofline_estimate': {
           'step_seconds': round(roofline, 4),
           'mfu': round(flops / (roofline * chip['bf16_flops']), 3) if roofline else None,
@@ -276,7 +263,6 @@ def compile_for(config, topology: str, teacher_dim: int = 512, name: str = '') -
 
 
 def define_flags() -> None:
-  from vlp_jax import config as config_lib
   config_lib.define_config_flag()
   flags.DEFINE_list('topology', ['v5e:4x4'], 'TPU topologies, e.g. v5e:4x4,v5p:4x4x4 (chips: ' +
                     ', '.join(sorted(CHIPS)) + ').')

@@ -34,12 +34,10 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import alternating_order, ratio_range, real_batch  # noqa: E402
-from vlp_jax import models, objectives  # noqa: E402
+from vlp_jax import objectives, parallel  # noqa: E402
 from vlp_jax.config import base_config, from_file, validate  # noqa: E402
 from vlp_jax.data import device_augment  # noqa: E402
-from vlp_jax.training import optim  # noqa: E402
-from vlp_jax.training.state import create_train_state  # noqa: E402
-from vlp_jax.training.step import train_step  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = flags.DEFINE_string('config', 'configs/cosmos_shapes.py', 'Config file of the step (COSMOS or SLIP).')
 _SOURCE = flags.DEFINE_integer('device_source_size', 0, 'config.data.device_source_size (0: the image size).')
@@ -62,15 +60,13 @@ def median_seconds(fn, repeats: int) -> tuple[float, float]:
 
 def compiled_step(config: ml_collections.ConfigDict):
   """-> a function running one train step of `config` on its real batch to completion, and the compile seconds."""
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   device = jax.devices()[0]
-  state = jax.device_put(create_train_state(objective, tx, jax.random.key(0)), device)
+  run = Experiment.from_config(config, parallel.make_mesh(1, [device]))
+  state = jax.device_put(run.init_state(jax.random.key(0)), device)
   batch = jax.device_put(real_batch(config, config.batch_size), device)
   rng = jax.random.key(1)
   began = time.perf_counter()
-  compiled = jax.jit(lambda s, b, r: train_step(objective, tx, s, b, r), donate_argnums=0).lower(
-      state, batch, rng).compile()
+  compiled = jax.jit(run.train_step, donate_argnums=0).lower(state, batch, rng).compile()
   seconds = time.perf_counter() - began
 
   def step():

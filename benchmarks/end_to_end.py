@@ -42,11 +42,10 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_sample_images  # noqa: E402
 
 from benchmarks.common import build_config, photo_jpeg, real_batch, with_model_shapes  # noqa: E402
-from vlp_jax import models, objectives, parallel  # noqa: E402
+from vlp_jax import parallel  # noqa: E402
 from vlp_jax.data import synthetic  # noqa: E402
-from vlp_jax.training import loop, optim  # noqa: E402
+from vlp_jax.training import Experiment, loop  # noqa: E402
 from vlp_jax.training.checkpoint import Checkpointer  # noqa: E402
-from vlp_jax.training.step import compile_train_step  # noqa: E402
 
 _MODEL = flags.DEFINE_string('model', 'ViT-B-16', 'Model preset (vlp_jax.models.PRESETS).')
 _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose model shapes replace the preset's "
@@ -136,12 +135,9 @@ def trainer_figures(workdir: str) -> dict:
 
 def step_only_seconds(config, state, steps: int) -> list[float]:
   """Seconds per step of the trainer's compiled step on one batch of the same shapes kept on the device."""
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
-  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
-  step_fn = compile_train_step(objective, tx, mesh, shardings)
-  batch = parallel.global_batch(real_batch(config, config.batch_size), mesh)
+  run = Experiment.from_config(config, parallel.make_mesh(1, jax.devices()[:1]))
+  step_fn = run.compiled_step()
+  batch = parallel.global_batch(real_batch(config, config.batch_size), run.mesh)
   rng = jax.random.key(1)
   state, metrics = step_fn(state, batch, rng)  # the compile
   jax.block_until_ready(metrics)

@@ -23,20 +23,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import jax  # noqa: E402
 
 from benchmarks.common import build_config, real_batch  # noqa: E402
-from vlp_jax import hardware, models, objectives, parallel  # noqa: E402
-from vlp_jax.training import optim  # noqa: E402
-from vlp_jax.training.flops import architecture_config  # noqa: E402
-from vlp_jax.training.step import UnrolledFlops  # noqa: E402
+from vlp_jax import hardware, parallel  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
+from vlp_jax.training.flops import architecture_config, traced_flops  # noqa: E402
 
 GPU_PEAK_DEVICE = 'NVIDIA H200'  # vs_open_clip rows name the platform only ('gpu'): the stored runs' H200
 
 
 def traced_step_flops(config, batch: dict) -> float:
   """The matmul FLOPs of one train step of `config` on `batch` (shapes), from its jaxpr."""
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
-  return UnrolledFlops(objective, tx, mesh, 0).traced_flops(batch, jax.random.key(0))
+  run = Experiment.from_config(config, parallel.make_mesh(1, jax.devices()[:1]))
+  return traced_flops(run.traced_step(batch, jax.random.key(0)))
 
 
 def step_flops(row: dict) -> tuple[float, float]:

@@ -30,16 +30,14 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from vlp_jax import models, objectives, parallel  # noqa: E402
-from vlp_jax.config import define_config_flag, validate  # noqa: E402
+from vlp_jax import objectives, parallel  # noqa: E402
+from vlp_jax.config import define_config_flag  # noqa: E402
 from vlp_jax.data import formats, pipeline  # noqa: E402
 from vlp_jax.data.naflex_stage import batch_sequence_length  # noqa: E402
 from vlp_jax.evaluation import Encoder  # noqa: E402
 from vlp_jax.evaluation.naflex_budgets import BudgetEncoder  # noqa: E402
 from vlp_jax.objectives.base import tower_variables  # noqa: E402
-from vlp_jax.training import optim  # noqa: E402
-from vlp_jax.training.state import create_train_state  # noqa: E402
-from vlp_jax.training.step import compile_train_step  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = define_config_flag('configs/siglip2_shapes.py:naflex')
 _STEPS = flags.DEFINE_integer('steps', 3, 'Timed steps per program (after the first, which compiles).')
@@ -61,8 +59,8 @@ def _batches(config, views, steps: list[int]) -> list[dict]:
 
 def main(argv):
   del argv
-  config = _CONFIG.value
-  validate(config)
+  run = Experiment.from_config(_CONFIG.value, parallel.make_mesh(1, jax.devices()[:1]))
+  config, mesh = run.config, run.mesh
   objective_cls = objectives.OBJECTIVES.get(config.objective.name)
   options = objective_cls.options(config.objective)
   naflex_from = objective_cls.naflex_step(options, config.total_steps)
@@ -75,16 +73,9 @@ def main(argv):
     if length not in seen:
       seen.add(length)
       steps.append(step)
-  views = objective_cls.views(config)
-  batches = _batches(config, views, steps)
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
-  state = jax.jit(lambda r: create_train_state(objective, tx, r))(jax.random.key(0))
-  shardings = parallel.tree_shardings(state, mesh)
-  state = jax.device_put(state, shardings)
-  step_fn = compile_train_step(objective, tx, mesh, shardings)
+  batches = _batches(config, run.views, steps)
+  state = run.init_state(jax.random.key(0))
+  step_fn = run.compiled_step()
   for step, batch in zip(steps, batches):
     device_batch = parallel.global_batch(batch, mesh)
     began = time.perf_counter()
@@ -101,12 +92,13 @@ def main(argv):
     print(json.dumps({'program': 'train_step', 'sequence_length': None if patches is None else patches.shape[1],
                       'batch_size': config.batch_size, 'compile_and_first_step_s': round(compile_seconds, 2),
                       'step_s': round(statistics.median(times), 4), 'programs': len(step_fn.compiled)}), flush=True)
-  encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
+  encoder = Encoder(run.model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
                     config.model.text.context_length)
   images = np.random.default_rng(0).normal(size=(config.eval.batch_size, config.model.vision.image_size,
                                                  config.model.vision.image_size, 3)).astype(np.float32)
   for budget in config.eval.naflex_max_patches:
-    budget_encoder = BudgetEncoder(encoder, int(budget), config.model.vision.patch_size, objective.preprocessing)
+    budget_encoder = BudgetEncoder(encoder, int(budget), config.model.vision.patch_size,
+                                   run.objective.preprocessing)
     began = time.perf_counter()
     budget_encoder.images(images)
     first = time.perf_counter() - began

@@ -42,16 +42,13 @@ import numpy as np  # noqa: E402
 
 import aot  # noqa: E402  # benchmarks/aot.py: the abstract batch of a config's views
 from sentencepiece import sentencepiece_model_pb2  # noqa: E402
-from vlp_jax import models, objectives, parallel  # noqa: E402
+from vlp_jax import models, parallel  # noqa: E402
 from vlp_jax.config import from_file  # noqa: E402
 from vlp_jax.data import host_memory, shards  # noqa: E402
 from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
 from vlp_jax.evalsets import budget  # noqa: E402
-from vlp_jax.accumulation import num_micro_batches  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
 from vlp_jax.training.flops import function_flops, jaxpr_flops  # noqa: E402
-from vlp_jax.training.optim import make_optimizer  # noqa: E402
-from vlp_jax.training.state import create_train_state  # noqa: E402
-from vlp_jax.training.step import jit_train_step  # noqa: E402
 
 BEGIN, END = '<!-- run_needs: begin (benchmarks/run_needs.py writes this table) -->', '<!-- run_needs: end -->'
 TEACHER_DIM = 512  # configs/saco_cc3m.py's mimic targets: a ViT-B/32's embeddings
@@ -160,17 +157,9 @@ def tower_flops(config) -> tuple[float, float]:
 def traced_step(config):
   """The config's train step over the global batch, traced (not compiled) on one CPU device."""
   config = config.copy_and_resolve_references()
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = make_optimizer(config.optim, config.total_steps)
+  run = Experiment.from_config(config, parallel.make_mesh(1, jax.devices()[:1]))
   rng = jax.random.key(config.seed)
-  mesh = parallel.make_mesh(1, jax.devices()[:1])
-  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), rng)
-  shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
-  step = jit_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config),
-                        config.ema.decay)
-  with jax.set_mesh(mesh):
-    return step.trace(abstract_state, aot.abstract_batch(config, TEACHER_DIM),
-                      jax.ShapeDtypeStruct(rng.shape, rng.dtype))
+  return run.traced_step(aot.abstract_batch(config, TEACHER_DIM), jax.ShapeDtypeStruct(rng.shape, rng.dtype))
 
 
 def step_flops(config) -> tuple[float, float]:

@@ -133,28 +133,22 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
   that runs one step to completion, or (row with 'skipped', None) when the step would not fit in memory."""
   import jax
   from benchmarks.common import build_config, compiled_memory, real_batch, with_model_shapes
-  from vlp_jax import models, objectives, parallel
-  from vlp_jax.training import optim
+  from vlp_jax import parallel
   from vlp_jax.hardware import peak_flops
-  from vlp_jax.training.loop import architecture_flops_of, unrolled_flops_of
-  from vlp_jax.training.state import create_train_state
+  from vlp_jax.training import Experiment
   from vlp_jax.training.flops import device_flops
-  from vlp_jax.training.step import train_step
   config = build_config(model, batch_size, objective, precision, remat, patch_dropout, _SCAN.value, attention)
   if _MODEL_CONFIG.value:
     config = with_model_shapes(config, _MODEL_CONFIG.value)
   config = with_levers(config, embedding_grad, patch_embedding)
-  net = models.build_model(config.model)
-  obj = objectives.build(config, net)
-  tx = optim.make_optimizer(config.optim, config.total_steps, obj.late_starts())
   device = jax.devices()[0]
-  mesh = parallel.make_mesh(1, [device])
-  state = jax.device_put(create_train_state(obj, tx, jax.random.key(0)), device)
+  run = Experiment.from_config(config, parallel.make_mesh(1, [device]))
+  state = jax.device_put(run.init_state(jax.random.key(0)), device)
   batch = jax.device_put(real_batch(config, batch_size), device)
   rng = jax.random.key(1)
   began = time.perf_counter()
-  with jax.set_mesh(mesh):
-    traced = jax.jit(lambda s, b, r: train_step(obj, tx, s, b, r), donate_argnums=0).trace(state, batch, rng)
+  with jax.set_mesh(run.mesh):
+    traced = jax.jit(run.train_step, donate_argnums=0).trace(state, batch, rng)
     lowered = traced.lower()
     compiled = lowered.compile()
   compile_seconds = time.perf_counter() - began
@@ -170,12 +164,12 @@ def prepare(model: str, batch_size: int, objective: str, precision: str, patch_d
     return {**row, 'skipped': f"the step needs {memory['peak_bytes'] / 1e9:.1f} GB and {available / 1e9:.1f} GB "
                               'are free; try a smaller --batch_size or --remat=true'}, None
   flops = device_flops(traced, compiled, device.platform, 1)
-  counter = unrolled_flops_of(config, tx, mesh)  # a scanned model: XLA counts the layer loop's body once
+  counter = run.unrolled_flops  # a scanned model: XLA counts the layer loop's body once
   if counter is not None and flops and device.platform != 'gpu':
     flops += counter.missing(lowered, batch, rng)
   published = peak_flops(device.device_kind)
   # what `mfu` counts (PaLM's model FLOPs: every row through every block, no remat, attention on the true rows)
-  architecture = architecture_flops_of(config, tx, mesh).traced_flops(batch, rng)
+  architecture = run.architecture_flops.traced_flops(batch, rng)
   row = {**row, 'flops_per_step': flops, 'architecture_flops_per_step': architecture, 'published_peak': published}
 
   def step():

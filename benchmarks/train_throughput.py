@@ -25,12 +25,10 @@ allocator.retain_freed_memory()
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
+from vlp_jax import config as config_lib, parallel  # noqa: E402
 from vlp_jax.data import formats
 from vlp_jax.data import pipeline  # noqa: E402
-from vlp_jax.training import optim  # noqa: E402
-from vlp_jax.training.state import create_train_state  # noqa: E402
-from vlp_jax.training.step import compile_train_step  # noqa: E402
+from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = config_lib.define_config_flag('configs/clip_shapes.py', 'Config file.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (after one warm-up step).')
@@ -38,18 +36,11 @@ _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (after one warm-up step)
 
 def main(argv):
   del argv
-  config = _CONFIG.value
-  config_lib.validate(config)
-  mesh = parallel.make_mesh(config.mesh.fsdp)
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  state = create_train_state(objective, tx, jax.random.key(0))
-  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
-  state = jax.device_put(state, shardings)
-  step_fn = compile_train_step(objective, tx, mesh, shardings)
-  views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
+  run = Experiment.from_config(_CONFIG.value)
+  config, mesh = run.config, run.mesh
+  state = run.init_state(jax.random.key(0))
+  step_fn = run.compiled_step()
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, seed=0,
                                      global_batch_size=config.batch_size,
                                      process_index=0, process_count=1)
   began = time.perf_counter()

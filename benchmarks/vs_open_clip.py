@@ -195,44 +195,31 @@ def jax_step_flops(spec: dict) -> float:
   does."""
   import jax
   import numpy as np
-  from vlp_jax import models, objectives, parallel
-  from vlp_jax.training import optim
+  from vlp_jax import parallel
+  from vlp_jax.training import Experiment
   from vlp_jax.training.flops import traced_flops
-  from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import jit_train_step
   config = spec_config(spec['model'], spec['batch_size'], spec['precision'], 'xla', spec.get('model_config', ''))
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  mesh = parallel.make_mesh(1, jax.devices('cpu')[:1])
-  state = jax.eval_shape(lambda key: create_train_state(objective, tx, key), jax.random.key(0))
-  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
+  run = Experiment.from_config(config, parallel.make_mesh(1, jax.devices('cpu')[:1]))
   size, batch_size = spec['image_size'], spec['batch_size']
   batch = {'image': jax.ShapeDtypeStruct((batch_size, size, size, 3), np.float32),
            'text': jax.ShapeDtypeStruct((batch_size, spec['context_length']), np.int32)}
-  with jax.set_mesh(mesh):
-    return traced_flops(jit_train_step(objective, tx, mesh, shardings).trace(state, batch, jax.random.key(1)))
+  return traced_flops(run.traced_step(batch, jax.random.key(1)))
 
 
 def jax_side(spec: dict):
   """(a function running one vlp_jax train step (blocking) on `shared_batch`, the parameter count, the step's
   FLOPs: `jax_step_flops`)."""
   import jax
-  from vlp_jax import models, objectives, parallel
-  from vlp_jax.training import optim
-  from vlp_jax.training.state import create_train_state
-  from vlp_jax.training.step import compile_train_step
+  from vlp_jax import parallel
+  from vlp_jax.training import Experiment
   config = spec_config(spec['model'], spec['batch_size'], spec['precision'], spec.get('attention', 'auto'),
                        spec.get('model_config', ''))
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  mesh = parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1])
-  state = create_train_state(objective, tx, jax.random.key(0))
-  shardings = parallel.tree_shardings(state, mesh, config.mesh.fsdp_min_size)
-  state = jax.device_put(state, shardings)
-  step_fn = compile_train_step(objective, tx, mesh, shardings)
-  batch = parallel.global_batch(shared_batch(spec), mesh)
+  run = Experiment.from_config(config, parallel.make_mesh(1, jax.devices(spec.get('device', 'cpu'))[:1]))
+  state = run.init_state(jax.random.key(0))
+  step_fn = run.compiled_step()
+  batch = parallel.global_batch(shared_batch(spec), run.mesh)
   rng = jax.random.key(1)
-  count = sum(x.size for x in jax.tree.leaves(state.params))
+  count = run.parameter_count
   flops = jax_step_flops(spec)
 
   def step():
@@ -242,9 +229,8 @@ def jax_side(spec: dict):
 
   def hlo_text() -> str:
     """The compiled step's HLO, whose instruction metadata names the model code each profiled op comes from."""
-    from vlp_jax.training.step import jit_train_step
-    with jax.set_mesh(mesh):
-      return jit_train_step(objective, tx, mesh, shardings).lower(state, batch, rng).compile().as_text()
+    with jax.set_mesh(run.mesh):
+      return run.traced_step(batch, rng).lower().compile().as_text()
   step.hlo_text = hlo_text
   return step, count, flops
 

@@ -109,13 +109,21 @@ def numeric_grad(fn, args, index, eps=1e-6):
 # ------------------------------------------------------------------------- train steps on random batches
 
 
+def experiment(config, mesh=None):
+  """The run of a config (training/experiment.py) on `mesh` (default: one device; the model, objective, optimizer and
+  state initialiser do not depend on it), the config taken as it is: tests build the parts of configs made for one
+  check, which a run might refuse."""
+  import jax
+  from vlp_jax import parallel
+  from vlp_jax.training import Experiment
+  return Experiment.from_config(config, parallel.make_mesh(1, jax.devices()[:1]) if mesh is None else mesh,
+                                validate=False)
+
+
 def build_objective(config):
   """(objective, optimizer) of a config."""
-  from vlp_jax import models, objectives
-  from vlp_jax.training import optim
-  model = models.build_model(config.model)
-  objective = objectives.build(config, model)
-  return objective, optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  run = experiment(config)
+  return run.objective, run.tx
 
 
 def jit_init(fn):
@@ -131,25 +139,16 @@ def initial_state(config):
   """The initial train state on the host (jit: an eager init compiles op by op, slowly for convolutions), with the
   EMA of the weights when config.ema.decay > 0."""
   import jax
-  from vlp_jax.training.state import create_train_state
-  objective, tx = build_objective(config)
-  return jax.device_get(jit_init(lambda rng: create_train_state(objective, tx, rng, config.ema.decay))(
-      jax.random.key(0)))
+  return jax.device_get(jit_init(experiment(config).create_state)(jax.random.key(0)))
 
 
 def compiled_step(config, mesh, state=None):
   """(the compiled train step, the state placed on `mesh`); the step accumulates gradients and keeps the EMA of the
   weights as the config says (config.accumulation, config.ema)."""
   import jax
-  from vlp_jax import parallel
-  from vlp_jax.accumulation import num_micro_batches
-  from vlp_jax.training.step import compile_train_step
-  objective, tx = build_objective(config)
+  run = experiment(config, mesh)
   state = initial_state(config) if state is None else state
-  shardings = parallel.tree_shardings(state, mesh, min_size=config.mesh.fsdp_min_size)
-  state = jax.device_put(state, shardings)
-  return compile_train_step(objective, tx, mesh, shardings, config.accumulation.mode, num_micro_batches(config),
-                            ema_decay=config.ema.decay), state
+  return run.compiled_step(), jax.device_put(state, run.state_shardings)
 
 
 def random_batches(config, n):

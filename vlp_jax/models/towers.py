@@ -12,7 +12,7 @@
     def build(cls, vision, embed_dim, act, dtype, stack) -> nn.Module: ...
 
 The module `build` returns maps [B, H, W, 3] images to {'embed': [B, d], 'cls': [B, w], 'tokens': [B, N, w]} (see
-vit.py; 'siglip_vit' also takes models/naflex.NaflexImages, SigLIP 2's variable-length images); `stack` (transformer.BlockStack) says how transformer blocks are rematerialised and scanned. The module is
+vit.py; 'siglip_vit' also takes models/naflex_inputs.NaflexImages, SigLIP 2's variable-length images); `stack` (transformer.BlockStack) says how transformer blocks are rematerialised and scanned. The module is
 called as `module(images, train=..., with_tokens=..., rng=...)`: `rng` is None, or when training one key per image
 ([B] typed keys, from the objective's per-example keys; objectives/base.py). A stochastic option (the ViT's patch
 dropout, drop path, ...) is active only when `train`, and draws image i's randomness from rng[i] alone, e.g.

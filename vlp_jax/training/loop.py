@@ -15,25 +15,22 @@ import ml_collections
 import numpy as np
 
 from vlp_jax import config as config_lib
-from vlp_jax import hardware, models, objectives, parallel, paths
+from vlp_jax import hardware, parallel, paths
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.evalsets import budget as eval_budget
 from vlp_jax.data import formats, host_memory, pipeline
 from vlp_jax.data.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_evaluated
-from vlp_jax.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards, stages, start_checks
 from vlp_jax.training.checkpoint import Checkpointer, load_config, load_pretrained
 from vlp_jax.training.context import TrainContext
 from vlp_jax.training.curves import plot_curves
-from vlp_jax.training.flops import architecture_config
+from vlp_jax.training.experiment import Experiment
 from vlp_jax.training.hooks import Hook, default_hooks
-from vlp_jax.training.optim import learning_rate_schedule, make_optimizer
 from vlp_jax.training.progress import Progress, end_summary, print_summary
-from vlp_jax.training.state import TrainState, create_train_state, with_ema
-from vlp_jax.training.step import UnrolledFlops, compile_train_step
+from vlp_jax.training.state import TrainState, with_ema
 from vlp_jax.training.watchdog import StepWatchdog
 from vlp_jax.training.writer import MetricWriter, check_backends, read_metrics
 
@@ -55,10 +52,10 @@ def report_finished(workdir: str, latest: int, total_steps: int) -> dict[str, fl
   return results
 
 
-def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx, rng: jax.Array,
-                               state_shardings: Any) -> TrainState:
+def initialize_from_checkpoint(experiment: Experiment, rng: jax.Array) -> TrainState:
   """A fresh train state whose towers come from `config.init.checkpoint` (a new optimizer state, step 0; the EMA,
   with config.ema.decay, starts at the loaded parameters)."""
+  config, objective, tx = experiment.stage, experiment.objective, experiment.tx
   params, model_state = jax.tree.map(np.asarray, objective.init_variables(rng))
   try:
     params, model_state, fresh = load_pretrained(config.init.checkpoint, params, model_state, config.model)
@@ -70,13 +67,14 @@ def initialize_from_checkpoint(config: ml_collections.ConfigDict, objective, tx,
         + (f'; fresh: {", ".join(fresh)}' if fresh else ''), flush=True)
   state = with_ema(TrainState(step=np.zeros((), np.int32), params=params, model_state=model_state,
                               opt_state=tx.init(params)), config.ema.decay)
-  return jax.device_put(state, state_shardings)
+  return jax.device_put(state, experiment.state_shardings)
 
 
-def build_data(config: ml_collections.ConfigDict, paths: list[str]) -> tuple[Any, RecordStats]:
+def build_data(experiment: Experiment, paths: list[str]) -> tuple[Any, RecordStats]:
   """This process's training batches (a grain iterator, checkpointed with the state) and the bad-record counter."""
+  config = experiment.config
   try:
-    views = objectives.OBJECTIVES.get(config.objective.name).views(config)
+    views = experiment.views
     return formats.train_batches(config.data, paths, views, seed=config.seed, batch_size=config.batch_size,
                                  process_index=jax.process_index(), process_count=jax.process_count())
   except ValueError as error:  # data settings that do not fit the data (weights, small sources): before compiling
@@ -102,81 +100,52 @@ def check_resume_layout(step_dir: str, model_config: ml_collections.ConfigDict, 
                              + ', or start a new run from it with --config.init.checkpoint')
 
 
-def build_state(config: ml_collections.ConfigDict, objective, tx, init_rng: jax.Array, mesh,
-                checkpointer: Checkpointer, latest: int | None, data_iterator) -> tuple[TrainState, Any]:
-  """(the train state, its shardings): restored from step `latest` (the data iterator too), else initialised from
-  `config.init.checkpoint`, else fresh."""
-  abstract_state = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), init_rng)
-  # The EMA's leaves have the parameters' paths and shapes, so the rule gives them the parameters' shardings.
-  state_shardings = parallel.tree_shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
+def build_state(experiment: Experiment, init_rng: jax.Array, checkpointer: Checkpointer, latest: int | None,
+                data_iterator) -> TrainState:
+  """The train state in `experiment.state_shardings`: restored from step `latest` (the data iterator too), else
+  initialised from `config.init.checkpoint`, else fresh."""
+  config = experiment.stage
   if latest is not None:
     check_resume_layout(checkpointer.step_directory(latest), config.model, config.ema.decay)
-    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state,
-                            state_shardings)
-    state = checkpointer.restore(latest, abstract, data_iterator)
+    state = checkpointer.restore(latest, experiment.abstract_state, data_iterator)
     print(f'Resumed from step {latest} in {checkpointer.directory}', flush=True)
   elif config.init.checkpoint:
-    state = initialize_from_checkpoint(config, objective, tx, init_rng, state_shardings)
+    state = initialize_from_checkpoint(experiment, init_rng)
   else:
-    state = jax.jit(lambda r: create_train_state(objective, tx, r, config.ema.decay),
-                    out_shardings=state_shardings)(init_rng)
-  return state, state_shardings
-
-
-def unrolled_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFlops | None:
-  """For a scanned model, what counts the FLOPs its layer loops hide (training/step.py); None otherwise."""
-  if not config.model.get('scan_layers', False):
-    return None
-  unrolled = ml_collections.ConfigDict(config.to_dict())
-  unrolled.model.scan_layers = False
-  objective = objectives.build(unrolled, models.build_model(unrolled.model))
-  return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
-                       num_micro_batches(config), config.ema.decay)
-
-
-def architecture_flops_of(config: ml_collections.ConfigDict, tx, mesh) -> UnrolledFlops:
-  """What counts the architecture's FLOPs of a step, which perf/mfu divides (flops.architecture_config)."""
-  counted = architecture_config(config)
-  objective = objectives.build(counted, models.build_model(counted.model))
-  return UnrolledFlops(objective, tx, mesh, config.mesh.fsdp_min_size, config.accumulation.mode,
-                       num_micro_batches(config), config.ema.decay)
+    state = experiment.init_state(init_rng)
+  return state
 
 
 def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[str], checkpointer: Checkpointer,
                   latest: int | None, stop_at_step: int | None) -> TrainContext:
   """Mesh, model, objective, optimizer, data, state (restored when `latest`), the compiled step, eval sets and the
   metric writer, in that order."""
-  mesh = parallel.make_mesh(config.mesh.fsdp)
   # with config.data.resolution_stages: the model, state and step of the stage the state to restore is at
-  staged = stages.state_config(config, latest or 0)
-  model = models.build_model(staged.model)
-  objective = objectives.build(staged, model)
-  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  schedule = learning_rate_schedule(config.optim, config.total_steps)
+  experiment = Experiment.from_config(config, step=latest or 0)
+  mesh = experiment.mesh
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
-  data_iterator, record_stats = build_data(config, paths)
+  data_iterator, record_stats = build_data(experiment, paths)
   # what the host will hold outside the devices, from the config before any eval set loads or the step compiles:
   # refused (exit 2) when it cannot fit
   held = eval_budget.host_memory(config, record_stats.mapped_bytes)
   print(f'Host memory: {host_memory.check(held, hardware.host_memory_bytes())}', flush=True)
-  state, state_shardings = build_state(staged, objective, tx, init_rng, mesh, checkpointer, latest, data_iterator)
+  state = build_state(experiment, init_rng, checkpointer, latest, data_iterator)
   start_step = int(state.step)
-  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  num_params = experiment.parameter_count
   objective_name = ' + '.join((config.objective.name, *config.objective.terms))
   print(f'Model {config.model.name}: {num_params / 1e6:.2f}M parameters; objective {objective_name}; '
         f'{jax.device_count()} devices, mesh {dict(mesh.shape)}; global batch {config.batch_size}', flush=True)
 
-  step_fn = compile_train_step(objective, tx, mesh, state_shardings, config.accumulation.mode,
-                               num_micro_batches(config), unrolled_flops_of(staged, tx, mesh),
-                               config.ema.decay, architecture_flops_of(staged, tx, mesh))
+  step_fn = experiment.compiled_step()
   eval_sets = evalsets.load_eval_sets(config)
   report_evaluated(eval_sets, tuple(config.eval.tasks))  # once, not at each evaluation
-  encoder = Encoder(model, tower_variables(state.params, state.model_state), mesh, config.eval.batch_size,
-                    config.model.text.context_length)
+  encoder = Encoder(experiment.model, tower_variables(state.params, state.model_state), mesh,
+                    config.eval.batch_size, config.model.text.context_length)
   # metrics.jsonl drops the lines past start_step (they are redone); TensorBoard; W&B with config.log.wandb_project
   writer = MetricWriter(workdir, resume_step=start_step, config=config)
   return TrainContext(
-      config=config, workdir=workdir, checkpointer=checkpointer, mesh=mesh, objective=objective, schedule=schedule,
+      config=config, workdir=workdir, checkpointer=checkpointer, mesh=mesh, objective=experiment.objective,
+      schedule=experiment.schedule,
       data_iterator=data_iterator, record_stats=record_stats, step_fn=step_fn, step_rng=step_rng,
       eval_sets=eval_sets, encoder=encoder, writer=writer, start_step=start_step,
       last_step=min(config.total_steps, stop_at_step or config.total_steps), state=state,
@@ -190,22 +159,18 @@ def switch_resolution(ctx: TrainContext, index: int) -> None:
   the compiled step and the encoder rebuilt for it; said in the log."""
   config = ctx.config
   old, new = stages.config_at(config, index - 1), stages.config_at(config, index)
-  model = models.build_model(new.model)
-  objective = objectives.build(new, model)
-  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
+  # the parts of batch `index`'s stage: those of a state after index + 1 updates (the config was validated at the start)
+  experiment = Experiment.from_config(config, ctx.mesh, step=index + 1, validate=False)
   # on the devices: the other leaves stay where they are, and a state sharded over processes needs no gather
   state, resized = stages.resize_state(ctx.state, old.model.vision, new.model.vision)
-  abstract = jax.eval_shape(lambda r: create_train_state(objective, tx, r, config.ema.decay), jax.random.key(0))
-  if [np.shape(leaf) for leaf in jax.tree.leaves(state)] != [leaf.shape for leaf in jax.tree.leaves(abstract)]:
+  if ([np.shape(leaf) for leaf in jax.tree.leaves(state)]
+      != [leaf.shape for leaf in jax.tree.leaves(experiment.state_shapes)]):
     raise ValueError(f'the train state resized to image size {new.model.vision.image_size} does not have the '
                      "stage's shapes")
-  shardings = parallel.tree_shardings(abstract, ctx.mesh, config.mesh.fsdp_min_size)
-  ctx.state = jax.device_put(state, shardings)
-  ctx.objective = objective
-  ctx.step_fn = compile_train_step(objective, tx, ctx.mesh, shardings, config.accumulation.mode,
-                                   num_micro_batches(config), unrolled_flops_of(new, tx, ctx.mesh), config.ema.decay,
-                                   architecture_flops_of(new, tx, ctx.mesh))
-  ctx.encoder = Encoder(model, tower_variables(ctx.state.params, ctx.state.model_state), ctx.mesh,
+  ctx.state = jax.device_put(state, experiment.state_shardings)
+  ctx.objective = experiment.objective
+  ctx.step_fn = experiment.compiled_step()
+  ctx.encoder = Encoder(experiment.model, tower_variables(ctx.state.params, ctx.state.model_state), ctx.mesh,
                         config.eval.batch_size, config.model.text.context_length)
   print(f'Resolution stage from step {index + 1}: image size {old.model.vision.image_size} -> '
         f'{new.model.vision.image_size}; resized {resized} copies of visual/positional_embedding (the parameters, '

@@ -71,7 +71,7 @@ def test_a_run_that_cannot_hold_its_eval_sets_stops_before_they_load_or_the_step
   # stops before decoding them; 143c8f2 measured them after loading, and could die loading them.
   monkeypatch.setattr(hardware, 'host_memory_bytes', lambda: 1024)
   monkeypatch.setattr(loop.evalsets, 'load_eval_sets', lambda *a: pytest.fail('decoded the eval sets first'))
-  monkeypatch.setattr(loop, 'compile_train_step', lambda *a, **k: pytest.fail('compiled the step first'))
+  monkeypatch.setattr(loop.Experiment, 'compiled_step', lambda *a, **k: pytest.fail('compiled the step first'))
   with pytest.raises(ConfigError, match=r'host memory: the run needs [\d.]+ GiB held outside the devices \(eval sets '
                                         r'[\d.]+ GiB per process\), and this machine has 0.0 GiB') as caught:
     train_and_evaluate(micro, str(tmp_path / 'run'))

@@ -11,18 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from support import build_objective, compiled_step, jit_init, objective_batch, random_batches
-from vlp_jax import errors, models, objectives, parallel
+from support import compiled_step, experiment, jit_init, objective_batch, random_batches
+from vlp_jax import errors, models, parallel
 from vlp_jax import interchange as weights
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax.models.transformer import BlockStack, REMAT_POLICIES, in_layout, stacked_layout, unstacked_layout
 from vlp_jax import accumulation
 from vlp_jax.training import optim
 from vlp_jax.training.checkpoint import load_pretrained
-from vlp_jax.training.loop import check_resume_layout, unrolled_flops_of
+from vlp_jax.training.loop import check_resume_layout
 from vlp_jax.training.flops import program_cost, traced_flops
-from vlp_jax.training.state import create_train_state
-from vlp_jax.training.step import compile_train_step
 
 
 def _tiny(scan=False, remat=False, policy='nothing_saveable', layers=3):
@@ -122,10 +120,10 @@ def test_scanned_training_gradients_equal_the_unrolled_ones_on_an_fsdp_mesh(micr
   micro.model.vision.layers = micro.model.text.layers = 3
   micro.mesh.fsdp = 2
   micro.mesh.fsdp_min_size = 1  # shard even the micro model's matrices, so the layer axis could be picked
-  unrolled = objectives.build(micro, models.build_model(micro.model))
+  unrolled = experiment(micro).objective
   params, state = unrolled.init_variables(jax.random.key(0))
   micro.model.update(scan_layers=True, remat=True)
-  scanned = objectives.build(micro, models.build_model(micro.model))
+  scanned = experiment(micro).objective
   batch, mesh = objective_batch(micro, size=16), parallel.make_mesh(fsdp=2)
   grad_fn = accumulation.loss_and_grad_fn('none', 1)
   results = []
@@ -225,9 +223,7 @@ def test_checkpoints_of_either_layout_export_initialise_and_refuse_a_mismatched_
 def _zero_state(config):
   """The config's initial train state of zeros on the host: a FLOP count needs the shapes, not the weights (and a
   jitted init of 3-layer towers compiles for 5 CPU s)."""
-  objective, tx = build_objective(config)
-  abstract = jax.eval_shape(lambda rng: create_train_state(objective, tx, rng), jax.random.key(0))
-  return jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), abstract)
+  return jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), experiment(config).state_shapes)
 
 
 @pytest.mark.slow
@@ -246,11 +242,9 @@ def test_the_flops_of_a_scanned_step_count_every_block(micro):
     unrolled_matmuls = traced_flops(unrolled_step.jitted.trace(state, batch, rng))
   unrolled_step(state, batch, rng)  # compiles (XLA's count of the unrolled program) and donates `state`
   micro.model.scan_layers = True
-  objective, tx = build_objective(micro)
-  scanned_state = _zero_state(micro)
-  shardings = parallel.tree_shardings(scanned_state, mesh, min_size=micro.mesh.fsdp_min_size)
-  counted = compile_train_step(objective, tx, mesh, shardings, unrolled_flops=unrolled_flops_of(micro, tx, mesh))
-  scanned_state = jax.device_put(scanned_state, shardings)
+  scanned = experiment(micro, mesh)
+  counted = scanned.compiled_step()  # the trainer's: counts the blocks the layer loop hides (unrolled_flops)
+  scanned_state = jax.device_put(_zero_state(micro), scanned.state_shardings)
   with jax.set_mesh(mesh):
     scanned_matmuls = traced_flops(counted.jitted.trace(scanned_state, batch, rng))
   counted(scanned_state, batch, rng)

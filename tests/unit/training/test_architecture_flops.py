@@ -14,7 +14,7 @@ from vlp_jax import parallel
 from vlp_jax.models.transformer import BlockStack
 from vlp_jax.models.vit import VisionTransformer
 from vlp_jax.training.flops import architecture_config, function_flops, program_cost
-from vlp_jax.training.loop import architecture_flops_of
+from vlp_jax.training.experiment import architecture_flops_of
 from vlp_jax.training.step import UnrolledFlops
 
 BATCH, WIDTH, LAYERS, HEADS, EMBED, IMAGE, PATCH = 2, 128, 2, 2, 64, 32, 8

@@ -14,8 +14,8 @@ from support import ROOT
 from vlp_jax import interchange, models, objectives, parallel
 from vlp_jax.config import from_file
 from vlp_jax.objectives.siglip2 import ACTIVE, DECODER, DISTILL_HEAD, MASK_TOKEN, MASKED_HEAD, TEACHER
+from vlp_jax.training import Experiment
 from vlp_jax.training.loop import build_state
-from vlp_jax.training.optim import make_optimizer
 
 
 def _config(name):
@@ -33,10 +33,9 @@ def test_towers_come_from_the_checkpoint_and_the_decoder_heads_and_teacher_start
   config = _config('siglip2_continue_shapes')
   config.model.vision.layers = config.model.text.layers = 1
   config.init.checkpoint = checkpoint
-  objective = objectives.build(config, models.build_model(config.model))
-  tx = make_optimizer(config.optim, config.total_steps, objective.late_starts())
-  init_rng = jax.random.key(0)
-  state, _ = build_state(config, objective, tx, init_rng, parallel.make_mesh(), None, None, None)
+  run = Experiment.from_config(config, parallel.make_mesh())
+  objective, init_rng = run.objective, jax.random.key(0)
+  state = build_state(run, init_rng, None, None, None)
   log = capsys.readouterr().out
   params, model_state = jax.device_get(state.params), jax.device_get(state.model_state)
   assert int(state.step) == 0
