@@ -66,8 +66,11 @@ SOURCES = ('web', 'studio')  # the sources whose backgrounds vary
 def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images of one embedded source, as they are and on new backgrounds of that source: two
   [N, S, S, 3] uint8 arrays."""
-  from vlp_jax.data import image_ops
-  from vlp_jax.data import pipeline, records, synthetic, transforms
+  from vlp_jax.data.image import image_ops
+  from vlp_jax.data.image import transforms
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
+  from vlp_jax.data.storage import records
   root = synthetic.ensure_dataset(synthetic.SyntheticSpec())
   examples = pipeline.read_all(synthetic.shard_paths(root, 'test', (source,)))[:count]
   originals, swapped = [], []
@@ -83,7 +86,8 @@ def test_images(source: str, count: int, image_size: int) -> tuple[np.ndarray, n
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from vlp_jax.data import image_ops, pipeline
+  from vlp_jax.data.image import image_ops
+  from vlp_jax.data.loading import pipeline
   from vlp_jax.inference import encoder_for_checkpoint
   from vlp_jax.checkpoint_files import resolve_checkpoint
   runs = parse_runs(FLAGS.runs)

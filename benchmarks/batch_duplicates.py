@@ -50,7 +50,8 @@ def batch_duplicates(captions_by_source: dict[str, list[str]], batch_size: int, 
 
 def main(argv):
   del argv
-  from vlp_jax.data import pipeline, synthetic
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
   root = synthetic.ensure_dataset(synthetic.SyntheticSpec(captions=FLAGS.captions))
   captions = {s: [e['caption'] for e in pipeline.read_all(synthetic.shard_paths(root, 'train', (s,)))]
               for s in synthetic.SOURCES}
@@ -64,7 +65,7 @@ if __name__ == '__main__':
   flags.DEFINE_integer('batch_size', 128, 'Rows per batch (the *_shapes.py configs use 128).')
   flags.DEFINE_integer('batches', 300, 'Random batches averaged.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')
-  from vlp_jax.data.synthetic import CAPTION_STYLES
+  from vlp_jax.data.sources.synthetic_shapes import CAPTION_STYLES
   flags.DEFINE_enum('captions', 'alt_text', list(CAPTION_STYLES), "The embedded dataset's caption style "
                     '(config.data.synthetic.captions).')
   app.run(main)

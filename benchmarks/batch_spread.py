@@ -64,7 +64,9 @@ def main(argv):
   import jax
   from vlp_jax import models, objectives
   from vlp_jax.config import from_file, validate
-  from vlp_jax.data import pipeline, records, synthetic
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
+  from vlp_jax.data.storage import records
   from vlp_jax.training.checkpoint import load_pretrained
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +103,7 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.DEFINE_string('checkpoint', '', 'A trained run (workdir or step directory) to compare with the random init.')
-  from vlp_jax.data.synthetic import CAPTION_STYLES
+  from vlp_jax.data.sources.synthetic_shapes import CAPTION_STYLES
   flags.DEFINE_enum('captions', 'detailed', list(CAPTION_STYLES), "The embedded dataset's caption style.")
   flags.DEFINE_integer('batches', 8, 'Batches averaged per kind.')
   flags.DEFINE_integer('seed', 0, 'Seed of the batch draws.')

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/device_augment.py) adds to
+"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/image/device_augment.py) adds to
 the step: one JSON line per section.
 
   python benchmarks/device_augment.py [--config=configs/cosmos_shapes.py] [--rounds=5] [--steps=5]
@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from benchmarks.common import alternating_order, ratio_range, real_batch  # noqa: E402
 from vlp_jax import models, objectives  # noqa: E402
 from vlp_jax.config import base_config, from_file, validate  # noqa: E402
-from vlp_jax.data import device_augment  # noqa: E402
+from vlp_jax.data.image import device_augment  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import train_step  # noqa: E402

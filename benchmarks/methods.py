@@ -840,7 +840,7 @@ def compiled_step(config):
   import jax
   from vlp_jax import models, objectives, parallel
   from vlp_jax.data import formats
-  from vlp_jax.data import pipeline
+  from vlp_jax.data.loading import pipeline
   from vlp_jax.training import optim
   from vlp_jax.training.state import create_train_state
   from vlp_jax.training.step import train_step

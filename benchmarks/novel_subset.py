@@ -27,7 +27,7 @@ CONFIG = config_flags.DEFINE_config_file('config', os.path.join(ROOT, 'configs',
 
 def main(argv):
   del argv
-  from vlp_jax.data import synthetic
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
   from vlp_jax.evalsets.synthetic import novel_subset
   config = CONFIG.value
   spec = synthetic.spec_from_config(config.data)

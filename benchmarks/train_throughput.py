@@ -27,7 +27,7 @@ from absl import app, flags  # noqa: E402
 
 from vlp_jax import config as config_lib, models, objectives, parallel  # noqa: E402
 from vlp_jax.data import formats
-from vlp_jax.data import pipeline  # noqa: E402
+from vlp_jax.data.loading import pipeline  # noqa: E402
 from vlp_jax.training import optim  # noqa: E402
 from vlp_jax.training.state import create_train_state  # noqa: E402
 from vlp_jax.training.step import compile_train_step  # noqa: E402

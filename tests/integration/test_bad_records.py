@@ -13,8 +13,10 @@ from PIL import Image
 from support import write_webdataset
 from vlp_jax.errors import EXIT_DATA, DataError
 from vlp_jax.objectives import views
-from vlp_jax.data import mixing, pipeline, record_stats, records, synthetic, webdataset
-from vlp_jax.data.record_stats import NAMED_PER_SHARD, RecordStats
+from vlp_jax.data.loading import mixing, pipeline, record_stats
+from vlp_jax.data.sources import synthetic_shapes as synthetic, webdataset_tars as webdataset
+from vlp_jax.data.storage import records
+from vlp_jax.data.loading.record_stats import NAMED_PER_SHARD, RecordStats
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
@@ -203,7 +205,7 @@ def test_webdataset_bad_samples_are_named_with_their_shard_and_key(tmp_path, cap
 def test_a_shard_of_mostly_bad_records_stops_with_its_name():
   paths = ['/data/good.array_record', '/data/bad.array_record']
   stats = RecordStats(paths, ('cc3m',), max_bad_fraction=0.25)
-  n = 100  # half bad against a limit of a quarter: beyond chance after a few dozen reads (data/record_stats.py)
+  n = 100  # half bad against a limit of a quarter: beyond chance after a few dozen reads (data/loading/record_stats.py)
   errors = np.array([0] * n + [2] * (n // 2) + [0] * (n // 2), np.int32)  # bad: half corrupt_image
   stats.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
                 'record_source': np.zeros(2 * n, np.int32)})
@@ -222,7 +224,7 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   micro.eval.every_steps = 100
   micro.total_steps, micro.log_every_steps = 6, 2
   micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
-  # a few dozen of its records are read: at this tolerance of false stops, enough to show it (data/record_stats.py)
+  # a few dozen of its records are read: at this tolerance of false stops, enough to show it (data/loading/record_stats.py)
   micro.data.bad_data_alpha = 0.5
   with pytest.raises(DataError, match='sketch.array_record: '):
     train_and_evaluate(micro, str(tmp_path / 'run'))

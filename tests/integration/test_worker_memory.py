@@ -8,7 +8,8 @@ import psutil
 import pytest
 
 from support import write_webdataset
-from vlp_jax.data import pipeline, webdataset
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import webdataset_tars as webdataset
 
 pytestmark = pytest.mark.slow  # starts grain worker processes
 

@@ -29,7 +29,7 @@ ENTRY_MODULES = ('main', 'evaluate', 'embed', 'weights', 'convert', 'clip_benchm
 
 
 def module_files(root: str = ROOT) -> dict[str, str]:
-  """{'vlp_jax.data.pipeline': path, ...}; a package's __init__.py is the package's own name."""
+  """{'vlp_jax.data.loading.pipeline': path, ...}; a package's __init__.py is the package's own name."""
   out = {}
   for directory, _, files in os.walk(os.path.join(root, PACKAGE)):
     for name in files:
@@ -93,7 +93,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def unit(module: str) -> str:
-  """The layer unit of a module: its top-level subpackage or root module ('vlp_jax.data.pipeline' -> 'data')."""
+  """The layer unit of a module: its top-level subpackage or root module ('vlp_jax.data.loading.pipeline' ->
+  'data')."""
   return module.split('.')[1] if module != PACKAGE else PACKAGE
 
 
@@ -111,10 +112,11 @@ def test_find_cycle_finds_one_and_only_one():
 
 def test_imports_are_read_inside_functions_and_relative(tmp_path):
   source = tmp_path / 'm.py'
-  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data import pipeline\n  import vlp_jax.errors\n')
-  known = {'vlp_jax.x', 'vlp_jax.x.m', 'vlp_jax.x.sibling', 'vlp_jax.data', 'vlp_jax.data.pipeline', 'vlp_jax.errors'}
+  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data.loading import pipeline\n  import vlp_jax.errors\n')
+  known = {'vlp_jax.x', 'vlp_jax.x.m', 'vlp_jax.x.sibling', 'vlp_jax.data', 'vlp_jax.data.loading',
+           'vlp_jax.data.loading.pipeline', 'vlp_jax.errors'}
   assert imported_modules('vlp_jax.x.m', str(source), known) == {
-      'vlp_jax.x.sibling', 'vlp_jax.data.pipeline', 'vlp_jax.errors'}
+      'vlp_jax.x.sibling', 'vlp_jax.data.loading.pipeline', 'vlp_jax.errors'}
 
 
 def test_no_module_imports_itself_back():

@@ -12,8 +12,8 @@ from vlp_jax.models.resnet import ResNetTower
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.models.towers import VISION_TOWERS, check_heads, vision_tower
 from vlp_jax.models.vit import ViTTower
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING
-from vlp_jax.data.tokenizer import TOKENIZERS
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING
+from vlp_jax.data.text.tokenizer_factory import TOKENIZERS
 from vlp_jax.registry import Registry, check_choice
 
 
@@ -23,7 +23,7 @@ def text_options(width: int = 512, layers: int = 12, heads: int = 8, context_len
   causal: attention masks later tokens; pool: 'eot' (the position of the largest id, CLIP's EOT) or 'last' (the
   last position); proj_bias: a bias after `text_projection`; mlp_width: the blocks' MLP hidden width (0 = 4 *
   width); ln_eps: the LayerNorms' epsilon; tokenizer: 'clip_bpe' or 'sentencepiece', whose model file is read
-  from tokenizer_path (data/tokenizer.py); embedding_grad: how the token table's gradient is summed (a speed
+  from tokenizer_path (data/text/tokenizer_factory.py); embedding_grad: how the token table's gradient is summed (a speed
   setting, clip.EMBEDDING_GRADS).
   """
   spec = dict(vocab_size=49408, context_length=context_length, width=width, layers=layers, heads=heads,

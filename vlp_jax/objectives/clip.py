@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from vlp_jax.data.text_crops import FirstGlobalCrop, long_caption_need
+from vlp_jax.data.text.text_crops import FirstGlobalCrop, long_caption_need
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize, mean_offdiagonal_cosine
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
 from vlp_jax.registry import check_choice

@@ -19,8 +19,9 @@ from vlp_jax import hardware, models, objectives, parallel, paths
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.evalsets import budget as eval_budget
-from vlp_jax.data import formats, host_memory, pipeline
-from vlp_jax.data.record_stats import RecordStats
+from vlp_jax.data import formats
+from vlp_jax.data.loading import host_memory, pipeline
+from vlp_jax.data.loading.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_skipped_tasks
 from vlp_jax.objectives.accumulation import num_micro_batches
 from vlp_jax.objectives.base import tower_variables

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from vlp_jax.data.formats import train_paths
-from vlp_jax.data import mixing, pipeline, synthetic
+from vlp_jax.data.loading import mixing, pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
-"""SigLIP 2's NaFlex stage on the host (data/naflex_stage.py, objectives/siglip2.Siglip2Views): the per-step patch
+"""SigLIP 2's NaFlex stage on the host (data/image/naflex_stage.py, objectives/siglip2.Siglip2Views): the per-step patch
 budget (deterministic, uniform over the declared set, a function of the step alone, so resume-safe), the examples'
-NaFlex patches against data/naflex.py's `naflex_patches` of the decoded image, the pipeline's batches across the
+NaFlex patches against data/image/naflex_patches.py's `naflex_patches` of the decoded image, the pipeline's batches across the
 switch and a resumed iterator, and the config checks."""
 import os
 
@@ -12,11 +12,14 @@ from scipy import stats
 from support import ROOT
 from vlp_jax import objectives
 from vlp_jax.config import ConfigError, from_file, validate
-from vlp_jax.data import formats, pipeline, records, synthetic
-from vlp_jax.data.image_ops import preprocessing_of
-from vlp_jax.data.naflex import naflex_patches
-from vlp_jax.data.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
-from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data import formats
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.image_ops import preprocessing_of
+from vlp_jax.data.image.naflex_patches import naflex_patches
+from vlp_jax.data.image.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
+from vlp_jax.data.loading.pipeline import DecodeRecord
 from vlp_jax.objectives.siglip2 import normalized_naflex_patches
 
 LENGTHS = (4, 9, 16)

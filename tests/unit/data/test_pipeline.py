@@ -6,9 +6,10 @@ import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
 from vlp_jax.data import formats
-from vlp_jax.data import image_ops
-from vlp_jax.data import pipeline
-from vlp_jax.data import records, synthetic
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shards=False, mixing='mixed'):

@@ -22,11 +22,11 @@ from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax import models, parallel
 from vlp_jax.data.formats import train_paths
-from vlp_jax.data import image_ops
-from vlp_jax.data import mixing
-from vlp_jax.data import pipeline
-from vlp_jax.data import tfds as tfds_sets
-from vlp_jax.data import class_names
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.loading import mixing
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import tfds_splits as tfds_sets
+from vlp_jax.data.sources import class_names
 from vlp_jax.evalsets import prompts as templates
 from vlp_jax.evalsets import tfds as tfds_eval_sets
 from vlp_jax.evalsets.streamed import StreamedImages

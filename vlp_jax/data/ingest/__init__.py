@@ -3,12 +3,12 @@
 
   base.py           the format table INPUT_FORMATS (--format), the InputFormat interface, Entry, Options, ConvertError
   table.py          formats 'tsv' and 'csv'
-  webdataset.py     format 'webdataset' (uncompressed tars, read with data/webdataset.py's tar helpers)
+  webdataset.py     format 'webdataset' (uncompressed tars, read with data/sources/webdataset_tars.py's tar helpers)
   folder.py         format 'folder' (images + metadata.jsonl)
   images.py         prepare_image: the image bytes a record stores
   long_captions.py  --long_captions: loading the table and matching it to examples
   manifest.py       the output folder and convert_manifest.json (idempotent and resumable runs)
-  convert.py        the conversion: entries -> records (worker processes) -> shards (data/shard_writer.py)
+  convert.py        the conversion: entries -> records (worker processes) -> shards (data/storage/shard_writer.py)
 
 A new input format is one module here that registers an InputFormat subclass (docs/architecture.md).
 """
