@@ -45,9 +45,9 @@ _LOSS_BATCH = flags.DEFINE_integer('loss_batch', 4096, 'Global batch of the shar
 def example_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
   """Per-example shapes of this config's training inputs, read from one real batch of its views."""
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0, global_batch_size=8,
-                                     process_index=0, process_count=1,
-                                     teacher_path=config.data.teacher_embeddings)
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=8, process_index=0, process_count=1,
+                                     teacher_path=config.data.teacher_embeddings))
   batch, _ = pipeline.pop_status(next(iterator))
   return {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype) for k, v in batch.items()}
 

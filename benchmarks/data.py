@@ -160,8 +160,8 @@ def measure(paths: list[str], views, workers: int, batch_size: int, batches: int
   if shard_format == 'webdataset':  # the index is built (and cached) here, before the timing starts
     shard_records = functools.partial(webdataset.TarShardRecords,
                                       cache_dir=os.path.join(os.path.dirname(paths[0]), 'index'))
-  iterator = pipeline.train_iterator(paths, views, seed=0, global_batch_size=batch_size, process_index=0,
-                                     process_count=1, num_workers=workers, num_threads=2,
+  iterator = pipeline.train_iterator(paths, views, pipeline.PipelineSettings(seed=0, global_batch_size=batch_size,
+                                     process_index=0, process_count=1, num_workers=workers, num_threads=2),
                                      sources=['photos'] * len(paths), shard_records=shard_records)
   for _ in range(2):  # warm-up: worker start, file opening, tokenizer caches
     next(iterator)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/image/device_augment.py) adds to
-the step: one JSON line per section.
+"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/image/device_augment.py) adds
+to the step: one JSON line per section.
 
   python benchmarks/device_augment.py [--config=configs/cosmos_shapes.py] [--rounds=5] [--steps=5]
 

@@ -8,9 +8,9 @@ Per config, at its real shapes (image size, global batch, micro-batches, dtype),
 - host: the training data as the config's docstring describes it (DATA below: samples, shards, sources); what the
   trainer prints and checks at start (evalsets/budget.py's host_memory): the webdataset index and SaCo's teacher
   table, memory-mapped once per host (data/loading/host_memory.py's byte counts), and the eval images each process holds
-  (evalsets/budget.py); and the shard files the data workers keep open: each reader is bounded by data/storage/shards.py's
-  open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard limit), with one
-  reader per worker, or one per source per worker outside 'mixed' batches;
+  (evalsets/budget.py); and the shard files the data workers keep open: each reader is bounded by
+  data/storage/shards.py's open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard
+  limit), with one reader per worker, or one per source per worker outside 'mixed' batches;
 - compute: each tower's forward FLOPs per example and the whole train step's FLOPs (forward, backward and every
   component of the objective: extra views, heads, decoder, teacher), counted from the traced jaxpr
   (vlp_jax/training/flops.py: matmuls and convolutions, 2 per multiply-add, loops by their trip count; traced, not
@@ -58,8 +58,9 @@ from vlp_jax.training.step import jit_train_step  # noqa: E402
 BEGIN, END = '<!-- run_needs: begin (benchmarks/run_needs.py writes this table) -->', '<!-- run_needs: end -->'
 TEACHER_DIM = 512  # configs/saco_cc3m.py's mimic targets: a ViT-B/32's embeddings
 KEY_BYTES = 9  # a webdataset key such as '000012345': the index keeps keys at the longest key's width
-OPEN_FILES_LIMIT = 2**20  # the soft limit after data/storage/shards.py raise_open_files_limit on a host whose hard limit is
-# the common 1,048,576 (at a hard limit of 1,024 each reader keeps open_shards_budget(1024) = 32 files)
+# The soft limit after data/storage/shards.py raise_open_files_limit on a host whose hard limit is the common 1,048,576
+# (at a hard limit of 1,024 each reader keeps open_shards_budget(1024) = 32 files).
+OPEN_FILES_LIMIT = 2**20
 GIB = 2**30
 
 
@@ -130,7 +131,8 @@ def index_bytes(config, data: Data) -> int:
 
 
 def teacher_bytes(config, data: Data) -> int:
-  """SaCo's pre-extracted mimic targets, one TEACHER_DIM row per sample (data/loading/host_memory.py; 0 without them)."""
+  """SaCo's pre-extracted mimic targets, one TEACHER_DIM row per sample (data/loading/host_memory.py; 0 without
+  them)."""
   if not aot.needs_teacher_vectors(config):
     return 0
   return host_memory.teacher_table_bytes(data.samples, TEACHER_DIM, KEY_BYTES)

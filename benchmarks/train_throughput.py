@@ -49,9 +49,8 @@ def main(argv):
   state = jax.device_put(state, shardings)
   step_fn = compile_train_step(objective, tx, mesh, shardings)
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
-                                     global_batch_size=config.batch_size,
-                                     process_index=0, process_count=1)
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=config.batch_size, process_index=0, process_count=1))
   began = time.perf_counter()
   host_batches = [pipeline.pop_status(next(iterator))[0] for _ in range(_STEPS.value + 1)]
   pipeline_rate = len(host_batches) * config.batch_size / (time.perf_counter() - began)

@@ -120,8 +120,8 @@ def _data_config() -> ml_collections.ConfigDict:
       # | 'dino' (one of DINO's global-view augmentations: COSMOS's CLIP baseline).
       'crop_scale': (),
       'augment': 'none',
-      # Staged resolution in one run (data/image/resolution_stages.py, training/stages.py): ((fraction of the steps, image
-      # size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
+      # Staged resolution in one run (data/image/resolution_stages.py, training/stages.py): ((fraction of the steps,
+      # image size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
       'resolution_stages': (),
       # Where the multi-crop views of COSMOS and SLIP are cropped, resized and colour-augmented: 'host' (the data
       # workers) or 'device' (the train step, from one decoded image per example squashed to device_source_size
@@ -142,8 +142,8 @@ def _data_config() -> ml_collections.ConfigDict:
       'num_threads': 2,  # grain reader threads
       # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/loading/mixing.py
       'mixing': 'mixed',
-      # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/loading/mixing.py ResampledShards),
-      # for 'mixed' batches; any shard format
+      # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/loading/mixing.py
+      # ResampledShards), for 'mixed' batches; any shard format
       'resampled': False,
       # each process reads its own shards (every process_count-th; webdataset's split by node) and makes its local
       # batches from them: no shard is read by two hosts, and the global batch depends on the process count;
@@ -363,8 +363,8 @@ STAGED_RESOLUTION_OBJECTIVES = ('clip', 'siglip')
 
 
 def _check_resolution_stages(config: ml_collections.ConfigDict, objective_cls: type) -> None:
-  """config.data.resolution_stages: the schedule (data/image/resolution_stages.py), an objective whose views follow it and a
-  tower whose position embedding can be resized at a switch."""
+  """config.data.resolution_stages: the schedule (data/image/resolution_stages.py), an objective whose views follow it
+  and a tower whose position embedding can be resized at a switch."""
   stages = config.data.resolution_stages
   if not stages:
     return

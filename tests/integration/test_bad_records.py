@@ -132,8 +132,9 @@ class KeyViews(views.ClipViews):
 def test_bad_records_are_replaced_from_their_own_source_counted_and_named(tmp_path, capsys, mode):
   paths, good, bad = _write_shards(str(tmp_path), {'studio': 3, 'web': 4})
   sources = mixing.shard_sources(paths)
-  iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16), seed=1, global_batch_size=8,
-                                     process_index=0, process_count=1, mixing=mode, sources=sources)
+  iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16),
+                                     pipeline.PipelineSettings(seed=1, global_batch_size=8, process_index=0,
+                                     process_count=1, mixing=mode), sources=sources)
   stats = RecordStats(paths, mixing.source_names(sources), max_bad_fraction=1.0)
   for _ in range(6):  # one epoch of 48 records
     batch, status = pipeline.pop_status(next(iterator))
@@ -189,9 +190,9 @@ def test_bad_records_are_named_a_few_per_shard_then_summarised(capsys, monkeypat
 
 def test_webdataset_bad_samples_are_named_with_their_shard_and_key(tmp_path, capsys):
   paths = write_webdataset(str(tmp_path), {'web': 2}, samples_per_shard=6)['web']  # shard 0: three bad samples
-  iterator = pipeline.train_iterator(paths, views.ClipViews(image_size=16, context_length=16), seed=0,
-                                     global_batch_size=4, process_index=0, process_count=1, sources=['web', 'web'],
-                                     shard_records=webdataset.TarShardRecords)
+  iterator = pipeline.train_iterator(paths, views.ClipViews(image_size=16, context_length=16),
+                                     pipeline.PipelineSettings(seed=0, global_batch_size=4, process_index=0,
+                                     process_count=1), sources=['web', 'web'], shard_records=webdataset.TarShardRecords)
   stats = RecordStats(paths, ('web',), max_bad_fraction=1.0)
   for _ in range(3):  # one epoch of 12 samples
     stats.update(pipeline.pop_status(next(iterator))[1])
@@ -224,7 +225,8 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   micro.eval.every_steps = 100
   micro.total_steps, micro.log_every_steps = 6, 2
   micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
-  # a few dozen of its records are read: at this tolerance of false stops, enough to show it (data/loading/record_stats.py)
+  # a few dozen of its records are read: at this tolerance of false stops, enough to show it
+  # (data/loading/record_stats.py)
   micro.data.bad_data_alpha = 0.5
   with pytest.raises(DataError, match='sketch.array_record: '):
     train_and_evaluate(micro, str(tmp_path / 'run'))

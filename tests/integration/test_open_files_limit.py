@@ -37,8 +37,8 @@ class FirstPixel(grain.transforms.RandomMap):
 
 
 def epoch(paths, shard_records, sources=None):
-  iterator = pipeline.train_iterator(paths, FirstPixel(), seed=0, global_batch_size=40, process_index=0,
-                                     process_count=1, num_threads=16, shard_records=shard_records, sources=sources)
+  settings = pipeline.PipelineSettings(seed=0, global_batch_size=40, num_threads=16)
+  iterator = pipeline.train_iterator(paths, FirstPixel(), settings, shard_records=shard_records, sources=sources)
   read, most_open = set(), 0
   for _ in range(len(paths) // 40):
     read.update(next(iterator)['record_shard'].tolist())

@@ -112,7 +112,8 @@ def test_find_cycle_finds_one_and_only_one():
 
 def test_imports_are_read_inside_functions_and_relative(tmp_path):
   source = tmp_path / 'm.py'
-  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data.loading import pipeline\n  import vlp_jax.errors\n')
+  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data.loading import pipeline\n'
+                    '  import vlp_jax.errors\n')
   known = {'vlp_jax.x', 'vlp_jax.x.m', 'vlp_jax.x.sibling', 'vlp_jax.data', 'vlp_jax.data.loading',
            'vlp_jax.data.loading.pipeline', 'vlp_jax.errors'}
   assert imported_modules('vlp_jax.x.m', str(source), known) == {

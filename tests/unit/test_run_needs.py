@@ -53,9 +53,9 @@ def test_the_teacher_bytes_are_what_saco_maps(tmp_path):
 
 
 def test_open_files_are_bounded_per_reader_not_by_the_shards_read():
-  # data/storage/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source outside
-  # 'mixed' batches, and never more than the shards. 143c8f2's table counted every shard x every worker (1.6M for
-  # siglip2_webli).
+  # data/storage/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source
+  # outside 'mixed' batches, and never more than the shards. 143c8f2's table counted every shard x every worker (1.6M
+  # for siglip2_webli).
   webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
   assert shards.open_shards_budget(run_needs.OPEN_FILES_LIMIT) == shards.MAX_OPEN_SHARDS == 1024
   assert shards.open_shards_budget(1024) == shards.MIN_OPEN_SHARDS == 32

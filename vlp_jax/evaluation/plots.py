@@ -40,7 +40,8 @@ METRIC_COLOURS = {
     'affinity_consistency': 'tab:red', 'linear_probe_top1': 'tab:purple', 'compositional_acc': 'tab:brown',
     'segmentation_miou': 'tab:pink', 'winoground_group': 'tab:olive',
 }
-# The embedded dataset's shapes as the scatter markers closest to how they are rendered (data/sources/synthetic_shapes.py).
+# The embedded dataset's shapes as the scatter markers closest to how they are rendered
+# (data/sources/synthetic_shapes.py).
 SHAPE_MARKERS = {'circle': 'o', 'square': 's', 'triangle': '^', 'star': '*', 'diamond': 'D', 'cross': 'P'}
 MARKER_AREA = {'*': 2.0}  # times the scatter's point area: a star's thin arms look smaller than a disc of its size
 POINT_AREA = 14.0  # points^2

@@ -23,8 +23,8 @@ def text_options(width: int = 512, layers: int = 12, heads: int = 8, context_len
   causal: attention masks later tokens; pool: 'eot' (the position of the largest id, CLIP's EOT) or 'last' (the
   last position); proj_bias: a bias after `text_projection`; mlp_width: the blocks' MLP hidden width (0 = 4 *
   width); ln_eps: the LayerNorms' epsilon; tokenizer: 'clip_bpe' or 'sentencepiece', whose model file is read
-  from tokenizer_path (data/text/tokenizer_factory.py); embedding_grad: how the token table's gradient is summed (a speed
-  setting, clip.EMBEDDING_GRADS).
+  from tokenizer_path (data/text/tokenizer_factory.py); embedding_grad: how the token table's gradient is summed (a
+  speed setting, clip.EMBEDDING_GRADS).
   """
   spec = dict(vocab_size=49408, context_length=context_length, width=width, layers=layers, heads=heads,
               causal=True, pool='eot', proj_bias=False, mlp_width=0, ln_eps=1e-5, tokenizer='clip_bpe',

@@ -39,8 +39,8 @@ class ClipViews(grain.transforms.RandomMap):
   tokenizer: str = CLIP_BPE
   tokenizer_path: str = ''
   preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING  # the model's resize (config.model.preprocess)
-  # staged resolution (data/image/resolution_stages.py): ((first batch index, image size), ...); an example's image is at the
-  # size of the step its batch is for (pipeline.STEP_KEY); () or no step: image_size
+  # staged resolution (data/image/resolution_stages.py): ((first batch index, image size), ...); an example's image is
+  # at the size of the step its batch is for (pipeline.STEP_KEY); () or no step: image_size
   size_stages: tuple[tuple[int, int], ...] = ()
 
   def __post_init__(self):

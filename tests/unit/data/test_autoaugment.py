@@ -1,6 +1,6 @@
-"""RandAugment / AutoAugment (vlp_jax/data/image/autoaugment.py): every op against torchvision on the same PIL image (when
-torchvision loads), against naive references written from the definitions, its invariances, and the documented order
-of the random draws."""
+"""RandAugment / AutoAugment (vlp_jax/data/image/autoaugment.py): every op against torchvision on the same PIL image
+(when torchvision loads), against naive references written from the definitions, its invariances, and the documented
+order of the random draws."""
 import fractions
 import math
 

@@ -1,5 +1,5 @@
-"""config.data.augment_on='device' (data/image/device_augment.py): the views the train step renders from the host's draws
-against the host's own views (transforms.py): view for view with the same draws, and as distributions over a few
+"""config.data.augment_on='device' (data/image/device_augment.py): the views the train step renders from the host's
+draws against the host's own views (transforms.py): view for view with the same draws, and as distributions over a few
 hundred independent draws (two-sample tests that are shown to reject a wrong crop scale, flip rate or grayscale
 rate)."""
 import jax

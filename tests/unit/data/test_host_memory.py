@@ -1,5 +1,5 @@
-"""The host memory a run holds outside the devices (data/loading/host_memory.py; issue 61 check d): printed at start with
-its parts, and refused with every figure named when it cannot fit."""
+"""The host memory a run holds outside the devices (data/loading/host_memory.py; issue 61 check d): printed at start
+with its parts, and refused with every figure named when it cannot fit."""
 import dataclasses
 import os
 

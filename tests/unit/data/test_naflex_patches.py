@@ -1,5 +1,6 @@
-"""NaFlex host preprocessing (data/image/naflex_patches.py) against transformers' Siglip2ImageProcessor (its PIL backend: the one
-that runs without torchvision): the same grids and the same pixel values, for four aspect ratios and two budgets."""
+"""NaFlex host preprocessing (data/image/naflex_patches.py) against transformers' Siglip2ImageProcessor (its PIL
+backend: the one that runs without torchvision): the same grids and the same pixel values, for four aspect ratios and
+two budgets."""
 import numpy as np
 import pytest
 

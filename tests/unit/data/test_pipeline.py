@@ -16,9 +16,9 @@ def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shard
   paths = formats.train_paths(config.data)
   views = ClipViews(config.model.vision.image_size, config.model.text.context_length)
   shard_ids = pipeline.process_shards(len(paths), process_index, process_count) if own_shards else None
-  return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
-                                 process_count=process_count, num_workers=num_workers, shard_ids=shard_ids,
-                                 mixing=mixing)
+  return pipeline.train_iterator(paths, views, pipeline.PipelineSettings(seed=7, global_batch_size=8,
+                                 process_index=process_index, process_count=process_count, num_workers=num_workers,
+                                 mixing=mixing), shard_ids=shard_ids)
 
 
 def test_batches_have_model_ready_arrays(micro):

@@ -1,5 +1,5 @@
-"""SigLIP's SentencePiece tokenizer (vlp_jax.data.text.siglip_sentencepiece.SentencePieceTokenizer) and the choice of tokenizer by
-the model config (`tokenizer_for`, and the views, encoder and inference that tokenise through it).
+"""SigLIP's SentencePiece tokenizer (vlp_jax.data.text.siglip_sentencepiece.SentencePieceTokenizer) and the choice of
+tokenizer by the model config (`tokenizer_for`, and the views, encoder and inference that tokenise through it).
 
 The reference is transformers' `SiglipTokenizer` called as SigLIP's processor calls it, on a tiny unigram model
 trained here offline, its special ids laid out as T5's (whose layout SigLIP's spiece.model shares): '<pad>' 0,

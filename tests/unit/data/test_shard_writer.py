@@ -1,5 +1,6 @@
-"""The one ArrayRecord shard writer (data/storage/shard_writer.py), behind records.write_shards and the converter: hidden
-temporary shards renamed into place, nothing left after a failure, and the bytes of a plain group_size:1 writer."""
+"""The one ArrayRecord shard writer (data/storage/shard_writer.py), behind records.write_shards and the converter:
+hidden temporary shards renamed into place, nothing left after a failure, and the bytes of a plain group_size:1
+writer."""
 import glob
 import os
 

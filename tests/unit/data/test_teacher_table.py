@@ -1,5 +1,5 @@
-"""Pre-extracted teacher embeddings (data/loading/teacher_table.py, issue 61 item 15): memory-mapped once per host, not loaded into
-every grain worker, and looked up exactly as a dictionary of the .npz would."""
+"""Pre-extracted teacher embeddings (data/loading/teacher_table.py, issue 61 item 15): memory-mapped once per host, not
+loaded into every grain worker, and looked up exactly as a dictionary of the .npz would."""
 import os
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""webdataset tar shards read as they are (data/sources/webdataset_tars.py): shard patterns, the member index and its cache,
-samples read by offset equal to what was written, bad samples named by reason, unreadable shards left out."""
+"""webdataset tar shards read as they are (data/sources/webdataset_tars.py): shard patterns, the member index and its
+cache, samples read by offset equal to what was written, bad samples named by reason, unreadable shards left out."""
 import concurrent.futures
 import os
 import pickle

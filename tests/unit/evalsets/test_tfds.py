@@ -402,9 +402,9 @@ def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, m
   assert len(cifar) == 7 and all(e['source'] == 'cifar10' for e in cifar)
   names = {e['label']: e['caption'] for e in cifar}
   assert all(caption == f'a photo of a {CIFAR10_NAMES[label]}.' for label, caption in names.items())
-  iterator = pipeline.train_iterator(paths, views.ClipViews(16, 16), seed=0, global_batch_size=8, process_index=0,
-                                     process_count=1, mixing='weighted', sources=sources,
-                                     source_weights='studio=1,web=1,sketch=1,cifar10=3')
+  iterator = pipeline.train_iterator(paths, views.ClipViews(16, 16), pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=8, process_index=0, process_count=1, mixing='weighted',
+                                     source_weights='studio=1,web=1,sketch=1,cifar10=3'), sources=sources)
   _, status = pipeline.pop_status(next(iterator))
   assert 3 in status['record_source']  # cifar10 examples come through the same pipeline
   micro.data.path = 'synthetic,/nowhere'

@@ -213,8 +213,8 @@ def test_the_pipeline_makes_the_views_from_the_switch_batch_and_resumes_across_i
   views = objectives.OBJECTIVES.get('siglip2').views(config)
 
   def iterator():
-    return pipeline.train_iterator(formats.train_paths(config.data), views, seed=3, global_batch_size=4,
-                                   process_index=0, process_count=1)
+    return pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=3,
+                                   global_batch_size=4, process_index=0, process_count=1))
   it = iterator()
   batches = [pipeline.pop_status(next(it))[0] for _ in range(5)]
   # Zeros before the switch, filled in this process (one batch signature), the views from it.

@@ -1,6 +1,6 @@
-"""Staged resolution's parts (data/image/resolution_stages.py, training/stages.py, the views): the schedule and its validation,
-the image size an example gets from its step, and the state's resize at a switch (Adam's second moment linearly, so
-that it stays positive). The run itself: tests/integration/test_resolution_stages.py."""
+"""Staged resolution's parts (data/image/resolution_stages.py, training/stages.py, the views): the schedule and its
+validation, the image size an example gets from its step, and the state's resize at a switch (Adam's second moment
+linearly, so that it stays positive). The run itself: tests/integration/test_resolution_stages.py."""
 import numpy as np
 import optax
 import pytest

@@ -26,7 +26,8 @@ from vlp_jax.data.loading.record_stats import RecordStats
 from vlp_jax.data.storage.shards import ShardRecords
 from vlp_jax.registry import Registry
 
-# (shard paths, their shard ids) -> random access to (shard id, record) (data/storage/shards.py ShardRecords is the model)
+# (shard paths, their shard ids) -> random access to (shard id, record) (data/storage/shards.py ShardRecords is the
+# model)
 RecordsReader = Callable[[list[str], list[int]], Any]
 
 
@@ -162,11 +163,9 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
   # mapped by every worker, never copied into each (data/loading/teacher_table.py)
   teacher_path = (teacher.prepare_table(data.teacher_embeddings, data.cache_dir or synthetic.default_cache_dir())
                   if data.teacher_embeddings else '')
-  iterator = pipeline.train_iterator(
-      paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
-      process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
-      num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
-      caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
+  settings = pipeline.pipeline_settings(data, seed=seed, global_batch_size=batch_size, process_index=process_index,
+                                        process_count=process_count, teacher_path=teacher_path)
+  iterator = pipeline.train_iterator(paths, views, settings, sources=sources, shard_records=reader, shard_ids=own)
   stats = RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
   stats.mapped_bytes = {name: size for name, size in (('webdataset index', fmt.index_bytes),
                                                       ('teacher table', teacher.table_bytes(teacher_path))) if size}

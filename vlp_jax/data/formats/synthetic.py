@@ -1,5 +1,6 @@
-"""'synthetic': the embedded dataset (procedurally rendered shape scenes with captions, data/sources/synthetic_shapes.py),
-generated on first use into `config.data.cache_dir`; options under `config.data.synthetic`."""
+"""'synthetic': the embedded dataset (procedurally rendered shape scenes with captions,
+data/sources/synthetic_shapes.py), generated on first use into `config.data.cache_dir`; options under
+`config.data.synthetic`."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,5 @@
-"""'webdataset': tar shards read as they are (data/sources/webdataset_tars.py), no conversion pass. `config.data.path` holds
-comma-separated sources, each [NAME=]PATTERN with brace ranges or globs ('laion=/data/laion/{00000..41455}.tar');
+"""'webdataset': tar shards read as they are (data/sources/webdataset_tars.py), no conversion pass. `config.data.path`
+holds comma-separated sources, each [NAME=]PATTERN with brace ranges or globs ('laion=/data/laion/{00000..41455}.tar');
 options under `config.data.webdataset`. Training data only: the 'train' split."""
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ OPENAI_CLIP_PREPROCESSING = ImagePreprocessing()
 TORCHVISION_CLIP_PREPROCESSING = ImagePreprocessing(crop_offset='round')
 SIGLIP_PREPROCESSING = ImagePreprocessing(resize='squash', mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 # SigLIP 2's NaFlex checkpoints (transformers' Siglip2ImageProcessor): bilinear, SigLIP's mean and std; NaFlex
-# preprocessing (data/image/naflex_patches.py) keeps the aspect ratio, and a fixed-size input of the same model is squashed.
+# preprocessing (data/image/naflex_patches.py) keeps the aspect ratio, and a fixed-size input of the same model is
+# squashed.
 SIGLIP2_NAFLEX_PREPROCESSING = ImagePreprocessing(resize='squash', resample='bilinear', mean=(0.5, 0.5, 0.5),
                                                   std=(0.5, 0.5, 0.5))
 

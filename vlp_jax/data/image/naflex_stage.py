@@ -6,9 +6,9 @@ in place of its square image, at a patch budget N drawn per batch from a declare
 
 N is a function of (seed, step) alone (`batch_sequence_length`), drawn uniformly from the set: every example of a
 batch reads it from the step the pipeline tells it (pipeline.STEP_KEY), so all rows agree, and a resumed run draws
-the same N for the same step. The patches travel as uint8 (`naflex_pixels`: data/image/naflex_patches.py's grid, resize and patch
-order, not normalised), a quarter of float32's bytes from the data workers to the devices, as square images do;
-the train step normalises them (objectives/siglip2.py), to what `naflex_patches` gives.
+the same N for the same step. The patches travel as uint8 (`naflex_pixels`: data/image/naflex_patches.py's grid, resize
+and patch order, not normalised), a quarter of float32's bytes from the data workers to the devices, as square images
+do; the train step normalises them (objectives/siglip2.py), to what `naflex_patches` gives.
 """
 from __future__ import annotations
 

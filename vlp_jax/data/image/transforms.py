@@ -257,7 +257,8 @@ def dino_global_view(image: np.ndarray, rng: np.random.Generator,
 
 def noisy_gradient(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
   """-> [height, width, 3] float: a vertical gradient between two uniform random colours plus Gaussian pixel noise
-  (sd 18), unclipped. The embedded web scenes' background (data/sources/synthetic_shapes.py) and `random_background`'s."""
+  (sd 18), unclipped. The embedded web scenes' background (data/sources/synthetic_shapes.py) and
+  `random_background`'s."""
   top, bottom = rng.integers(0, 256, size=(2, 3))
   ramp = np.linspace(0, 1, height)[:, None, None]
   return top * (1 - ramp) + bottom * ramp + rng.normal(0, 18, (height, width, 3))

@@ -1,6 +1,6 @@
 """Input format 'webdataset': uncompressed tar files as img2dataset writes them (`KEY.jpg`, `KEY.txt`, ...), read with
-the tar helpers of data/sources/webdataset_tars.py. A sample's image is its first member with an --image_keys extension, its
-caption the --caption_key member; the sample key is the example's key. A truncated tar counts one 'corrupt_tar'
+the tar helpers of data/sources/webdataset_tars.py. A sample's image is its first member with an --image_keys extension,
+its caption the --caption_key member; the sample key is the example's key. A truncated tar counts one 'corrupt_tar'
 example for its loss: the sample the cut went through, or a placeholder entry for what followed its last whole sample
 (data/sources/webdataset_tars.py), so that the examples read always equal those written plus those skipped."""
 from __future__ import annotations

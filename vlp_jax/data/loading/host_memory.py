@@ -2,8 +2,8 @@
 eval sets load and the step compiles, as the compiled step's own memory is (training/step.py `check_memory`).
 
 Two kinds of parts: memory-mapped files (the webdataset index, the teacher table; data/sources/webdataset_tars.py,
-data/loading/teacher_table.py), held once per host in the page cache whatever the number of processes and grain workers; and
-arrays each process holds itself (the evaluation sets' images, estimated from the config by evalsets/budget.py's
+data/loading/teacher_table.py), held once per host in the page cache whatever the number of processes and grain workers;
+and arrays each process holds itself (the evaluation sets' images, estimated from the config by evalsets/budget.py's
 `host_memory`).
 
 The same figures are estimated before launch from sample counts (`webdataset_index_bytes`, `teacher_table_bytes`;
@@ -66,6 +66,6 @@ def webdataset_index_bytes(samples: int, key_bytes: int) -> int:
 
 
 def teacher_table_bytes(samples: int, dim: int, key_bytes: int) -> int:
-  """Bytes of a teacher table of `samples` float32 embeddings of width `dim` (data/loading/teacher_table.py's prepare_table): the
-  embeddings, the sorted keys and one int64 row number per key, memory-mapped once per host."""
+  """Bytes of a teacher table of `samples` float32 embeddings of width `dim` (data/loading/teacher_table.py's
+  prepare_table): the embeddings, the sorted keys and one int64 row number per key, memory-mapped once per host."""
   return samples * (dim * 4 + key_bytes + 8)

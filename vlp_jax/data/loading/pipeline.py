@@ -1,8 +1,8 @@
 """The grain pipeline that every dataset goes through: ArrayRecord -> decode -> the objective's views -> batch.
 
 Training: one global order of examples (by default one shuffle over every shard, reshuffled each epoch; with
-`config.data.mixing` each global batch comes from a single source, see data/loading/mixing.py). Views are made before the
-processes split the order, and process p reads block p of every global batch, so the global batch, in the same row
+`config.data.mixing` each global batch comes from a single source, see data/loading/mixing.py). Views are made before
+the processes split the order, and process p reads block p of every global batch, so the global batch, in the same row
 order, is the same whatever the number of processes. The iterator state is a single index, saved with every
 checkpoint.
 """
@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import grain
 from absl import flags
+import ml_collections
 import numpy as np
 
 from vlp_jax.data.loading import mixing as mixing_lib
@@ -203,25 +204,56 @@ def process_seed(seed: int, process_index: int) -> int:
   return int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
 
 
-def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed: int, global_batch_size: int,
-                   process_index: int, process_count: int, teacher_path: str = '', num_workers: int = 0,
-                   num_threads: int = 2, mixing: str = 'mixed', sources: list[str] | None = None,
-                   source_weights: str = '', caption_field: str = 'caption',
+@dataclasses.dataclass(frozen=True)
+class PipelineSettings:
+  """How `train_iterator` orders, reads and batches the examples: the run's seed, global batch and process, and the
+  pipeline options of config.data (`pipeline_settings` reads them from it; the defaults are a plain one-process run).
+
+  mixing: one of data/loading/mixing.py's MODES. source_weights: 'name=w,...' for 'weighted' and 'single_source'
+  mixing. caption_field: the record field that holds the caption. resampled: shards drawn with replacement,
+  endlessly (mixing.ResampledShards; 'mixed' batches only). teacher_path: a prepared teacher table
+  (data/loading/teacher_table.py `prepare_table`), looked up by key into each example's 'teacher'; '' for none.
+  """
+  seed: int
+  global_batch_size: int
+  process_index: int = 0
+  process_count: int = 1
+  num_workers: int = 0
+  num_threads: int = 2
+  mixing: str = 'mixed'
+  source_weights: str = ''
+  caption_field: str = 'caption'
+  resampled: bool = False
+  teacher_path: str = ''
+
+
+def pipeline_settings(data: ml_collections.ConfigDict, *, seed: int, global_batch_size: int, process_index: int,
+                      process_count: int, teacher_path: str = '') -> PipelineSettings:
+  """The settings of a run's training pipeline: config.data's options (`data`) with the run's seed, global batch,
+  process and prepared teacher table."""
+  return PipelineSettings(seed=seed, global_batch_size=global_batch_size, process_index=process_index,
+                          process_count=process_count, num_workers=data.num_workers, num_threads=data.num_threads,
+                          mixing=data.mixing, source_weights=data.source_weights, caption_field=data.caption_field,
+                          resampled=data.resampled, teacher_path=teacher_path)
+
+
+def train_iterator(paths: list[str], views: grain.transforms.RandomMap, settings: PipelineSettings, *,
+                   sources: list[str] | None = None,
                    shard_records: Callable[[list[str], list[int]], Any] = ShardRecords,
-                   resampled: bool = False, shard_ids: list[int] | None = None) -> grain.DatasetIterator:
+                   shard_ids: list[int] | None = None) -> grain.DatasetIterator:
   """An endless iterator of process-local batches ({key: [global_batch_size / process_count, ...]}): the views'
   fields, plus the record-status fields STATUS_KEYS (see LoadExamples; `pop_status` separates them).
 
   The random views of example i depend only on (seed, i), and each process slices the global order after they are
   made, so the global batch is the same whatever the process count. Supports `get_state()` / `set_state()`.
-  mixing: one of data/loading/mixing.py's MODES. sources: the source of each shard; by default read from the shards'
-  records. source_weights: 'name=w,...' for 'weighted' and 'single_source' mixing. shard_records: (shard paths,
-  their ids) -> random access to (shard id, record) (ShardRecords for ArrayRecord, webdataset.TarShardRecords).
-  resampled: shards drawn with replacement, endlessly (mixing.ResampledShards; 'mixed' batches only).
-  shard_ids: where given (`process_shards`), this process reads only these shards of `paths` and makes its local
-  batches from them alone, with its own seed (`process_seed`): the global batch then depends on the process count,
-  and no process reads another's shards ('mixed' batches only).
+  settings: see PipelineSettings. sources: the source of each shard; by default read from the shards' records.
+  shard_records: (shard paths, their ids) -> random access to (shard id, record) (ShardRecords for ArrayRecord,
+  webdataset_tars.TarShardRecords). shard_ids: where given (`process_shards`), this process reads only these shards
+  of `paths` and makes its local batches from them alone, with its own seed (`process_seed`): the global batch then
+  depends on the process count, and no process reads another's shards ('mixed' batches only).
   """
+  seed, global_batch_size, mixing = settings.seed, settings.global_batch_size, settings.mixing
+  process_index, process_count = settings.process_index, settings.process_count
   if not paths:
     raise ValueError('the training data has no shard files')
   if global_batch_size % process_count:
@@ -232,9 +264,9 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   names = mixing_lib.source_names(sources)
 
   def load(stream: grain.MapDataset) -> grain.MapDataset:
-    return LoadExamples(stream, paths, names, caption_field, teacher_path)
+    return LoadExamples(stream, paths, names, settings.caption_field, settings.teacher_path)
 
-  if resampled and mixing != 'mixed':
+  if settings.resampled and mixing != 'mixed':
     raise ValueError(f"data.resampled draws shards for data.mixing='mixed' batches, not '{mixing}'")
   if shard_ids is not None:
     if mixing != 'mixed':  # the other modes choose each global batch's source(s) over every shard
@@ -243,15 +275,15 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   if mixing == 'mixed':
     ids = list(range(len(paths))) if shard_ids is None else list(shard_ids)
     records_source = shard_records([paths[i] for i in ids], ids)
-    if resampled:
+    if settings.resampled:
       stream = mixing_lib.ResampledShards(records_source, records_source.shard_ranges(), seed)
     else:
       stream = grain.MapDataset.source(records_source).shuffle(seed=seed).repeat()
     dataset = load(stream)
   else:
     dataset = mixing_lib.mixed_sources_dataset(paths, sources, mode=mixing, seed=seed,
-                                               global_batch_size=global_batch_size, weights=source_weights, load=load,
-                                               shard_records=shard_records)
+                                               global_batch_size=global_batch_size, weights=settings.source_weights,
+                                               load=load, shard_records=shard_records)
   local_batch = global_batch_size // process_count
   # The random views of element i are drawn from (seed, i) whatever runs before them, so this adds no draw.
   dataset = dataset.map_with_index(WithStep(global_batch_size if shard_ids is None else local_batch))
@@ -259,11 +291,11 @@ def train_iterator(paths: list[str], views: grain.transforms.RandomMap, *, seed:
   if shard_ids is None:  # every process takes its block of each global batch; otherwise its own stream is its share
     dataset = ProcessBlocks(dataset, local_batch, process_index, process_count)
   dataset = dataset.batch(local_batch, drop_remainder=True)
-  iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
-  if num_workers > 0:
+  iter_dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=settings.num_threads, prefetch_buffer_size=4))
+  if settings.num_workers > 0:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside an absl app use their defaults
       flags.FLAGS.mark_as_parsed()
-    iter_dataset = iter_dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+    iter_dataset = iter_dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=settings.num_workers))
   fill = getattr(views, 'fill_batch', None)
   if fill is not None:  # fields the views leave to this process (SigLIP 2's placeholder views), after the workers
     iter_dataset = iter_dataset.map(fill)

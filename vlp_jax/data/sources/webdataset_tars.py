@@ -3,8 +3,8 @@
 
 Each shard's tar headers are scanned once (seeks, no image is read) into a compact index of where every sample's
 members are, cached under the data cache directory; training then reads samples at random by offset, like records of
-an ArrayRecord shard. So the whole pipeline stays random access (data/loading/pipeline.py): one global shuffle over every
-shard, the mixing modes, each process's block of every global batch, and a checkpointed iterator position that
+an ArrayRecord shard. So the whole pipeline stays random access (data/loading/pipeline.py): one global shuffle over
+every shard, the mixing modes, each process's block of every global batch, and a checkpointed iterator position that
 resumes bit for bit. The index holds about 40 bytes per sample (400 MB for 10M samples), written once to a file and
 memory-mapped, so that a host holds one copy whatever its number of grain workers.
 

@@ -51,7 +51,8 @@ class BadRecordError(ValueError):
 
 # Why a record is skipped; the order fixes the codes the pipeline carries per example (0 = a good record).
 SKIP_REASONS = ('not_a_record', 'empty_image', 'corrupt_image', 'too_large', 'empty_caption',
-                # webdataset samples (data/sources/webdataset_tars.py): no image member, no caption member, a tar cut short
+                # webdataset samples (data/sources/webdataset_tars.py): no image member, no caption member, a tar cut
+                # short
                 'missing_image', 'missing_caption', 'corrupt_tar',
                 # a `regions` field that is not a list of {'box': 4 fractions, 'text': str} (decode_regions)
                 'bad_regions',

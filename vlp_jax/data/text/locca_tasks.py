@@ -119,8 +119,8 @@ class LoccaLayout:
 
 def tokenizer_layout(tokenizer, box_bins: int = 32, length: int = 32, loss_on_condition: bool = True,
                      text_ids: Sequence[int] = ()) -> LoccaLayout:
-  """The layout over a text tokenizer's ids (`vocab_size`, `eot_token`, `pad_token`: data/text/tokenizer_factory.py's): all of
-  them, or, given `text_ids`, those ids and the end and padding ids (sorted; an UNK id for the rest)."""
+  """The layout over a text tokenizer's ids (`vocab_size`, `eot_token`, `pad_token`: data/text/tokenizer_factory.py's):
+  all of them, or, given `text_ids`, those ids and the end and padding ids (sorted; an UNK id for the rest)."""
   if not len(text_ids):
     return LoccaLayout(text_vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eot_token, pad_id=tokenizer.pad_token,
                        box_bins=box_bins, length=length, loss_on_condition=loss_on_condition)
@@ -139,8 +139,8 @@ def location_tasks(tasks: Sequence[str]) -> list[str]:
 
 
 def regions_need(tasks: Sequence[str], objective: str) -> list[RecordNeed]:
-  """What the decoder tasks `tasks` of `objective` (its registered name) need of the records (data/storage/record_needs.py):
-  regions, on at least some records, when a location task is among them."""
+  """What the decoder tasks `tasks` of `objective` (its registered name) need of the records
+  (data/storage/record_needs.py): regions, on at least some records, when a location task is among them."""
   location = location_tasks(tasks)
   if not location:
     return []
