@@ -137,3 +137,29 @@ def test_each_module_imports_only_its_layer_and_below(module):
   assert source in rank, f'{module}: add its unit {source!r} to LAYERS (and docs/architecture.md)'
   upward = sorted(t for t in import_graph()[module] if unit(t) != source and rank.get(unit(t), -1) < rank[source])
   assert not upward, f'{module} (layer {source}) imports from a layer above it: {upward}'
+
+
+# Inside data/, its parts by job (vlp_jax/data/__init__.py), top to bottom as LAYERS: a module imports its own part's
+# modules and those of the parts below it.
+DATA_PARTS = (
+    ('formats', 'ingest'),
+    ('loading',),
+    ('sources', 'text'),
+    ('image', 'storage'),
+)
+
+
+def data_part(module: str) -> str:
+  """'vlp_jax.data.loading.pipeline' -> 'loading'; '' for what is not inside a part of data."""
+  parts = module.split('.')
+  return parts[2] if len(parts) > 3 and parts[1] == 'data' else ''
+
+
+@pytest.mark.parametrize('module', sorted(m for m in module_files() if data_part(m)))
+def test_each_data_module_imports_only_its_part_and_below(module):
+  rank = {name: depth for depth, layer in enumerate(DATA_PARTS) for name in layer}
+  source = data_part(module)
+  assert source in rank, f'{module}: add its part {source!r} of data/ to DATA_PARTS (and vlp_jax/data/__init__.py)'
+  upward = sorted(t for t in import_graph()[module]
+                  if data_part(t) and data_part(t) != source and rank.get(data_part(t), -1) < rank[source])
+  assert not upward, f'{module} (data part {source}) imports from a part above it: {upward}'

@@ -164,7 +164,7 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),
-      # How images become this model's input (data.image_ops.ImagePreprocessing: resize mode, filter, crop offset,
+      # How images become this model's input (data.image.image_ops.ImagePreprocessing: resize mode, filter, crop offset,
       # mean and std): the family's, saved with every checkpoint; evaluation, vlp_jax.load, embed and the exports
       # follow it.
       'preprocess': dict(spec.get('preprocess', OPENAI_CLIP_PREPROCESSING.config())),

@@ -27,7 +27,7 @@ def clip_tokenizer_files(symbols: Sequence[str], merges: Sequence[tuple[str, str
   """transformers' CLIPTokenizer files for our CLIP BPE: {file name: text}.
 
   symbols: the symbol of each id (the last two are the start and end of text); merges: the BPE merges by rank
-  (`data.tokenizer.Tokenizer.vocabulary`). Rows are cut at `context_length` ids (model_max_length). transformers
+  (`data.text.clip_bpe.Tokenizer.vocabulary`). Rows are cut at `context_length` ids (model_max_length). transformers
   pads with the end-of-text token where ours pads with id 0: every id up to the end of text is the same, and the
   text tower, causal and pooled at the first end of text, gives the same embedding. (Padding with id 0, the symbol
   '!', would make transformers treat every '!' in a caption as the padding token.)
