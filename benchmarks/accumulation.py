@@ -30,7 +30,7 @@ from absl import app, flags  # noqa: E402
 from benchmarks.common import compiled_memory  # noqa: E402
 from vlp_jax import config as config_lib, parallel  # noqa: E402
 from vlp_jax.data import formats
-from vlp_jax.data import pipeline  # noqa: E402
+from vlp_jax.data.loading import pipeline  # noqa: E402
 from vlp_jax.losses.contrastive import clip_infonce  # noqa: E402
 from vlp_jax.training import Experiment  # noqa: E402
 
@@ -54,9 +54,9 @@ def one_device_run(config, batch_size: int, mode: str, micro_batch: int) -> Expe
 def example_shapes(run: Experiment) -> dict[str, jax.ShapeDtypeStruct]:
   """Per-example shapes of the run's training inputs, read from one real batch of its views."""
   config = run.config
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, seed=0, global_batch_size=8,
-                                     process_index=0, process_count=1,
-                                     teacher_path=config.data.teacher_embeddings)
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=8, process_index=0, process_count=1,
+                                     teacher_path=config.data.teacher_embeddings))
   batch, _ = pipeline.pop_status(next(iterator))
   return {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype) for k, v in batch.items()}
 

@@ -127,7 +127,9 @@ def abstract_batch(config, teacher_dim: int) -> dict:
   import jax
   import numpy as np
   from vlp_jax import objectives
-  from vlp_jax.data import pipeline, records, synthetic
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
+  from vlp_jax.data.storage import records
   example = synthetic.make_example(0, 'train', synthetic.SOURCES[0], 0, config.model.vision.image_size)
   decoded = pipeline.DecodeRecord().map(records.serialize(example))
   if needs_teacher_vectors(config):

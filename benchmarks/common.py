@@ -73,7 +73,9 @@ def real_batch(config, batch_size: int) -> dict:
   """The objective's views of a few embedded-dataset examples at the model's image size, tiled to `batch_size`."""
   import numpy as np
   from vlp_jax import objectives
-  from vlp_jax.data import pipeline, records, synthetic
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
+  from vlp_jax.data.storage import records
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
   size = config.model.vision.image_size
   rng = np.random.default_rng(0)
@@ -103,7 +105,7 @@ def caption_spiece_model(directory: str = os.path.join(tempfile.gettempdir(), 'v
                          vocab_size: int = 64) -> str:
   """A SentencePiece model with SigLIP's special ids ('</s>' 1, '<unk>' 2) trained on the embedded dataset's
   captions (reused when present): the tokenizer of a SigLIP preset benchmarked without its weights."""
-  from vlp_jax.data import synthetic
+  from vlp_jax.data.sources import synthetic_shapes as synthetic
   path = os.path.join(directory, f'captions-{vocab_size}.model')
   if os.path.exists(path):
     return path

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Input pipeline throughput: samples per second per core, from 256px JPEG shards to model-ready batches, for
-ArrayRecord shards and for the same images in webdataset tar shards read as they are (data/webdataset.py).
+ArrayRecord shards and for the same images in webdataset tar shards read as they are (data/sources/webdataset_tars.py).
 
   python benchmarks/data.py [--pipelines=clip,cosmos] [--workers=0,1,2] [--batches=20]
       [--formats=array_record,webdataset]
@@ -47,7 +47,8 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_sample_images  # noqa: E402
 
 from benchmarks.common import photo_jpeg  # noqa: E402
-from vlp_jax.data import records, synthetic  # noqa: E402
+from vlp_jax.data.sources import synthetic_shapes as synthetic  # noqa: E402
+from vlp_jax.data.storage import records
 
 PIPELINES = ('clip', 'cosmos', 'clip_randaugment', 'cosmos_device', 'slip', 'slip_device', 'siglip2', 'siglip2_device')
 _PIPELINES = flags.DEFINE_list('pipelines', ['clip', 'cosmos'], f'Any of {", ".join(PIPELINES)}.')
@@ -91,7 +92,7 @@ def write_tar_shards(directory: str, array_record_paths: list[str]) -> list[str]
   """The records of `array_record_paths` as img2dataset tar shards (KEY.jpg, KEY.txt; one tar per ArrayRecord
   shard, the same bytes); reused when present."""
   import tarfile
-  from vlp_jax.data import pipeline
+  from vlp_jax.data.loading import pipeline
   tar_dir = os.path.join(directory, 'webdataset')
   paths = [os.path.join(tar_dir, f'{i:05d}.tar') for i in range(len(array_record_paths))]
   if all(os.path.exists(p) for p in paths):
@@ -152,13 +153,15 @@ def measure(paths: list[str], views, workers: int, batch_size: int, batches: int
   """Wall-clock samples/s, and samples per CPU-second: the honest per-core figure, since decoding and resizing
   release the GIL, so even 'workers = 0' (grain's reader threads in this process) can use more than one core."""
   import functools
-  from vlp_jax.data import pipeline, shards, webdataset
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.sources import webdataset_tars as webdataset
+  from vlp_jax.data.storage import shards
   shard_records = shards.ShardRecords
   if shard_format == 'webdataset':  # the index is built (and cached) here, before the timing starts
     shard_records = functools.partial(webdataset.TarShardRecords,
                                       cache_dir=os.path.join(os.path.dirname(paths[0]), 'index'))
-  iterator = pipeline.train_iterator(paths, views, seed=0, global_batch_size=batch_size, process_index=0,
-                                     process_count=1, num_workers=workers, num_threads=2,
+  iterator = pipeline.train_iterator(paths, views, pipeline.PipelineSettings(seed=0, global_batch_size=batch_size,
+                                     process_index=0, process_count=1, num_workers=workers, num_threads=2),
                                      sources=['photos'] * len(paths), shard_records=shard_records)
   for _ in range(2):  # warm-up: worker start, file opening, tokenizer caches
     next(iterator)
@@ -176,7 +179,8 @@ def measure(paths: list[str], views, workers: int, batch_size: int, batches: int
 
 def profile(paths: list[str], views, examples: int = 128) -> list[dict]:
   """Own time of the top functions for decoding and viewing `examples` records in this process."""
-  from vlp_jax.data import pipeline, shards
+  from vlp_jax.data.loading import pipeline
+  from vlp_jax.data.storage import shards
   import grain
   loader = pipeline.LoadExamples(grain.MapDataset.source(shards.ShardRecords(paths)), paths)
   rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/device_augment.py) adds to
-the step: one JSON line per section.
+"""What multi-crop augmentation in the train step (config.data.augment_on='device', data/image/device_augment.py) adds
+to the step: one JSON line per section.
 
   python benchmarks/device_augment.py [--config=configs/cosmos_shapes.py] [--rounds=5] [--steps=5]
 
@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from benchmarks.common import alternating_order, ratio_range, real_batch  # noqa: E402
 from vlp_jax import objectives, parallel  # noqa: E402
 from vlp_jax.config import base_config, from_file, validate  # noqa: E402
-from vlp_jax.data import device_augment  # noqa: E402
+from vlp_jax.data.image import device_augment  # noqa: E402
 from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = flags.DEFINE_string('config', 'configs/cosmos_shapes.py', 'Config file of the step (COSMOS or SLIP).')

@@ -43,7 +43,7 @@ from sklearn.datasets import load_sample_images  # noqa: E402
 
 from benchmarks.common import build_config, photo_jpeg, real_batch, with_model_shapes  # noqa: E402
 from vlp_jax import parallel  # noqa: E402
-from vlp_jax.data import synthetic  # noqa: E402
+from vlp_jax.data.sources import synthetic_shapes as synthetic  # noqa: E402
 from vlp_jax.training import Experiment, loop  # noqa: E402
 from vlp_jax.training.checkpoint import Checkpointer  # noqa: E402
 
@@ -53,7 +53,7 @@ _MODEL_CONFIG = flags.DEFINE_string('model_config', '', "A config file whose mod
 _OBJECTIVE = flags.DEFINE_enum('objective', 'clip', ['clip', 'slip'], 'The objective trained (its default options); '
                                 'the tars hold no long captions, which COSMOS needs.')
 _AUGMENT_ON = flags.DEFINE_enum('augment_on', 'host', ['host', 'device'], "config.data.augment_on: 'device' makes "
-                                "SLIP's three views in the step (data/device_augment.py).")
+                                "SLIP's three views in the step (data/image/device_augment.py).")
 _PRECISION = flags.DEFINE_enum('precision', 'bf16', ['fp32', 'bf16'], 'Model compute precision.')
 _ATTENTION = flags.DEFINE_string('attention', 'auto', 'config.model.attention.')
 _BATCH = flags.DEFINE_integer('batch_size', 256, 'Global batch size.')

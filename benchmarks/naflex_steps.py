@@ -32,8 +32,9 @@ from absl import app, flags  # noqa: E402
 
 from vlp_jax import objectives, parallel  # noqa: E402
 from vlp_jax.config import define_config_flag  # noqa: E402
-from vlp_jax.data import formats, pipeline  # noqa: E402
-from vlp_jax.data.naflex_stage import batch_sequence_length  # noqa: E402
+from vlp_jax.data import formats  # noqa: E402
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.image.naflex_stage import batch_sequence_length  # noqa: E402
 from vlp_jax.evaluation import Encoder  # noqa: E402
 from vlp_jax.evaluation.naflex_budgets import BudgetEncoder  # noqa: E402
 from vlp_jax.objectives.base import tower_variables  # noqa: E402

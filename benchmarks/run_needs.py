@@ -7,10 +7,10 @@
 Per config, at its real shapes (image size, global batch, micro-batches, dtype), on this machine's CPU, nothing run:
 - host: the training data as the config's docstring describes it (DATA below: samples, shards, sources); what the
   trainer prints and checks at start (evalsets/budget.py's host_memory): the webdataset index and SaCo's teacher
-  table, memory-mapped once per host (data/host_memory.py's byte counts), and the eval images each process holds
-  (evalsets/budget.py); and the shard files the data workers keep open: each reader is bounded by data/shards.py's
-  open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard limit), with one
-  reader per worker, or one per source per worker outside 'mixed' batches;
+  table, memory-mapped once per host (data/loading/host_memory.py's byte counts), and the eval images each process holds
+  (evalsets/budget.py); and the shard files the data workers keep open: each reader is bounded by
+  data/storage/shards.py's open_shards_budget at the soft limit the trainer raises to (OPEN_FILES_LIMIT, a common hard
+  limit), with one reader per worker, or one per source per worker outside 'mixed' batches;
 - compute: each tower's forward FLOPs per example and the whole train step's FLOPs (forward, backward and every
   component of the objective: extra views, heads, decoder, teacher), counted from the traced jaxpr
   (vlp_jax/training/flops.py: matmuls and convolutions, 2 per multiply-add, loops by their trip count; traced, not
@@ -44,8 +44,10 @@ import aot  # noqa: E402  # benchmarks/aot.py: the abstract batch of a config's 
 from sentencepiece import sentencepiece_model_pb2  # noqa: E402
 from vlp_jax import models, parallel  # noqa: E402
 from vlp_jax.config import from_file  # noqa: E402
-from vlp_jax.data import host_memory, shards  # noqa: E402
-from vlp_jax.data.tokenizer import CLIP_BPE, GEMMA, GEMMA_FILENAME  # noqa: E402
+from vlp_jax.data.loading import host_memory  # noqa: E402
+from vlp_jax.data.storage import shards
+from vlp_jax.data.text.gemma_sentencepiece import GEMMA_FILENAME  # noqa: E402
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE, GEMMA
 from vlp_jax.evalsets import budget  # noqa: E402
 from vlp_jax.training import Experiment  # noqa: E402
 from vlp_jax.training.flops import function_flops, jaxpr_flops  # noqa: E402
@@ -53,8 +55,9 @@ from vlp_jax.training.flops import function_flops, jaxpr_flops  # noqa: E402
 BEGIN, END = '<!-- run_needs: begin (benchmarks/run_needs.py writes this table) -->', '<!-- run_needs: end -->'
 TEACHER_DIM = 512  # configs/saco_cc3m.py's mimic targets: a ViT-B/32's embeddings
 KEY_BYTES = 9  # a webdataset key such as '000012345': the index keeps keys at the longest key's width
-OPEN_FILES_LIMIT = 2**20  # the soft limit after data/shards.py raise_open_files_limit on a host whose hard limit is
-# the common 1,048,576 (at a hard limit of 1,024 each reader keeps open_shards_budget(1024) = 32 files)
+# The soft limit after data/storage/shards.py raise_open_files_limit on a host whose hard limit is the common 1,048,576
+# (at a hard limit of 1,024 each reader keeps open_shards_budget(1024) = 32 files).
+OPEN_FILES_LIMIT = 2**20
 GIB = 2**30
 
 
@@ -119,13 +122,14 @@ def with_tokenizer(config):
 
 
 def index_bytes(config, data: Data) -> int:
-  """The webdataset index of the whole training set (data/host_memory.py); 0 for ArrayRecord, whose files carry
+  """The webdataset index of the whole training set (data/loading/host_memory.py); 0 for ArrayRecord, whose files carry
   their own index."""
   return host_memory.webdataset_index_bytes(data.samples, KEY_BYTES) if config.data.name == 'webdataset' else 0
 
 
 def teacher_bytes(config, data: Data) -> int:
-  """SaCo's pre-extracted mimic targets, one TEACHER_DIM row per sample (data/host_memory.py; 0 without them)."""
+  """SaCo's pre-extracted mimic targets, one TEACHER_DIM row per sample (data/loading/host_memory.py; 0 without
+  them)."""
   if not aot.needs_teacher_vectors(config):
     return 0
   return host_memory.teacher_table_bytes(data.samples, TEACHER_DIM, KEY_BYTES)
@@ -134,7 +138,7 @@ def teacher_bytes(config, data: Data) -> int:
 def open_files(config, data: Data) -> tuple[int, int]:
   """(shard files a process keeps open at most, files each worker keeps): a reader keeps at most open_shards_budget
   at OPEN_FILES_LIMIT; a worker (or the process itself, without workers) has one reader, or outside 'mixed' batches
-  one per source (data/mixing.py), and never more open files than there are shards."""
+  one per source (data/loading/mixing.py), and never more open files than there are shards."""
   readers = 1 if config.data.mixing == 'mixed' else data.sources
   per_worker = min(data.shards, readers * shards.open_shards_budget(OPEN_FILES_LIMIT))
   return per_worker * max(1, config.data.num_workers), per_worker

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Throughput of vlp_jax.data.tokenizer.Tokenizer on synthetic captions.
+"""Throughput of vlp_jax.data.text.clip_bpe.Tokenizer on synthetic captions.
 
 Prints one JSON object. "cold" uses a fresh Tokenizer (empty word cache) for
 one pass over the captions; "warm" is a second pass with the same instance.
@@ -22,10 +22,10 @@ import sys
 import time
 
 try:
-  from vlp_jax.data.tokenizer import Tokenizer
+  from vlp_jax.data.text.clip_bpe import Tokenizer
 except ModuleNotFoundError:  # running from a checkout without an install
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-  from vlp_jax.data.tokenizer import Tokenizer
+  from vlp_jax.data.text.clip_bpe import Tokenizer
 
 COMMON = ("a an the of on in with and at by to from near under over two three several young old "
           "man woman child dog cat bird horse car bus train street table kitchen room beach "

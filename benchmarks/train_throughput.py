@@ -27,7 +27,7 @@ from absl import app, flags  # noqa: E402
 
 from vlp_jax import config as config_lib, parallel  # noqa: E402
 from vlp_jax.data import formats
-from vlp_jax.data import pipeline  # noqa: E402
+from vlp_jax.data.loading import pipeline  # noqa: E402
 from vlp_jax.training import Experiment  # noqa: E402
 
 _CONFIG = config_lib.define_config_flag('configs/clip_shapes.py', 'Config file.')
@@ -40,9 +40,8 @@ def main(argv):
   config, mesh = run.config, run.mesh
   state = run.init_state(jax.random.key(0))
   step_fn = run.compiled_step()
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, seed=0,
-                                     global_batch_size=config.batch_size,
-                                     process_index=0, process_count=1)
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), run.views, pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=config.batch_size, process_index=0, process_count=1))
   began = time.perf_counter()
   host_batches = [pipeline.pop_status(next(iterator))[0] for _ in range(_STEPS.value + 1)]
   pipeline_rate = len(host_batches) * config.batch_size / (time.perf_counter() - began)

@@ -7,7 +7,7 @@ pool holds its 3 short and 3 long ones), whose sentences form the text-crop pool
 The raw (alt-text) caption is one more sentence of that pool (`caption_in_text_crops=True`). This follows the
 authors' code (github.com/ExplainableML/cosmos, `sample_dict`, mode `textcrop`: the pool is DreamLIP's raw caption
 plus its short and long synthetic captions); the paper's text (Sec. 3.1) samples from the long synthetic caption only.
-Every text crop, global or local, is drawn from that pool as the paper and that code draw it (data/text_crops.py).
+Every text crop, global or local, is drawn from that pool as the paper and that code draw it (data/text/text_crops.py).
 
 python -m vlp_jax.main --config=configs/cosmos_cc3m.py --workdir=/runs/cosmos_cc3m --config.data.path=/data/cc3m \
     --config.data.tfds_dir=/data/tfds --config.data.flickr30k_dir=/data/flickr30k

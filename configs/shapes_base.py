@@ -18,7 +18,7 @@ def get_config():
   config.eval.datasets = ('synthetic', 'synthetic_long', 'synthetic_studio', 'synthetic_web', 'synthetic_sketch')
   config.data.probe_train_examples = 6000  # the linear probe fits on 2000 train images of each source
   # long captions that fit the tiny model's 32-token context (the default 'full' ones are cut in two thirds of the
-  # scenes): what synthetic_long retrieves and what COSMOS crops sentences from (data/synthetic.py)
+  # scenes): what synthetic_long retrieves and what COSMOS crops sentences from (data/sources/synthetic_shapes.py)
   config.data.synthetic.long_captions = 'compact'
   config.checkpoint.every_steps = 200
   config.log_every_steps = 20

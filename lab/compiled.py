@@ -11,7 +11,8 @@ import jax
 
 from benchmarks.common import compiled_memory
 from vlp_jax import models, objectives, parallel
-from vlp_jax.data import formats, pipeline
+from vlp_jax.data import formats
+from vlp_jax.data.loading import pipeline
 from vlp_jax.training import optim
 from vlp_jax.training.flops import program_cost
 from vlp_jax.training.state import create_train_state
@@ -24,10 +25,9 @@ def compiled_step(config):
   objective = objectives.build(config, model)
   tx = optim.make_optimizer(config.optim, config.total_steps, objective.late_starts())
   views = objectives.OBJECTIVES.get(config.objective.name).views(config)
-  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, seed=0,
-                                     global_batch_size=config.batch_size,
-                                     process_index=0, process_count=1,
-                                     teacher_path=config.data.teacher_embeddings)
+  iterator = pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=config.batch_size, process_index=0, process_count=1,
+                                     teacher_path=config.data.teacher_embeddings))
   batch = pipeline.pop_status(next(iterator))[0]
   state = jax.eval_shape(lambda r: create_train_state(objective, tx, r), jax.random.key(0))
   mesh = parallel.make_mesh(1, jax.devices()[:1])

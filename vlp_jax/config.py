@@ -14,8 +14,10 @@ import ml_collections
 from ml_collections import config_flags
 
 from vlp_jax import accumulation, models, parallel
-from vlp_jax.data import device_augment, formats, image_ops, mixing, naflex_stage, resolution
-from vlp_jax.data.autoaugment import AUGMENTATIONS
+from vlp_jax.data import formats
+from vlp_jax.data.image import device_augment, image_ops, naflex_stage, resolution_stages as resolution
+from vlp_jax.data.loading import mixing
+from vlp_jax.data.image.autoaugment import AUGMENTATIONS
 from vlp_jax.errors import ConfigError, MissingInputError
 from vlp_jax.evalsets import EVAL_SETS
 from vlp_jax.evalsets.prompts import CHOICES as TEMPLATE_CHOICES
@@ -118,12 +120,12 @@ def _data_config() -> ml_collections.ConfigDict:
       # | 'dino' (one of DINO's global-view augmentations: COSMOS's CLIP baseline).
       'crop_scale': (),
       'augment': 'none',
-      # Staged resolution in one run (data/resolution.py, training/stages.py): ((fraction of the steps, image
-      # size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
+      # Staged resolution in one run (data/image/resolution_stages.py, training/stages.py): ((fraction of the steps,
+      # image size), ...), e.g. ((0.0, 112), (0.9, 224)); the last at config.model.vision.image_size. () = one size.
       'resolution_stages': (),
       # Where the multi-crop views of COSMOS and SLIP are cropped, resized and colour-augmented: 'host' (the data
       # workers) or 'device' (the train step, from one decoded image per example squashed to device_source_size
-      # pixels a side, with the host's draws; data/device_augment.py, docs/data.md)
+      # pixels a side, with the host's draws; data/image/device_augment.py, docs/data.md)
       'augment_on': 'host', 'device_source_size': 256,
       'teacher_embeddings': '',  # .npz from `vlp_jax.embed --dataset`: attaches batch['teacher'] by example key
       'tfds_dir': '',  # data dir of the tfds eval sets ('' = $TFDS_DATA_DIR, else ~/tensorflow_datasets)
@@ -138,10 +140,10 @@ def _data_config() -> ml_collections.ConfigDict:
       'flickr30k_dir': '',
       'num_workers': 0,  # grain worker processes (0 = decode in the training process)
       'num_threads': 2,  # grain reader threads
-      # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/mixing.py
+      # 'mixed' | 'weighted' | 'single_source' (ZeroVL debiased sampling) | 'sequential'; data/loading/mixing.py
       'mixing': 'mixed',
-      # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/mixing.py ResampledShards),
-      # for 'mixed' batches; any shard format
+      # draw shards with replacement, endlessly (open_clip's --dataset-resampled; data/loading/mixing.py
+      # ResampledShards), for 'mixed' batches; any shard format
       'resampled': False,
       # each process reads its own shards (every process_count-th; webdataset's split by node) and makes its local
       # batches from them: no shard is read by two hosts, and the global batch depends on the process count;
@@ -149,10 +151,10 @@ def _data_config() -> ml_collections.ConfigDict:
       'shards_by_process': False,
       'source_weights': '',  # 'name=weight,...' for 'weighted' (required) and 'single_source' (default: by size)
       # bad records are replaced; a shard, or the data as a whole, shown to hold more than this share of them stops
-      # the run (data/record_stats.py): data within it stops a run with probability below bad_data_alpha
+      # the run (data/loading/record_stats.py): data within it stops a run with probability below bad_data_alpha
       'max_bad_fraction': 0.1, 'bad_data_alpha': 0.01,
       # the patch budgets of NaFlex batches (SigLIP 2's NaFlex stage, objective.naflex_start_fraction), one drawn
-      # uniformly per batch from the step (data/naflex_stage.py)
+      # uniformly per batch from the step (data/image/naflex_stage.py)
       'naflex': ml_collections.ConfigDict({'sequence_lengths': (128, 256, 576, 784, 1024)}),
       **formats.options(),
   })
@@ -361,8 +363,8 @@ STAGED_RESOLUTION_OBJECTIVES = ('clip', 'siglip')
 
 
 def _check_resolution_stages(config: ml_collections.ConfigDict, objective_cls: type) -> None:
-  """config.data.resolution_stages: the schedule (data/resolution.py), an objective whose views follow it and a
-  tower whose position embedding can be resized at a switch."""
+  """config.data.resolution_stages: the schedule (data/image/resolution_stages.py), an objective whose views follow it
+  and a tower whose position embedding can be resized at a switch."""
   stages = config.data.resolution_stages
   if not stages:
     return

@@ -20,10 +20,10 @@ from PIL import Image
 
 from vlp_jax import models, parallel
 from vlp_jax.models.towers import vision_tower
-from vlp_jax.data import image_ops
-from vlp_jax.data import records
-from vlp_jax.data.naflex import naflex_patches
-from vlp_jax.data.tokenizer import tokenizer_for
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.naflex_patches import naflex_patches
+from vlp_jax.data.text.tokenizer_factory import tokenizer_for
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.models.naflex_inputs import NaflexImages
 from vlp_jax.objectives.base import tower_variables
@@ -171,7 +171,7 @@ class LoadedModel:
   def naflex_images(self, images: Any, max_patches: int | None = None) -> NaflexImages:
     """What `encode_image` takes (PIL images or uint8 arrays, of any sizes) -> NaflexImages on the host: each image
     resized to the patch grid that keeps its aspect ratio within `max_patches` patches (default: the model's
-    config.model.vision.max_patches), normalised by the model's preprocessing (data/naflex.py)."""
+    config.model.vision.max_patches), normalised by the model's preprocessing (data/image/naflex_patches.py)."""
     vision = self.config.model.vision
     if vision.type != 'siglip_vit':
       raise ValueError(f"NaFlex images need a config.model.vision.type='siglip_vit' tower; this model's is "

@@ -21,9 +21,11 @@ from safetensors.numpy import save_file
 from vlp_jax import errors, models, paths
 from vlp_jax.checkpoint_files import load_variables, resolve_checkpoint
 from vlp_jax.config import base_config
-from vlp_jax.data import image_ops
-from vlp_jax.data.tokenizer import (CLIP_BPE, GEMMA, GEMMA_FILENAME, SPIECE_FILENAME, default_tokenizer,
-                                      resolve_tokenizer_file, tokenizer_options)
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.text.gemma_sentencepiece import GEMMA_FILENAME
+from vlp_jax.data.text.siglip_sentencepiece import SPIECE_FILENAME, resolve_tokenizer_file
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE, GEMMA, tokenizer_options
 from vlp_jax.models.interchange import (WeightsError, big_vision_problem, big_vision_to_openai, check_hf_config,
                                         clip_tokenizer_files, expected_variables, hf_config, hf_input_files,
                                         hf_matching_presets, hf_siglip2_config, hf_siglip_config, hf_to_openai,

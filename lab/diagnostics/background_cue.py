@@ -29,7 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from absl import app, flags, logging  # noqa: E402
 from vlp_jax.checkpoint_files import resolve_checkpoint  # noqa: E402
-from vlp_jax.data import image_ops, pipeline, records, synthetic, transforms  # noqa: E402
+from vlp_jax.data.image import image_ops, transforms  # noqa: E402
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 from vlp_jax.inference import encoder_for_checkpoint  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -20,8 +20,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
-from vlp_jax.data import pipeline, synthetic  # noqa: E402
-from vlp_jax.data.synthetic import CAPTION_STYLES  # noqa: E402
+from vlp_jax.data.loading import pipeline  # noqa: E402
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.sources.synthetic_shapes import CAPTION_STYLES  # noqa: E402
 
 FLAGS = flags.FLAGS
 

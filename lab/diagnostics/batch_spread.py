@@ -31,8 +31,10 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from vlp_jax import models, objectives  # noqa: E402
 from vlp_jax.config import from_file, validate  # noqa: E402
-from vlp_jax.data import pipeline, records, synthetic  # noqa: E402
-from vlp_jax.data.synthetic import CAPTION_STYLES  # noqa: E402
+from vlp_jax.data.loading import pipeline  # noqa: E402
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.sources.synthetic_shapes import CAPTION_STYLES  # noqa: E402
 from vlp_jax.training.checkpoint import load_pretrained  # noqa: E402
 
 FLAGS = flags.FLAGS

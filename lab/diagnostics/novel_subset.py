@@ -19,7 +19,7 @@ sys.path.insert(0, ROOT)
 
 from absl import app  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
-from vlp_jax.data import synthetic  # noqa: E402
+from vlp_jax.data.sources import synthetic_shapes as synthetic  # noqa: E402
 from vlp_jax.evalsets.synthetic import novel_subset  # noqa: E402
 
 CONFIG = config_flags.DEFINE_config_file('config', os.path.join(ROOT, 'configs', 'clip_shapes.py'),

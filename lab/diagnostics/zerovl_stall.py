@@ -23,8 +23,9 @@ MARGIN (one margin for all cells, fixed before the first run). Chance levels, fo
 Sanity (declared): with one source the two samplers must draw the same batches, hence the same losses; it prints
 the largest loss gap between the samplers on studio alone and on web alone. Found at the first runs: they do not.
 Both draw the same examples (one pass over the source before any repeats) in different orders: 'mixed' shuffles all
-records with the run's seed (data/pipeline.py), 'single_source' shuffles each source with a seed derived from
-(seed, source index) (data/mixing.py `source_datasets`), so with one source the first batches share ~1 example in
+records with the run's seed (data/loading/pipeline.py), 'single_source' shuffles each source with a seed derived from
+(seed, source index) (data/loading/mixing.py `source_datasets`), so with one source the first batches share ~1 example
+in
 128. The gap is then a data-order gap, read against the gap between seeds.
 
 python lab/diagnostics/zerovl_stall.py            # runs what is missing (about 1 min a run on 2 CPU cores), then reads

@@ -13,8 +13,10 @@ from PIL import Image
 from support import write_webdataset
 from vlp_jax.errors import EXIT_DATA, DataError
 from vlp_jax.objectives import views
-from vlp_jax.data import mixing, pipeline, record_stats, records, synthetic, webdataset
-from vlp_jax.data.record_stats import NAMED_PER_SHARD, RecordStats
+from vlp_jax.data.loading import mixing, pipeline, record_stats
+from vlp_jax.data.sources import synthetic_shapes as synthetic, webdataset_tars as webdataset
+from vlp_jax.data.storage import records
+from vlp_jax.data.loading.record_stats import NAMED_PER_SHARD, RecordStats
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
@@ -130,8 +132,9 @@ class KeyViews(views.ClipViews):
 def test_bad_records_are_replaced_from_their_own_source_counted_and_named(tmp_path, capsys, mode):
   paths, good, bad = _write_shards(str(tmp_path), {'studio': 3, 'web': 4})
   sources = mixing.shard_sources(paths)
-  iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16), seed=1, global_batch_size=8,
-                                     process_index=0, process_count=1, mixing=mode, sources=sources)
+  iterator = pipeline.train_iterator(paths, KeyViews(image_size=16, context_length=16),
+                                     pipeline.PipelineSettings(seed=1, global_batch_size=8, process_index=0,
+                                     process_count=1, mixing=mode), sources=sources)
   stats = RecordStats(paths, mixing.source_names(sources), max_bad_fraction=1.0)
   for _ in range(6):  # one epoch of 48 records
     batch, status = pipeline.pop_status(next(iterator))
@@ -187,9 +190,9 @@ def test_bad_records_are_named_a_few_per_shard_then_summarised(capsys, monkeypat
 
 def test_webdataset_bad_samples_are_named_with_their_shard_and_key(tmp_path, capsys):
   paths = write_webdataset(str(tmp_path), {'web': 2}, samples_per_shard=6)['web']  # shard 0: three bad samples
-  iterator = pipeline.train_iterator(paths, views.ClipViews(image_size=16, context_length=16), seed=0,
-                                     global_batch_size=4, process_index=0, process_count=1, sources=['web', 'web'],
-                                     shard_records=webdataset.TarShardRecords)
+  iterator = pipeline.train_iterator(paths, views.ClipViews(image_size=16, context_length=16),
+                                     pipeline.PipelineSettings(seed=0, global_batch_size=4, process_index=0,
+                                     process_count=1), sources=['web', 'web'], shard_records=webdataset.TarShardRecords)
   stats = RecordStats(paths, ('web',), max_bad_fraction=1.0)
   for _ in range(3):  # one epoch of 12 samples
     stats.update(pipeline.pop_status(next(iterator))[1])
@@ -203,7 +206,7 @@ def test_webdataset_bad_samples_are_named_with_their_shard_and_key(tmp_path, cap
 def test_a_shard_of_mostly_bad_records_stops_with_its_name():
   paths = ['/data/good.array_record', '/data/bad.array_record']
   stats = RecordStats(paths, ('cc3m',), max_bad_fraction=0.25)
-  n = 100  # half bad against a limit of a quarter: beyond chance after a few dozen reads (data/record_stats.py)
+  n = 100  # half bad against a limit of a quarter: beyond chance after a few dozen reads (data/loading/record_stats.py)
   errors = np.array([0] * n + [2] * (n // 2) + [0] * (n // 2), np.int32)  # bad: half corrupt_image
   stats.update({'record_error': errors, 'record_shard': np.array([0] * n + [1] * n, np.int32),
                 'record_source': np.zeros(2 * n, np.int32)})
@@ -222,7 +225,8 @@ def test_training_counts_skips_and_stops_on_a_broken_shard(micro, tmp_path):
   micro.eval.every_steps = 100
   micro.total_steps, micro.log_every_steps = 6, 2
   micro.data.max_bad_fraction = 0.2  # half the sketch shard is broken
-  # a few dozen of its records are read: at this tolerance of false stops, enough to show it (data/record_stats.py)
+  # a few dozen of its records are read: at this tolerance of false stops, enough to show it
+  # (data/loading/record_stats.py)
   micro.data.bad_data_alpha = 0.5
   with pytest.raises(DataError, match='sketch.array_record: '):
     train_and_evaluate(micro, str(tmp_path / 'run'))

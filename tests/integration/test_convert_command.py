@@ -17,11 +17,12 @@ from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
 from support import ROOT
-from vlp_jax.data import records, synthetic
-from vlp_jax.data.text_crops import split_sentences
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.text.text_crops import split_sentences
 from vlp_jax.cli import common
 from vlp_jax.cli import convert_command
-from vlp_jax.data.ingest import convert
+from vlp_jax.data.ingest import converter as convert
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics
 

@@ -13,8 +13,8 @@ from vlp_jax import models
 from vlp_jax import interchange as weights
 from vlp_jax.cli import embed_command
 from vlp_jax.data import formats
-from vlp_jax.data import pipeline
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.training.loop import train_and_evaluate
 
 # Each test here needs a trained checkpoint (module fixtures): the quick loop leaves them out.

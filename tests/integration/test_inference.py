@@ -11,9 +11,9 @@ import vlp_jax
 from vlp_jax import models
 from vlp_jax import interchange as weights
 from vlp_jax.cli import embed_command
-from vlp_jax.data import image_ops
-from vlp_jax.data import records
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.storage import records
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 
 from support import micro_config
 

@@ -11,7 +11,7 @@ import pytest
 import vlp_jax
 from vlp_jax import parallel
 from vlp_jax.config import from_file, validate
-from vlp_jax.data.naflex_stage import batch_sequence_length
+from vlp_jax.data.image.naflex_stage import batch_sequence_length
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.training.loop import train_and_evaluate
 from vlp_jax.training.writer import read_metrics

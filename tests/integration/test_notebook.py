@@ -12,7 +12,7 @@ from support import ROOT
 from vlp_jax import models
 from vlp_jax import interchange as weights
 from vlp_jax import evalsets
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.zeroshot import class_embeddings, zeroshot_metrics
 

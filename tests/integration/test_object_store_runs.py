@@ -195,7 +195,7 @@ def test_a_gs_workdir_run_killed_and_resumed_elsewhere_is_bit_identical_and_live
   checkpoint_lines = [line for line in report.splitlines() if line.split()[1:2] == ['checkpoint']]
   assert len(checkpoint_lines) == 7 and all(line.startswith('identical') for line in checkpoint_lines), report
   # The metrics, as compare_runs compares them, but for the per-source example counters, which count from the
-  # start of the process (data/record_stats.py), so restart at a resume, in a local workdir too.
+  # start of the process (data/loading/record_stats.py), so restart at a resume, in a local workdir too.
   def records(run):
     lines = read_object(url, f'{run}/metrics.jsonl').decode().splitlines()
     return [{k: v for k, v in json.loads(line).items()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from support import ROOT, write_webdataset
-from vlp_jax.data import records
+from vlp_jax.data.storage import records
 
 pytestmark = pytest.mark.slow  # writes 4,000 shards and reads them in a subprocess
 
@@ -22,7 +22,9 @@ LIMIT = 256
 READER = r'''
 import json, os, resource, sys
 import grain
-from vlp_jax.data import pipeline, shards, webdataset
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import webdataset_tars as webdataset
+from vlp_jax.data.storage import shards
 from vlp_jax.data.formats import webdataset as webdataset_format
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
@@ -35,8 +37,8 @@ class FirstPixel(grain.transforms.RandomMap):
 
 
 def epoch(paths, shard_records, sources=None):
-  iterator = pipeline.train_iterator(paths, FirstPixel(), seed=0, global_batch_size=40, process_index=0,
-                                     process_count=1, num_threads=16, shard_records=shard_records, sources=sources)
+  settings = pipeline.PipelineSettings(seed=0, global_batch_size=40, num_threads=16)
+  iterator = pipeline.train_iterator(paths, FirstPixel(), settings, shard_records=shard_records, sources=sources)
   read, most_open = set(), 0
   for _ in range(len(paths) // 40):
     read.update(next(iterator)['record_shard'].tolist())

@@ -16,7 +16,7 @@ import pytest
 import vlp_jax
 from vlp_jax import models, parallel
 from vlp_jax.cli import evaluate_command
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.training.checkpoint import Checkpointer
 from vlp_jax.training.loop import latest_eval, train_and_evaluate

@@ -1,8 +1,8 @@
 """Training straight from webdataset tar shards (two sources, broken samples): killed with SIGKILL mid-run and
 resumed, the run ends bit-identical to an uninterrupted one, with the bad samples counted by reason; ZeroVL's
 single-source batches draw from the tar sources too. Shards drawn with replacement (data.resampled) resume exactly in
-tests/integration/test_multihost.py (two processes, each reading its own shards) and tests/unit/data/test_webdataset.py
-(the stream's position)."""
+tests/integration/test_multihost.py (two processes, each reading its own shards) and
+tests/unit/data/test_webdataset_tars.py (the stream's position)."""
 import os
 import re
 import signal
@@ -79,7 +79,8 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(data_cache, shards, tmp_pa
   train_and_evaluate(_config(data_cache, shards), workdir)
   out = capsys.readouterr().out
   assert 'Resumed from step' in out and f'Finished training at step {STEPS}' in out
-  # the host memory held outside the devices, printed at start (data/host_memory.py): the mapped index, the eval sets
+  # the host memory held outside the devices, printed at start (data/loading/host_memory.py): the mapped index, the eval
+  # sets
   assert re.search(r'Host memory: [\d.]+ GiB held outside the devices \(webdataset index [\d.]+ GiB, mapped once per '
                    r'host; eval sets [\d.]+ GiB per process\)', out), out
   chex.assert_trees_all_equal(load_variables(workdir)[0], load_variables(reference)[0])  # bit for bit

@@ -8,7 +8,8 @@ import psutil
 import pytest
 
 from support import write_webdataset
-from vlp_jax.data import pipeline, webdataset
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import webdataset_tars as webdataset
 
 pytestmark = pytest.mark.slow  # starts grain worker processes
 
@@ -33,8 +34,8 @@ def workers_memory(tar: str, samples: int, num_workers: int, cache_dir: str) -> 
   indexes = webdataset.ShardIndexes({tar: webdataset.ShardIndex(np.repeat(one.rows, samples),
                                                                 np.repeat(one.keys, samples), '')}, [])
   reader = lambda paths, ids: webdataset.TarShardRecords(paths, ids, indexes=indexes, cache_dir=cache_dir)  # noqa: E731
-  iterator = pipeline.train_iterator([tar], FirstPixel(), seed=0, global_batch_size=8, process_index=0,
-                                     process_count=1, num_workers=num_workers, shard_records=reader,
+  iterator = pipeline.train_iterator([tar], FirstPixel(), pipeline.PipelineSettings(seed=0, global_batch_size=8,
+                                     process_index=0, process_count=1, num_workers=num_workers), shard_records=reader,
                                      sources=['web'])
   for _ in range(4 * num_workers):
     next(iterator)

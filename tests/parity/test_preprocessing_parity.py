@@ -14,7 +14,7 @@ import pytest
 import vlp_jax
 from vlp_jax import models
 from vlp_jax.cli import embed_command
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config

@@ -13,7 +13,7 @@ import pytest
 import vlp_jax
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.data.tokenizer import tokenizer_for
+from vlp_jax.data.text.tokenizer_factory import tokenizer_for
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.training.checkpoint import load_config

@@ -11,8 +11,8 @@ import pytest
 import vlp_jax
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables
-from vlp_jax.data import image_ops
-from vlp_jax.data.naflex import naflex_patches
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.image.naflex_patches import naflex_patches
 from vlp_jax.interchange import export_weights, import_weights
 from vlp_jax.models import interchange
 from vlp_jax.models.naflex_inputs import NaflexImages

@@ -16,8 +16,9 @@ import pytest
 import vlp_jax
 from vlp_jax import errors, models
 from vlp_jax.config import base_config
-from vlp_jax.data import image_ops
-from vlp_jax.data.tokenizer import SentencePieceTokenizer, default_tokenizer
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.text.siglip_sentencepiece import SentencePieceTokenizer
 from vlp_jax.inference import preprocess_image
 from vlp_jax.interchange import export_weights, import_weights, save_checkpoint
 from vlp_jax.models import interchange

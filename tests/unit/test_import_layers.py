@@ -31,7 +31,7 @@ ENTRY_MODULES = ('main', 'evaluate', 'embed', 'weights', 'convert', 'clip_benchm
 
 
 def module_files(root: str = ROOT) -> dict[str, str]:
-  """{'vlp_jax.data.pipeline': path, ...}; a package's __init__.py is the package's own name."""
+  """{'vlp_jax.data.loading.pipeline': path, ...}; a package's __init__.py is the package's own name."""
   out = {}
   for directory, _, files in os.walk(os.path.join(root, PACKAGE)):
     for name in files:
@@ -95,7 +95,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def unit(module: str) -> str:
-  """The layer unit of a module: its top-level subpackage or root module ('vlp_jax.data.pipeline' -> 'data')."""
+  """The layer unit of a module: its top-level subpackage or root module ('vlp_jax.data.loading.pipeline' ->
+  'data')."""
   return module.split('.')[1] if module != PACKAGE else PACKAGE
 
 
@@ -113,10 +114,12 @@ def test_find_cycle_finds_one_and_only_one():
 
 def test_imports_are_read_inside_functions_and_relative(tmp_path):
   source = tmp_path / 'm.py'
-  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data import pipeline\n  import vlp_jax.errors\n')
-  known = {'vlp_jax.x', 'vlp_jax.x.m', 'vlp_jax.x.sibling', 'vlp_jax.data', 'vlp_jax.data.pipeline', 'vlp_jax.errors'}
+  source.write_text('from . import sibling\n\ndef f():\n  from vlp_jax.data.loading import pipeline\n'
+                    '  import vlp_jax.errors\n')
+  known = {'vlp_jax.x', 'vlp_jax.x.m', 'vlp_jax.x.sibling', 'vlp_jax.data', 'vlp_jax.data.loading',
+           'vlp_jax.data.loading.pipeline', 'vlp_jax.errors'}
   assert imported_modules('vlp_jax.x.m', str(source), known) == {
-      'vlp_jax.x.sibling', 'vlp_jax.data.pipeline', 'vlp_jax.errors'}
+      'vlp_jax.x.sibling', 'vlp_jax.data.loading.pipeline', 'vlp_jax.errors'}
 
 
 def test_no_module_imports_itself_back():
@@ -136,3 +139,29 @@ def test_each_module_imports_only_its_layer_and_below(module):
   assert source in rank, f'{module}: add its unit {source!r} to LAYERS (and docs/architecture.md)'
   upward = sorted(t for t in import_graph()[module] if unit(t) != source and rank.get(unit(t), -1) < rank[source])
   assert not upward, f'{module} (layer {source}) imports from a layer above it: {upward}'
+
+
+# Inside data/, its parts by job (vlp_jax/data/__init__.py), top to bottom as LAYERS: a module imports its own part's
+# modules and those of the parts below it.
+DATA_PARTS = (
+    ('formats', 'ingest'),
+    ('loading',),
+    ('sources', 'text'),
+    ('image', 'storage'),
+)
+
+
+def data_part(module: str) -> str:
+  """'vlp_jax.data.loading.pipeline' -> 'loading'; '' for what is not inside a part of data."""
+  parts = module.split('.')
+  return parts[2] if len(parts) > 3 and parts[1] == 'data' else ''
+
+
+@pytest.mark.parametrize('module', sorted(m for m in module_files() if data_part(m)))
+def test_each_data_module_imports_only_its_part_and_below(module):
+  rank = {name: depth for depth, layer in enumerate(DATA_PARTS) for name in layer}
+  source = data_part(module)
+  assert source in rank, f'{module}: add its part {source!r} of data/ to DATA_PARTS (and vlp_jax/data/__init__.py)'
+  upward = sorted(t for t in import_graph()[module]
+                  if data_part(t) and data_part(t) != source and rank.get(data_part(t), -1) < rank[source])
+  assert not upward, f'{module} (data part {source}) imports from a part above it: {upward}'

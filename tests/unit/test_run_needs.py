@@ -10,7 +10,9 @@ import pytest
 from support import ROOT, write_webdataset
 from benchmarks import run_needs
 from vlp_jax.config import from_file
-from vlp_jax.data import shards, teacher, webdataset
+from vlp_jax.data.loading import teacher_table as teacher
+from vlp_jax.data.sources import webdataset_tars as webdataset
+from vlp_jax.data.storage import shards
 
 
 def _shipped_full_scale_configs():
@@ -41,8 +43,8 @@ def test_index_bytes_per_sample_are_the_readers_own(tmp_path):
 
 
 def test_the_teacher_bytes_are_what_saco_maps(tmp_path):
-  """One count per fact (issue 61 check f): the table's teacher bytes (data/host_memory.py's) against the files
-  data/teacher.py writes and maps: embeddings, sorted keys and row numbers."""
+  """One count per fact (issue 61 check f): the table's teacher bytes (data/loading/host_memory.py's) against the files
+  data/loading/teacher_table.py writes and maps: embeddings, sorted keys and row numbers."""
   keys = np.array([f'{i:09d}' for i in range(300)])  # 9-character keys, as KEY_BYTES
   np.savez(tmp_path / 'teacher.npz', keys=keys, image_embeddings=np.ones((300, run_needs.TEACHER_DIM), np.float32))
   mapped = teacher.table_bytes(teacher.prepare_table(str(tmp_path / 'teacher.npz'), str(tmp_path / 'cache')))
@@ -51,9 +53,9 @@ def test_the_teacher_bytes_are_what_saco_maps(tmp_path):
 
 
 def test_open_files_are_bounded_per_reader_not_by_the_shards_read():
-  # data/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source outside
-  # 'mixed' batches, and never more than the shards. 143c8f2's table counted every shard x every worker (1.6M for
-  # siglip2_webli).
+  # data/storage/shards.py: each reader keeps at most open_shards_budget files; one reader per worker, per source
+  # outside 'mixed' batches, and never more than the shards. 143c8f2's table counted every shard x every worker (1.6M
+  # for siglip2_webli).
   webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))
   assert shards.open_shards_budget(run_needs.OPEN_FILES_LIMIT) == shards.MAX_OPEN_SHARDS == 1024
   assert shards.open_shards_budget(1024) == shards.MIN_OPEN_SHARDS == 32

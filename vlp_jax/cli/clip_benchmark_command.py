@@ -43,7 +43,7 @@ import torch
 
 from vlp_jax import errors, inference
 from vlp_jax.cli import common
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 
 MODEL_TYPE = 'vlp_jax'
 # CLIP_benchmark's --model (its `model_name`) -> whether to load the EMA of the weights.

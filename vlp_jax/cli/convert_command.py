@@ -1,4 +1,4 @@
-"""Convert image-text data into ArrayRecord shards in the vlp_jax record format (vlp_jax/data/records.py).
+"""Convert image-text data into ArrayRecord shards in the vlp_jax record format (vlp_jax/data/storage/records.py).
 
   # an img2dataset webdataset output (a folder of .tar files)
   python -m vlp_jax.convert --format=webdataset --input=/data/cc3m_wds --output=/data/cc3m --source=cc3m
@@ -31,10 +31,10 @@ import json
 from absl import flags
 
 from vlp_jax.cli import common
-from vlp_jax.data import records
+from vlp_jax.data.storage import records
 # ConvertError is the command's request error (exit 2), as cli.<command>.<Command>Error is for every command.
-from vlp_jax.data.ingest.base import INPUT_FORMATS, ConvertError  # pylint: disable=unused-import  # noqa: F401
-from vlp_jax.data.ingest.convert import convert
+from vlp_jax.data.ingest.input_format import INPUT_FORMATS, ConvertError  # pylint: disable=unused-import  # noqa: F401
+from vlp_jax.data.ingest.converter import convert
 from vlp_jax.data.ingest.webdataset import DEFAULT_CAPTION_KEY, DEFAULT_IMAGE_KEYS
 
 

@@ -25,7 +25,9 @@ from absl import flags, logging
 from vlp_jax import errors
 from vlp_jax.checkpoint_files import resolve_checkpoint
 from vlp_jax.cli import common
-from vlp_jax.data import formats, image_ops, records
+from vlp_jax.data import formats
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.storage import records
 from vlp_jax.evalsets.streamed import StreamedImages
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.inference import encoder_for_checkpoint, pixel_size_problem, preprocess_image

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.evalsets.base import EVAL_INPUTS, EVAL_SETS, EvalSet, LoadRequest
 
 # What the papers behind the full-scale configs report (configs/*_cc3m.py, ...): ImageNet zero-shot (and, where the

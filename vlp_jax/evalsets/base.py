@@ -16,7 +16,7 @@ from typing import Callable
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.registry import Registry
 
 

@@ -13,9 +13,9 @@ import dataclasses
 
 import ml_collections
 
-from vlp_jax.data import synthetic
-from vlp_jax.data.host_memory import HostMemory
-from vlp_jax.data import tfds as tfds_data
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.loading.host_memory import HostMemory
+from vlp_jax.data.sources import tfds_splits as tfds_data
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets.flickr30k import CAPTIONS_PER_IMAGE as FLICKR30K_CAPTIONS_PER_IMAGE
 from vlp_jax.evalsets.synthetic import NOVEL_SUFFIX

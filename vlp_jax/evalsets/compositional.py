@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 
-from vlp_jax.data import image_ops, records
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.storage import records
 from vlp_jax.errors import DataNotFoundError
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.streamed import StreamedImages

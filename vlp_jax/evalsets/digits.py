@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.prompts import DIGITS_TEMPLATES
 

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.errors import DataNotFoundError
 from vlp_jax.evalsets.base import EVAL_INPUTS, EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.compositional import _image_loader, _missing

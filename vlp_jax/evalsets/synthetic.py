@@ -8,10 +8,10 @@
                    split the pooled set's). Retrieval inside one domain is how ZeroVL evaluates (COCO, Flickr30k):
                    a downstream set never asks a model to tell its training sources apart.
   synthetic_novel, synthetic_long_novel: `synthetic` and `synthetic_long` restricted to the held-out examples that
-                   share neither their exact short caption nor their scene layout (data/synthetic.py `scene_layout`:
-                   the same objects with the same colours, shapes, sizes and grid cells) with any train example of
-                   the configured sources (`novel_subset`): what a model gets right there it did not recall from
-                   training as a whole. Every task of the unrestricted set applies; the linear probe fits on the
+                   share neither their exact short caption nor their scene layout (data/sources/synthetic_shapes.py
+                   `scene_layout`: the same objects with the same colours, shapes, sizes and grid cells) with any train
+                   example of the configured sources (`novel_subset`): what a model gets right there it did not recall
+                   from training as a whole. Every task of the unrestricted set applies; the linear probe fits on the
                    same train examples. The subset's size is printed when it is first computed.
 
 Every one of them scores retrieval with identical caption texts as one another's match
@@ -26,7 +26,10 @@ import functools
 
 import numpy as np
 
-from vlp_jax.data import image_ops, pipeline, records, synthetic
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 from vlp_jax.evalsets.base import EVAL_SETS, EvalSet, LoadRequest
 from vlp_jax.evalsets.prompts import SYNTHETIC_TEMPLATES
 
@@ -39,9 +42,9 @@ NOVEL_SETS = ('synthetic_novel', 'synthetic_long_novel')
 class NovelSubset:
   """The held-out examples of a split that share neither a short caption nor a layout with the train split.
 
-  keys: the subset's record keys (data/synthetic.py `example_key`); total: the split's examples over the spec's
-  sources; caption_seen / layout_seen: the fractions of all of them whose short caption occurs verbatim in the train
-  split / whose layout equals a train example's."""
+  keys: the subset's record keys (data/sources/synthetic_shapes.py `example_key`); total: the split's examples over the
+  spec's sources; caption_seen / layout_seen: the fractions of all of them whose short caption occurs verbatim in the
+  train split / whose layout equals a train example's."""
   keys: frozenset[str]
   total: int
   caption_seen: float

@@ -1,4 +1,4 @@
-"""Evaluation sets from tensorflow-datasets, read without TensorFlow (data/tfds.py), prepared in
+"""Evaluation sets from tensorflow-datasets, read without TensorFlow (data/sources/tfds_splits.py), prepared in
 `config.data.tfds_dir`: imagenet2012, cifar10, cifar100, caltech101, oxford_iiit_pet, oxford_flowers102 (zero-shot
 and linear probe) and coco_captions (retrieval, the Karpathy splits). For 'test' each set is read from the dataset's
 evaluation split (ImageNet's validation set, the CIFAR test sets, COCO's Karpathy test split); 'val' exists only for
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from vlp_jax.data import image_ops
-from vlp_jax.data import tfds as tfds_data
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.sources import tfds_splits as tfds_data
 from vlp_jax.errors import DataNotFoundError
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets.base import EVAL_INPUTS, EVAL_SETS, EvalSet, LoadRequest

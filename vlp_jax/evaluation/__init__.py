@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Callable, Iterable
 
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
 from vlp_jax.evalsets.prompts import TEMPLATE_SETS
 from vlp_jax.evaluation import naflex_budgets
 from vlp_jax.evaluation.base import EVALUATORS, Evaluator, evaluator, has_field

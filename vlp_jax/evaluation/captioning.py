@@ -1,5 +1,5 @@
 """Captioning quality of a model trained with LocCa's decoder (SigLIP 2 §2.2; LocCa, arXiv 2403.19596): the decoder
-reads the [CAP] prefix and greedily writes a caption for each eval image (data/locca_tasks.py's layout), which is
+reads the [CAP] prefix and greedily writes a caption for each eval image (data/text/locca_tasks.py's layout), which is
 scored against that image's own captions.
 
 Metrics (captioning_*, with `<metric>_chance` beside each):
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlp_jax import parallel
-from vlp_jax.data import locca_tasks
+from vlp_jax.data.text import locca_tasks
 from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.referring import DECODE_CHUNK, decoder_text_ids, trained_decoder
 from vlp_jax.models import locca

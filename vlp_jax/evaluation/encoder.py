@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vlp_jax import parallel
-from vlp_jax.data.tokenizer import tokenizer_for
+from vlp_jax.data.text.tokenizer_factory import tokenizer_for
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.models.naflex_inputs import NaflexImages
 from vlp_jax.models.towers import patch_based_towers, vision_tower

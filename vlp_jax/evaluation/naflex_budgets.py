@@ -1,6 +1,6 @@
 """Zero-shot and retrieval at NaFlex patch budgets (`config.eval.naflex_max_patches`): the eval set's images cut
-into NaFlex patches at each budget (data/naflex.py's `naflex_patches`) and embedded by the NaFlex image tower, the
-captions as usual. Results are named eval/<set>/<variant prefix>naflex<budget>_<metric>, e.g.
+into NaFlex patches at each budget (data/image/naflex_patches.py's `naflex_patches`) and embedded by the NaFlex image
+tower, the captions as usual. Results are named eval/<set>/<variant prefix>naflex<budget>_<metric>, e.g.
 eval/synthetic/naflex64_zeroshot_top1.
 
 The images are the eval set's (the model's `preprocessing` view, at config.model.vision.image_size, turned back into
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlp_jax.data.image_ops import ImagePreprocessing, denormalize_image
-from vlp_jax.data.naflex import naflex_patches
+from vlp_jax.data.image.image_ops import ImagePreprocessing, denormalize_image
+from vlp_jax.data.image.naflex_patches import naflex_patches
 from vlp_jax.models.naflex_inputs import NaflexImages
 
 # The evaluators that run at each budget: those that read only image embeddings and captions.

@@ -22,9 +22,10 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from vlp_jax import paths
-from vlp_jax.data import synthetic
-from vlp_jax.data.image_ops import denormalize_image
-from vlp_jax.data.tokenizer import default_tokenizer, tokenizer_for
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.image.image_ops import denormalize_image
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.text.tokenizer_factory import tokenizer_for
 from vlp_jax.evaluation.affinity import first_captions, per_query_affinity_consistency
 
 MAX_LEGEND = 36  # classes named in the t-SNE legend (all of the embedded dataset's); the rest are drawn but not named
@@ -39,7 +40,8 @@ METRIC_COLOURS = {
     'affinity_consistency': 'tab:red', 'linear_probe_top1': 'tab:purple', 'compositional_acc': 'tab:brown',
     'segmentation_miou': 'tab:pink', 'winoground_group': 'tab:olive',
 }
-# The embedded dataset's shapes as the scatter markers closest to how they are rendered (data/synthetic.py).
+# The embedded dataset's shapes as the scatter markers closest to how they are rendered
+# (data/sources/synthetic_shapes.py).
 SHAPE_MARKERS = {'circle': 'o', 'square': 's', 'triangle': '^', 'star': '*', 'diamond': 'D', 'cross': 'P'}
 MARKER_AREA = {'*': 2.0}  # times the scatter's point area: a star's thin arms look smaller than a disc of its size
 POINT_AREA = 14.0  # points^2

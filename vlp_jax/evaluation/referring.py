@@ -5,7 +5,7 @@ Acc@0.5 (the fraction of boxes with IoU >= 0.5 against the true box) and by the 
 Two routes, each reported where it applies, beside chance:
   decoder  a model trained with LocCa's decoder (its parameters at params[locca.PARAMS_NAME]) reads the 'aref'
            prefix [AREF] description [SEP] and greedily emits the 4 coordinate tokens, each step restricted to the
-           coordinate ids (data/locca_tasks.py); the box is their bins' centres.
+           coordinate ids (data/text/locca_tasks.py); the box is their bins' centres.
   probe    any model: a ridge regression, fitted on the train split's regions, from frozen features of the pair to
            the box (xmin, ymin, xmax, ymax). The features: the image tower's pooled feature (before the projection),
            the description's text embedding and, for a ViT, the map of cosine similarities between the description
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlp_jax import parallel
-from vlp_jax.data import locca_tasks
+from vlp_jax.data.text import locca_tasks
 from vlp_jax.evaluation.base import evaluator
 from vlp_jax.evaluation.linear_probe import RIDGE_HOLDOUT_FRACTION, RIDGE_L2_GRID, ridge_fit, standardize
 from vlp_jax.models import locca

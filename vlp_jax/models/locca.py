@@ -1,5 +1,5 @@
 """LocCa's decoder (arXiv 2403.19596; SigLIP 2, arXiv 2502.14786 §2.2): a transformer decoder over task token
-sequences (data/locca_tasks.py) that cross-attends to the image tower's un-pooled tokens. Training only: SigLIP 2
+sequences (data/text/locca_tasks.py) that cross-attends to the image tower's un-pooled tokens. Training only: SigLIP 2
 drops it after pre-training, and nothing exports it.
 
 Each block, pre-LayerNorm as the towers (transformer.py):
@@ -31,7 +31,7 @@ from vlp_jax.models.transformer import LN_EPS, Mlp, layer_norm
 # Where an objective keeps the decoder's parameters (a top-level entry of its params), so that evaluators find them;
 # weight export keeps only the towers' entries and so drops it.
 PARAMS_NAME = 'locca_decoder'
-# Where a decoder over a part of the tokenizer's vocabulary keeps which part (data/locca_tasks.py `text_ids`): a
+# Where a decoder over a part of the tokenizer's vocabulary keeps which part (data/text/locca_tasks.py `text_ids`): a
 # variables collection {'text_ids': [K] int32} beside 'params' (in training, an entry of the model state).
 VOCABULARY_NAME = 'locca_vocabulary'
 

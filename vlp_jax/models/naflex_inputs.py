@@ -2,9 +2,10 @@
 the patch embedding as one matmul over flattened patches, each image's true length, and the learned position
 embedding resized to each image's own grid.
 
-A NaFlex batch is already cut into patches on the host (vlp_jax/data/naflex.py): image i's rows*cols patches come
-first, row by row, each flattened as [patch row, patch column, channel] (transformers' Siglip2ImageProcessor order,
-which is also the order of a conv kernel [P, P, 3, w] read as a [P*P*3, w] matrix), then zero rows up to N.
+A NaFlex batch is already cut into patches on the host (vlp_jax/data/image/naflex_patches.py): image i's rows*cols
+patches come first, row by row, each flattened as [patch row, patch column, channel] (transformers'
+Siglip2ImageProcessor order, which is also the order of a conv kernel [P, P, 3, w] read as a [P*P*3, w] matrix), then
+zero rows up to N.
 """
 from __future__ import annotations
 

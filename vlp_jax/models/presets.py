@@ -12,8 +12,8 @@ from vlp_jax.models.resnet import ResNetTower
 from vlp_jax.models.siglip_vit import SiglipViTTower
 from vlp_jax.models.towers import VISION_TOWERS, check_heads, vision_tower
 from vlp_jax.models.vit import ViTTower
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING
-from vlp_jax.data.tokenizer import TOKENIZERS
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING
+from vlp_jax.data.text.tokenizer_factory import TOKENIZERS
 from vlp_jax.registry import Registry, check_choice
 
 
@@ -23,8 +23,8 @@ def text_options(width: int = 512, layers: int = 12, heads: int = 8, context_len
   causal: attention masks later tokens; pool: 'eot' (the position of the largest id, CLIP's EOT) or 'last' (the
   last position); proj_bias: a bias after `text_projection`; mlp_width: the blocks' MLP hidden width (0 = 4 *
   width); ln_eps: the LayerNorms' epsilon; tokenizer: 'clip_bpe' or 'sentencepiece', whose model file is read
-  from tokenizer_path (data/tokenizer.py); embedding_grad: how the token table's gradient is summed (a speed
-  setting, clip.EMBEDDING_GRADS).
+  from tokenizer_path (data/text/tokenizer_factory.py); embedding_grad: how the token table's gradient is summed (a
+  speed setting, clip.EMBEDDING_GRADS).
   """
   spec = dict(vocab_size=49408, context_length=context_length, width=width, layers=layers, heads=heads,
               causal=True, pool='eot', proj_bias=False, mlp_width=0, ln_eps=1e-5, tokenizer='clip_bpe',
@@ -164,7 +164,7 @@ def preset(name: str, **overrides) -> ml_collections.ConfigDict:
       'init_logit_scale': spec.get('init_logit_scale', math.log(1 / 0.07)),
       # A learned logit bias in the model (SigLIP's, -10 at init) when not None; the siglip objective uses it.
       'init_logit_bias': spec.get('init_logit_bias', None),
-      # How images become this model's input (data.image_ops.ImagePreprocessing: resize mode, filter, crop offset,
+      # How images become this model's input (data.image.image_ops.ImagePreprocessing: resize mode, filter, crop offset,
       # mean and std): the family's, saved with every checkpoint; evaluation, vlp_jax.load, embed and the exports
       # follow it.
       'preprocess': dict(spec.get('preprocess', OPENAI_CLIP_PREPROCESSING.config())),

@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vlp_jax.data import device_augment
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
-from vlp_jax.data.record_needs import RecordNeed
-from vlp_jax.data.resolution import stage_starts
-from vlp_jax.data.tokenizer import tokenizer_options
+from vlp_jax.data.image import device_augment
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, images_to_float, preprocessing_of
+from vlp_jax.data.storage.record_needs import RecordNeed
+from vlp_jax.data.image.resolution_stages import stage_starts
+from vlp_jax.data.text.tokenizer_factory import tokenizer_options
 from vlp_jax.models import init_variables
 from vlp_jax.models.towers import fold_in_rows
 from vlp_jax.objectives.views import ClipViews
@@ -138,7 +138,7 @@ class Objective:
 
   @classmethod
   def record_needs(cls, options: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[RecordNeed]:
-    """The record fields these options read besides the image and the caption (data/record_needs.py), checked
+    """The record fields these options read besides the image and the caption (data/storage/record_needs.py), checked
     against a sample of the training records before anything compiles (training/start_checks.py). `options` as
     `validate`'s. Default: none."""
     del options, config
@@ -166,7 +166,7 @@ class Objective:
     return {}
 
   # Whether the views can leave their crops and colour augmentations to the train step
-  # (config.data.augment_on='device'; data/device_augment.py), and {batch key: side} of the views the step then
+  # (config.data.augment_on='device'; data/image/device_augment.py), and {batch key: side} of the views the step then
   # renders (set by `bind`; empty: the host makes every view).
   supports_device_augment = False
   device_views: dict[str, int] = {}

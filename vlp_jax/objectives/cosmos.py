@@ -1,6 +1,6 @@
 """COSMOS: cross-modality self-distillation with an EMA teacher (COSMOS paper, Sec. 3 and Algorithm 1).
 
-Per example the views hold 2 global + N local image crops and 2 global + M local text crops (data/text_crops.py:
+Per example the views hold 2 global + N local image crops and 2 global + M local text crops (data/text/text_crops.py:
 sentences of the long caption; optionally the short caption is one more sentence of the pool, `caption_in_text_crops`,
 as the authors' code does, and the first global text crop, `caption_first_global`, in neither the paper nor the
 authors' code: an option kept for diagnostics, off in every shipped config).
@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlp_jax.data import device_augment, transforms
-from vlp_jax.data.pipeline import passthrough
-from vlp_jax.data.text_crops import long_caption_need, text_crops
-from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
+from vlp_jax.data.image import device_augment, transforms
+from vlp_jax.data.loading.pipeline import passthrough
+from vlp_jax.data.text.text_crops import long_caption_need, text_crops
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE, cached_tokenizer, require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize, pairwise_sym_nce
 from vlp_jax.models.cross_attention import CrossAttention
 from vlp_jax.objectives.base import (IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, ema_update, tower_rngs,

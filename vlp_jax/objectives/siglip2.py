@@ -6,7 +6,7 @@ masked patch prediction against an EMA teacher of the image tower (docs/methods.
 
   L_sigmoid  the pairwise sigmoid loss on (original image, caption): SigLIP's, objectives/siglip.py;
   L_decoder  LocCa's decoder (models/locca.py) on the original image's un-pooled tokens, one pass per task of
-             `decoder_tasks` ('cap', 'aref', 'gcap'; data/locca_tasks.py), the token cross-entropy of
+             `decoder_tasks` ('cap', 'aref', 'gcap'; data/text/locca_tasks.py), the token cross-entropy of
              losses/captioning.py: each sequence's mean over its target tokens, then the mean over every sequence
              with a target (so, with every task present, the mean of the task losses). A record without regions
              trains captioning only: its region rows have no target. decoder_weight 0 (the default) turns it off;
@@ -36,7 +36,7 @@ task sequences come from the host (`Siglip2Views`, from the example's own rng, a
 features are per sequence (mean cross-entropy, target count), reduced over the whole batch in `loss`: exact too.
 
 NaFlex stage (SigLIP 2 §2.4.2; `naflex_start_fraction` < 1). From round(naflex_start_fraction * total_steps) the
-views send NaFlex patches of the whole image ('image_patches', 'image_spatial_shapes'; data/naflex_stage.py) at a
+views send NaFlex patches of the whole image ('image_patches', 'image_spatial_shapes'; data/image/naflex_stage.py) at a
 patch budget drawn per batch from the step, which `prepare` wraps into NaflexImages for the image tower. A NaFlex
 batch trains the sigmoid loss and the decoder only (the paper drops self-distillation and masked prediction there;
 their views are not made), the decoder reading each image's real patches only. Each budget is a batch signature of
@@ -60,9 +60,11 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.data import formats as data_formats
-from vlp_jax.data import device_augment, locca_tasks, naflex_stage, pipeline, transforms
-from vlp_jax.data.image_ops import images_to_float, preprocessing_of
-from vlp_jax.data.tokenizer import cached_tokenizer, tokenizer_options
+from vlp_jax.data.image import device_augment, naflex_stage, transforms
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.text import locca_tasks
+from vlp_jax.data.image.image_ops import images_to_float, preprocessing_of
+from vlp_jax.data.text.tokenizer_factory import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
 from vlp_jax.losses import captioning
 from vlp_jax.losses.contrastive import l2_normalize, siglip_loss

@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vlp_jax.data import device_augment, records, transforms
-from vlp_jax.data.pipeline import passthrough
-from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer, tokenizer_options
+from vlp_jax.data.image import device_augment, transforms
+from vlp_jax.data.storage import records
+from vlp_jax.data.loading.pipeline import passthrough
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE, cached_tokenizer, tokenizer_options
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead

@@ -2,7 +2,7 @@
 
   'caption'     the record's caption (CLIP; the default, which draws nothing)
   'text_crops'  one text crop drawn from COSMOS's pool by COSMOS's sampler, as COSMOS draws its first global text
-                crop (data/text_crops.py `FirstGlobalCrop`): a CLIP control that sees exactly COSMOS's text, with
+                crop (data/text/text_crops.py `FirstGlobalCrop`): a CLIP control that sees exactly COSMOS's text, with
                 COSMOS's options `caption_in_text_crops` and `text_crop_max_sentences`
 
 `TextSourceViews` adds these options to an objective whose views are CLIP's (`Objective.views`); the objectives
@@ -16,7 +16,7 @@ from typing import Any
 
 import ml_collections
 
-from vlp_jax.data.text_crops import FirstGlobalCrop, long_caption_need
+from vlp_jax.data.text.text_crops import FirstGlobalCrop, long_caption_need
 from vlp_jax.objectives.base import Objective
 from vlp_jax.registry import check_choice
 

@@ -8,10 +8,10 @@ from typing import Any, Callable
 import grain
 import numpy as np
 
-from vlp_jax.data import autoaugment, resolution, transforms
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
-from vlp_jax.data.pipeline import STEP_KEY, passthrough
-from vlp_jax.data.tokenizer import CLIP_BPE, cached_tokenizer
+from vlp_jax.data.image import autoaugment, resolution_stages as resolution, transforms
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, ImagePreprocessing
+from vlp_jax.data.loading.pipeline import STEP_KEY, passthrough
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE, cached_tokenizer
 
 
 @dataclasses.dataclass
@@ -23,7 +23,7 @@ class ClipViews(grain.transforms.RandomMap):
   resized as the model family's `preprocessing` says (OpenAI CLIP's shorter side and centre crop, as every method
   evaluates, or SigLIP's square resize), or, with
   `crop_scale` (e.g. (0.9, 1.0), open_clip's), a RandomResizedCrop; then `augment` ('randaugment', 'autoaugment',
-  data/autoaugment.py) when it is not 'none'.
+  data/image/autoaugment.py) when it is not 'none'.
 
   The text is the example's `caption_field`, or with `text_crop` (CLIP's `objective.text_source='text_crops'`) a
   crop drawn from the caption and `long_caption`: text_crop(long_caption, caption, rng), after the image's draws.
@@ -39,8 +39,8 @@ class ClipViews(grain.transforms.RandomMap):
   tokenizer: str = CLIP_BPE
   tokenizer_path: str = ''
   preprocessing: ImagePreprocessing = OPENAI_CLIP_PREPROCESSING  # the model's resize (config.model.preprocess)
-  # staged resolution (data/resolution.py): ((first batch index, image size), ...); an example's image is at the
-  # size of the step its batch is for (pipeline.STEP_KEY); () or no step: image_size
+  # staged resolution (data/image/resolution_stages.py): ((first batch index, image size), ...); an example's image is
+  # at the size of the step its batch is for (pipeline.STEP_KEY); () or no step: image_size
   size_stages: tuple[tuple[int, int], ...] = ()
 
   def __post_init__(self):

@@ -1,6 +1,6 @@
 """ZeroVL (docs/methods.md §4): CLIP with coin-flipping mixup and text augmentation.
 
-Debiased (single-source) sampling is a data option, `config.data.mixing = 'single_source'` (data/mixing.py), and
+Debiased (single-source) sampling is a data option, `config.data.mixing = 'single_source'` (data/loading/mixing.py), and
 decoupled gradient accumulation belongs to the train step; this module holds the rest.
 
 Coin-flipping mixup, per step: lam ~ Beta(alpha, alpha) and a fair coin, both drawn from the step rng.
@@ -29,9 +29,9 @@ import ml_collections
 import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
-from vlp_jax.data.image_ops import preprocessing_of
-from vlp_jax.data.text_augment import TextAugment
-from vlp_jax.data.tokenizer import require_clip_bpe, tokenizer_options
+from vlp_jax.data.image.image_ops import preprocessing_of
+from vlp_jax.data.text.text_augment import TextAugment
+from vlp_jax.data.text.tokenizer_factory import require_clip_bpe, tokenizer_options
 from vlp_jax.losses.contrastive import l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce
 from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objective, tower_rngs
@@ -40,7 +40,7 @@ from vlp_jax.objectives.base import IMAGE_TOWER, OBJECTIVES, TEXT_TOWER, Objecti
 @dataclasses.dataclass
 class ZeroVLViews(ClipViews):
   """CLIP's views (with the paper's RandomResizedCrop and AutoAugment when config.data says so), then, when
-  `text_augment` is set, the caption tokenised after ZeroVL's word-level augmentation (data/text_augment.py)."""
+  `text_augment` is set, the caption tokenised after ZeroVL's word-level augmentation (data/text/text_augment.py)."""
   text_augment: TextAugment | None = None
 
   def text_tokens(self, example: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
@@ -72,7 +72,7 @@ class ZeroVLObjective(Objective):
         # or 'targets_only' (ablations: see the module docstring)
         'text_augment': True,  # pick, then mask / replace / delete caption words (host side, appendix A.9)
         'text_augment_prob': 0.2,  # fraction of caption words picked
-        'text_mask_prob': 0.5,  # of the picked: masked (one mask id of data/text_augment.py per word) ...
+        'text_mask_prob': 0.5,  # of the picked: masked (one mask id of data/text/text_augment.py per word) ...
         'text_replace_prob': 0.1,  # ... replaced by a random vocabulary word ...
         'text_delete_prob': 0.4,  # ... or deleted
         # > 0: a constant temperature (the authors' released configs: 0.02); 0: the learned logit scale, from

@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 
 from vlp_jax import paths
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
-from vlp_jax.data.image_ops import preprocessing_of
+from vlp_jax.data.image.image_ops import preprocessing_of
 from vlp_jax.models.resize import resize_tower, shape_changes
 from vlp_jax.models.towers import vision_tower, with_tower_defaults
 from vlp_jax.models.transformer import BlockStack, in_layout

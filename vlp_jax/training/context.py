@@ -8,7 +8,7 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from vlp_jax.data.record_stats import RecordStats
+from vlp_jax.data.loading.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder
 from vlp_jax.training import stages
 from vlp_jax.training.checkpoint import Checkpointer

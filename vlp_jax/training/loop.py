@@ -19,8 +19,9 @@ from vlp_jax import hardware, parallel, paths
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax.evalsets import budget as eval_budget
-from vlp_jax.data import formats, host_memory, pipeline
-from vlp_jax.data.record_stats import RecordStats
+from vlp_jax.data import formats
+from vlp_jax.data.loading import host_memory, pipeline
+from vlp_jax.data.loading.record_stats import RecordStats
 from vlp_jax.evaluation import Encoder, report_evaluated
 from vlp_jax.objectives.base import tower_variables
 from vlp_jax.training import guards, stages, start_checks

@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from vlp_jax import models, objectives
-from vlp_jax.data.tokenizer import CLIP_BPE
+from vlp_jax.data.text.tokenizer_factory import CLIP_BPE
 from vlp_jax.models import groups
 from vlp_jax.parallel import stacked_axes
 from vlp_jax.training import optim

@@ -1,5 +1,5 @@
-"""Staged resolution in one run (config.data.resolution_stages; data/resolution.py has the schedule): each stage
-trains the model at its image size, with the position embedding at that size's grid. At a switch the whole train
+"""Staged resolution in one run (config.data.resolution_stages; data/image/resolution_stages.py has the schedule): each
+stage trains the model at its image size, with the position embedding at that size's grid. At a switch the whole train
 state is carried over by the surgery that fine-tuning at another shape uses (models/resize.py):
 
   - the parameters' position embedding, the EMA of the weights' and the teacher's copies of it (any leaf at a path
@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from vlp_jax.data import resolution
+from vlp_jax.data.image import resolution_stages as resolution
 from vlp_jax.models.resize import grid_of, resize_position_embedding
 from vlp_jax.models.towers import vision_tower, with_tower_defaults
 

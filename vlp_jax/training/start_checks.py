@@ -6,8 +6,8 @@ because they are in the files, and that would otherwise kill the run later or si
     clamped by the gather or embeds as NaN, silently;
   - a few records of the training data (the first ones of the first shard of each source) carry their caption in
     config.data.caption_field (else training would skip every record as bad), and what the objective and its terms
-    declare they read (`Objective.record_needs`, data/record_needs.py): COSMOS's long captions, the LocCa location
-    tasks' regions.
+    declare they read (`Objective.record_needs`, data/storage/record_needs.py): COSMOS's long captions, the LocCa
+    location tasks' regions.
 
 Every problem found is listed in one ConfigError (exit 2), each naming the field or key, what needs it and the fix.
 """
@@ -16,9 +16,10 @@ from __future__ import annotations
 import ml_collections
 
 from vlp_jax import errors
-from vlp_jax.data import formats, records
-from vlp_jax.data.record_needs import RecordNeed, carries, unmet_needs
-from vlp_jax.data.tokenizer import tokenizer_options, vocabulary_size
+from vlp_jax.data import formats
+from vlp_jax.data.storage import records
+from vlp_jax.data.storage.record_needs import RecordNeed, carries, unmet_needs
+from vlp_jax.data.text.tokenizer_factory import tokenizer_options, vocabulary_size
 from vlp_jax.objectives import OBJECTIVES, TERMS, with_defaults
 
 SAMPLE_RECORDS = 32  # records read in all, spread over the sources' first shards

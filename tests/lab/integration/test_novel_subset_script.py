@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from support import MICRO_CONFIG, ROOT
-from vlp_jax.data import synthetic
+from vlp_jax.data.sources import synthetic_shapes as synthetic
 from vlp_jax.evalsets.synthetic import novel_subset
 
 

@@ -1,6 +1,6 @@
-"""RandAugment / AutoAugment (vlp_jax/data/autoaugment.py): every op against torchvision on the same PIL image (when
-torchvision loads), against naive references written from the definitions, its invariances, and the documented order
-of the random draws."""
+"""RandAugment / AutoAugment (vlp_jax/data/image/autoaugment.py): every op against torchvision on the same PIL image
+(when torchvision loads), against naive references written from the definitions, its invariances, and the documented
+order of the random draws."""
 import fractions
 import math
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from vlp_jax.data import autoaugment, transforms
+from vlp_jax.data.image import autoaugment, transforms
 
 ALL_OPS = autoaugment.RAND_AUGMENT_OPS + ('Invert',)
 SIGNED_OPS = ('ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'Rotate', 'Brightness', 'Color', 'Contrast', 'Sharpness')

@@ -1,5 +1,5 @@
-"""The bad-data stop at real scale (issue 61 item 4; data/record_stats.py): over a whole run of 100k shards, data
-within data.max_bad_fraction stops a run with probability below data.bad_data_alpha, and a truly bad shard, or data
+"""The bad-data stop at real scale (issue 61 item 4; data/loading/record_stats.py): over a whole run of 100k shards,
+data within data.max_bad_fraction stops a run with probability below data.bad_data_alpha, and a truly bad shard, or data
 bad as a whole, still stops it soon. The old rule (a shard judged once 20 of its records are read, stopped above
 max_bad_fraction) fails the first part."""
 import functools
@@ -9,8 +9,8 @@ import pytest
 
 from vlp_jax import config as config_lib
 from vlp_jax.config import base_config
-from vlp_jax.data import record_stats
-from vlp_jax.data.record_stats import RecordStats, bad_data_verdict, evidence_to_stop, excess_evidence
+from vlp_jax.data.loading import record_stats
+from vlp_jax.data.loading.record_stats import RecordStats, bad_data_verdict, evidence_to_stop, excess_evidence
 from vlp_jax.errors import DataError
 
 NUM_SHARDS = 100_000

@@ -1,5 +1,5 @@
-"""config.data.augment_on='device' (data/device_augment.py): the views the train step renders from the host's draws
-against the host's own views (transforms.py): view for view with the same draws, and as distributions over a few
+"""config.data.augment_on='device' (data/image/device_augment.py): the views the train step renders from the host's
+draws against the host's own views (transforms.py): view for view with the same draws, and as distributions over a few
 hundred independent draws (two-sample tests that are shown to reject a wrong crop scale, flip rate or grayscale
 rate)."""
 import jax
@@ -8,8 +8,8 @@ import pytest
 import scipy.stats
 from sklearn.datasets import load_sample_images
 
-from vlp_jax.data import device_augment, transforms
-from vlp_jax.data.image_ops import images_to_float
+from vlp_jax.data.image import device_augment, transforms
+from vlp_jax.data.image.image_ops import images_to_float
 
 JITTER = (0.4, 0.4, 0.2, 0.1)
 LOCAL_SCALE = (0.05, 0.4)

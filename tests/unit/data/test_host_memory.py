@@ -1,5 +1,5 @@
-"""The host memory a run holds outside the devices (data/host_memory.py; issue 61 check d): printed at start with
-its parts, and refused with every figure named when it cannot fit."""
+"""The host memory a run holds outside the devices (data/loading/host_memory.py; issue 61 check d): printed at start
+with its parts, and refused with every figure named when it cannot fit."""
 import dataclasses
 import os
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from vlp_jax import evalsets, hardware
-from vlp_jax.data import host_memory
-from vlp_jax.data.host_memory import HostMemory
+from vlp_jax.data.loading import host_memory
+from vlp_jax.data.loading.host_memory import HostMemory
 from vlp_jax.errors import EXIT_CONFIG, ConfigError, exit_code
 from vlp_jax.evalsets import budget
 from vlp_jax.training import loop

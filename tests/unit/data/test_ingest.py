@@ -12,8 +12,8 @@ from array_record.python.array_record_module import ArrayRecordReader
 from PIL import Image
 
 from vlp_jax.config import base_config
-from vlp_jax.data import records
-from vlp_jax.data.ingest import base, convert, folder, manifest, table, webdataset
+from vlp_jax.data.storage import records
+from vlp_jax.data.ingest import converter as convert, folder, input_format as base, manifest, table, webdataset
 
 
 def _png(seed: int) -> bytes:

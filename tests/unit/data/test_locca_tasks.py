@@ -1,14 +1,16 @@
-"""LocCa's task sequences (data/locca_tasks.py) and the records' regions (records.decode_regions)."""
+"""LocCa's task sequences (data/text/locca_tasks.py) and the records' regions (records.decode_regions)."""
 import grain
 import ml_collections
 import numpy as np
 import pytest
 
-from vlp_jax.data import locca_tasks, pipeline, records, synthetic
-from vlp_jax.data.image_ops import (OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING,
-                                    TORCHVISION_CLIP_PREPROCESSING)
-from vlp_jax.data.records import Regions
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.text import locca_tasks
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, SIGLIP_PREPROCESSING, TORCHVISION_CLIP_PREPROCESSING
+from vlp_jax.data.storage.records import Regions
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.errors import ConfigError
 from vlp_jax.objectives.siglip2 import Siglip2Views
 

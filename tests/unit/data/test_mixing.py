@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from vlp_jax.data.formats import train_paths
-from vlp_jax.data import mixing, pipeline, synthetic
+from vlp_jax.data.loading import mixing, pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
 
 
 @dataclasses.dataclass
@@ -23,9 +24,9 @@ class SourceAndIndex(grain.transforms.RandomMap):
 
 def _iterator(config, mode, process_index=0, process_count=1, batch_size=8, paths=None, weights=''):
   paths = paths or train_paths(config.data)
-  return pipeline.train_iterator(paths, SourceAndIndex(), seed=7, global_batch_size=batch_size,
-                                 process_index=process_index, process_count=process_count, mixing=mode,
-                                 source_weights=weights)
+  return pipeline.train_iterator(paths, SourceAndIndex(), pipeline.PipelineSettings(seed=7,
+                                 global_batch_size=batch_size, process_index=process_index, process_count=process_count,
+                                 mixing=mode, source_weights=weights))
 
 
 def _take(iterator, n):
@@ -127,8 +128,8 @@ def test_resumes_exactly(micro):
 
 def test_mixed_is_unchanged_and_mixes_sources(micro):
   paths = train_paths(micro.data)
-  default = pipeline.train_iterator(paths, SourceAndIndex(), seed=7, global_batch_size=8, process_index=0,
-                                    process_count=1)
+  default = pipeline.train_iterator(paths, SourceAndIndex(), pipeline.PipelineSettings(seed=7, global_batch_size=8,
+                                    process_index=0, process_count=1))
   want = _take(default, 4)
   got = _take(_iterator(micro, 'mixed'), 4)
   np.testing.assert_array_equal(got[0], want[0])

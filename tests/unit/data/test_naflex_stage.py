@@ -1,7 +1,7 @@
-"""SigLIP 2's NaFlex stage on the host (data/naflex_stage.py, objectives/siglip2.Siglip2Views): the per-step patch
+"""SigLIP 2's NaFlex stage on the host (data/image/naflex_stage.py, objectives/siglip2.Siglip2Views): the per-step patch
 budget (deterministic, uniform over the declared set, a function of the step alone, so resume-safe), the examples'
-NaFlex patches against data/naflex.py's `naflex_patches` of the decoded image, the pipeline's batches across the
-switch and a resumed iterator, and the config checks."""
+NaFlex patches against data/image/naflex_patches.py's `naflex_patches` of the decoded image, the pipeline's batches
+across the switch and a resumed iterator, and the config checks."""
 import os
 
 import chex
@@ -12,11 +12,14 @@ from scipy import stats
 from support import ROOT
 from vlp_jax import objectives
 from vlp_jax.config import ConfigError, from_file, validate
-from vlp_jax.data import formats, pipeline, records, synthetic
-from vlp_jax.data.image_ops import preprocessing_of
-from vlp_jax.data.naflex import naflex_patches
-from vlp_jax.data.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
-from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data import formats
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.image_ops import preprocessing_of
+from vlp_jax.data.image.naflex_patches import naflex_patches
+from vlp_jax.data.image.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
+from vlp_jax.data.loading.pipeline import DecodeRecord
 from vlp_jax.objectives.siglip2 import normalized_naflex_patches
 
 LENGTHS = (4, 9, 16)
@@ -86,8 +89,8 @@ def test_pipeline_batches_take_their_step_budget_and_resume_across_the_switch(mi
   views = objectives.OBJECTIVES.get('siglip2').views(config)
 
   def iterator():
-    return pipeline.train_iterator(formats.train_paths(config.data), views, seed=3, global_batch_size=4,
-                                   process_index=0, process_count=1)
+    return pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=3,
+                                   global_batch_size=4, process_index=0, process_count=1))
   it = iterator()
   batches = [pipeline.pop_status(next(it))[0] for _ in range(9)]
   for step, batch in enumerate(batches):

@@ -16,7 +16,9 @@ from fake_bucket import bucket, objects, upload  # noqa: F401 (bucket: a fixture
 from support import write_webdataset
 from vlp_jax import errors, models, paths
 from vlp_jax.config import base_config
-from vlp_jax.data import formats, teacher, webdataset
+from vlp_jax.data import formats
+from vlp_jax.data.loading import teacher_table as teacher
+from vlp_jax.data.sources import webdataset_tars as webdataset
 from vlp_jax.interchange import WeightsError, export_weights, save_checkpoint
 from vlp_jax.training.loop import files_not_found
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from support import write_webdataset
-from vlp_jax.data import records, shards, webdataset
+from vlp_jax.data.sources import webdataset_tars as webdataset
+from vlp_jax.data.storage import records, shards
 
 
 def open_descriptors() -> int:

@@ -6,18 +6,19 @@ import numpy as np
 
 from vlp_jax.objectives.views import ClipViews
 from vlp_jax.data import formats
-from vlp_jax.data import image_ops
-from vlp_jax.data import pipeline
-from vlp_jax.data import records, synthetic
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 
 
 def _iterator(config, process_index=0, process_count=1, num_workers=0, own_shards=False, mixing='mixed'):
   paths = formats.train_paths(config.data)
   views = ClipViews(config.model.vision.image_size, config.model.text.context_length)
   shard_ids = pipeline.process_shards(len(paths), process_index, process_count) if own_shards else None
-  return pipeline.train_iterator(paths, views, seed=7, global_batch_size=8, process_index=process_index,
-                                 process_count=process_count, num_workers=num_workers, shard_ids=shard_ids,
-                                 mixing=mixing)
+  return pipeline.train_iterator(paths, views, pipeline.PipelineSettings(seed=7, global_batch_size=8,
+                                 process_index=process_index, process_count=process_count, num_workers=num_workers,
+                                 mixing=mixing), shard_ids=shard_ids)
 
 
 def test_batches_have_model_ready_arrays(micro):

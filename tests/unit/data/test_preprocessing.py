@@ -10,7 +10,7 @@ import pytest
 
 from vlp_jax import evalsets, models, objectives
 from vlp_jax.config import base_config, validate, with_current_defaults
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 from vlp_jax.errors import ConfigError
 from vlp_jax.evalsets import digits
 

@@ -1,5 +1,5 @@
-"""SigLIP's SentencePiece tokenizer (vlp_jax.data.tokenizer.SentencePieceTokenizer) and the choice of tokenizer by
-the model config (`tokenizer_for`, and the views, encoder and inference that tokenise through it).
+"""SigLIP's SentencePiece tokenizer (vlp_jax.data.text.siglip_sentencepiece.SentencePieceTokenizer) and the choice of
+tokenizer by the model config (`tokenizer_for`, and the views, encoder and inference that tokenise through it).
 
 The reference is transformers' `SiglipTokenizer` called as SigLIP's processor calls it, on a tiny unigram model
 trained here offline, its special ids laid out as T5's (whose layout SigLIP's spiece.model shares): '<pad>' 0,
@@ -20,8 +20,9 @@ import pytest
 import sentencepiece
 
 from vlp_jax import parallel
-from vlp_jax.data.tokenizer import (SentencePieceTokenizer, canonicalize_text, default_tokenizer,
-                                    tokenizer_for)
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.text.siglip_sentencepiece import SentencePieceTokenizer, canonicalize_text
+from vlp_jax.data.text.tokenizer_factory import tokenizer_for
 from vlp_jax.errors import ConfigError
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.inference import LoadedModel

@@ -1,12 +1,13 @@
-"""The one ArrayRecord shard writer (data/shard_writer.py), behind records.write_shards and the converter: hidden
-temporary shards renamed into place, nothing left after a failure, and the bytes of a plain group_size:1 writer."""
+"""The one ArrayRecord shard writer (data/storage/shard_writer.py), behind records.write_shards and the converter:
+hidden temporary shards renamed into place, nothing left after a failure, and the bytes of a plain group_size:1
+writer."""
 import glob
 import os
 
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
-from vlp_jax.data import records, shard_writer
+from vlp_jax.data.storage import records, shard_writer
 
 
 def _example(i: int) -> dict:

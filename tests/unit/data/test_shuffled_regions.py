@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from vlp_jax.config import base_config, validate
-from vlp_jax.data import pipeline, records, synthetic
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 from vlp_jax.errors import ConfigError
 
 SOURCES = ('studio', 'web')

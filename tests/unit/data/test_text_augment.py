@@ -3,8 +3,8 @@ masked / replaced / deleted as planned, untouched words with exactly the BPE ids
 import numpy as np
 import pytest
 
-from vlp_jax.data import text_augment as text_lib
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.text import text_augment as text_lib
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 
 CAPTIONS = [
     'a red circle and a blue square on a gray background',

@@ -8,8 +8,11 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from vlp_jax.data import image_ops, pipeline, records, synthetic, transforms
-from vlp_jax.data.image_ops import resize_image
+from vlp_jax.data.image import image_ops, transforms
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.image_ops import resize_image
 
 
 def _image(seed=0, height=40, width=56):

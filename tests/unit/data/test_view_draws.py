@@ -3,7 +3,7 @@ dino_augment), for images of any size and every option that changes which draws 
 import numpy as np
 import pytest
 
-from vlp_jax.data import transforms
+from vlp_jax.data.image import transforms
 
 
 @pytest.mark.parametrize('jitter', [(0.4, 0.4, 0.2, 0.1), (0.4, 0.4, 0.2, 0.0), (0.0, 0.3, 0.0, 0.2)])

@@ -8,7 +8,8 @@ import pytest
 
 from vlp_jax import errors
 from vlp_jax import evalsets
-from vlp_jax.data import image_ops, records
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.storage import records
 from vlp_jax.evalsets import flickr30k
 from vlp_jax.evaluation import EVALUATORS
 

@@ -11,8 +11,8 @@ from test_tfds import _builder, _encode  # the fake-builder machinery of the exi
 from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax import models, parallel
-from vlp_jax.data import class_names
-from vlp_jax.data import tfds as tfds_sets
+from vlp_jax.data.sources import class_names
+from vlp_jax.data.sources import tfds_splits as tfds_sets
 from vlp_jax.evalsets import prompts
 from vlp_jax.evalsets import tfds as tfds_eval_sets
 from vlp_jax.evaluation import EVALUATORS, Encoder, run_evaluations, zeroshot

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from vlp_jax import evalsets, evaluation
-from vlp_jax.data import pipeline, synthetic
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
 from vlp_jax.evalsets import budget
 from vlp_jax.evalsets.synthetic import novel_subset
 

@@ -4,7 +4,7 @@ import pytest
 
 from vlp_jax.config import ConfigError, base_config, validate
 from vlp_jax import evalsets
-from vlp_jax.data import class_names
+from vlp_jax.data.sources import class_names
 from vlp_jax.evalsets import digits
 from vlp_jax.evalsets import prompts as templates
 from vlp_jax.evalsets import tfds as tfds_sets

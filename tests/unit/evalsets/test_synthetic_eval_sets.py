@@ -9,8 +9,9 @@ import pytest
 from vlp_jax import evaluation
 from vlp_jax import evalsets
 from vlp_jax.evalsets.synthetic import SOURCE_SETS
-from vlp_jax.data import pipeline, synthetic
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 
 
 def test_long_caption_set_pairs_the_same_images_with_their_long_captions(micro):

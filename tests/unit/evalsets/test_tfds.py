@@ -22,11 +22,11 @@ from vlp_jax import errors
 from vlp_jax import evalsets
 from vlp_jax import models, parallel
 from vlp_jax.data.formats import train_paths
-from vlp_jax.data import image_ops
-from vlp_jax.data import mixing
-from vlp_jax.data import pipeline
-from vlp_jax.data import tfds as tfds_sets
-from vlp_jax.data import class_names
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.loading import mixing
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import tfds_splits as tfds_sets
+from vlp_jax.data.sources import class_names
 from vlp_jax.evalsets import prompts as templates
 from vlp_jax.evalsets import tfds as tfds_eval_sets
 from vlp_jax.evalsets.streamed import StreamedImages
@@ -402,9 +402,9 @@ def test_a_tfds_split_trains_as_a_source_beside_the_embedded_dataset(prepared, m
   assert len(cifar) == 7 and all(e['source'] == 'cifar10' for e in cifar)
   names = {e['label']: e['caption'] for e in cifar}
   assert all(caption == f'a photo of a {CIFAR10_NAMES[label]}.' for label, caption in names.items())
-  iterator = pipeline.train_iterator(paths, views.ClipViews(16, 16), seed=0, global_batch_size=8, process_index=0,
-                                     process_count=1, mixing='weighted', sources=sources,
-                                     source_weights='studio=1,web=1,sketch=1,cifar10=3')
+  iterator = pipeline.train_iterator(paths, views.ClipViews(16, 16), pipeline.PipelineSettings(seed=0,
+                                     global_batch_size=8, process_index=0, process_count=1, mixing='weighted',
+                                     source_weights='studio=1,web=1,sketch=1,cifar10=3'), sources=sources)
   _, status = pipeline.pop_status(next(iterator))
   assert 3 in status['record_source']  # cifar10 examples come through the same pipeline
   micro.data.path = 'synthetic,/nowhere'

@@ -12,7 +12,7 @@ import pytest
 from support import micro_config
 from vlp_jax import evalsets, models, objectives, parallel
 from vlp_jax.config import validate
-from vlp_jax.data import locca_tasks
+from vlp_jax.data.text import locca_tasks
 from vlp_jax.evaluation import captioning, run_evaluations
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.objectives.base import tower_variables

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vlp_jax import evalsets
-from vlp_jax.data import image_ops
+from vlp_jax.data.image import image_ops
 
 from vlp_jax.evalsets import digits
 from vlp_jax.evalsets.base import LoadRequest

@@ -5,8 +5,10 @@ import jax
 import numpy as np
 
 from vlp_jax import models, parallel
-from vlp_jax.data import image_ops, records, synthetic
-from vlp_jax.data.naflex import naflex_patches
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.naflex_patches import naflex_patches
 from vlp_jax.evalsets.base import EvalSet
 from vlp_jax.evaluation import Encoder, evaluate_variants
 from vlp_jax.evaluation.retrieval import retrieval_metrics

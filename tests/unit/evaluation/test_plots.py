@@ -14,9 +14,9 @@ from scipy import stats
 
 from support import micro_config
 from vlp_jax import evalsets, models, objectives, parallel
-from vlp_jax.data import synthetic
-from vlp_jax.data.image_ops import denormalize_image, normalize_image
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.image.image_ops import denormalize_image, normalize_image
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.evaluation import plots
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.objectives.base import example_rngs, tower_variables

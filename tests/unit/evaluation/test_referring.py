@@ -12,8 +12,8 @@ import pytest
 from support import micro_config
 from vlp_jax import evalsets, models, objectives, parallel
 from vlp_jax.config import validate
-from vlp_jax.data import locca_tasks
-from vlp_jax.data.records import Regions
+from vlp_jax.data.text import locca_tasks
+from vlp_jax.data.storage.records import Regions
 from vlp_jax.evaluation import EVALUATORS, run_evaluations, skipped_tasks
 from vlp_jax.evaluation.encoder import Encoder
 from vlp_jax.evaluation import referring

@@ -8,7 +8,9 @@ import pytest
 from PIL import Image
 
 from vlp_jax import models, parallel
-from vlp_jax.data import image_ops, records, synthetic
+from vlp_jax.data.image import image_ops
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
 from vlp_jax.evalsets.compositional import sugarcrepe_eval_set
 from vlp_jax.evaluation import compositional as comp
 from vlp_jax.evaluation import segmentation as seg

@@ -11,13 +11,14 @@ from support import ROOT
 
 from vlp_jax import objectives
 from vlp_jax.config import ConfigError, from_file, validate
-from vlp_jax.data import records, synthetic
-from vlp_jax.data.image_ops import resize_image
-from vlp_jax.data.pipeline import DecodeRecord
-from vlp_jax.data.text_crops import FirstGlobalCrop
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.image_ops import resize_image
+from vlp_jax.data.loading.pipeline import DecodeRecord
+from vlp_jax.data.text.text_crops import FirstGlobalCrop
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.objectives import cosmos
-from vlp_jax.data.image_ops import OPENAI_CLIP_PREPROCESSING, preprocessing_of
+from vlp_jax.data.image.image_ops import OPENAI_CLIP_PREPROCESSING, preprocessing_of
 from vlp_jax.objectives.text_source import TextSourceViews
 from vlp_jax.objectives.views import ClipViews
 

@@ -13,11 +13,11 @@ from support import ROOT, assert_trained_params_close, initial_state, jit_init
 
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, from_file, validate, with_term
-from vlp_jax.data import synthetic
-from vlp_jax.data.pipeline import DecodeRecord
-from vlp_jax.data.tokenizer import default_tokenizer
-from vlp_jax.data import records
-from vlp_jax.data.text_crops import split_sentences
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.loading.pipeline import DecodeRecord
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.storage import records
+from vlp_jax.data.text.text_crops import split_sentences
 from vlp_jax.losses import saco
 from vlp_jax.objectives.base import ema_update
 from vlp_jax.objectives.cosmos import tower_params

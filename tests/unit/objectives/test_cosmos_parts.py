@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlp_jax.data.text_crops import split_sentences, text_crops
+from vlp_jax.data.text.text_crops import split_sentences, text_crops
 from vlp_jax.models.cross_attention import CrossAttention
 
 

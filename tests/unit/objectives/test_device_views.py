@@ -8,8 +8,11 @@ import pytest
 
 from vlp_jax import models, objectives
 from vlp_jax.config import ConfigError, validate, with_term
-from vlp_jax.data import device_augment, pipeline, records, synthetic
-from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data.image import device_augment
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.loading.pipeline import DecodeRecord
 
 # objective -> (its options for a small run, the image views it makes)
 METHODS = {'cosmos': ({'num_local_crops': 2, 'num_local_texts': 2, 'local_crop_size': 8,

@@ -16,12 +16,15 @@ from support import (ROOT, accumulated_loss_and_grads, assert_close_at_scale, in
                      numeric_grad, objective_batch)
 from vlp_jax import interchange, models, objectives, parallel
 from vlp_jax.config import ConfigError, base_config, from_file, validate
-from vlp_jax.data import formats, pipeline, records, synthetic
-from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data import formats
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.loading.pipeline import DecodeRecord
 from vlp_jax.losses.captioning import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
 from vlp_jax.objectives.base import IMAGE_TOWER, example_rngs, tower_rngs
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.objectives.siglip2 import (ACTIVE, CENTERS, DECODER, MASK_TOKEN, TEACHER, VOCABULARY,
                                         mask_token_interceptor, masked_patch_count, masked_patches, train_text_ids)
 from vlp_jax.training import optim
@@ -210,8 +213,8 @@ def test_the_pipeline_makes_the_views_from_the_switch_batch_and_resumes_across_i
   views = objectives.OBJECTIVES.get('siglip2').views(config)
 
   def iterator():
-    return pipeline.train_iterator(formats.train_paths(config.data), views, seed=3, global_batch_size=4,
-                                   process_index=0, process_count=1)
+    return pipeline.train_iterator(formats.train_paths(config.data), views, pipeline.PipelineSettings(seed=3,
+                                   global_batch_size=4, process_index=0, process_count=1))
   it = iterator()
   batches = [pipeline.pop_status(next(it))[0] for _ in range(5)]
   # Zeros before the switch, filled in this process (one batch signature), the views from it.
@@ -276,7 +279,7 @@ def test_location_tasks_are_refused_on_data_formats_without_regions(micro):
     validate(config)
   config.objective.decoder_tasks = ('cap',)
   validate(config)
-  config.data.name = 'array_record'  # records of data/records.py may hold regions
+  config.data.name = 'array_record'  # records of data/storage/records.py may hold regions
   config.objective.decoder_tasks = ('cap', 'aref', 'gcap')
   validate(config)
   webli = from_file(os.path.join(ROOT, 'configs', 'siglip2_webli.py'))

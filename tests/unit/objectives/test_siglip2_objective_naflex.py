@@ -9,9 +9,11 @@ import pytest
 from support import accumulated_loss_and_grads, assert_close_at_scale, jit_init
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import validate
-from vlp_jax.data import pipeline, records, synthetic
-from vlp_jax.data.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
-from vlp_jax.data.pipeline import DecodeRecord
+from vlp_jax.data.loading import pipeline
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.image.naflex_stage import PATCHES, SPATIAL_SHAPES, batch_sequence_length
+from vlp_jax.data.loading.pipeline import DecodeRecord
 from vlp_jax.objectives.siglip2 import ACTIVE, DECODER, NAFLEX_BUDGET, normalized_naflex_patches
 
 LENGTHS = (12, 20)

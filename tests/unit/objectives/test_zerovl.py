@@ -12,10 +12,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vlp_jax import evalsets, models, objectives, parallel
 from vlp_jax.config import ConfigError, from_file, validate
-from vlp_jax.data import autoaugment, transforms
-from vlp_jax.data import text_augment as text_lib
-from vlp_jax.data.image_ops import resize_image
-from vlp_jax.data.tokenizer import default_tokenizer
+from vlp_jax.data.image import autoaugment, transforms
+from vlp_jax.data.text import text_augment as text_lib
+from vlp_jax.data.image.image_ops import resize_image
+from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.evalsets.base import LoadRequest
 from vlp_jax.losses.contrastive import clip_infonce, l2_normalize
 from vlp_jax.losses.mixup import mixup_infonce

@@ -11,7 +11,7 @@ from support import (assert_close_at_scale, assert_trained_params_close, initial
                      run_steps)
 from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
-from vlp_jax.data.image_ops import normalize_image
+from vlp_jax.data.image.image_ops import normalize_image
 from vlp_jax.models.towers import VISION_TOWERS
 from vlp_jax.accumulation import num_micro_batches
 from vlp_jax.objectives.clip import ClipObjective

@@ -1,13 +1,13 @@
-"""Staged resolution's parts (data/resolution.py, training/stages.py, the views): the schedule and its validation,
-the image size an example gets from its step, and the state's resize at a switch (Adam's second moment linearly, so
-that it stays positive). The run itself: tests/integration/test_resolution_stages.py."""
+"""Staged resolution's parts (data/image/resolution_stages.py, training/stages.py, the views): the schedule and its
+validation, the image size an example gets from its step, and the state's resize at a switch (Adam's second moment
+linearly, so that it stays positive). The run itself: tests/integration/test_resolution_stages.py."""
 import numpy as np
 import optax
 import pytest
 
 from vlp_jax import models
 from vlp_jax.config import ConfigError, base_config, validate
-from vlp_jax.data.pipeline import STEP_KEY
+from vlp_jax.data.loading.pipeline import STEP_KEY
 from vlp_jax.models.resize import resize_position_embedding
 from vlp_jax.objectives.views import ClipViews
 from vlp_jax.training import stages

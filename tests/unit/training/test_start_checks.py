@@ -13,9 +13,12 @@ import sentencepiece
 from support import ROOT, write_webdataset
 from vlp_jax import errors, hardware, parallel
 from vlp_jax.config import from_file, validate
-from vlp_jax.data import formats, records, synthetic
-from vlp_jax.data.record_needs import RecordNeed, unmet_needs
-from vlp_jax.data.tokenizer import cached_tokenizer, default_tokenizer, vocabulary_size
+from vlp_jax.data import formats
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records
+from vlp_jax.data.storage.record_needs import RecordNeed, unmet_needs
+from vlp_jax.data.text.clip_bpe import default_tokenizer
+from vlp_jax.data.text.tokenizer_factory import cached_tokenizer, vocabulary_size
 from vlp_jax.training import loop, start_checks
 from vlp_jax.training import step as step_lib
 from vlp_jax.training.flops import program_memory

@@ -4,7 +4,7 @@ the format's own options and checks. A format is one file of this package: a `Tr
 
 Records. `records_reader` gives `pipeline.train_iterator` random access to (shard id, record) pairs, where a record
 is one of:
-  - bytes: a serialized example of data/records.py (ArrayRecord shards);
+  - bytes: a serialized example of data/storage/records.py (ArrayRecord shards);
   - a dict: an example with the image still encoded, {'image': bytes, <caption field>: str, 'key': str, 'label':
     int, 'source': str, ...} (webdataset samples); or {'bad': reason, 'detail': text} for a sample that cannot be
     used (reason one of records.SKIP_REASONS), which the pipeline replaces and counts like a bad record.
@@ -19,12 +19,15 @@ from typing import Any, Callable
 import grain
 import ml_collections
 
-from vlp_jax.data import mixing, pipeline, records, shards, synthetic, teacher
-from vlp_jax.data.record_stats import RecordStats
-from vlp_jax.data.shards import ShardRecords
+from vlp_jax.data.loading import mixing, pipeline, teacher_table as teacher
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.storage import records, shards
+from vlp_jax.data.loading.record_stats import RecordStats
+from vlp_jax.data.storage.shards import ShardRecords
 from vlp_jax.registry import Registry
 
-# (shard paths, their shard ids) -> random access to (shard id, record) (data/shards.py ShardRecords is the model)
+# (shard paths, their shard ids) -> random access to (shard id, record) (data/storage/shards.py ShardRecords is the
+# model)
 RecordsReader = Callable[[list[str], list[int]], Any]
 
 
@@ -38,7 +41,7 @@ class TrainingData:
   @classmethod
   def carries_regions(cls, data: ml_collections.ConfigDict) -> bool:
     """Whether records of this format, as `data` configures it, can hold `regions` (boxes and their texts, for
-    LocCa's location tasks). True by default: a record of data/records.py may."""
+    LocCa's location tasks). True by default: a record of data/storage/records.py may."""
     del data
     return True
 
@@ -157,14 +160,12 @@ def train_batches(data: ml_collections.ConfigDict, paths: list[str], views: grai
           f'{paths[own[0]]}, ...', flush=True)
   sources = fmt.shard_sources(paths)
   reader = fmt.records_reader(paths, sources, paths if own is None else [paths[i] for i in own])
-  # mapped by every worker, never copied into each (data/teacher.py)
+  # mapped by every worker, never copied into each (data/loading/teacher_table.py)
   teacher_path = (teacher.prepare_table(data.teacher_embeddings, data.cache_dir or synthetic.default_cache_dir())
                   if data.teacher_embeddings else '')
-  iterator = pipeline.train_iterator(
-      paths, views, seed=seed, global_batch_size=batch_size, process_index=process_index,
-      process_count=process_count, teacher_path=teacher_path, num_workers=data.num_workers,
-      num_threads=data.num_threads, mixing=data.mixing, sources=sources, source_weights=data.source_weights,
-      caption_field=data.caption_field, shard_records=reader, resampled=data.resampled, shard_ids=own)
+  settings = pipeline.pipeline_settings(data, seed=seed, global_batch_size=batch_size, process_index=process_index,
+                                        process_count=process_count, teacher_path=teacher_path)
+  iterator = pipeline.train_iterator(paths, views, settings, sources=sources, shard_records=reader, shard_ids=own)
   stats = RecordStats(paths, mixing.source_names(sources), data.max_bad_fraction, data.bad_data_alpha)
   stats.mapped_bytes = {name: size for name, size in (('webdataset index', fmt.index_bytes),
                                                       ('teacher table', teacher.table_bytes(teacher_path))) if size}

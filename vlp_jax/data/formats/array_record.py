@@ -1,4 +1,4 @@
-"""'array_record': our ArrayRecord shards (data/records.py; written by `python -m vlp_jax.convert`). The
+"""'array_record': our ArrayRecord shards (data/storage/records.py; written by `python -m vlp_jax.convert`). The
 comma-separated sources of `config.data.path`: each a directory or glob of shards, 'synthetic' (the embedded
 dataset's training shards) or 'tfds:NAME:SPLIT' (a prepared tfds split, written once as shards into the cache
 directory). Training data only: the 'train' split."""
@@ -10,8 +10,8 @@ import os
 import ml_collections
 
 from vlp_jax import paths as paths_lib
-from vlp_jax.data import synthetic
-from vlp_jax.data import tfds as tfds_sources
+from vlp_jax.data.sources import synthetic_shapes as synthetic
+from vlp_jax.data.sources import tfds_splits as tfds_sources
 from vlp_jax.data.formats import DATA_FORMATS, TrainingData
 from vlp_jax.errors import ConfigError, DataNotFoundError
 

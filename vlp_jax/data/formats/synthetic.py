@@ -1,12 +1,13 @@
-"""'synthetic': the embedded dataset (procedurally rendered shape scenes with captions, data/synthetic.py),
-generated on first use into `config.data.cache_dir`; options under `config.data.synthetic`."""
+"""'synthetic': the embedded dataset (procedurally rendered shape scenes with captions,
+data/sources/synthetic_shapes.py), generated on first use into `config.data.cache_dir`; options under
+`config.data.synthetic`."""
 from __future__ import annotations
 
 from typing import Any
 
 import ml_collections
 
-from vlp_jax.data import synthetic
+from vlp_jax.data.sources import synthetic_shapes as synthetic
 from vlp_jax.data.formats import DATA_FORMATS, TrainingData
 from vlp_jax.errors import ConfigError
 from vlp_jax.registry import check_choice
@@ -27,10 +28,10 @@ class EmbeddedData(TrainingData):
         'seed': 0, 'resolution': 32, 'num_train': 10000, 'num_val': 500, 'num_test': 500,
         'sources': synthetic.SOURCES, 'shards': 2,
         # 'alt_text' | 'detailed' (every object named in every source: few repeated captions) | 'colour_only' (no
-        # shape ever named); data/synthetic.py
+        # shape ever named); data/sources/synthetic_shapes.py
         'captions': 'alt_text',
         # 'full' (the default: 17 to 67 tokens, cut at a 32-token context) | 'compact' (at most 32 tokens with
-        # sot/eot, the same kinds of sentence); data/synthetic.py
+        # sot/eot, the same kinds of sentence); data/sources/synthetic_shapes.py
         'long_captions': 'full',
         # each object's box and description in the records (`regions`), for LocCa's location tasks; off keeps the
         # cache of before the field existed

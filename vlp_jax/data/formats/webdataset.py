@@ -1,5 +1,5 @@
-"""'webdataset': tar shards read as they are (data/webdataset.py), no conversion pass. `config.data.path` holds
-comma-separated sources, each [NAME=]PATTERN with brace ranges or globs ('laion=/data/laion/{00000..41455}.tar');
+"""'webdataset': tar shards read as they are (data/sources/webdataset_tars.py), no conversion pass. `config.data.path`
+holds comma-separated sources, each [NAME=]PATTERN with brace ranges or globs ('laion=/data/laion/{00000..41455}.tar');
 options under `config.data.webdataset`. Training data only: the 'train' split."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import ml_collections
 
 from vlp_jax import paths as path_lib
-from vlp_jax.data import synthetic, webdataset
+from vlp_jax.data.sources import synthetic_shapes as synthetic, webdataset_tars as webdataset
 from vlp_jax.data.formats import DATA_FORMATS, RecordsReader, TrainingData
 from vlp_jax.errors import DataNotFoundError
 

@@ -6,8 +6,8 @@ import json
 import os
 from typing import Iterator
 
-from vlp_jax.data.ingest.base import (INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading, check_exists,
-                                      count_lines, printable)
+from vlp_jax.data.ingest.input_format import (INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading,
+                                              check_exists, count_lines, printable)
 
 
 def read_jsonl(jsonl: str, image_folder: str, image_column: str, caption_column: str) -> Iterator[Entry]:

@@ -8,7 +8,7 @@ import io
 
 from PIL import Image, ImageFile
 
-from vlp_jax.data import records
+from vlp_jax.data.storage import records
 
 _KEPT_FORMATS = ('JPEG', 'PNG', 'WEBP')  # stored as they are when plain; everything else is re-encoded
 _PLAIN_MODES = ('RGB', 'L', '1', 'P')  # modes whose PIL conversion to RGB is exact (P: when without transparency)

@@ -7,8 +7,8 @@ import json
 import os
 from typing import Iterable, Iterator
 
-from vlp_jax.data.ingest.base import ConvertError, Entry
-from vlp_jax.data.webdataset import TarMember
+from vlp_jax.data.ingest.input_format import ConvertError, Entry
+from vlp_jax.data.sources.webdataset_tars import TarMember
 
 
 def _as_sentence(caption: str) -> str:
@@ -20,7 +20,7 @@ def _as_sentence(caption: str) -> str:
 def load_long_captions(path: str) -> dict[str, str]:
   """A DreamLIP-style JSON object {image id: long caption, or a list of caption strings}. A list is joined into one
   text in which each caption ends a sentence (a full stop is added where it has no end mark), so COSMOS's text crops
-  (data/text_crops.py splits at sentence ends) never merge two captions into one pool sentence."""
+  (data/text/text_crops.py splits at sentence ends) never merge two captions into one pool sentence."""
   try:
     with open(path, encoding='utf-8') as f:
       table = json.load(f)

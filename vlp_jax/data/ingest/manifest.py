@@ -12,8 +12,8 @@ import sys
 import tempfile
 from typing import Any
 
-from vlp_jax.data.ingest.base import ConvertError, Options
-from vlp_jax.data.shard_writer import is_shard_file, publish
+from vlp_jax.data.ingest.input_format import ConvertError, Options
+from vlp_jax.data.storage.shard_writer import is_shard_file, publish
 
 MANIFEST = 'convert_manifest.json'
 MANIFEST_VERSION = 1  # bump when the records a conversion writes change, so old manifests no longer match

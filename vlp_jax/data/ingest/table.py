@@ -6,8 +6,8 @@ import csv
 import os
 from typing import Iterator
 
-from vlp_jax.data.ingest.base import (INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading, count_lines,
-                                      printable)
+from vlp_jax.data.ingest.input_format import (INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading,
+                                              count_lines, printable)
 
 
 def _cell(row: list[str], index: int) -> str:

@@ -1,8 +1,8 @@
 """Input format 'webdataset': uncompressed tar files as img2dataset writes them (`KEY.jpg`, `KEY.txt`, ...), read with
-the tar helpers of data/webdataset.py. A sample's image is its first member with an --image_keys extension, its
-caption the --caption_key member; the sample key is the example's key. A truncated tar counts one 'corrupt_tar'
+the tar helpers of data/sources/webdataset_tars.py. A sample's image is its first member with an --image_keys extension,
+its caption the --caption_key member; the sample key is the example's key. A truncated tar counts one 'corrupt_tar'
 example for its loss: the sample the cut went through, or a placeholder entry for what followed its last whole sample
-(data/webdataset.py), so that the examples read always equal those written plus those skipped."""
+(data/sources/webdataset_tars.py), so that the examples read always equal those written plus those skipped."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,8 @@ import re
 import sys
 from typing import Iterator
 
-from vlp_jax.data import webdataset as tar_shards
-from vlp_jax.data.ingest.base import INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading
+from vlp_jax.data.sources import webdataset_tars as tar_shards
+from vlp_jax.data.ingest.input_format import INPUT_FORMATS, ConvertError, Entry, InputFormat, Options, Reading
 
 # as --image_keys takes them, and as config.data.webdataset.image_keys does: 'jpg,png,jpeg,webp'
 DEFAULT_IMAGE_KEYS = ','.join(tar_shards.DEFAULT_IMAGE_KEYS)

@@ -14,7 +14,7 @@ import re
 import ml_collections
 import numpy as np
 
-from vlp_jax.data.tokenizer import GEMMA
+from vlp_jax.data.text.tokenizer_factory import GEMMA
 from vlp_jax.models.interchange.files import WeightsError
 
 # Modules by kind: (big_vision module, our module, kind). A kind says how the leaves convert (`_LEAVES`).

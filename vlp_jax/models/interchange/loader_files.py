@@ -9,7 +9,7 @@ from typing import Sequence
 
 import ml_collections
 
-from vlp_jax.data.image_ops import RESAMPLING, ImagePreprocessing, preprocessing_of
+from vlp_jax.data.image.image_ops import RESAMPLING, ImagePreprocessing, preprocessing_of
 from vlp_jax.models.interchange.files import WeightsError
 
 # transformers' names of CLIP's two special tokens (our vocabulary calls them <start_of_text> / <end_of_text>).
@@ -27,7 +27,7 @@ def clip_tokenizer_files(symbols: Sequence[str], merges: Sequence[tuple[str, str
   """transformers' CLIPTokenizer files for our CLIP BPE: {file name: text}.
 
   symbols: the symbol of each id (the last two are the start and end of text); merges: the BPE merges by rank
-  (`data.tokenizer.Tokenizer.vocabulary`). Rows are cut at `context_length` ids (model_max_length). transformers
+  (`data.text.clip_bpe.Tokenizer.vocabulary`). Rows are cut at `context_length` ids (model_max_length). transformers
   pads with the end-of-text token where ours pads with id 0: every id up to the end of text is the same, and the
   text tower, causal and pooled at the first end of text, gives the same embedding. (Padding with id 0, the symbol
   '!', would make transformers treat every '!' in a caption as the padding token.)
@@ -73,7 +73,7 @@ def preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
 
 def naflex_preprocessor_config(model_config: ml_collections.ConfigDict) -> dict:
   """transformers' Siglip2ImageProcessor config for a NaFlex model: its patch size, its patch budget
-  (`vision.max_patches`), and the filter, mean and std of its preprocessing (data/naflex.py's rule is that
+  (`vision.max_patches`), and the filter, mean and std of its preprocessing (data/image/naflex_patches.py's rule is that
   processor's)."""
   preprocessing = preprocessing_of(model_config)
   return {'image_processor_type': 'Siglip2ImageProcessor', 'processor_class': 'Siglip2Processor',

@@ -12,8 +12,8 @@ from typing import Any
 import ml_collections
 
 from vlp_jax import models
-from vlp_jax.data.image_ops import SIGLIP2_NAFLEX_PREPROCESSING
-from vlp_jax.data.tokenizer import GEMMA, SENTENCEPIECE
+from vlp_jax.data.image.image_ops import SIGLIP2_NAFLEX_PREPROCESSING
+from vlp_jax.data.text.tokenizer_factory import GEMMA, SENTENCEPIECE
 from vlp_jax.models.interchange.files import WeightsError
 
 # transformers' activation names <-> ours (its 'gelu' is the exact GELU, as ours).
