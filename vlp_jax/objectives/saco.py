@@ -19,7 +19,7 @@ import jax
 from vlp_jax import models
 from vlp_jax.checkpoint_files import load_variables, read_saved_config
 from vlp_jax.errors import MissingInputError
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 from vlp_jax.objectives.base import TERMS, Term, tower_variables
 from vlp_jax.registry import check_choice
 

@@ -7,7 +7,7 @@ masked patch prediction against an EMA teacher of the image tower (docs/methods.
   L_sigmoid  the pairwise sigmoid loss on (original image, caption): SigLIP's, objectives/siglip.py;
   L_decoder  LocCa's decoder (models/locca.py) on the original image's un-pooled tokens, one pass per task of
              `decoder_tasks` ('cap', 'aref', 'gcap'; data/text/locca_tasks.py), the token cross-entropy of
-             losses/captioning.py: each sequence's mean over its target tokens, then the mean over every sequence
+             losses/caption_cross_entropy.py: each sequence's mean over its target tokens, then the mean over every sequence
              with a target (so, with every task present, the mean of the task losses). A record without regions
              trains captioning only: its region rows have no target. decoder_weight 0 (the default) turns it off;
              the decoder's parameters (params[locca.PARAMS_NAME]) are trained, never exported;
@@ -66,7 +66,7 @@ from vlp_jax.data.text import locca_tasks
 from vlp_jax.data.image.image_ops import images_to_float, preprocessing_of
 from vlp_jax.data.text.tokenizer_factory import cached_tokenizer, tokenizer_options
 from vlp_jax.errors import ConfigError
-from vlp_jax.losses import captioning
+from vlp_jax.losses import caption_cross_entropy as captioning
 from vlp_jax.losses.contrastive import l2_normalize, siglip_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
 from vlp_jax.models import locca
@@ -355,7 +355,7 @@ class Siglip2Objective(SiglipBase):
             'decoder_length': 0,  # tokens per task sequence; 0 = config.model.text.context_length
             'decoder_layers': 0,  # 0 = half the text tower's (SigLIP 2)
             'decoder_loss_on_condition': True,  # the loss also covers aref's text and gcap's box (LocCa's default)
-            'decoder_normalize': 'sequence',  # losses/captioning.py: 'sequence' (big_vision's) or 'token'
+            'decoder_normalize': 'sequence',  # losses/caption_cross_entropy.py: 'sequence' (big_vision's) or 'token'
             # The text ids the decoder predicts: 'tokenizer' (all, the papers'), or 'train_texts', only those of the
             # training records' captions and region descriptions plus UNK (read from the records at start; a scale
             # adaptation for small data, where the logits over a 49k vocabulary would be most of a step).

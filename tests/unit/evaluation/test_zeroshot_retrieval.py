@@ -7,7 +7,7 @@ import pytest
 from vlp_jax.evaluation.affinity import affinity_consistency
 from vlp_jax.evaluation.retrieval import random_ranking_recall, retrieval_chance, retrieval_metrics, text_groups
 from vlp_jax.evaluation.zeroshot import class_embeddings, topk_accuracy, zeroshot_metrics
-from vlp_jax.losses.saco import affinity_consistency as in_batch
+from vlp_jax.losses.affinity_consistency import affinity_consistency as in_batch
 
 
 def _unit(x):

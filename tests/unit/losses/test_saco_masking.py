@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from support import numeric_grad, unit_vectors
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 
 THRESHOLD = 0.5
 

@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from support import numeric_grad, unit_vectors
 from vlp_jax import parallel
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 from vlp_jax.losses.contrastive import siglip_loss
 
 

@@ -18,7 +18,7 @@ from vlp_jax.data.loading.pipeline import DecodeRecord
 from vlp_jax.data.text.clip_bpe import default_tokenizer
 from vlp_jax.data.storage import records
 from vlp_jax.data.text.text_crops import split_sentences
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 from vlp_jax.objectives.base import ema_update
 from vlp_jax.objectives.cosmos import tower_params
 from vlp_jax.training import optim

@@ -7,7 +7,7 @@ import pytest
 from vlp_jax import models, objectives, parallel
 from vlp_jax import interchange as weights
 from vlp_jax.config import ConfigError, validate, with_term
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 from vlp_jax.losses.contrastive import clip_infonce, siglip_loss
 
 from support import assert_trained_params_close, initial_state, run_steps

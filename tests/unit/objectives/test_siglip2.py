@@ -21,7 +21,7 @@ from vlp_jax.data.loading import pipeline
 from vlp_jax.data.sources import synthetic_shapes as synthetic
 from vlp_jax.data.storage import records
 from vlp_jax.data.loading.pipeline import DecodeRecord
-from vlp_jax.losses.captioning import captioning_loss
+from vlp_jax.losses.caption_cross_entropy import captioning_loss
 from vlp_jax.losses.self_distillation import local_to_global_loss, masked_patch_loss, updated_center
 from vlp_jax.objectives.base import IMAGE_TOWER, example_rngs, tower_rngs
 from vlp_jax.data.text.clip_bpe import default_tokenizer

@@ -21,7 +21,7 @@ from vlp_jax import models, objectives, parallel
 from vlp_jax.config import ConfigError, validate, with_term
 from vlp_jax.data.image import transforms
 from vlp_jax.data.storage import records
-from vlp_jax.losses import saco
+from vlp_jax.losses import affinity_consistency as saco
 from vlp_jax.losses.contrastive import clip_infonce
 from vlp_jax.losses.simclr import simclr_loss
 from vlp_jax.models.heads import SimCLRHead

@@ -1,4 +1,5 @@
-"""The decoder's token cross-entropy (losses/captioning.py) against a naive numpy reference: values and gradients."""
+"""The decoder's token cross-entropy (losses/caption_cross_entropy.py) against a naive numpy reference: values and
+gradients."""
 import functools
 
 import jax
@@ -6,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlp_jax.losses import captioning
+from vlp_jax.losses import caption_cross_entropy as captioning
 
 SHAPE, VOCAB = (3, 2, 5), 7  # [B, T, L] sequences, V
 
