@@ -5,6 +5,7 @@ and tabulate the paired differences and the held-out verdict (docs/evidence.md).
 
 python -m lab.methods [--methods=table] [--seeds=0,1,2,11,12,13] [--jobs=1] [--workdir=/tmp/vlp_methods]
                       [--output=table.md] [--notrain] [--memory] [--budget=1] [--nocompute_controls]
+                      [--learning_rate=LR | --learning_rates=FILE.json]
 
 The second budget (docs/evidence.md): `--methods=table_budget --budget=4 --seeds=11,12,13 --nocompute_controls`
 trains the headline methods and their controls for 4x their configs' steps (compute-matched controls and teachers
@@ -31,7 +32,8 @@ from absl import app, flags
 from lab import report
 from lab.catalogue import DEV_SEEDS, GROUPS, HELD_OUT_SEEDS, ROOT, RUNS, SECOND_BUDGET, TEACHER_SEED_OFFSET, expand
 from lab.compiled import step_memory_bytes
-from lab.runner import (STORE, Progress, of_budget, planned_runs, run_config, stored_row, train,
+from lab.curves import read_rates
+from lab.runner import (STORE, Progress, of_budget, of_rate, planned_runs, run_config, stored_row, train,
                         train_with_prerequisites)
 from lab.statistics import tabulated
 from lab.tables import comparison_table, headline_table, paired_table, parse_pairs, table
@@ -65,8 +67,29 @@ def define_flags() -> None:
                     "each pair's mean paired difference over their shared seeds with its t-interval, for every "
                     'column. For ablations that are not a headline pair: a description, not a verdict (its pair was '
                     'not declared before the runs).')
+  flags.DEFINE_float('learning_rate', None, 'Train every run at this learning rate (config.optim.lr) instead of its '
+                     "config's, in --workdir_lr<rate> and --store_lr<rate> (after any _x<budget>), so that runs of "
+                     'different rates never mix; each row records its rate. The learning-rate check of the curves '
+                     '(docs/evidence.md; python -m lab.curves rates).')
+  flags.DEFINE_string('learning_rates', '', 'A JSON file of per-run learning rates, as `python -m lab.curves rates` '
+                      'writes it: train each run at its own (every run must be in it); a stored row of another rate '
+                      'is refused.')
   flags.DEFINE_bool('compute_controls', True, "Bring each run's compute-matched controls along (the second budget "
                     'runs without them).')
+
+
+def run_rates(names: list[str], rate: float | None, path: str = ''):
+  """name -> the learning rate run `name` trains at (None: its config's): `rate` for every run, else each run's from
+  the JSON file at `path` (`lab.curves.read_rates`; a ValueError naming the runs of `names` it lacks)."""
+  if rate is not None and path:
+    raise ValueError('--learning_rate and --learning_rates: give one')
+  if not path:
+    return lambda name: rate
+  rates = read_rates(path)
+  missing = [name for name in names if name not in rates]
+  if missing:
+    raise ValueError(f'--learning_rates={path} has no rate for {missing}')
+  return rates.get
 
 
 def main(argv):
@@ -75,7 +98,9 @@ def main(argv):
   names = expand(FLAGS.methods + [name for pair in pairs for name in pair], FLAGS.compute_controls)
   seeds = [int(s) for s in FLAGS.seeds]
   budget = FLAGS.budget
-  root, steps, store = of_budget(FLAGS.workdir, budget), FLAGS.steps, of_budget(FLAGS.store, budget)
+  rate_of = run_rates(names, FLAGS.learning_rate, FLAGS.learning_rates)
+  root = of_rate(of_budget(FLAGS.workdir, budget), FLAGS.learning_rate)
+  steps, store = FLAGS.steps, of_rate(of_budget(FLAGS.store, budget), FLAGS.learning_rate)
   began = time.time()
   futures: dict[tuple[str, int], concurrent.futures.Future] = {}
   progress = Progress(planned_runs(names, seeds), store, FLAGS.jobs)
@@ -84,11 +109,12 @@ def main(argv):
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(FLAGS.jobs, 1)) as pool:
 
     def job(name: str, seed: int) -> dict:
-      row = train_with_prerequisites(root, name, seed, futures, steps, FLAGS.eval_every, store, FLAGS.jobs, budget)
+      row = train_with_prerequisites(root, name, seed, futures, steps, FLAGS.eval_every, store, FLAGS.jobs, budget,
+                                     rate_of(name))
       return progress.reported(row)
 
     def teacher_job(name: str, seed: int) -> dict:
-      row = train(root, name, seed, steps, FLAGS.eval_every, store, FLAGS.jobs, budget)
+      row = train(root, name, seed, steps, FLAGS.eval_every, store, FLAGS.jobs, budget, rate_of(name))
       return progress.reported(row)
 
     def stored(name: str, seed: int) -> dict | None:
@@ -120,7 +146,7 @@ def main(argv):
   memory = {}
   if FLAGS.memory:
     for name in names:
-      memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps, budget=budget))
+      memory[name] = step_memory_bytes(run_config(root, name, seeds[0], steps, budget=budget, lr=rate_of(name)))
   markdown = (headline_table(rows, names) + '\n\nEvery run, mean ± std over its seeds:\n\n' + table(rows, names, memory)
               + '\n\nPer seed, against the control:\n\n' + paired_table(rows, names))
   footer = (f'\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}, ' + (

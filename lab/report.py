@@ -8,7 +8,8 @@ The file is the readings of lab/readings/, in the order of READINGS, each a shor
 A line `<!-- generated: NAME -->` in a reading stands for the table GENERATED[NAME] renders from the rows: the
 methods tables of each budget and the speed levers' from lab/results/methods{,_x4}/ (lab/tables.py, the tables
 `python -m lab.methods --notrain` prints) and the compiled-for-TPU table from benchmarks/results/aot/
-(benchmarks/aot_table.py). The plots are drawn from the same rows by `--plots` (lab/results/methods_verdicts*.png).
+(benchmarks/aot_table.py), and the learning curves' verdicts (lab/curves.py: `curves_table`, which no reading shows yet).
+The plots are drawn from the same rows by `--plots` (lab/results/methods_verdicts*.png).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import re
 import sys
 
 from benchmarks import aot_table
+from lab import curves
 from lab.catalogue import DEV_SEEDS, HELD_OUT_SEEDS, ROOT, SECOND_BUDGET, expand
 from lab.runner import STORE, of_budget, planned_runs, stored_row
 from lab.statistics import tabulated
@@ -88,6 +90,8 @@ GENERATED = {
     'methods_tables_x4': lambda: methods_tables(SECOND_BUDGET),
     'aot_table': aot_markdown,
     'speed_levers': speed_levers_table,
+    # the learning-curve protocol's verdicts from lab/results/curves/held_out_x8/ (no reading shows it before its rows)
+    'curves_table': lambda: curves.curves_table(curves.held_out_rows()),
 }
 
 

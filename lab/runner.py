@@ -29,6 +29,12 @@ def of_budget(path: str, budget: int = 1) -> str:
   return path if budget == 1 or not path else f'{path.rstrip(os.sep)}_x{budget}'
 
 
+def of_rate(path: str, lr: float | None = None) -> str:
+  """A workdir or store of the runs at learning rate `lr`: `path` itself without one, `path`_lr<lr> with one ('' stays
+  '': no store), so that runs of different rates never share a workdir or a store."""
+  return path if lr is None or not path else f'{path.rstrip(os.sep)}_lr{lr:g}'
+
+
 def run_dir(workdir: str, name: str, seed: int) -> str:
   return os.path.join(workdir, name, f'seed{seed}')
 
@@ -39,12 +45,16 @@ def config_steps(name: str) -> int:
   return load_config(name).total_steps
 
 
-def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1) -> dict:
+def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1,
+                 lr: float | None = None) -> dict:
   """What the runner sets beside run `name`'s config file ('a.b' -> value): the seed, the eval interval (0: at the
-  end only), the checkpoint of the run it continues, --steps for a from-scratch run (else `budget` times its
-  config's steps, when that is not 1), the teacher's checkpoint."""
+  end only), the learning rate `lr` (config.optim.lr; None keeps the config's), the checkpoint of the run it
+  continues, --steps for a from-scratch run (else `budget` times its config's steps, when that is not 1), the
+  teacher's checkpoint."""
   run = RUNS[name]
   out = {'seed': seed, 'eval.every_steps': eval_every or NEVER}
+  if lr is not None:
+    out['optim.lr'] = lr
   if run.after:  # a continue phase keeps its own (short) budget
     out['init.checkpoint'] = run_dir(workdir, run.after, seed)
   elif steps:
@@ -56,18 +66,20 @@ def runner_flags(workdir: str, name: str, seed: int, steps: int | None, eval_eve
   return out
 
 
-def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1) -> list[str]:
+def command(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1,
+            lr: float | None = None) -> list[str]:
   """The `python -m vlp_jax.main` command line of run `name` with `seed`; eval_every 0 evaluates at the end only."""
   return [sys.executable, '-m', 'vlp_jax.main', f'--config={RUNS[name].config}',
           f'--workdir={run_dir(workdir, name, seed)}',
           *(f'--config.{key}={value}'
-            for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget).items())]
+            for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget, lr).items())]
 
 
-def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1):
+def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every: int = 0, budget: int = 1,
+               lr: float | None = None):
   """The config that command() trains: the file's, with the runner's flags."""
   config = load_config(name)
-  for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget).items():
+  for key, value in runner_flags(workdir, name, seed, steps, eval_every, budget, lr).items():
     *path, leaf = key.split('.')
     node = config
     for part in path:
@@ -76,18 +88,10 @@ def run_config(workdir: str, name: str, seed: int, steps: int | None, eval_every
   return config
 
 
-def final_metrics(workdir: str) -> dict:
-  """The last logged value of every eval metric ('<set>/<metric>'), plus mean R@1 and RSUM per set, the mean
-  samples/s and the training FLOPs (XLA's count of one step times the steps)."""
-  metrics, rates, step_flops, steps = {}, [], None, 0
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    for line in f:
-      record = json.loads(line)
-      metrics.update({k[len('eval/'):]: v for k, v in record.items() if k.startswith('eval/')})
-      if 'perf/samples_per_sec' in record:
-        rates.append(record['perf/samples_per_sec'])
-      step_flops = record.get('perf/step_flops', step_flops)
-      steps = max(steps, int(record.get('step', 0)))
+def derived_metrics(metrics: dict) -> dict:
+  """`metrics` ('<set>/<metric>' -> value, one evaluation's) with mean R@1 and RSUM per set and the within-source
+  means added."""
+  metrics = dict(metrics)
   for key in [k for k in metrics if k.endswith('/i2t_r1')]:
     prefix = key[:-len('i2t_r1')]
     metrics[f'{prefix}mean_r1'] = (metrics[key] + metrics[f'{prefix}t2i_r1']) / 2
@@ -98,10 +102,49 @@ def final_metrics(workdir: str) -> dict:
     per_source = [metrics[f'{name}/{metric}'] for name in SOURCE_SETS if f'{name}/{metric}' in metrics]
     if len(per_source) == len(SOURCE_SETS):
       metrics[f'within_source/{metric}'] = sum(per_source) / len(per_source)
+  return metrics
+
+
+def read_records(workdir: str) -> list[dict]:
+  """The records of `workdir`'s metrics.jsonl, in order."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def step_flops_of(records: list[dict]) -> float | None:
+  """XLA's count of one compiled train step (all devices): the last `perf/step_flops` logged, None without one."""
+  return next((r['perf/step_flops'] for r in reversed(records) if 'perf/step_flops' in r), None)
+
+
+def final_metrics(workdir: str) -> dict:
+  """The last logged value of every eval metric ('<set>/<metric>'), plus mean R@1 and RSUM per set, the mean
+  samples/s and the training FLOPs (XLA's count of one step times the steps)."""
+  records = read_records(workdir)
+  metrics = {}
+  for record in records:
+    metrics.update({k[len('eval/'):]: v for k, v in record.items() if k.startswith('eval/')})
+  metrics = derived_metrics(metrics)
+  rates = [r['perf/samples_per_sec'] for r in records if 'perf/samples_per_sec' in r]
+  step_flops, steps = step_flops_of(records), max((int(r.get('step', 0)) for r in records), default=0)
   metrics['samples_per_sec'] = sum(rates) / max(len(rates), 1)
   # the training compute: XLA's count of one compiled step (all devices) times the steps trained (evaluation excluded)
   metrics['train_flops'] = step_flops * steps if step_flops else None
   return metrics
+
+
+def evaluations(workdir: str) -> list[dict]:
+  """Every evaluation of `workdir`'s run, by step: [{'step': S, 'train_flops': the run's own training FLOPs by then
+  (XLA's count of one step times S; a teacher's are added where the curves are read, as the tables add them to the
+  final row's), 'metrics': {'<set>/<metric>': value, with mean R@1, RSUM and the within-source means}}, ...], steps
+  ascending. A step evaluated twice (a run resumed before its last evaluation) keeps its latest record."""
+  records = read_records(workdir)
+  step_flops, by_step = step_flops_of(records), {}
+  for record in records:
+    found = {k[len('eval/'):]: v for k, v in record.items() if k.startswith('eval/')}
+    if found:
+      by_step.setdefault(int(record['step']), {}).update(found)
+  return [{'step': step, 'train_flops': step_flops * step if step_flops else None,
+           'metrics': derived_metrics(metrics)} for step, metrics in sorted(by_step.items())]
 
 
 def run_env(root: str) -> dict[str, str]:
@@ -169,31 +212,44 @@ def has_checkpoint(workdir: str) -> bool:
   return latest_checkpoint_step(workdir) >= 0
 
 
+def checked_rate(row: dict, lr: float | None) -> dict:
+  """`row`, unless it was trained at another learning rate than `lr` (None: any): a ValueError then, so that a store
+  never mixes rates (a row without `learning_rate` was trained at its config's)."""
+  if lr is not None and row.get('learning_rate') != lr:
+    raise ValueError(f"{row['run']} seed {row['seed']}: the stored row was trained at learning rate "
+                     f"{row.get('learning_rate', 'of its config')}, not {lr:g}; use a store of its own (of_rate)")
+  return row
+
+
 def train(root: str, name: str, seed: int, steps: int | None, eval_every: int = 0,
-          store: str = '', jobs: int = 1, budget: int = 1) -> dict:
+          store: str = '', jobs: int = 1, budget: int = 1, lr: float | None = None) -> dict:
   """Train run `name` with `seed` in a subprocess (resuming its workdir) unless `store` already holds its row;
-  return the row, written to `store` (when given) and to the workdir's run_result.json."""
+  return the row, written to `store` (when given) and to the workdir's run_result.json. `lr` overrides the config's
+  learning rate; the row records the rate it trained at, and with `eval_every` every evaluation (`evaluations`)."""
   if store and (row := stored_row(store, name, seed)) is not None:
-    return row
+    return checked_rate(row, lr)
   workdir = run_dir(root, name, seed)
   done = os.path.join(workdir, 'run_result.json')
   if os.path.exists(done):
     with open(done) as f:
-      row = json.load(f)
+      row = checked_rate(json.load(f), lr)
     write_row(store, row)
     return row
   start = latest_checkpoint_step(workdir)
   resumed = start >= 0  # its wall time then covers only the rest of the run
+  config = run_config(root, name, seed, steps, budget=budget, lr=lr)
   # A workdir holding the final checkpoint only evaluates: that row says nothing of this code's training.
-  evaluation_only = resumed and start >= run_config(root, name, seed, steps, budget=budget).total_steps
+  evaluation_only = resumed and start >= config.total_steps
   began = time.time()
-  result = subprocess.run(command(root, name, seed, steps, eval_every, budget), cwd=ROOT, capture_output=True,
-                          text=True, env=run_env(root))
+  argv = command(root, name, seed, steps, eval_every, budget, lr)
+  result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=run_env(root))
   if result.returncode != 0:
     raise RuntimeError(f'{name} (seed {seed}) failed with exit code {result.returncode}:\n{result.stderr[-3000:]}')
   row = {'run': name, 'seed': seed, **final_metrics(workdir), 'wall_seconds': round(time.time() - began, 1),
-         'config': RUNS[name].config, 'command': ' '.join(command(root, name, seed, steps, eval_every, budget)[1:]),
+         'config': RUNS[name].config, 'command': ' '.join(argv[1:]),
          'commit': code_commit(), 'machine': machine_name(), 'jobs': jobs, 'budget': budget,
+         'learning_rate': config.optim.lr,
+         **({'evaluations': evaluations(workdir)} if eval_every else {}),
          **({'resumed': True} if resumed else {}),
          **({'evaluation_only': True} if evaluation_only else {})}
   with open(done, 'w') as f:
@@ -260,18 +316,19 @@ class Progress:
 
 
 def train_with_prerequisites(root: str, name: str, seed: int, futures: dict, steps: int | None,
-                             eval_every: int = 0, store: str = '', jobs: int = 1, budget: int = 1) -> dict:
+                             eval_every: int = 0, store: str = '', jobs: int = 1, budget: int = 1,
+                             lr: float | None = None) -> dict:
   """`train`, after the checkpoints of run `name`'s AFTER (same seed) and TEACHER (seed + 1000) are there.
 
   `futures` maps (run, seed) to the submitted job of each; AFTER and TEACHER were submitted earlier, so are running
   or done (no deadlock with a FIFO pool). A stored run needs neither. A stored prerequisite whose workdir is gone
   (another machine, a cleaned /tmp) is trained again for its checkpoint, the same bit for bit; its stored row stays."""
   if store and (row := stored_row(store, name, seed)) is not None:
-    return row
+    return checked_rate(row, lr)
   run = RUNS[name]
   for needed, needed_seed in ((run.after, seed), (run.teacher, seed + TEACHER_SEED_OFFSET)):
     if needed:
       futures[(needed, needed_seed)].result()
       if not has_checkpoint(run_dir(root, needed, needed_seed)):
-        train(root, needed, needed_seed, steps, eval_every, jobs=jobs, budget=budget)
-  return train(root, name, seed, steps, eval_every, store, jobs, budget)
+        train(root, needed, needed_seed, steps, eval_every, jobs=jobs, budget=budget, lr=lr)
+  return train(root, name, seed, steps, eval_every, store, jobs, budget, lr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
+import scipy.optimize
 import scipy.stats
 
 from lab.catalogue import HELD_OUT_SEEDS
@@ -54,11 +55,16 @@ def verdict(differences: list[float], held_out: int | None = None, expected: int
   if len(differences) < 2:
     return 'one seed: no interval'
   _, low, high = paired_interval(differences)
+  return interval_verdict(low, high)
+
+
+def interval_verdict(low: float, high: float, neither: str = 'not distinguishable at this budget') -> str:
+  """'ahead' when the interval [low, high] lies above zero, 'behind' when below, else `neither`."""
   if low > 0:
     return 'ahead'
   if high < 0:
     return 'behind'
-  return 'not distinguishable at this budget'
+  return neither
 
 
 def interval_cell(differences: list[float], key: str) -> str:
@@ -115,3 +121,93 @@ def mean_of(rows: list[dict], field: str, machine: str | None = None) -> float |
   if timed and values:
     return statistics.median(values)
   return sum(values) / len(values) if values else None
+
+
+# The learning-curve protocol (docs/evidence.md): "level" only inside a declared margin, by two one-sided tests at
+# LEVEL_ALPHA; a metric (its name after the set) without a margin is never called level.
+LEVEL_ALPHA = 0.05
+LEVEL_MARGINS = {'zeroshot_top1': 0.03, 'mean_r1': 0.03, 'linear_probe_top1': 0.03, 'referring_probe_acc50': 0.03,
+                 'referring_decoder_acc50': 0.03, 'rsum': 18.0}
+POWER = 0.8  # of the smallest detectable effect
+
+
+def log_interpolated(flops: list[float], values: list[float], at: float) -> float:
+  """A curve's value at `at` FLOPs: `flops` (n,) ascending and `values` (n,) its evaluations; linear in log FLOPs
+  between the two evaluations around `at` (an evaluation's own value at its FLOPs). A ValueError outside the curve:
+  a curve is never extrapolated."""
+  if not flops or not flops[0] <= at <= flops[-1]:
+    raise ValueError(f'{at:.4g} FLOPs is outside the curve ({flops[0] if flops else "no evaluations"}'
+                     f'{f" to {flops[-1]:.4g}" if flops else ""})')
+  k = next(k for k in range(len(flops)) if flops[k] >= at)
+  if flops[k] == at:
+    return values[k]
+  low, high = math.log(flops[k - 1]), math.log(flops[k])
+  weight = (math.log(at) - low) / (high - low)
+  return values[k - 1] + weight * (values[k] - values[k - 1])
+
+
+def equal_flops_values(method: tuple[list[float], list[float]], control: tuple[list[float], list[float]]
+                       ) -> tuple[float, float, float]:
+  """(method's value, control's value, F) at equal FLOPs: each curve (flops (n,) ascending, values (n,)), F the
+  smaller of the two runs' total FLOPs (their last evaluations'), the cheaper run read at its end and the other at F,
+  interpolated (`log_interpolated`)."""
+  budget = min(method[0][-1], control[0][-1])
+  return log_interpolated(*method, budget), log_interpolated(*control, budget), budget
+
+
+def paired_p_value(differences: list[float]) -> float:
+  """The two-sided p-value of the paired t-test (mean of `differences` (n,), n >= 2, against zero, n - 1 degrees of
+  freedom); 1 where every difference is zero, 0 where they are equal and not zero."""
+  mean, std = mean_std(differences)
+  if std == 0:
+    return 1.0 if mean == 0 else 0.0
+  t = mean / (std / math.sqrt(len(differences)))
+  return float(2 * scipy.stats.t.sf(abs(t), len(differences) - 1))
+
+
+def holm_adjusted(p_values: list[float]) -> list[float]:
+  """Holm's step-down adjustment of a family of `p_values` (m,): sorted ascending, the k-th (from 0) becomes
+  min(1, max over j <= k of (m - j) * p_(j)); returned in the input's order. A hypothesis is rejected at family-wise
+  level a when its adjusted p-value is at most a."""
+  order = sorted(range(len(p_values)), key=lambda k: p_values[k])
+  adjusted, running = [0.0] * len(p_values), 0.0
+  for rank, k in enumerate(order):
+    running = max(running, min(1.0, (len(p_values) - rank) * p_values[k]))
+    adjusted[k] = running
+  return adjusted
+
+
+def level_margin(key: str) -> float | None:
+  """The declared equivalence margin of metric `key` ('<set>/<metric>'), None where none is declared."""
+  return LEVEL_MARGINS.get(key.rsplit('/', 1)[-1])
+
+
+def is_level(differences: list[float], margin: float | None, alpha: float = LEVEL_ALPHA) -> bool:
+  """Two one-sided tests at `alpha` on the paired `differences` (n,), n >= 2: both reject exactly when the (1 - 2
+  alpha) Student-t interval of their mean lies strictly inside (-margin, +margin). False without a margin."""
+  if margin is None:
+    return False
+  _, low, high = paired_interval(differences, 1 - 2 * alpha)
+  return -margin < low and high < margin
+
+
+def t_test_power(effect: float, sd: float, n: int, alpha: float = 1 - CONFIDENCE) -> float:
+  """The power of the two-sided paired t-test at `alpha` on n seeds when the true mean difference is `effect` and the
+  differences' SD is `sd`: P(|T| > t_crit) for T noncentral t with n - 1 degrees of freedom and noncentrality
+  effect * sqrt(n) / sd."""
+  critical = scipy.stats.t.ppf(1 - alpha / 2, n - 1)
+  noncentrality = effect * math.sqrt(n) / sd
+  dist = scipy.stats.nct(n - 1, noncentrality)
+  return float(dist.sf(critical) + dist.cdf(-critical))
+
+
+def detectable_effect(sd: float, n: int, power: float = POWER, alpha: float = 1 - CONFIDENCE) -> float:
+  """The smallest true mean difference the two-sided paired t-test at `alpha` on n seeds finds with `power`, for
+  differences of SD `sd` > 0 (`t_test_power` solved for the effect, bracketed by doubling from one SD)."""
+  if not sd > 0:
+    raise ValueError(f'a detectable effect needs a positive SD, got {sd}')
+  high = sd
+  while t_test_power(high, sd, n, alpha) < power:
+    high *= 2
+  return float(scipy.optimize.brentq(lambda effect: t_test_power(effect, sd, n, alpha) - power, 0.0, high,
+                                     xtol=1e-9 * sd))
