@@ -122,7 +122,8 @@ def build_context(config: ml_collections.ConfigDict, workdir: str, paths: list[s
   """Mesh, model, objective, optimizer, data, state (restored when `latest`), the compiled step, eval sets and the
   metric writer, in that order."""
   # with config.data.resolution_stages: the model, state and step of the stage the state to restore is at
-  experiment = Experiment.from_config(config, step=latest or 0)
+  # validated once at the start, with the inputs (check_config_and_inputs)
+  experiment = Experiment.from_config(config, step=latest or 0, validate=False)
   mesh = experiment.mesh
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
   data_iterator, record_stats = build_data(experiment, paths)
