@@ -6,8 +6,8 @@
 
 The file is the readings of lab/readings/, in the order of READINGS, each a short prose file that points at its rows.
 A line `<!-- generated: NAME -->` in a reading stands for the table GENERATED[NAME] renders from the rows: the
-methods tables of each budget and the speed levers' from lab/results/methods{,_x4}/ (lab/tables.py, the tables
-`python -m lab.methods --notrain` prints) and the compiled-for-TPU table from benchmarks/results/aot/
+methods tables of each budget, the change between the budgets and the speed levers' from lab/results/methods{,_x4}/
+(lab/tables.py, the tables `python -m lab.methods --notrain` prints) and the compiled-for-TPU table from benchmarks/results/aot/
 (benchmarks/aot_table.py), and the learning curves' verdicts (lab/curves.py: `curves_table`, which no reading shows yet).
 The plots are drawn from the same rows by `--plots` (lab/results/methods_verdicts*.png).
 """
@@ -21,10 +21,10 @@ import sys
 
 from benchmarks import aot_table
 from lab import curves
-from lab.catalogue import DEV_SEEDS, HELD_OUT_SEEDS, ROOT, SECOND_BUDGET, expand
+from lab.catalogue import DEV_SEEDS, HELD_OUT_SEEDS, ROOT, RUNS, SECOND_BUDGET, expand
 from lab.runner import STORE, of_budget, planned_runs, stored_row
 from lab.statistics import tabulated
-from lab.tables import headline_table, results_block, verdict_entries, verdict_figure
+from lab.tables import budget_change_table, headline_table, results_block, verdict_entries, verdict_figure
 
 RESULTS_MD = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 READINGS_DIR = os.path.join(ROOT, 'lab', 'readings')
@@ -85,11 +85,19 @@ def aot_markdown() -> str:
   return '\n'.join(lines)
 
 
+def budget_change() -> str:
+  """The headline pairs of the second budget at 1x and at SECOND_BUDGET x on the held-out seeds, and the change."""
+  pairs = [(name, RUNS[name].control or RUNS[name].baseline)
+           for name in expand(['table_budget'], compute_controls=False) if RUNS[name].metrics]
+  return budget_change_table(stored_rows(1)[0], stored_rows(SECOND_BUDGET)[0], pairs, SECOND_BUDGET)
+
+
 GENERATED = {
     'methods_tables': lambda: methods_tables(1),
     'methods_tables_x4': lambda: methods_tables(SECOND_BUDGET),
     'aot_table': aot_markdown,
     'speed_levers': speed_levers_table,
+    'budget_change': budget_change,
     # the learning-curve protocol's verdicts from lab/results/curves/held_out_x8/ (no reading shows it before its rows)
     'curves_table': lambda: curves.curves_table(curves.held_out_rows()),
 }

@@ -119,7 +119,8 @@ def headline_pairs(names: list[str]) -> list[tuple[str, str]]:
 def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS
                     ) -> list[dict]:
   """Per headline pair (`headline_pairs`) with seeds of both: its headline metric's paired differences (method −
-  control) on the development and held-out seeds and its verdict, as `verdict_figure` draws them."""
+  control) on the development and held-out seeds, and the interval and verdict of the held-out ones alone, as
+  `verdict_figure` draws them."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   entries = []
   for name, control in headline_pairs(names):
@@ -128,12 +129,12 @@ def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, hel
     if not dev + held:
       continue
     diff = {s: by_key[(name, s)][key] - by_key[(control, s)][key] for s in dev + held}
-    every = list(diff.values())
+    judged = [diff[s] for s in held]  # the verdict reads the held-out seeds alone (docs/evidence.md, rule 3)
     commits = commits_of([by_key[(r, s)] for s in dev + held for r in (name, control)])
     entries.append({'method': name, 'control': control, 'metric': dict(COLUMNS)[key],
-                    'dev': [diff[s] for s in dev], 'held_out': [diff[s] for s in held],
-                    'interval': paired_interval(every) if len(every) > 1 else None,
-                    'verdict': pair_verdict(every, len(held), commits, len(held_out_seeds))})
+                    'dev': [diff[s] for s in dev], 'held_out': judged,
+                    'interval': paired_interval(judged) if len(judged) > 1 else None,
+                    'verdict': pair_verdict(judged, len(held), commits, len(held_out_seeds))})
   return entries
 
 
@@ -142,8 +143,8 @@ VERDICT_COLOURS = {'ahead': 'tab:green', 'behind': 'tab:red', 'not distinguishab
 
 def verdict_figure(entries: list[dict], title: str = ''):
   """A matplotlib Figure: a panel per headline metric, a line per method − control pair with the 95% t-interval of
-  the mean paired difference (coloured by verdict; pending ones pale), the development seeds' differences as open
-  circles and the held-out seeds' as filled triangles, and zero marked."""
+  the mean paired difference on the held-out seeds (coloured by verdict; pending ones pale), the development seeds'
+  differences as open circles and the held-out seeds' as filled triangles, and zero marked."""
   metrics = list(dict.fromkeys(e['metric'] for e in entries))
   counts = [sum(e['metric'] == m for e in entries) for m in metrics]
   fig = Figure(figsize=(9, 0.9 + 0.42 * sum(counts) + 0.5 * len(metrics)))
@@ -162,7 +163,8 @@ def verdict_figure(entries: list[dict], title: str = ''):
     ax.axvline(0.0, color='black', linewidth=0.8)
     ax.set_yticks(range(len(mine)), [f"{e['method']} − {e['control']}: {e['verdict']}" for e in mine], fontsize=8)
     ax.set_ylim(-0.7, len(mine) - 0.3)
-    ax.set_xlabel(f'{metric}: method − control (95% t-interval over seeds; o development, ▲ held out)', fontsize=8)
+    ax.set_xlabel(f'{metric}: method − control (95% t-interval over the held-out seeds ▲; o development, apart)',
+                  fontsize=8)
   if title:
     fig.suptitle(title, fontsize=10)
   fig.tight_layout()
@@ -171,16 +173,16 @@ def verdict_figure(entries: list[dict], title: str = ''):
 
 def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held_out_seeds=HELD_OUT_SEEDS) -> str:
   """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
-  development seeds (mean ± std), their paired difference there, the mean paired difference over every seed with
-  its t-interval, the difference on each held-out seed and the verdict (`verdict`; rows of several commits get
-  none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
+  development seeds (mean ± std), their paired difference there (reported apart: what settings were chosen on), the
+  mean paired difference over the held-out seeds alone with its t-interval, the difference on each held-out seed and
+  the verdict on them (`verdict`; rows of several commits get none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
   without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   machine = timing_machine(rows)
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
            'method − control, development seeds',
-           f'method − control, every seed: mean [{CONFIDENCE:.0%} t-interval]',
-           f'held out ({",".join(map(str, held_out_seeds))}): method − control', 'verdict',
+           f'method − control, held out ({",".join(map(str, held_out_seeds))}): mean [{CONFIDENCE:.0%} t-interval]',
+           'each held-out seed', 'verdict (held out)',
            'training TFLOP, method / control', 'wall per run (median), method / control', 'regenerate']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for name, control in headline_pairs(names):
@@ -191,14 +193,13 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
     for k, key in enumerate(run.metrics):
       diff = lambda s: by_key[(name, s)][key] - by_key[(control, s)][key]  # noqa: E731
       held_cells = ', '.join(f'{diff(s):+.{1 if key.endswith("rsum") else 3}f}' for s in held) or '-'
-      every = [diff(s) for s in dev + held]
-      judged = pair_verdict(every, len(held), commits, len(held_out_seeds))
+      judged = pair_verdict([diff(s) for s in held], len(held), commits, len(held_out_seeds))
       cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
                mean_std_cell([by_key[(name, s)][key] for s in dev], key),
                mean_std_cell([by_key[(control, s)][key] for s in dev], key),
                mean_std_cell([diff(s) for s in dev], key, signed=True)
                + f' ({sum(diff(s) > 0 for s in dev)}/{len(dev)})',
-               interval_cell(every, key), held_cells, ('**{}**' if k == 0 else '{}').format(judged)]
+               interval_cell([diff(s) for s in held], key), held_cells, ('**{}**' if k == 0 else '{}').format(judged)]
       if k == 0:
         flops = [mean_of(side, 'train_flops') for side in (mine, theirs)]
         if run.teacher and flops[0]:  # the teacher's training is part of the method's compute
@@ -215,11 +216,43 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   return '\n'.join(lines)
 
 
+def budget_change_table(first: list[dict], second: list[dict], pairs: list[tuple[str, str]], budget: int,
+                        seeds=HELD_OUT_SEEDS) -> str:
+  """Markdown: per (method, control) pair and each metric it declares (the headline first), the mean paired
+  difference with its t-interval at the first budget (rows `first`) and at `budget` times the steps (rows `second`), both on `seeds`, and the change
+  between them, paired by seed (the difference at `budget` minus that at 1x, seed by seed); bold where the interval
+  excludes zero. Reading both budgets on the same seeds is what lets the change be read at all."""
+  one, other = ({(r['run'], r['seed']): r for r in rows} for rows in (first, second))
+  label = ','.join(map(str, seeds))
+  lines = [f'| pair, metric | 1x: seeds {label} | {budget}x: seeds {label} | change, {budget}x − 1x, paired '
+           'by seed |', '|---|---|---|---|']
+  for name, control in pairs:
+    for k, key in enumerate(RUNS[name].metrics):
+      shared = [s for s in pair_seeds(one, name, control, seeds) if s in pair_seeds(other, name, control, seeds)
+                and all(rows[(run, s)].get(key) is not None for rows in (one, other) for run in (name, control))]
+      at_one, at_other = (seed_differences(rows, name, control, shared, key) for rows in (one, other))
+      cells = [_bold_if_clear(diffs, key) for diffs in (at_one, at_other, [b - a for a, b in zip(at_one, at_other)])]
+      pair = f'`{name}` − `{control}`, ' if k == 0 else ''
+      lines.append(f'| {pair}{dict(COLUMNS)[key]} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def _bold_if_clear(differences: list[float], key: str) -> str:
+  """interval_cell with its mean in bold where the interval excludes zero."""
+  cell = interval_cell(differences, key)
+  if len(differences) < 2:
+    return cell
+  _, low, high = paired_interval(differences)
+  mean, rest = cell.split(' ', 1)
+  return f'**{mean}** {rest}' if low > 0 or high < 0 else cell
+
+
 def results_block(rows: list[dict], names: list[str], seeds: list[int], budget: int = 1,
                   memory: dict[str, float] | None = None) -> str:
   """The tables of one budget as benchmarks/RESULTS.md shows them: the headline table, then, folded, every run's mean
-  ± std and every run against its controls, and how many runs over which seeds."""
-  return (headline_table(rows, names) + '\n\n<details><summary>Every run, mean ± std over its seeds, and every run '
-          'against its controls seed by seed</summary>\n\n' + table(rows, names, memory or {}) + '\n\n'
-          + paired_table(rows, names) + f'\n\n</details>\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}'
+  ± std over its seeds, and how many runs over which seeds. Every run against its controls seed by seed
+  (`paired_table`) is left to `python -m lab.methods --notrain`: it summarises all seeds together, development and
+  held out, which no reading may pool."""
+  return (headline_table(rows, names) + '\n\n<details><summary>Every run, mean ± std over its seeds</summary>\n\n'
+          + table(rows, names, memory or {}) + f'\n\n</details>\n\n{len(rows)} runs, seeds {",".join(map(str, seeds))}'
           + (f", {budget}x the configs' steps." if budget != 1 else '.'))

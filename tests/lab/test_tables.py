@@ -119,9 +119,10 @@ def test_headline_table_pairs_each_method_with_its_controls_on_its_papers_metric
   first = [cell.strip() for cell in lines[2].split('|')[1:-1]]
   assert first[:3] == ['COSMOS (`cosmos`)', '`clip_text_pool_augment_ema`', 'mean R@1, short captions']
   assert first[5] == '+0.020 ± 0.010 (3/3)'  # seeds 0-2: +0.01, +0.02, +0.03
-  # Every seed: +0.01, +0.02, +0.03 (0-2), +0.02, +0.03 (11, 12), -0.06 (13): the interval holds zero.
-  every = [0.01, 0.02, 0.03, 0.02, 0.03, -0.06]
-  assert first[6] == statistics.interval_cell(every, 'synthetic/mean_r1') and first[6].startswith('+0.008 [')
+  # The held-out seeds alone: +0.02, +0.03 (11, 12), -0.06 (13): the interval holds zero. Pooled with the development
+  # seeds' +0.01, +0.02, +0.03 it would be another interval (+0.008 [...]); the development seeds never enter it.
+  held_out = [0.02, 0.03, -0.06]
+  assert first[6] == statistics.interval_cell(held_out, 'synthetic/mean_r1') and first[6].startswith('-0.003 [')
   assert first[7] == '+0.020, +0.030, -0.060' and first[8] == '**not distinguishable at this budget**'
   assert first[9] == '30 / 10 (3.00x)' and first[11] == '`--methods=cosmos`'
   compute = [cell.strip() for cell in lines[2 + len(catalogue.RUNS['cosmos'].metrics)].split('|')[1:-1]]
@@ -150,7 +151,7 @@ def test_the_verdict_plot_draws_each_headline_pair_with_its_interval_and_seeds()
   assert (entry['method'], entry['control'], entry['metric']) == ('slip', 'clip', 'zero-shot top-1')
   np.testing.assert_allclose(entry['dev'], [0.10, 0.12, 0.07])
   np.testing.assert_allclose(entry['held_out'], [0.13])
-  np.testing.assert_allclose(entry['interval'], statistics.paired_interval([0.10, 0.12, 0.07, 0.13]))
+  assert entry['interval'] is None  # one held-out seed: no interval (the development seeds never enter it)
   assert entry['verdict'] == 'pending (1 of 3 held-out seeds)'
   figure = tables.verdict_figure(entries + [{**entry, 'metric': 'RSUM', 'verdict': 'behind'}])
   assert len(figure.axes) == 2  # a panel per metric
@@ -166,3 +167,35 @@ def test_a_teachers_training_counts_as_its_methods_compute():
   assert [cell.strip() for cell in line.split('|')[1:-1]][9] == '22 / 22 (1.00x)'
   without_teacher = tables.headline_table(rows[:2], ['clip_mimic_compute', 'saco_mimic']).splitlines()[-4]
   assert [cell.strip() for cell in without_teacher.split('|')[1:-1]][9] == '- / 22'
+
+
+def test_the_verdict_reads_the_held_out_seeds_alone():
+  # Pooled over all six seeds these differences read 'ahead'; the held-out three alone hold zero.
+  key = catalogue.RUNS['slip'].metrics[0]
+  differences = {0: 0.10, 1: 0.11, 2: 0.12, 11: 0.10, 12: -0.05, 13: 0.12}
+  rows = [{'run': run, 'seed': seed, **dict.fromkeys(catalogue.RUNS['slip'].metrics, 0.5), key: value, 'commit': 'c'}
+          for seed, d in differences.items() for run, value in (('slip', 0.3 + d), ('clip', 0.3))]
+  assert statistics.verdict(list(differences.values()), held_out=3, expected=3) == 'ahead'
+  (entry,) = tables.verdict_entries(rows, ['clip', 'slip'])
+  np.testing.assert_allclose(entry['interval'], statistics.paired_interval([0.10, -0.05, 0.12]), atol=1e-12)
+  assert entry['verdict'] == 'not distinguishable at this budget'
+  line = tables.headline_table(rows, ['clip', 'slip']).splitlines()[2]
+  cells = [cell.strip() for cell in line.split('|')[1:-1]]
+  assert cells[6] == statistics.interval_cell([0.10, -0.05, 0.12], key)
+  assert cells[8] == '**not distinguishable at this budget**'
+
+
+def test_the_change_between_budgets_is_paired_seed_by_seed():
+  metrics = catalogue.RUNS['slip'].metrics
+  at_one = {11: 0.01, 12: 0.02, 13: 0.00}
+  at_four = {11: 0.11, 12: 0.12, 13: 0.13}
+  def rows(differences):
+    return [{'run': run, 'seed': seed, **dict.fromkeys(metrics, 0.5), metrics[0]: 0.3 + d * (run == 'slip')}
+            for seed, d in differences.items() for run in ('slip', 'clip')]
+  lines = tables.budget_change_table(rows(at_one), rows(at_four), [('slip', 'clip')], 4).splitlines()
+  cells = [cell.strip() for cell in lines[2].split('|')[1:-1]]
+  assert cells[0] == '`slip` − `clip`, zero-shot top-1'
+  assert cells[1] == statistics.interval_cell(list(at_one.values()), metrics[0])  # holds zero: not bold
+  mean, low, high = statistics.paired_interval([at_four[s] - at_one[s] for s in (11, 12, 13)])
+  assert cells[3] == f'**{mean:+.3f}** [{low:+.3f}, {high:+.3f}]' and low > 0
+  assert [cell.strip() for cell in lines[3].split('|')[1:-1]][3] == '+0.000 [+0.000, +0.000]'  # the second metric
