@@ -13,9 +13,11 @@ def get_config():
   config.batch_size = 128
   config.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.1)
   config.eval.every_steps = 100
-  # the embedded dataset's long captions beside the short ones, and each source alone (retrieval and affinity
-  # consistency on all)
-  config.eval.datasets = ('synthetic', 'synthetic_long', 'synthetic_studio', 'synthetic_web', 'synthetic_sketch')
+  # the embedded dataset's long captions beside the short ones, each source alone (retrieval and affinity
+  # consistency on all), and both restricted to the test examples that repeat no train caption or layout (what a
+  # model gets right there it did not recall: docs/evidence.md)
+  config.eval.datasets = ('synthetic', 'synthetic_long', 'synthetic_studio', 'synthetic_web', 'synthetic_sketch',
+                          'synthetic_novel', 'synthetic_long_novel')
   config.data.probe_train_examples = 6000  # the linear probe fits on 2000 train images of each source
   # long captions that fit the tiny model's 32-token context (the default 'full' ones are cut in two thirds of the
   # scenes): what synthetic_long retrieves and what COSMOS crops sentences from (data/sources/synthetic_shapes.py)

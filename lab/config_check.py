@@ -10,6 +10,7 @@ included); prints each run that differs and exits 1 if any does.
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import os
 import subprocess
@@ -21,6 +22,9 @@ from lab.catalogue import ROOT, RUNS, load_config
 from vlp_jax.config import from_file
 
 BEFORE_THE_MOVE = 'e9560bf'  # the last commit with configs/experiments/
+# Keys changed on purpose since the move, which the check leaves out: what is evaluated, not what is trained (issue
+# 64 added the novel test subsets to configs/shapes_base.py's eval sets).
+CHANGED_SINCE_THE_MOVE = ('eval.datasets',)
 
 
 def canonical(tree) -> str:
@@ -36,14 +40,27 @@ def config_at(root: str, name: str):
   return from_file(shipped if os.path.exists(shipped) else os.path.join(root, 'configs', 'experiments', f'{name}.py'))
 
 
+def without(tree: dict, keys=CHANGED_SINCE_THE_MOVE) -> dict:
+  """`tree` (a config's to_dict()) without the dotted `keys`."""
+  tree = copy.deepcopy(tree)
+  for key in keys:
+    *path, leaf = key.split('.')
+    node = tree
+    for part in path:
+      node = node.get(part, {})
+    node.pop(leaf, None)
+  return tree
+
+
 def differing_runs(ref: str = BEFORE_THE_MOVE) -> list[str]:
-  """The runs whose config now differs from the one at `ref` (or that had no config there)."""
+  """The runs whose config now differs from the one at `ref` (or that had no config there), CHANGED_SINCE_THE_MOVE
+  left out."""
   archive = subprocess.run(['git', 'archive', ref, 'configs'], cwd=ROOT, capture_output=True, check=True).stdout
   with tempfile.TemporaryDirectory() as old:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
       tar.extractall(old)
     return [name for name in RUNS
-            if canonical(config_at(old, name).to_dict()) != canonical(load_config(name).to_dict())]
+            if canonical(without(config_at(old, name).to_dict())) != canonical(without(load_config(name).to_dict()))]
 
 
 def main() -> None:

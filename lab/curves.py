@@ -30,6 +30,7 @@ from lab.runner import of_budget, of_rate, planned_runs, stored_row
 from lab.statistics import (CONFIDENCE, LEVEL_ALPHA, detectable_effect, equal_flops_values, holm_adjusted,
                             interval_cell, interval_verdict, is_level, level_margin, mean_std, paired_interval,
                             paired_p_value, tabulated)
+from vlp_jax.evalsets.synthetic import NOVEL_SETS, NOVEL_SUFFIX
 
 CURVES_DIR = os.path.join(ROOT, 'lab', 'results', 'curves')
 RATE_STORE = os.path.join(CURVES_DIR, 'rate_check')  # + _x<budget>_lr<rate>: one store per rate
@@ -126,10 +127,19 @@ def curve_seeds(by_key: dict, method: str, control: str, seeds=CURVE_SEEDS) -> l
   return [s for s in seeds if all(by_key.get((n, s), {}).get('evaluations') for n in (method, control))]
 
 
+def novel_key(key: str) -> str | None:
+  """Metric `key` ('<set>/<metric>') on its set's novel test subset ('synthetic_novel/...', 'synthetic_long_novel/...':
+  vlp_jax/evalsets/synthetic.py), None for a set without one."""
+  name, _, metric = key.partition('/')
+  return f'{name}{NOVEL_SUFFIX}/{metric}' if f'{name}{NOVEL_SUFFIX}' in NOVEL_SETS else None
+
+
 def pair_differences(by_key: dict, method: str, control: str, key: str, seeds) -> dict[str, list]:
   """Seed by seed over `seeds` (both runs' curves have metric `key`): 'end', method − control at both runs' last
-  evaluations; 'equal_flops', at equal FLOPs (`equal_flops_values`); 'flops', each seed's F."""
-  out = {'end': [], 'equal_flops': [], 'flops': []}
+  evaluations; 'equal_flops', at equal FLOPs (`equal_flops_values`); 'flops', each seed's F; 'novel_end', the end
+  point's difference on the novel test subset (`novel_key`), over the seeds whose runs report it."""
+  out = {'end': [], 'equal_flops': [], 'flops': [], 'novel_end': []}
+  novel = novel_key(key)
   for seed in seeds:
     mine, theirs = curve(by_key, method, seed, key), curve(by_key, control, seed, key)
     if not mine[0] or not theirs[0]:
@@ -138,6 +148,10 @@ def pair_differences(by_key: dict, method: str, control: str, key: str, seeds) -
     out['end'].append(mine[1][-1] - theirs[1][-1])
     out['equal_flops'].append(at_mine - at_theirs)
     out['flops'].append(budget)
+    if novel:
+      novel_mine, novel_theirs = curve(by_key, method, seed, novel), curve(by_key, control, seed, novel)
+      if novel_mine[0] and novel_theirs[0]:
+        out['novel_end'].append(novel_mine[1][-1] - novel_theirs[1][-1])
   return out
 
 
@@ -201,11 +215,13 @@ def level_cell(entry: dict) -> str:
 
 
 def curves_table(rows: list[dict], pairs=CURVE_PAIRS, seeds=CURVE_SEEDS) -> str:
-  """Markdown: a line per pair and declared metric with both verdicts and their intervals, the detectable effect, the
-  Holm-adjusted end point (headline metrics: the confirmatory family) and the TOST level check."""
+  """Markdown: a line per pair and declared metric with both verdicts and their intervals, the end point on the novel
+  test subset (descriptive; 'none' for a metric without one), the detectable effect, the Holm-adjusted end point
+  (headline metrics: the confirmatory family) and the TOST level check."""
   heads = ['method − control', 'metric', 'seeds', f'end: mean [{CONFIDENCE:.0%} t-interval], verdict',
            'end: p (Holm p over the headlines)', f'level at the end (TOST at {LEVEL_ALPHA:g})',
            'equal FLOPs: F (TFLOP), mean [interval], verdict (descriptive)',
+           'end on the novel test subset: mean [interval], verdict (descriptive)',
            'smallest detectable effect, 80% power: planning SD / realised SD']
   lines = ['| ' + ' | '.join(heads) + ' |', '|---' * len(heads) + '|']
   for e in curve_entries(rows, pairs, seeds):
@@ -216,6 +232,7 @@ def curves_table(rows: list[dict], pairs=CURVE_PAIRS, seeds=CURVE_SEEDS) -> str:
     seeds_cell = ','.join(map(str, e['seeds'])) or f'pending (0 of {len(seeds)})'
     lines.append('| ' + ' | '.join([name, metric, seeds_cell, reading_cell(d['end'], e['metric']), confirmed(e),
                                     level_cell(e), f"{flops}: {reading_cell(d['equal_flops'], e['metric'])}",
+                                    reading_cell(d['novel_end'], e['metric']) if novel_key(e['metric']) else 'none',
                                     detectable_cell(e['method'], e['metric'], d['end'])]) + ' |')
   return '\n'.join(lines)
 

@@ -208,3 +208,11 @@ def test_compute_matched_controls_train_for_the_flops_their_method_was_measured_
       assert load(control).total_steps == round(spent / step), (name, control, spent / step)
       checked += 1
   assert checked >= 2  # SLIP and COSMOS are stored; SaCo's mimic once it is
+
+
+def test_the_config_check_leaves_out_only_the_keys_changed_on_purpose():
+  tree = {'eval': {'datasets': ('a',), 'every_steps': 5}, 'seed': 1}
+  assert config_check.without(tree) == {'eval': {'every_steps': 5}, 'seed': 1}
+  assert tree['eval']['datasets'] == ('a',)  # the config's own dict is left as it was
+  assert config_check.canonical(config_check.without({**tree, 'seed': 2})) != config_check.canonical(
+      config_check.without(tree))

@@ -239,10 +239,31 @@ def test_the_curves_table_reads_the_end_and_equal_flops_against_a_naive_recomput
   mean, low, high = statistics.paired_interval(equal)
   word = 'ahead' if low > 0 else 'behind' if high < 0 else 'not distinguishable'
   assert cells[6] == f'2: {mean:+.3f} [{low:+.3f}, {high:+.3f}] {word}'  # F = 1.6e12 FLOPs, printed in TFLOP
+  assert cells[7] == '-'  # these rows have no evaluation of the novel subset
   realised = statistics.detectable_effect(float(np.std(end, ddof=1)), 3)
-  assert cells[7] == f'0.336 / {realised:.3f}'
+  assert cells[8] == f'0.336 / {realised:.3f}'
   saco_line = next(line for line in lines if line.startswith('| `saco` − `clip`'))
   assert 'pending (0 of 3)' in saco_line
+
+
+def test_the_novel_subset_is_read_at_the_end_beside_the_full_set():
+  novel = {('clip', 21): 0.20, ('clip', 22): 0.25, ('clip', 23): 0.22,
+           ('slip', 21): 0.30, ('slip', 22): 0.31, ('slip', 23): 0.35}
+  rows = []
+  for row in synthetic_rows():
+    evaluations = [dict(e, metrics=dict(e['metrics'])) for e in row['evaluations']]
+    evaluations[-1]['metrics']['synthetic_novel/zeroshot_top1'] = novel[(row['run'], row['seed'])]
+    evaluations[0]['metrics']['synthetic_novel/zeroshot_top1'] = 0.0  # an earlier evaluation: not the end point
+    rows.append({**row, 'evaluations': evaluations})
+  (entry,) = curves.curve_entries(rows, pairs=(('slip', 'clip', ('synthetic/zeroshot_top1',)),))
+  expected = [novel[('slip', s)] - novel[('clip', s)] for s in catalogue.CURVE_SEEDS]
+  assert entry['differences']['novel_end'] == pytest.approx(expected)
+  line = next(line for line in curves.curves_table(rows).splitlines() if line.startswith('| `slip` − `clip`'))
+  mean, low, high = statistics.paired_interval(expected)
+  assert [c.strip() for c in line.split('|')[1:-1]][7] == f'{mean:+.3f} [{low:+.3f}, {high:+.3f}] ahead'
+  assert curves.novel_key('synthetic_long/mean_r1') == 'synthetic_long_novel/mean_r1'
+  assert curves.novel_key('within_source/affinity_consistency') is None
+  assert curves.novel_key('synthetic_web/mean_r1') is None
 
 
 def test_holm_runs_over_the_headlines_with_seeds_only():
