@@ -44,8 +44,8 @@ def paired_interval(differences: list[float], confidence: float = CONFIDENCE) ->
 
 def verdict(differences: list[float], held_out: int | None = None, expected: int | None = None) -> str:
   """The verdict on a method against its control from the paired differences of its held-out seeds, of one commit
-  (docs/evidence.md; the development seeds, which settings were chosen on, never enter it): 'ahead' when the CONFIDENCE t-interval of their mean lies above zero, 'behind' when below,
-  else 'not distinguishable at this budget' (never "no effect": the interval says how large an effect it leaves
+  (docs/evidence.md; the development seeds, which settings were chosen on, never enter it): 'ahead' when the
+  CONFIDENCE t-interval of their mean lies above zero, 'behind' when below, else 'not distinguishable at this budget' (never "no effect": the interval says how large an effect it leaves
   open). 'not run' without seeds; 'pending (k of n held-out seeds)' while fewer than the `expected` held-out seeds
   are in (`held_out` of them are), so that a verdict is never read before its held-out seeds."""
   if not differences:
@@ -76,12 +76,12 @@ def interval_cell(differences: list[float], key: str) -> str:
   return f'{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]'
 
 
-def pair_verdict(held_out: list[float], held: int, commits: list[str], expected: int = len(HELD_OUT_SEEDS)) -> str:
+def pair_verdict(held_out: list[float], commits: list[str], expected: int = len(HELD_OUT_SEEDS)) -> str:
   """`verdict` of a pair's paired differences on its held-out seeds, none when its runs come from several
   commits."""
   if len(commits) > 1:  # one commit's runs or none: code that changed between seeds is not one experiment
     return f'mixed commits ({", ".join(c or "unrecorded" for c in commits)}): rerun at one'
-  return verdict(held_out, held, expected)
+  return verdict(held_out, len(held_out), expected)
 
 
 def tabulated(rows: list[dict]) -> tuple[list[dict], list[str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from lab.catalogue import COLUMNS, DEV_SEEDS, HELD_OUT_SEEDS, RUNS, TEACHER_SEED_OFFSET
-from lab.statistics import (CONFIDENCE, commits_of, interval_cell, mean_of, mean_std, pair_seeds, pair_verdict,
-                            paired_interval, seed_differences, timing_machine)
+from lab.statistics import (CONFIDENCE, commits_of, interval_cell, interval_verdict, mean_of, mean_std, pair_seeds,
+                            pair_verdict, paired_interval, seed_differences, timing_machine)
 
 
 def mean_std_cell(values: list[float], key: str, signed: bool = False) -> str:
@@ -134,7 +134,7 @@ def verdict_entries(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, hel
     entries.append({'method': name, 'control': control, 'metric': dict(COLUMNS)[key],
                     'dev': [diff[s] for s in dev], 'held_out': judged,
                     'interval': paired_interval(judged) if len(judged) > 1 else None,
-                    'verdict': pair_verdict(judged, len(held), commits, len(held_out_seeds))})
+                    'verdict': pair_verdict(judged, commits, len(held_out_seeds))})
   return entries
 
 
@@ -175,8 +175,8 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   """Markdown: per method (a run with METRICS) and each metric its paper reports, the method and its control on the
   development seeds (mean ± std), their paired difference there (reported apart: what settings were chosen on), the
   mean paired difference over the held-out seeds alone with its t-interval, the difference on each held-out seed and
-  the verdict on them (`verdict`; rows of several commits get none), then the training compute (XLA's FLOPs; a TEACHER's training counted as the method's, '-'
-  without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
+  the verdict on them (`verdict`; rows of several commits get none), then the training compute (XLA's FLOPs; a
+  TEACHER's training counted as the method's, '-' without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   machine = timing_machine(rows)
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
@@ -193,7 +193,7 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
     for k, key in enumerate(run.metrics):
       diff = lambda s: by_key[(name, s)][key] - by_key[(control, s)][key]  # noqa: E731
       held_cells = ', '.join(f'{diff(s):+.{1 if key.endswith("rsum") else 3}f}' for s in held) or '-'
-      judged = pair_verdict([diff(s) for s in held], len(held), commits, len(held_out_seeds))
+      judged = pair_verdict([diff(s) for s in held], commits, len(held_out_seeds))
       cells = [f'{run.label} (`{name}`)' if k == 0 else '', f'`{control}`' if k == 0 else '', dict(COLUMNS)[key],
                mean_std_cell([by_key[(name, s)][key] for s in dev], key),
                mean_std_cell([by_key[(control, s)][key] for s in dev], key),
@@ -240,11 +240,10 @@ def budget_change_table(first: list[dict], second: list[dict], pairs: list[tuple
 def _bold_if_clear(differences: list[float], key: str) -> str:
   """interval_cell with its mean in bold where the interval excludes zero."""
   cell = interval_cell(differences, key)
-  if len(differences) < 2:
+  if len(differences) < 2 or interval_verdict(*paired_interval(differences)[1:], neither='') == '':
     return cell
-  _, low, high = paired_interval(differences)
   mean, rest = cell.split(' ', 1)
-  return f'**{mean}** {rest}' if low > 0 or high < 0 else cell
+  return f'**{mean}** {rest}'
 
 
 def results_block(rows: list[dict], names: list[str], seeds: list[int], budget: int = 1,
