@@ -5,11 +5,11 @@
   python -m lab.report --check    # exit 1 (naming the first differing line) if the committed file is not what it writes
 
 The file is the readings of lab/readings/, in the order of READINGS, each a short prose file that points at its rows.
-A line `<!-- generated: NAME -->` in a reading stands for the table GENERATED[NAME] renders from the rows: the
-methods tables of each budget, the change between the budgets and the speed levers' from lab/results/methods{,_x4}/
+A line `<!-- generated: NAME -->` in a reading stands for the table GENERATED[NAME] renders from the rows: the methods
+tables of each budget, the change between the budgets and the speed levers' from lab/results/methods{,_x4}/
 (lab/tables.py, the tables `python -m lab.methods --notrain` prints), the compiled-for-TPU table from
-benchmarks/results/aot/ (benchmarks/aot_table.py), and the learning curves' verdicts (lab/curves.py: `curves_table`, which no reading shows yet).
-The plots are drawn from the same rows by `--plots` (lab/results/methods_verdicts*.png).
+benchmarks/results/aot/ (benchmarks/aot_table.py), and the learning curves' verdicts (lab/curves.py: `curves_table`,
+which no reading shows yet). The plots are drawn from the same rows by `--plots` (lab/results/methods_verdicts*.png).
 """
 from __future__ import annotations
 

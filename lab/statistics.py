@@ -45,9 +45,10 @@ def paired_interval(differences: list[float], confidence: float = CONFIDENCE) ->
 def verdict(differences: list[float], held_out: int | None = None, expected: int | None = None) -> str:
   """The verdict on a method against its control from the paired differences of its held-out seeds, of one commit
   (docs/evidence.md; the development seeds, which settings were chosen on, never enter it): 'ahead' when the
-  CONFIDENCE t-interval of their mean lies above zero, 'behind' when below, else 'not distinguishable at this budget' (never "no effect": the interval says how large an effect it leaves
-  open). 'not run' without seeds; 'pending (k of n held-out seeds)' while fewer than the `expected` held-out seeds
-  are in (`held_out` of them are), so that a verdict is never read before its held-out seeds."""
+  CONFIDENCE t-interval of their mean lies above zero, 'behind' when below, else 'not distinguishable at this budget'
+  (never "no effect": the interval says how large an effect it leaves open). 'not run' without seeds; 'pending (k of n
+  held-out seeds)' while fewer than the `expected` held-out seeds are in (`held_out` of them are), so that a verdict
+  is never read before its held-out seeds."""
   if not differences:
     return 'not run'
   if expected is not None and (held_out or 0) < expected:

@@ -176,7 +176,8 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
   development seeds (mean ± std), their paired difference there (reported apart: what settings were chosen on), the
   mean paired difference over the held-out seeds alone with its t-interval, the difference on each held-out seed and
   the verdict on them (`verdict`; rows of several commits get none), then the training compute (XLA's FLOPs; a
-  TEACHER's training counted as the method's, '-' without its rows) and wall time of each side. A run with COMPUTE_CONTROLs gets a block against each."""
+  TEACHER's training counted as the method's, '-' without its rows) and wall time of each side. A run with
+  COMPUTE_CONTROLs gets a block against each."""
   by_key = {(r['run'], r['seed']): r for r in rows}
   machine = timing_machine(rows)
   heads = ['method', 'control', "paper's metric", f'method, seeds {",".join(map(str, dev_seeds))}', 'control',
@@ -218,10 +219,11 @@ def headline_table(rows: list[dict], names: list[str], dev_seeds=DEV_SEEDS, held
 
 def budget_change_table(first: list[dict], second: list[dict], pairs: list[tuple[str, str]], budget: int,
                         seeds=HELD_OUT_SEEDS) -> str:
-  """Markdown: per (method, control) pair and each metric it declares (the headline first), the mean paired
-  difference with its t-interval at the first budget (rows `first`) and at `budget` times the steps (rows `second`), both on `seeds`, and the change
-  between them, paired by seed (the difference at `budget` minus that at 1x, seed by seed); bold where the interval
-  excludes zero. Reading both budgets on the same seeds is what lets the change be read at all."""
+  """Markdown: per (method, control) pair and each metric it declares (the headline first), the mean paired difference
+  with its t-interval at the first budget (rows `first`) and at `budget` times the steps (rows `second`), both on
+  `seeds`, and the change between them, paired by seed (the difference at `budget` minus that at 1x, seed by seed);
+  bold where the interval excludes zero. Reading both budgets on the same seeds is what lets the change be read at
+  all."""
   one, other = ({(r['run'], r['seed']): r for r in rows} for rows in (first, second))
   label = ','.join(map(str, seeds))
   lines = [f'| pair, metric | 1x: seeds {label} | {budget}x: seeds {label} | change, {budget}x − 1x, paired '
